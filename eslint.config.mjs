@@ -1,0 +1,28 @@
+// Lint gates what review keeps missing: floating promises (an un-awaited
+// publish or ack is a bug) and import cycles between modules.
+import tseslint from "typescript-eslint";
+import importX from "eslint-plugin-import-x";
+
+export default tseslint.config(
+  { ignores: ["**/node_modules/**", ".tools/**", "bench-results/**", "**/*.mjs", "**/*.js"] },
+  {
+    files: ["**/*.ts"],
+    extends: [tseslint.configs.base],
+    languageOptions: {
+      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+    },
+    plugins: { "import-x": importX },
+    settings: {
+      "import-x/resolver-next": [importX.createNodeResolver({ extensions: [".ts", ".js"] })],
+    },
+    rules: {
+      "@typescript-eslint/no-floating-promises": "error",
+      "@typescript-eslint/no-misused-promises": ["error", { checksVoidReturn: { arguments: false } }],
+      "@typescript-eslint/await-thenable": "error",
+      "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
+      "@typescript-eslint/consistent-type-imports": "error",
+      "import-x/no-cycle": ["error", { maxDepth: 10 }],
+      "no-restricted-syntax": ["error", { selector: "TSEnumDeclaration", message: "use an `as const` object" }],
+    },
+  },
+);

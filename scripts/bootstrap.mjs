@@ -1,0 +1,173 @@
+#!/usr/bin/env node
+// Fresh-machine bootstrap: only Node and npm are assumed. Installs pnpm and the
+// node modules into the project, finds or fetches a nats-server >= 2.12 into
+// .tools/, then runs the requested command with PADDOCK_NATS_SERVER set.
+// Plain Node on purpose: nothing here may depend on an installed module.
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, statSync, writeFileSync, copyFileSync, chmodSync, rmSync } from "node:fs";
+import { join, dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const tools = join(root, ".tools");
+const MIN_NATS = [2, 12, 0];
+
+function log(msg) {
+  process.stderr.write(`[bootstrap] ${msg}\n`);
+}
+
+function run(cmd, args, opts = {}) {
+  const r = spawnSync(cmd, args, { stdio: "inherit", cwd: root, ...opts });
+  if (r.error) throw r.error;
+  if (r.status !== 0) {
+    throw new Error(`${cmd} ${args.join(" ")} exited with ${r.status ?? r.signal}`);
+  }
+}
+
+function output(cmd, args) {
+  const r = spawnSync(cmd, args, { encoding: "utf8" });
+  return r.status === 0 ? r.stdout + r.stderr : undefined;
+}
+
+function ensurePnpm() {
+  const local = join(tools, "pnpm", "node_modules", ".bin", "pnpm");
+  if (existsSync(local)) return local;
+  log("installing pnpm into .tools/pnpm");
+  mkdirSync(join(tools, "pnpm"), { recursive: true });
+  run("npm", ["install", "--no-audit", "--no-fund", "--prefix", join(tools, "pnpm"), "pnpm@10"]);
+  return local;
+}
+
+function ensureModules(pnpm) {
+  const marker = join(root, "node_modules", ".modules.yaml");
+  const lock = join(root, "pnpm-lock.yaml");
+  const stale =
+    !existsSync(marker) || (existsSync(lock) && statSync(lock).mtimeMs > statSync(marker).mtimeMs);
+  if (!stale) return;
+  log("installing node modules");
+  const frozen = process.env.CI && existsSync(lock) ? ["--frozen-lockfile"] : [];
+  run(pnpm, ["install", ...frozen]);
+}
+
+function versionOf(bin) {
+  const out = output(bin, ["--version"]);
+  const m = out && /v?(\d+)\.(\d+)\.(\d+)/.exec(out);
+  return m ? [Number(m[1]), Number(m[2]), Number(m[3])] : undefined;
+}
+
+function atLeast(v, min) {
+  for (let i = 0; i < 3; i++) {
+    if (v[i] !== min[i]) return v[i] > min[i];
+  }
+  return true;
+}
+
+function findNatsOnPath() {
+  for (const dir of (process.env.PATH ?? "").split(":")) {
+    const bin = join(dir, "nats-server");
+    if (dir && existsSync(bin)) {
+      const v = versionOf(bin);
+      if (v && atLeast(v, MIN_NATS)) return bin;
+    }
+  }
+  return undefined;
+}
+
+// Debian stable ships a nats-server that is too old; the unstable suite on the
+// same mirror carries a current static binary. Download (not install) the .deb
+// with a private apt state dir and unpack it into .tools/.
+function fetchNatsFromDebian() {
+  const work = join(tools, "apt");
+  rmSync(work, { recursive: true, force: true });
+  mkdirSync(join(work, "lists", "partial"), { recursive: true });
+  mkdirSync(join(work, "cache", "archives", "partial"), { recursive: true });
+  const sources = join(work, "sid.sources");
+  const mirror = /URIs:\s*(\S+)/.exec(
+    output("cat", ["/etc/apt/sources.list.d/debian.sources"]) ?? "",
+  )?.[1] ?? "http://deb.debian.org/debian";
+  writeFileSync(
+    sources,
+    [
+      "Types: deb",
+      `URIs: ${mirror}`,
+      "Suites: sid",
+      "Components: main",
+      "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg",
+      "",
+    ].join("\n"),
+  );
+  const aptOpts = [
+    "-o", `Dir::Etc::sourcelist=${sources}`,
+    "-o", "Dir::Etc::sourceparts=-",
+    "-o", `Dir::State::Lists=${join(work, "lists")}`,
+    "-o", `Dir::Cache=${join(work, "cache")}`,
+    "-o", "APT::Sandbox::User=root",
+  ];
+  run("apt-get", [...aptOpts, "-qq", "update"]);
+  run("apt-get", [...aptOpts, "-qq", "download", "nats-server"], { cwd: work });
+  const deb = readdirSync(work).find((f) => f.startsWith("nats-server_") && f.endsWith(".deb"));
+  if (!deb) throw new Error("apt-get download produced no nats-server .deb");
+  const unpacked = join(work, "root");
+  run("dpkg", ["-x", join(work, deb), unpacked]);
+  const bin = join(tools, "nats-server");
+  const candidates = ["usr/sbin/nats-server", "usr/bin/nats-server"].map((p) => join(unpacked, p));
+  const found = candidates.find((p) => existsSync(p));
+  if (!found) throw new Error("the nats-server .deb holds no nats-server binary");
+  copyFileSync(found, bin);
+  chmodSync(bin, 0o755);
+  rmSync(work, { recursive: true, force: true });
+  return bin;
+}
+
+function ensureNats() {
+  const fromEnv = process.env.PADDOCK_NATS_SERVER;
+  if (fromEnv && existsSync(fromEnv)) return fromEnv;
+  const onPath = findNatsOnPath();
+  if (onPath) return onPath;
+  const local = join(tools, "nats-server");
+  const v = existsSync(local) ? versionOf(local) : undefined;
+  if (v && atLeast(v, MIN_NATS)) return local;
+  log("no nats-server >= 2.12 found; fetching one into .tools/");
+  mkdirSync(tools, { recursive: true });
+  const bin = fetchNatsFromDebian();
+  const got = versionOf(bin);
+  if (!got || !atLeast(got, MIN_NATS)) {
+    throw new Error(`fetched nats-server ${got?.join(".")} is older than ${MIN_NATS.join(".")}`);
+  }
+  return bin;
+}
+
+function main() {
+  const [command, ...rest] = process.argv.slice(2);
+  const pnpm = ensurePnpm();
+  ensureModules(pnpm);
+  const natsServer = ensureNats();
+  const env = { ...process.env, PADDOCK_NATS_SERVER: natsServer };
+  const tsx = join(root, "node_modules", ".bin", "tsx");
+  const steps = {
+    up: [[tsx, ["scripts/up.ts", ...rest]]],
+    test: [
+      [pnpm, ["run", "typecheck"]],
+      [pnpm, ["run", "lint"]],
+      [join(root, "node_modules", ".bin", "vitest"), ["run", ...rest]],
+    ],
+    bench: [[tsx, ["bench/run.ts", ...rest]]],
+  }[command];
+  if (!steps) throw new Error(`unknown command ${command}; expected up, test or bench`);
+  for (const [cmd, args] of steps) {
+    const r = spawnSync(cmd, args, { stdio: "inherit", cwd: root, env });
+    if (r.status !== 0) process.exit(r.status ?? 1);
+  }
+}
+
+// The child (`up`, the test runner) handles Ctrl-C itself and exits cleanly; the
+// bootstrap only waits for it, so it must not die first and orphan it.
+process.on("SIGINT", () => {});
+process.on("SIGTERM", () => {});
+
+try {
+  main();
+} catch (err) {
+  log(err instanceof Error ? err.message : String(err));
+  process.exit(1);
+}

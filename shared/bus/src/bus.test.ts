@@ -1,0 +1,124 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { z } from "zod";
+import { Buckets, InvalidError, NotFoundError, Streams, UnavailableError, type Rpc } from "@paddock/contracts";
+import { silentLogger } from "@paddock/logging";
+import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { callRpc, createBusMetrics, encodeJson, isWrongLastSequence, provision, serveRpc, streamConfigs } from "./index.ts";
+
+let server: NatsServerHandle;
+let nc: NatsConnection;
+
+beforeAll(async () => {
+  server = await startNatsServer();
+  nc = await connect({ servers: server.url });
+});
+afterAll(async () => {
+  await nc.drain();
+  await server.stop();
+});
+
+describe("provision", () => {
+  it("is idempotent when several replicas run it at once", async () => {
+    await Promise.all([provision(nc, { replicas: 1 }), provision(nc, { replicas: 1 }), provision(nc, { replicas: 1 })]);
+    await provision(nc, { replicas: 1 });
+    const jsm = await jetstreamManager(nc);
+    for (const cfg of streamConfigs({ replicas: 1 })) {
+      const info = await jsm.streams.info(cfg.name);
+      expect(info.config.subjects).toEqual(cfg.subjects);
+    }
+    const kv = await new Kvm(nc).open(Buckets.sessions);
+    expect((await kv.status()).history).toBe(64);
+  });
+
+  it("updates a stream whose config drifted", async () => {
+    const jsm = await jetstreamManager(nc);
+    const twoHoursNs = 2 * 3_600_000 * 1_000_000;
+    await jsm.streams.update(Streams.audit, { max_age: twoHoursNs });
+    await provision(nc, { replicas: 1, auditMaxAgeMs: 3 * 3_600_000 });
+    expect((await jsm.streams.info(Streams.audit)).config.max_age).toBe(3 * 3_600_000 * 1_000_000);
+  });
+
+  it("reports a lost KV compare-and-set as wrong-last-sequence", async () => {
+    const kv = await new Kvm(nc).open(Buckets.names);
+    const rev = await kv.create("ws.cas", "a");
+    await kv.update("ws.cas", "b", rev);
+    const lost = await kv.update("ws.cas", "c", rev).catch((e: unknown) => e);
+    expect(isWrongLastSequence(lost)).toBe(true);
+    const dup = await kv.create("ws.cas", "d").catch((e: unknown) => e);
+    expect(isWrongLastSequence(dup)).toBe(true);
+  });
+});
+
+describe("rpc", () => {
+  const Echo: Rpc<z.ZodObject<{ n: z.ZodNumber }>, z.ZodObject<{ doubled: z.ZodNumber }>> = {
+    subject: "paddock.test.echo",
+    request: z.object({ n: z.number() }).strict(),
+    result: z.object({ doubled: z.number() }).strict(),
+  };
+
+  it("validates requests at the boundary and maps typed errors", async () => {
+    const metrics = createBusMetrics();
+    const sub = serveRpc(
+      nc,
+      Echo,
+      async ({ n }) => {
+        if (n < 0) throw new NotFoundError("number");
+        if (n === 13) throw new Error("raw internal detail");
+        return { doubled: n * 2 };
+      },
+      { queue: "test", metrics, log: silentLogger() },
+    );
+    expect(await callRpc(nc, Echo, { n: 21 })).toEqual({ doubled: 42 });
+    await expect(callRpc(nc, Echo, { n: -1 })).rejects.toMatchObject({ code: "not_found" });
+    const internal = await callRpc(nc, Echo, { n: 13 }).catch((e: unknown) => e as Error);
+    expect(internal).toMatchObject({ code: "internal" });
+    expect(internal.message).not.toContain("raw internal detail");
+    // A malformed request from a foreign client: answered invalid, counted, server alive.
+    const reply = await nc.request(Echo.subject, new TextEncoder().encode('{"n":"x","extra":1}'));
+    expect(reply.json()).toMatchObject({ ok: false, error: { code: "invalid" } });
+    expect((await metrics.invalidMessages.get()).values[0]?.value).toBe(1);
+    expect(await callRpc(nc, Echo, { n: 1 })).toEqual({ doubled: 2 });
+    sub.unsubscribe();
+    await expect(callRpc(nc, Echo, { n: 1 }, { timeoutMs: 500 })).rejects.toBeInstanceOf(UnavailableError);
+  });
+
+  it("refuses to publish a message that breaks its contract", () => {
+    expect(() => encodeJson(Echo.request, { n: "x" } as never)).toThrow(InvalidError);
+  });
+});
+
+describe("typed consumer", () => {
+  it("terminates invalid messages, counts them, and keeps consuming", async () => {
+    const { consumeTyped } = await import("./consume.ts");
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.add({ name: "TESTC", subjects: ["testc.>"] });
+    await jsm.consumers.add("TESTC", { durable_name: "c", ack_policy: "explicit" as never });
+    const js = jetstream(nc);
+    const metrics = createBusMetrics();
+    const seen: number[] = [];
+    let resolveTwo!: () => void;
+    const two = new Promise<void>((r) => (resolveTwo = r));
+    const handle = await consumeTyped(js, {
+      stream: "TESTC",
+      consumer: "c",
+      schema: z.object({ n: z.number() }).strict(),
+      metrics,
+      log: silentLogger(),
+      handler: async ({ n }) => {
+        seen.push(n);
+        if (seen.length === 2) resolveTwo();
+      },
+    });
+    await js.publish("testc.a", '{"n":1}');
+    await js.publish("testc.a", "not json");
+    await js.publish("testc.a", '{"n":"wrong"}');
+    await js.publish("testc.a", '{"n":2}');
+    await two;
+    expect(seen).toEqual([1, 2]);
+    expect((await metrics.invalidMessages.get()).values[0]?.value).toBe(2);
+    await handle.stop();
+  });
+});

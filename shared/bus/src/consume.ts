@@ -1,0 +1,73 @@
+import type { ConsumerMessages, JetStreamClient, JsMsg } from "@nats-io/jetstream";
+import type { z } from "zod";
+import { PaddockError } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+import { decodeJson } from "./codec.ts";
+import type { BusMetrics } from "./metrics.ts";
+
+export interface ConsumeOptions<S extends z.ZodType> {
+  stream: string;
+  consumer: string;
+  schema: S;
+  metrics: BusMetrics;
+  log: Logger;
+  /** Delay before a retryable failure is redelivered. */
+  retryDelayMs?: number;
+  handler: (value: z.infer<S>, msg: JsMsg) => Promise<void>;
+}
+
+export interface ConsumerHandle {
+  stop(): Promise<void>;
+  /** Resolves when the consume loop has ended. */
+  done: Promise<void>;
+}
+
+/**
+ * Consumes a durable consumer with validation at the boundary. An invalid
+ * message is terminated and counted; a terminal handler error (a PaddockError
+ * that is not retryable) is terminated; anything else is nak'ed with a delay.
+ * A handler never crashes the loop.
+ */
+export async function consumeTyped<S extends z.ZodType>(
+  js: JetStreamClient,
+  opts: ConsumeOptions<S>,
+): Promise<ConsumerHandle> {
+  const consumer = await js.consumers.get(opts.stream, opts.consumer);
+  const messages: ConsumerMessages = await consumer.consume({ max_messages: 256 });
+  const done = (async () => {
+    for await (const msg of messages) {
+      await handleOne(msg, opts);
+    }
+  })();
+  return {
+    stop: async () => {
+      await messages.close();
+      await done;
+    },
+    done,
+  };
+}
+
+async function handleOne<S extends z.ZodType>(msg: JsMsg, opts: ConsumeOptions<S>): Promise<void> {
+  const decoded = decodeJson(opts.schema, msg.data);
+  if (!decoded.ok) {
+    opts.metrics.invalidMessages.inc({ subject: msg.subject });
+    opts.log.warn({ subject: msg.subject, seq: msg.seq, reason: decoded.reason }, "invalid message terminated");
+    msg.term(`invalid: ${decoded.reason}`);
+    return;
+  }
+  try {
+    await opts.handler(decoded.value, msg);
+    msg.ack();
+  } catch (err) {
+    if (err instanceof PaddockError && !err.retryable) {
+      opts.metrics.handlerErrors.inc({ subject: opts.stream, outcome: "term" });
+      opts.log.warn({ subject: msg.subject, seq: msg.seq, code: err.code, reason: err.message }, "message terminated");
+      msg.term(err.code);
+      return;
+    }
+    opts.metrics.handlerErrors.inc({ subject: opts.stream, outcome: "nak" });
+    opts.log.warn({ err, subject: msg.subject, seq: msg.seq }, "message will be retried");
+    msg.nak(opts.retryDelayMs ?? 500);
+  }
+}

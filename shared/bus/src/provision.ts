@@ -1,0 +1,117 @@
+import {
+  DiscardPolicy,
+  JetStreamApiError,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+  type JetStreamManager,
+  type StreamConfig,
+} from "@nats-io/jetstream";
+import { Kvm, type KvOptions } from "@nats-io/kv";
+import { Objm } from "@nats-io/obj";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { Buckets, kvStreamName, ObjectStores, Streams, Subjects } from "@paddock/contracts";
+
+const NS_PER_MS = 1_000_000;
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+export interface ProvisionOptions {
+  /** Replica count of every stream, bucket and object store. */
+  replicas: number;
+  /** How long audit events are kept. */
+  auditMaxAgeMs?: number;
+  /** Most terminal chunks kept per session app (each at most 32 KiB). */
+  termMaxMsgsPerSubject?: number;
+  /** How long terminal chunks are kept. */
+  termMaxAgeMs?: number;
+  /** Per-key TTL marker lifetime of the runner lease bucket. */
+  leaseMarkerTtlMs?: number;
+}
+
+/** The stream configs, derived from the options; exported so tests can assert them. */
+export function streamConfigs(opts: ProvisionOptions): Array<Partial<StreamConfig> & { name: string; subjects: string[] }> {
+  const base = {
+    num_replicas: opts.replicas,
+    storage: StorageType.File,
+    retention: RetentionPolicy.Limits,
+    discard: DiscardPolicy.Old,
+    allow_direct: true,
+  };
+  return [
+    { ...base, name: Streams.runner, subjects: [Subjects.runnerEventsAll], max_age: 7 * DAY_MS * NS_PER_MS, duplicate_window: 2 * 60_000 * NS_PER_MS },
+    { ...base, name: Streams.dispatch, subjects: [Subjects.dispatchAll], max_age: DAY_MS * NS_PER_MS, duplicate_window: 10 * 60_000 * NS_PER_MS },
+    {
+      ...base,
+      name: Streams.term,
+      subjects: [Subjects.termAll],
+      max_msgs_per_subject: opts.termMaxMsgsPerSubject ?? 10_000,
+      max_age: (opts.termMaxAgeMs ?? 7 * DAY_MS) * NS_PER_MS,
+      duplicate_window: 60_000 * NS_PER_MS,
+    },
+    {
+      ...base,
+      name: Streams.audit,
+      subjects: [Subjects.auditAll],
+      max_age: (opts.auditMaxAgeMs ?? 30 * DAY_MS) * NS_PER_MS,
+      // A recorder that crashed after publishing but before acking republishes
+      // with the same message id; the window must outlast any redelivery (and
+      // the server requires it to be no longer than max_age).
+      duplicate_window: Math.min(60 * 60_000, opts.auditMaxAgeMs ?? 30 * DAY_MS) * NS_PER_MS,
+    },
+  ];
+}
+
+function bucketOptions(opts: ProvisionOptions): Array<[string, Partial<KvOptions>]> {
+  const r = { replicas: opts.replicas };
+  return [
+    // The change feed of `sessions` is the audit outbox: keep deep history so
+    // a recorder that is behind still sees every revision (see ARCHITECTURE.md).
+    [Buckets.sessions, { ...r, history: 64 }],
+    [Buckets.runners, { ...r, history: 16 }],
+    [Buckets.runnerLeases, { ...r, history: 1, markerTTL: opts.leaseMarkerTtlMs ?? 60_000 }],
+    [Buckets.environments, { ...r, history: 8 }],
+    [Buckets.idempotency, { ...r, history: 1 }],
+    [Buckets.names, { ...r, history: 1 }],
+    [Buckets.tokens, { ...r, history: 1 }],
+    [Buckets.members, { ...r, history: 1 }],
+  ];
+}
+
+async function ensureStream(jsm: JetStreamManager, cfg: Partial<StreamConfig> & { name: string }): Promise<void> {
+  try {
+    await jsm.streams.add(cfg);
+  } catch (err) {
+    // 10058: exists with a different configuration. Several replicas may race
+    // here; update is idempotent, so the last writer's identical config wins.
+    if (err instanceof JetStreamApiError && err.code === 10058) {
+      const { name, ...rest } = cfg;
+      await jsm.streams.update(name, rest);
+      return;
+    }
+    throw err;
+  }
+}
+
+async function ensureBucket(nc: NatsConnection, jsm: JetStreamManager, name: string, opts: Partial<KvOptions>): Promise<void> {
+  await new Kvm(nc).create(name, opts);
+  const info = await jsm.streams.info(kvStreamName(name));
+  const wantHistory = opts.history ?? 1;
+  if (info.config.num_replicas !== opts.replicas || info.config.max_msgs_per_subject !== wantHistory) {
+    await jsm.streams.update(kvStreamName(name), {
+      num_replicas: opts.replicas ?? 1,
+      max_msgs_per_subject: wantHistory,
+    });
+  }
+}
+
+/**
+ * Creates or updates every stream, bucket and object store. Safe to run from
+ * every service at start, concurrently: each step converges on the same config.
+ */
+export async function provision(nc: NatsConnection, opts: ProvisionOptions): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  for (const cfg of streamConfigs(opts)) await ensureStream(jsm, cfg);
+  for (const [name, kvOpts] of bucketOptions(opts)) await ensureBucket(nc, jsm, name, kvOpts);
+  const objm = new Objm(nc);
+  for (const name of Object.values(ObjectStores)) await objm.create(name, { replicas: opts.replicas });
+}

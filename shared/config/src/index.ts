@@ -1,0 +1,43 @@
+import { z } from "zod";
+
+export class ConfigError extends Error {
+  readonly code = "invalid_config";
+  constructor(message: string) {
+    super(message);
+    this.name = "ConfigError";
+  }
+}
+
+/** Parses an environment with a zod schema; the only way services read configuration. */
+export function parseEnv<S extends z.ZodType>(schema: S, env: Record<string, string | undefined>): z.infer<S> {
+  const parsed = schema.safeParse(env);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`);
+    throw new ConfigError(`invalid configuration: ${lines.join("; ")}`);
+  }
+  return parsed.data;
+}
+
+const port = z.coerce.number().int().min(0).max(65535);
+const positiveMs = z.coerce.number().int().positive();
+
+/** Settings every service shares: where NATS is, how to log, where to serve ops endpoints. */
+export const commonEnv = {
+  PADDOCK_NATS_URL: z.string().default("nats://127.0.0.1:4222"),
+  PADDOCK_NATS_USER: z.string().optional(),
+  PADDOCK_NATS_PASS: z.string().optional(),
+  /** Replica count for streams and buckets: 1 on one machine, 3 on a cluster. */
+  PADDOCK_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
+  PADDOCK_LOG_LEVEL: z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]).default("info"),
+  /** Port of /healthz, /readyz and /metrics; 0 picks a free one (logged at start). */
+  PADDOCK_OPS_PORT: port.default(0),
+  PADDOCK_OPS_HOST: z.string().default("127.0.0.1"),
+};
+
+export const envSchemas = { port, positiveMs };
+
+/** Reads a boolean-ish environment value ("1", "true", "yes"). */
+export const envBool = z
+  .enum(["0", "1", "true", "false", "yes", "no", ""])
+  .optional()
+  .transform((v) => v === "1" || v === "true" || v === "yes");

@@ -1,0 +1,90 @@
+import { z } from "zod";
+import { ErrorBody } from "./errors.ts";
+import { Runner } from "./fleet.ts";
+import { Id } from "./ids.ts";
+import { Scope } from "./auth.ts";
+import { CreateSessionBody, Session } from "./session.ts";
+import { AttachMode } from "./terminal.ts";
+import { Subjects } from "./names.ts";
+
+/** One request/reply operation on the bus: its subject and both schemas. */
+export interface Rpc<Req extends z.ZodType, Res extends z.ZodType> {
+  readonly subject: string;
+  readonly request: Req;
+  readonly result: Res;
+}
+
+function rpc<Req extends z.ZodType, Res extends z.ZodType>(
+  resource: string,
+  verb: string,
+  request: Req,
+  result: Res,
+): Rpc<Req, Res> {
+  return { subject: Subjects.api(resource, verb), request, result };
+}
+
+/** Every reply is an envelope: a result, or a typed error. */
+export function replyEnvelope<T extends z.ZodType>(result: T) {
+  return z.discriminatedUnion("ok", [
+    z.object({ ok: z.literal(true), result }).strict(),
+    z.object({ ok: z.literal(false), error: ErrorBody }).strict(),
+  ]);
+}
+
+/** Hard cap on a page; larger requested limits are clamped to it. */
+export const MAX_PAGE_LIMIT = 500;
+export const DEFAULT_PAGE_LIMIT = 50;
+
+export const Api = {
+  createSession: rpc(
+    "sessions",
+    "create",
+    z.object({ scope: Scope, body: CreateSessionBody }).strict(),
+    z.object({ session: Session, replayed: z.boolean() }).strict(),
+  ),
+  getSession: rpc(
+    "sessions",
+    "get",
+    z.object({ scope: Scope, sessionId: Id }).strict(),
+    z.object({ session: Session }).strict(),
+  ),
+  listSessions: rpc(
+    "sessions",
+    "list",
+    z
+      .object({
+        scope: Scope,
+        limit: z.number().int().min(1).max(MAX_PAGE_LIMIT),
+        cursor: z.string().max(256).optional(),
+        includeTerminal: z.boolean(),
+        parentId: Id.optional(),
+      })
+      .strict(),
+    z.object({ sessions: z.array(Session), nextCursor: z.string().optional() }).strict(),
+  ),
+  deleteSession: rpc(
+    "sessions",
+    "delete",
+    z.object({ scope: Scope, sessionId: Id }).strict(),
+    z.object({ session: Session }).strict(),
+  ),
+  /** Grants an attach; a controller attach advances controllerGeneration atomically. */
+  attachSession: rpc(
+    "sessions",
+    "attach",
+    z.object({ scope: Scope, sessionId: Id, mode: AttachMode }).strict(),
+    z.object({ session: Session }).strict(),
+  ),
+  listRunners: rpc(
+    "runners",
+    "list",
+    z
+      .object({
+        scope: Scope,
+        limit: z.number().int().min(1).max(MAX_PAGE_LIMIT),
+        cursor: z.string().max(256).optional(),
+      })
+      .strict(),
+    z.object({ runners: z.array(Runner), nextCursor: z.string().optional() }).strict(),
+  ),
+} as const;

@@ -1,0 +1,68 @@
+import { z } from "zod";
+import { EpochMs, Generation, Id } from "./ids.ts";
+
+/**
+ * The audit action vocabulary: the control contract's operation verbs plus the
+ * lifecycle verbs a fixed-field event needs, since an event carries no state
+ * field (see ARCHITECTURE.md, "Departures").
+ */
+export const AuditAction = {
+  create: "create",
+  place: "place",
+  start: "start",
+  exit: "exit",
+  fail: "fail",
+  cancel: "cancel",
+  delete: "delete",
+  suspend: "suspend",
+  resume: "resume",
+  snapshot: "snapshot",
+  attach: "attach",
+  supersede: "supersede",
+  push: "push",
+  pull: "pull",
+  update: "update",
+  register: "register",
+  lose: "lose",
+  fence: "fence",
+} as const;
+export type AuditAction = (typeof AuditAction)[keyof typeof AuditAction];
+export const AuditActionSchema = z.enum(Object.values(AuditAction) as [AuditAction, ...AuditAction[]]);
+
+export const ResourceKind = z.enum(["session", "environment", "runner"]);
+export type ResourceKind = z.infer<typeof ResourceKind>;
+
+export const Usage = z
+  .object({
+    cpuTimeSeconds: z.number().nonnegative(),
+    memoryByteSeconds: z.number().int().nonnegative(),
+    storageBytes: z.number().int().nonnegative(),
+    networkBytes: z.number().int().nonnegative(),
+    agentTokenCount: z.number().int().nonnegative(),
+  })
+  .strict();
+export type Usage = z.infer<typeof Usage>;
+
+export const ZERO_USAGE: Usage = {
+  cpuTimeSeconds: 0,
+  memoryByteSeconds: 0,
+  storageBytes: 0,
+  networkBytes: 0,
+  agentTokenCount: 0,
+};
+
+/** A fixed-field audit event; it never carries terminal data, secrets or raw errors. */
+export const AuditEvent = z
+  .object({
+    id: Id,
+    workspaceId: Id,
+    actorId: Id,
+    action: AuditActionSchema,
+    resource: z.object({ kind: ResourceKind, workspaceId: Id, id: Id, creatorId: Id }).strict(),
+    at: EpochMs,
+    usage: Usage,
+    /** The placement generation a session event happened under; 0 for other resources. */
+    placementGeneration: Generation,
+  })
+  .strict();
+export type AuditEvent = z.infer<typeof AuditEvent>;

@@ -1,0 +1,34 @@
+import { z } from "zod";
+import { EpochMs, Id } from "./ids.ts";
+
+export const ActorKind = z.enum(["user", "service"]);
+export type ActorKind = z.infer<typeof ActorKind>;
+
+/** An authenticated principal: identity only, never a cached decision. */
+export const Actor = z.object({ id: Id, kind: ActorKind }).strict();
+export type Actor = z.infer<typeof Actor>;
+
+export const WorkspaceRole = z.enum(["member", "admin"]);
+export type WorkspaceRole = z.infer<typeof WorkspaceRole>;
+
+/** The caller of an operation: who, in which workspace. */
+export const Scope = z.object({ workspaceId: Id, actor: Actor }).strict();
+export type Scope = z.infer<typeof Scope>;
+
+/** A token record in KV `tokens` under the hex sha256 of the token; the token itself is never stored. */
+export const TokenRecord = z
+  .object({
+    workspaceId: Id,
+    actor: Actor,
+    /** Label shown in listings; never the token. */
+    label: z.string().max(128).optional(),
+    createdAt: EpochMs,
+    /** Expiry in ms since the epoch; absent for a token that does not expire. */
+    expiresAt: EpochMs.optional(),
+  })
+  .strict();
+export type TokenRecord = z.infer<typeof TokenRecord>;
+
+/** A membership in KV `members` under `<workspace>.<actor>`; policy reads it on every decision. */
+export const Membership = z.object({ workspaceId: Id, actorId: Id, role: WorkspaceRole }).strict();
+export type Membership = z.infer<typeof Membership>;

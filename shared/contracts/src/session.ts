@@ -1,0 +1,163 @@
+import { z } from "zod";
+import { EpochMs, Generation, Id } from "./ids.ts";
+
+/** The session lifecycle vocabulary of the control contract. */
+export const SessionState = {
+  queued: "queued",
+  creating: "creating",
+  running: "running",
+  suspended_warm: "suspended_warm",
+  suspended_cold: "suspended_cold",
+  canceled: "canceled",
+  failed: "failed",
+  dead: "dead",
+  destroyed: "destroyed",
+} as const;
+export type SessionState = (typeof SessionState)[keyof typeof SessionState];
+export const SessionStateSchema = z.enum(Object.values(SessionState) as [SessionState, ...SessionState[]]);
+
+const terminalStates: ReadonlySet<SessionState> = new Set(["canceled", "failed", "dead", "destroyed"]);
+const slotStates: ReadonlySet<SessionState> = new Set(["creating", "running", "suspended_warm"]);
+
+/** A terminal session never changes state again. */
+export function isTerminal(state: SessionState): boolean {
+  return terminalStates.has(state);
+}
+
+/** A session in one of these states holds a slot of its runner's capacity. */
+export function occupiesSlot(state: SessionState): boolean {
+  return slotStates.has(state);
+}
+
+/**
+ * Every allowed transition, in one place. The scheduler applies a transition
+ * only if it is listed here; anything else is a typed conflict.
+ */
+export const allowedTransitions: Readonly<Record<SessionState, readonly SessionState[]>> = {
+  queued: ["creating", "canceled", "failed"],
+  creating: ["running", "failed", "canceled", "dead"],
+  running: ["suspended_warm", "suspended_cold", "dead", "destroyed", "failed"],
+  suspended_warm: ["running", "dead", "destroyed"],
+  suspended_cold: ["queued", "destroyed", "failed"],
+  canceled: [],
+  failed: [],
+  dead: [],
+  destroyed: [],
+};
+
+export function canTransition(from: SessionState, to: SessionState): boolean {
+  return allowedTransitions[from].includes(to);
+}
+
+export const RepoRef = z
+  .object({
+    /** Clone URL of the repository. */
+    url: z.string().min(1).max(2048),
+    /** Branch, tag or commit to check out; the default branch when absent. */
+    ref: z.string().min(1).max(256).optional(),
+    /** Directory under the workspace to clone into. */
+    path: z.string().min(1).max(256).optional(),
+  })
+  .strict();
+export type RepoRef = z.infer<typeof RepoRef>;
+
+export const AppSpec = z
+  .object({
+    name: Id,
+    cmd: z.array(z.string().max(4096)).min(1).max(256),
+    /** Whether the app runs in a PTY (default) or with plain stdout/stderr pipes. */
+    tty: z.boolean().optional(),
+  })
+  .strict();
+export type AppSpec = z.infer<typeof AppSpec>;
+
+/**
+ * The portable execution description. Unset means "inherit from the
+ * environment"; an explicitly empty list means "none" (PortableSpec rules).
+ */
+export const PortableSpec = z
+  .object({
+    image: z.string().min(1).max(512).optional(),
+    cmd: z.array(z.string().max(4096)).min(1).max(256).optional(),
+    egressAllow: z.array(z.string().min(1).max(253)).max(256).optional(),
+    repos: z.array(RepoRef).max(64).optional(),
+    apps: z.array(AppSpec).min(1).max(16).optional(),
+  })
+  .strict();
+export type PortableSpec = z.infer<typeof PortableSpec>;
+
+export const SessionMode = z.enum(["run", "watch"]);
+
+/** The body of POST /v1/sessions. */
+export const CreateSessionBody = z
+  .object({
+    name: z.string().min(1).max(128).regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/).optional(),
+    environmentId: Id.optional(),
+    spec: PortableSpec,
+    repos: z.array(RepoRef).max(64).optional(),
+    idempotencyKey: z.string().min(1).max(128).optional(),
+    oneShot: z.boolean().optional(),
+    parentId: Id.optional(),
+    mode: SessionMode.optional(),
+  })
+  .strict();
+export type CreateSessionBody = z.infer<typeof CreateSessionBody>;
+
+/** The name of the app a session gets when its spec lists none. */
+export const DEFAULT_APP = "main";
+
+/** Resolves the apps a session runs: its explicit apps, or one "main" app from cmd. */
+export function appsOf(spec: PortableSpec): AppSpec[] {
+  if (spec.apps) return spec.apps;
+  return [{ name: DEFAULT_APP, cmd: spec.cmd ?? ["/bin/sh", "-l"] }];
+}
+
+/**
+ * The fact a record revision commits. Every write to a session record carries
+ * a fresh one, so the KV change feed is the outbox: the event recorder turns
+ * each revision into exactly one audit event, with this id as its message id.
+ */
+export const SessionFact = z
+  .object({
+    eventId: Id,
+    action: z.string().min(1).max(32),
+    actorId: Id,
+    at: EpochMs,
+  })
+  .strict();
+export type SessionFact = z.infer<typeof SessionFact>;
+
+/** The session record stored in KV `sessions` under `<workspace>.<session>`. */
+export const Session = z
+  .object({
+    id: Id,
+    workspaceId: Id,
+    creatorId: Id,
+    name: z.string().optional(),
+    state: SessionStateSchema,
+    environmentId: Id.optional(),
+    spec: PortableSpec,
+    mode: SessionMode,
+    oneShot: z.boolean(),
+    parentId: Id.optional(),
+    poolId: Id.optional(),
+    runnerId: Id.optional(),
+    /** Advances by one on every placement; one generation = one sandbox on one runner. */
+    placementGeneration: Generation,
+    /** Advances by one on every controller attach; input from older ones is dropped. */
+    controllerGeneration: Generation,
+    idempotencyKey: z.string().optional(),
+    /** Exit code of the session's process once it ended by itself. */
+    childExitCode: z.number().int().nullable(),
+    /** Why the session failed or died; a sentence, never a raw provider error. */
+    error: z.string().optional(),
+    createdAt: EpochMs,
+    updatedAt: EpochMs,
+    lastFact: SessionFact,
+  })
+  .strict();
+export type Session = z.infer<typeof Session>;
+
+export function sessionKey(workspaceId: string, sessionId: string): string {
+  return `${workspaceId}.${sessionId}`;
+}

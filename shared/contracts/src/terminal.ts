@@ -1,0 +1,75 @@
+import { z } from "zod";
+import { Generation, Id } from "./ids.ts";
+import { SessionStateSchema } from "./session.ts";
+
+export const AttachMode = z.enum(["viewer", "controller"]);
+export type AttachMode = z.infer<typeof AttachMode>;
+
+/** Query of GET /v1/sessions/:id/terminal. `since`: all | screen | a cursor. */
+export const AttachQuery = z
+  .object({
+    app: Id.optional(),
+    mode: AttachMode.default("viewer"),
+    since: z.union([z.literal("all"), z.literal("screen"), z.string().regex(/^\d{1,15}$/)]).default("screen"),
+  })
+  .strict();
+export type AttachQuery = z.infer<typeof AttachQuery>;
+
+/** Close code for a controller superseded by a newer one. */
+export const CLOSE_SUPERSEDED = 4001;
+/** Close code for a client whose send buffer overflowed; it may resume from its cursor. */
+export const CLOSE_SLOW_CLIENT = 4008;
+/** Close code when the session is gone or the app ended and the log is complete. */
+export const CLOSE_ENDED = 4000;
+
+/** Server → client text frames. */
+export const ServerFrame = z.discriminatedUnion("type", [
+  z
+    .object({
+      type: z.literal("hello"),
+      sessionId: Id,
+      app: Id,
+      mode: AttachMode,
+      controllerGeneration: Generation,
+      /** The cursor of the last chunk the log held at attach time (0: empty). */
+      cursor: z.number().int().nonnegative(),
+    })
+    .strict(),
+  z.object({ type: z.literal("truncated"), from: z.number().int().nonnegative() }).strict(),
+  z.object({ type: z.literal("superseded"), controllerGeneration: Generation }).strict(),
+  z.object({ type: z.literal("status"), state: SessionStateSchema }).strict(),
+  z.object({ type: z.literal("exit"), app: Id, code: z.number().int().nullable() }).strict(),
+  z.object({ type: z.literal("error"), code: z.string(), message: z.string().optional() }).strict(),
+]);
+export type ServerFrame = z.infer<typeof ServerFrame>;
+
+/** Client → server text frames (binary frames are stdin bytes). */
+export const ClientFrame = z.discriminatedUnion("type", [
+  z
+    .object({
+      type: z.literal("resize"),
+      cols: z.number().int().min(1).max(1000),
+      rows: z.number().int().min(1).max(1000),
+    })
+    .strict(),
+]);
+export type ClientFrame = z.infer<typeof ClientFrame>;
+
+/** Resize carried on the input subject (Paddock-Input-Kind: resize). */
+export const ResizeInput = z
+  .object({ cols: z.number().int().min(1).max(1000), rows: z.number().int().min(1).max(1000) })
+  .strict();
+
+/** Binary output frame: 8-byte big-endian cursor followed by raw bytes. */
+export function encodeOutputFrame(cursor: number, bytes: Uint8Array): Buffer {
+  const frame = Buffer.allocUnsafe(8 + bytes.byteLength);
+  frame.writeBigUInt64BE(BigInt(cursor), 0);
+  frame.set(bytes, 8);
+  return frame;
+}
+
+export function decodeOutputFrame(frame: Uint8Array): { cursor: number; bytes: Uint8Array } {
+  if (frame.byteLength < 8) throw new Error("output frame shorter than its 8-byte cursor");
+  const view = new DataView(frame.buffer, frame.byteOffset, frame.byteLength);
+  return { cursor: Number(view.getBigUint64(0)), bytes: frame.subarray(8) };
+}

@@ -1,0 +1,97 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
+import { join } from "node:path";
+import { repoRoot } from "./nats-server.ts";
+
+export interface ServiceProcess {
+  name: string;
+  process: ChildProcess;
+  /** Fields of the service's "ready" log line (ports and the like). */
+  ready: Record<string, unknown>;
+  /** Every JSON log line seen so far. */
+  logs: Array<Record<string, unknown>>;
+  /** Raw stdout and stderr text, for assertions that nothing secret was logged. */
+  output(): string;
+  /** Resolves with the first log line matching pred (already seen or future). */
+  waitForLog(pred: (line: Record<string, unknown>) => boolean): Promise<Record<string, unknown>>;
+  /** SIGTERM and wait for exit; resolves with the exit code. */
+  stop(): Promise<number | null>;
+  /** SIGKILL and wait. */
+  kill(): Promise<void>;
+  exited: Promise<number | null>;
+}
+
+/** The entry point of each service, relative to the repo root. */
+export const serviceEntry = {
+  scheduler: "services/scheduler/src/main.ts",
+  "runner-agent": "services/runner-agent/src/main.ts",
+  gateway: "services/gateway/src/main.ts",
+  "event-recorder": "services/event-recorder/src/main.ts",
+} as const;
+export type ServiceName = keyof typeof serviceEntry;
+
+export const tsxBin = join(repoRoot, "node_modules", ".bin", "tsx");
+
+/**
+ * Starts a service as its own OS process (tsx, no build step) and resolves
+ * once it logs "ready". Rejects with its output if it exits first.
+ */
+export function startService(name: ServiceName | string, env: Record<string, string>, entry?: string): Promise<ServiceProcess> {
+  const file = entry ?? serviceEntry[name as ServiceName];
+  const child = spawn(tsxBin, [join(repoRoot, file)], {
+    cwd: repoRoot,
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const logs: Array<Record<string, unknown>> = [];
+  let raw = "";
+  const waiters: Array<{ pred: (l: Record<string, unknown>) => boolean; resolve: (l: Record<string, unknown>) => void }> = [];
+  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  const onLine = (line: string) => {
+    raw += line + "\n";
+    if (!line.startsWith("{")) return;
+    let parsed: Record<string, unknown>;
+    try {
+      parsed = JSON.parse(line) as Record<string, unknown>;
+    } catch {
+      return;
+    }
+    logs.push(parsed);
+    for (const w of [...waiters]) {
+      if (w.pred(parsed)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(parsed);
+      }
+    }
+  };
+  createInterface({ input: child.stdout! }).on("line", onLine);
+  createInterface({ input: child.stderr! }).on("line", onLine);
+  const waitForLog = (pred: (l: Record<string, unknown>) => boolean) => {
+    const seen = logs.find(pred);
+    if (seen) return Promise.resolve(seen);
+    return new Promise<Record<string, unknown>>((resolve) => waiters.push({ pred, resolve }));
+  };
+  const handle = (ready: Record<string, unknown>): ServiceProcess => ({
+    name,
+    process: child,
+    ready,
+    logs,
+    output: () => raw,
+    waitForLog,
+    exited,
+    stop: async () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+      return exited;
+    },
+    kill: async () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+      await exited;
+    },
+  });
+  return Promise.race([
+    waitForLog((l) => l.msg === "ready").then(handle),
+    exited.then((code) => {
+      throw new Error(`${name} exited (${code}) before ready:\n${raw.slice(-4000)}`);
+    }),
+  ]);
+}
