@@ -73,7 +73,7 @@ describe("rpc", () => {
     );
     expect(await callRpc(nc, Echo, { n: 21 })).toEqual({ doubled: 42 });
     await expect(callRpc(nc, Echo, { n: -1 })).rejects.toMatchObject({ code: "not_found" });
-    const internal = await callRpc(nc, Echo, { n: 13 }).catch((e: unknown) => e as Error);
+    const internal = (await callRpc(nc, Echo, { n: 13 }).catch((e: unknown) => e)) as Error;
     expect(internal).toMatchObject({ code: "internal" });
     expect(internal.message).not.toContain("raw internal detail");
     // A malformed request from a foreign client: answered invalid, counted, server alive.

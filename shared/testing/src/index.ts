@@ -1,2 +1,3 @@
 export * from "./nats-server.ts";
 export * from "./process.ts";
+export * from "./stack.ts";
