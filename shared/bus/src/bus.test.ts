@@ -39,6 +39,9 @@ describe("provision", () => {
     await jsm.streams.update(Streams.audit, { max_age: twoHoursNs });
     await provision(nc, { replicas: 1, auditMaxAgeMs: 3 * 3_600_000 });
     expect((await jsm.streams.info(Streams.audit)).config.max_age).toBe(3 * 3_600_000 * 1_000_000);
+    // A service that does not set audit retention leaves it alone.
+    await provision(nc, { replicas: 1 });
+    expect((await jsm.streams.info(Streams.audit)).config.max_age).toBe(3 * 3_600_000 * 1_000_000);
   });
 
   it("reports a lost KV compare-and-set as wrong-last-sequence", async () => {

@@ -14,6 +14,8 @@ export interface ConsumeOptions<S extends z.ZodType> {
   /** Delay before a retryable failure is redelivered. */
   retryDelayMs?: number;
   handler: (value: z.infer<S>, msg: JsMsg) => Promise<void>;
+  /** Messages to ack without decoding (e.g. KV delete markers on a change feed). */
+  skip?: (msg: JsMsg) => boolean;
 }
 
 export interface ConsumerHandle {
@@ -49,6 +51,10 @@ export async function consumeTyped<S extends z.ZodType>(
 }
 
 async function handleOne<S extends z.ZodType>(msg: JsMsg, opts: ConsumeOptions<S>): Promise<void> {
+  if (opts.skip?.(msg)) {
+    msg.ack();
+    return;
+  }
   const decoded = decodeJson(opts.schema, msg.data);
   if (!decoded.ok) {
     opts.metrics.invalidMessages.inc({ subject: msg.subject });

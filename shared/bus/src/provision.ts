@@ -77,18 +77,39 @@ function bucketOptions(opts: ProvisionOptions): Array<[string, Partial<KvOptions
   ];
 }
 
-async function ensureStream(jsm: JetStreamManager, cfg: Partial<StreamConfig> & { name: string }): Promise<void> {
+/** Retention fields a caller only changes on an existing stream when it set the option. */
+function retentionFieldsSet(opts: ProvisionOptions): Record<string, Array<keyof StreamConfig>> {
+  return {
+    [Streams.audit]: opts.auditMaxAgeMs === undefined ? [] : ["max_age", "duplicate_window"],
+    [Streams.term]: [
+      ...(opts.termMaxMsgsPerSubject === undefined ? [] : (["max_msgs_per_subject"] as const)),
+      ...(opts.termMaxAgeMs === undefined ? [] : (["max_age"] as const)),
+    ],
+  };
+}
+
+const RETENTION_FIELDS: Array<keyof StreamConfig> = ["max_age", "duplicate_window", "max_msgs_per_subject"];
+
+async function ensureStream(
+  jsm: JetStreamManager,
+  cfg: Partial<StreamConfig> & { name: string },
+  explicit: Array<keyof StreamConfig>,
+): Promise<void> {
   try {
     await jsm.streams.add(cfg);
   } catch (err) {
-    // 10058: exists with a different configuration. Several replicas may race
-    // here; update is idempotent, so the last writer's identical config wins.
-    if (err instanceof JetStreamApiError && err.code === 10058) {
-      const { name, ...rest } = cfg;
-      await jsm.streams.update(name, rest);
-      return;
+    // 10058: exists with a different configuration. Update the structural
+    // fields, and retention only where this caller set it, so services that
+    // do not own a retention setting never fight over it. Several replicas
+    // may race here; each update converges on the same config.
+    if (!(err instanceof JetStreamApiError && err.code === 10058)) throw err;
+    const existing = (await jsm.streams.info(cfg.name)).config;
+    const { name, ...rest } = cfg;
+    const next: Partial<StreamConfig> = { ...rest };
+    for (const field of RETENTION_FIELDS) {
+      if (!explicit.includes(field)) (next as Record<string, unknown>)[field] = existing[field];
     }
-    throw err;
+    await jsm.streams.update(name, next);
   }
 }
 
@@ -110,7 +131,8 @@ async function ensureBucket(nc: NatsConnection, jsm: JetStreamManager, name: str
  */
 export async function provision(nc: NatsConnection, opts: ProvisionOptions): Promise<void> {
   const jsm = await jetstreamManager(nc);
-  for (const cfg of streamConfigs(opts)) await ensureStream(jsm, cfg);
+  const explicit = retentionFieldsSet(opts);
+  for (const cfg of streamConfigs(opts)) await ensureStream(jsm, cfg, explicit[cfg.name] ?? []);
   for (const [name, kvOpts] of bucketOptions(opts)) await ensureBucket(nc, jsm, name, kvOpts);
   const objm = new Objm(nc);
   for (const name of Object.values(ObjectStores)) await objm.create(name, { replicas: opts.replicas });

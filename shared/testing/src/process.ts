@@ -36,8 +36,19 @@ export const tsxBin = join(repoRoot, "node_modules", ".bin", "tsx");
  * Starts a service as its own OS process (tsx, no build step) and resolves
  * once it logs "ready". Rejects with its output if it exits first.
  */
-export function startService(name: ServiceName | string, env: Record<string, string>, entry?: string): Promise<ServiceProcess> {
-  const file = entry ?? serviceEntry[name as ServiceName];
+export interface StartServiceOptions {
+  /** Entry file relative to the repo root; the service's main.ts by default. */
+  entry?: string;
+  /** Where to append the output instead of keeping it in memory (long-running use). */
+  logTo?: NodeJS.WritableStream;
+}
+
+export function startService(
+  name: ServiceName | string,
+  env: Record<string, string>,
+  opts: StartServiceOptions = {},
+): Promise<ServiceProcess> {
+  const file = opts.entry ?? serviceEntry[name as ServiceName];
   const child = spawn(tsxBin, [join(repoRoot, file)], {
     cwd: repoRoot,
     env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", ...env },
@@ -47,9 +58,11 @@ export function startService(name: ServiceName | string, env: Record<string, str
   let raw = "";
   const waiters: Array<{ pred: (l: Record<string, unknown>) => boolean; resolve: (l: Record<string, unknown>) => void }> = [];
   const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  let ready = false;
   const onLine = (line: string) => {
-    raw += line + "\n";
-    if (!line.startsWith("{")) return;
+    if (opts.logTo) opts.logTo.write(line + "\n");
+    else raw += line + "\n";
+    if (!line.startsWith("{") || (opts.logTo && ready)) return;
     let parsed: Record<string, unknown>;
     try {
       parsed = JSON.parse(line) as Record<string, unknown>;
@@ -89,7 +102,10 @@ export function startService(name: ServiceName | string, env: Record<string, str
     },
   });
   return Promise.race([
-    waitForLog((l) => l.msg === "ready").then(handle),
+    waitForLog((l) => l.msg === "ready").then((l) => {
+      ready = true;
+      return handle(l);
+    }),
     exited.then((code) => {
       throw new Error(`${name} exited (${code}) before ready:\n${raw.slice(-4000)}`);
     }),

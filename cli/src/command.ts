@@ -1,0 +1,64 @@
+import { z } from "zod";
+import { AuditEvent, Session } from "@paddock/contracts";
+import { helpFlag, parseArgs, type FlagSpec, type ParseOptions, type ParsedArgs } from "./args.ts";
+import { requireToken, type CliConfig } from "./config.ts";
+import { ApiClient } from "./http.ts";
+import { UsageError, type CliIo } from "./io.ts";
+
+/** What every command gets: the outside world and the configuration. */
+export interface Ctx {
+  readonly io: CliIo;
+  readonly config: CliConfig;
+}
+
+export interface Command {
+  readonly name: string;
+  readonly summary: string;
+  /** Full help text, starting with the usage line. */
+  readonly help: string;
+  run(ctx: Ctx, argv: readonly string[]): Promise<number>;
+}
+
+/** An API client; throws the missing-token UsageError when there is no token. */
+export function apiOf(ctx: Ctx): ApiClient {
+  return new ApiClient(ctx.config.url, requireToken(ctx.config));
+}
+
+/** Parses a command's argv; undefined when --help was asked for (and printed). */
+export function parseCommand<S extends FlagSpec>(
+  ctx: Ctx,
+  cmd: Pick<Command, "name" | "help">,
+  argv: readonly string[],
+  spec: S,
+  opts: ParseOptions = {},
+): ParsedArgs<S & typeof helpFlag> | undefined {
+  // --help wins wherever it is before `--`, even next to an otherwise bad flag.
+  const before = argv.indexOf("--") === -1 ? argv : argv.slice(0, argv.indexOf("--"));
+  if (before.includes("--help") || before.includes("-h")) {
+    ctx.io.stdout.write(cmd.help);
+    return undefined;
+  }
+  return parseArgs(argv, { ...spec, ...helpFlag }, opts, `paddock ${cmd.name}`);
+}
+
+/** Exactly n positionals, or a UsageError naming them. */
+export function positionals(cmd: Pick<Command, "name">, got: readonly string[], names: readonly string[], variadic = false): string[] {
+  if (got.length < names.length || (!variadic && got.length > names.length)) {
+    const want = names.map((n) => n.toUpperCase()).join(" ") + (variadic ? "..." : "");
+    throw new UsageError(`paddock ${cmd.name}: expected ${want}, got ${got.length ? got.map((g) => JSON.stringify(g)).join(" ") : "nothing"}`);
+  }
+  return [...got];
+}
+
+/** One line for the user on stderr; in raw mode a line needs \r\n and a fresh line first. */
+export function notice(ctx: Ctx, text: string, raw = false): void {
+  ctx.io.stderr.write(raw ? `\r\n[paddock] ${text}\r\n` : `[paddock] ${text}\n`);
+}
+
+/*
+ * HTTP answer bodies, built from the contract schemas. A session answer is
+ * the record itself (create/get/delete); lists are `{<plural>, nextCursor}`
+ * (sessions and runners reuse the bus RPC result schemas, which have that shape).
+ */
+export const SessionAnswer = Session;
+export const EventList = z.object({ events: z.array(AuditEvent), nextCursor: z.string().optional() }).strict();

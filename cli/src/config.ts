@@ -1,0 +1,47 @@
+import { extractGlobalFlags } from "./args.ts";
+import { UsageError, type CliEnv } from "./io.ts";
+
+export const DEFAULT_URL = "http://127.0.0.1:8080";
+
+/** Where the gateway is and who we are; `token` is checked only by commands that call the API. */
+export interface CliConfig {
+  url: string;
+  token: string | undefined;
+  /** argv without --url/--token. */
+  argv: string[];
+}
+
+/**
+ * The one place the CLI reads its environment: flags `--url`/`--token` win
+ * over `PADDOCK_URL`/`PADDOCK_TOKEN`.
+ */
+export function loadCliConfig(argv: readonly string[], env: CliEnv): CliConfig {
+  const globals = extractGlobalFlags(argv);
+  const url = nonEmpty(globals.url) ?? nonEmpty(env.PADDOCK_URL) ?? DEFAULT_URL;
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new UsageError(`paddock: invalid gateway URL ${JSON.stringify(url)}`);
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
+    throw new UsageError(`paddock: gateway URL must be http:// or https://, got ${JSON.stringify(url)}`);
+  }
+  return {
+    url: url.replace(/\/+$/, ""),
+    token: nonEmpty(globals.token) ?? nonEmpty(env.PADDOCK_TOKEN),
+    argv: globals.rest,
+  };
+}
+
+/** The token, or the usage error every API command gives without one. */
+export function requireToken(config: CliConfig): string {
+  if (config.token === undefined) {
+    throw new UsageError("paddock: no API token: pass --token TOKEN or set PADDOCK_TOKEN");
+  }
+  return config.token;
+}
+
+function nonEmpty(v: string | undefined): string | undefined {
+  return v === undefined || v === "" ? undefined : v;
+}

@@ -1,0 +1,64 @@
+import type { AuditEvent, Runner, Session } from "@paddock/contracts";
+
+/** Left-aligned columns separated by two spaces; the last column is not padded. */
+export function table(header: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: readonly string[]) =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] ?? 0)))
+      .join("  ")
+      .trimEnd();
+  return [header, ...rows].map(line).join("\n") + "\n";
+}
+
+/** `key: value` lines; nested values as compact JSON, epoch-ms fields (`...At`) as UTC time. */
+export function keyValues(record: Readonly<Record<string, unknown>>): string {
+  const entries = Object.entries(record).filter(([, v]) => v !== undefined);
+  const width = Math.max(0, ...entries.map(([k]) => k.length + 1));
+  return entries.map(([k, v]) => `${`${k}:`.padEnd(width)} ${scalar(k, v)}`).join("\n") + "\n";
+}
+
+function scalar(key: string, v: unknown): string {
+  if (typeof v === "number" && key.endsWith("At")) return `${time(v)} (${String(v)})`;
+  if (typeof v === "string") return v;
+  if (v === null) return "-";
+  return typeof v === "object" ? JSON.stringify(v) : String(v);
+}
+
+/** UTC, second precision: `2025-01-02 03:04:05`. */
+export function time(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 19).replace("T", " ");
+}
+
+export function json(value: unknown): string {
+  return JSON.stringify(value, null, 2) + "\n";
+}
+
+export function sessionsTable(sessions: readonly Session[]): string {
+  return table(
+    ["ID", "NAME", "STATE", "RUNNER", "CREATED"],
+    sessions.map((s) => [s.id, s.name ?? "-", s.state, s.runnerId ?? "-", time(s.createdAt)]),
+  );
+}
+
+export function runnersTable(runners: readonly Runner[]): string {
+  return table(
+    ["ID", "POOL", "STATE", "GEN", "USED", "CAPABILITIES", "LAST SEEN"],
+    runners.map((r) => [
+      r.id,
+      r.poolId,
+      r.state,
+      String(r.generation),
+      `${String(r.capacityUsed)}/${String(r.capacityTotal)}`,
+      r.capabilities.join(",") || "-",
+      time(r.lastSeenAt),
+    ]),
+  );
+}
+
+export function eventsTable(events: readonly AuditEvent[]): string {
+  return table(
+    ["AT", "ACTION", "KIND", "RESOURCE", "ACTOR", "GEN"],
+    events.map((e) => [time(e.at), e.action, e.resource.kind, e.resource.id, e.actorId, String(e.placementGeneration)]),
+  );
+}

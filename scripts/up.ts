@@ -1,0 +1,110 @@
+// `npm run up`: the whole system on this machine — a local nats-server with
+// JetStream, the four services and one runner — then prints how to reach it.
+import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { join, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { startNatsServer, startService, type ServiceProcess } from "@paddock/testing";
+
+const { values } = parseArgs({
+  options: {
+    "http-port": { type: "string", default: "8080" },
+    "data-dir": { type: "string", default: ".data" },
+    "nats-port": { type: "string", default: "-1" },
+    runners: { type: "string", default: "1" },
+    capacity: { type: "string", default: "8" },
+  },
+  strict: true,
+});
+
+function intArg(name: string, raw: string | undefined, min: number): number {
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min) {
+    process.stderr.write(`--${name} must be an integer >= ${min}\n`);
+    process.exit(2);
+  }
+  return n;
+}
+
+const httpPort = intArg("http-port", values["http-port"], 0);
+const natsPort = intArg("nats-port", values["nats-port"], -1);
+const runnerCount = intArg("runners", values.runners, 1);
+const capacity = intArg("capacity", values.capacity, 1);
+const dataDir = resolve(values["data-dir"] ?? ".data");
+mkdirSync(join(dataDir, "logs"), { recursive: true });
+
+/** The dev token survives restarts with the data dir, so a CLI session keeps working. */
+function devToken(): string {
+  const file = join(dataDir, "dev-token");
+  if (existsSync(file)) return readFileSync(file, "utf8").trim();
+  const token = `pdk_dev_${randomBytes(24).toString("hex")}`;
+  writeFileSync(file, token + "\n", { mode: 0o600 });
+  return token;
+}
+
+async function main(): Promise<void> {
+  const token = devToken();
+  const nats = await startNatsServer({ storeDir: join(dataDir, "nats"), ...(natsPort >= 0 ? { port: natsPort } : {}) });
+  const common = { PADDOCK_NATS_URL: nats.url, PADDOCK_OPS_PORT: "0" };
+  const services: ServiceProcess[] = [];
+  const start = async (name: string, env: Record<string, string>, logName = name) => {
+    const logTo = createWriteStream(join(dataDir, "logs", `${logName}.log`), { flags: "a" });
+    const svc = await startService(name, { ...common, ...env }, { logTo });
+    services.push(svc);
+    return svc;
+  };
+  const stopAll = async () => {
+    for (const svc of [...services].reverse()) await svc.stop();
+    await nats.stop({ keepStore: true });
+  };
+  let stopping = false;
+  const onSignal = () => {
+    if (stopping) return;
+    stopping = true;
+    process.stderr.write("stopping paddock...\n");
+    stopAll().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        process.stderr.write(`stop failed: ${String(err)}\n`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  try {
+    await start("scheduler", {});
+    await start("event-recorder", {});
+    const gateway = await start("gateway", { PADDOCK_HTTP_PORT: String(httpPort), PADDOCK_DEV_TOKEN: token });
+    for (let i = 1; i <= runnerCount; i++) {
+      await start(
+        "runner-agent",
+        {
+          PADDOCK_RUNNER_ID: `local-${i}`,
+          PADDOCK_POOL_ID: "default",
+          PADDOCK_RUNNER_CAPACITY: String(capacity),
+          PADDOCK_RUNNER_DATA_DIR: join(dataDir, `runner-local-${i}`),
+        },
+        `runner-local-${i}`,
+      );
+    }
+    process.stdout.write(`PADDOCK_URL=http://127.0.0.1:${String(gateway.ready.httpPort)}\n`);
+    process.stdout.write(`PADDOCK_TOKEN=${token}\n`);
+    process.stdout.write(`PADDOCK_NATS_URL=${nats.url}\n`);
+    process.stderr.write(`paddock is up; logs in ${join(dataDir, "logs")}; Ctrl-C stops it\n`);
+    for (const svc of services) {
+      void svc.exited.then((code) => {
+        if (!stopping) {
+          process.stderr.write(`${svc.name} exited (${code}); stopping everything\n`);
+          onSignal();
+        }
+      });
+    }
+  } catch (err) {
+    process.stderr.write(`start failed: ${err instanceof Error ? err.message : String(err)}\n`);
+    await stopAll();
+    process.exit(1);
+  }
+}
+
+void main();

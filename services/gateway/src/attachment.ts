@@ -1,0 +1,318 @@
+import { DeliverPolicy, jetstream, type ConsumerMessages } from "@nats-io/jetstream";
+import { headers, type Subscription } from "@nats-io/transport-node";
+import type { RawData, WebSocket } from "ws";
+import {
+  type AttachMode,
+  ClientFrame,
+  CLOSE_SLOW_CLIENT,
+  CLOSE_SUPERSEDED,
+  encodeOutputFrame,
+  Headers,
+  ResizeInput,
+  ServerFrame,
+  Streams,
+  Subjects,
+  type AttachQuery,
+  type Session,
+} from "@paddock/contracts";
+import { encodeJson } from "@paddock/bus";
+import type { GatewayContext } from "./context.ts";
+import { ScreenEmulator } from "./snapshot.ts";
+import { exitCodeOf, firstSeqOf, placementGenerationOf } from "./termlog.ts";
+
+/**
+ * Watches the claims on an app's input subject. Subscribed BEFORE the attach
+ * rpc, so a newer controller's claim (any replica) cannot slip in between.
+ */
+export class ClaimWatch {
+  private myGeneration: number | undefined;
+  private maxSeen = 0;
+  private fired = false;
+  onSuperseded: ((generation: number) => void) | undefined;
+  readonly sub: Subscription;
+
+  constructor(ctx: GatewayContext, subject: string) {
+    this.sub = ctx.deps.nc.subscribe(subject, {
+      callback: (err, msg) => {
+        if (err || msg.headers?.get(Headers.inputKind) !== "claim") return;
+        const raw = msg.headers.get(Headers.controllerGeneration);
+        if (!/^\d{1,15}$/.test(raw)) return;
+        this.maxSeen = Math.max(this.maxSeen, Number(raw));
+        this.check();
+      },
+    });
+  }
+
+  /** The generation this controller was granted; a claim above it supersedes it. */
+  grant(generation: number): void {
+    this.myGeneration = generation;
+    this.check();
+  }
+
+  get supersededBy(): number | undefined {
+    return this.myGeneration !== undefined && this.maxSeen > this.myGeneration ? this.maxSeen : undefined;
+  }
+
+  private check(): void {
+    const by = this.supersededBy;
+    if (by === undefined || this.fired || !this.onSuperseded) return;
+    this.fired = true;
+    this.onSuperseded(by);
+  }
+
+  /** Arms the callback; fires at once if already superseded. */
+  arm(cb: (generation: number) => void): void {
+    this.onSuperseded = cb;
+    this.check();
+  }
+
+  stop(): void {
+    this.sub.unsubscribe();
+  }
+}
+
+/** Everything decided before the upgrade is accepted. */
+export interface AttachGrant {
+  session: Session;
+  app: string;
+  mode: AttachMode;
+  since: AttachQuery["since"];
+  /** Sequence of the last TERM chunk of the app at attach time (0: empty). */
+  helloCursor: number;
+  /** The controller generation granted (controller) or current (viewer). */
+  controllerGeneration: number;
+  claims?: ClaimWatch | undefined;
+}
+
+type Outcome = { kind: "exit"; code: number | null } | { kind: "stopped" };
+
+/** One terminal WebSocket: hello, replay + live output, controller input, supersede. */
+export class Attachment {
+  private closed = false;
+  private superseded = false;
+  private alive = true;
+  private messages: ConsumerMessages | undefined;
+  private emulator: ScreenEmulator | undefined;
+  private readonly inputSubject: string;
+  private readonly termSubject: string;
+
+  constructor(
+    private readonly ctx: GatewayContext,
+    private readonly ws: WebSocket,
+    private readonly grant: AttachGrant,
+    private readonly onClosed: (a: Attachment) => void,
+  ) {
+    this.inputSubject = Subjects.input(grant.session.id, grant.app);
+    this.termSubject = Subjects.term(grant.session.id, grant.app);
+  }
+
+  start(): void {
+    const { metrics, log } = this.ctx.deps;
+    metrics.wsOpen.inc({ mode: this.grant.mode });
+    this.ws.on("message", (data, isBinary) => this.onInput(data, isBinary));
+    this.ws.on("pong", () => (this.alive = true));
+    this.ws.on("close", () => this.cleanup());
+    this.ws.on("error", () => this.cleanup());
+    this.sendFrame({
+      type: "hello",
+      sessionId: this.grant.session.id,
+      app: this.grant.app,
+      mode: this.grant.mode,
+      controllerGeneration: this.grant.controllerGeneration,
+      cursor: this.grant.helloCursor,
+    });
+    this.grant.claims?.arm((generation) => this.supersede(generation));
+    if (this.closed) return;
+    this.pump().then(
+      (outcome) => {
+        if (outcome.kind === "exit" && !this.closed) {
+          this.sendFrame({ type: "exit", app: this.grant.app, code: outcome.code });
+          this.close(1000, "app exited");
+        }
+      },
+      (err: unknown) => {
+        if (this.closed) return;
+        log.error({ err, sessionId: this.grant.session.id, app: this.grant.app }, "terminal output failed");
+        this.close(1011, "output failed");
+      },
+    );
+  }
+
+  /** Keepalive tick: a client that did not answer the previous ping is dropped. */
+  heartbeat(): void {
+    if (!this.alive) {
+      this.ws.terminate();
+      this.cleanup();
+      return;
+    }
+    this.alive = false;
+    this.ws.ping();
+  }
+
+  /** Closes the socket (1001) because the gateway stops. */
+  shutdown(): void {
+    this.close(1001, "gateway stopping");
+  }
+
+  private async pump(): Promise<Outcome> {
+    const { nc, metrics } = this.ctx.deps;
+    const { helloCursor, session } = this.grant;
+    let startSeq: number | undefined;
+    let snapshot = false;
+    if (this.grant.since === "screen") {
+      snapshot = true;
+    } else if (this.grant.since !== "all") {
+      const cursor = Number(this.grant.since);
+      if (cursor > 0) {
+        const first = await firstSeqOf(await this.ctx.jsm(), Streams.term, this.termSubject);
+        if (first === undefined || first > cursor) {
+          this.sendFrame({ type: "truncated", from: first ?? cursor + 1 });
+          snapshot = true;
+        } else {
+          startSeq = cursor + 1;
+        }
+      }
+    }
+    if (this.closed) return { kind: "stopped" };
+    const consumer = await jetstream(nc).consumers.get(Streams.term, {
+      filter_subjects: [this.termSubject],
+      ...(startSeq === undefined
+        ? { deliver_policy: DeliverPolicy.All }
+        : { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: startSeq }),
+    });
+    if (this.closed) return { kind: "stopped" };
+    this.messages = await consumer.consume({ max_messages: 256 });
+    if (this.closed) {
+      await this.messages.close();
+      return { kind: "stopped" };
+    }
+
+    // Screen mode: chunks up to helloCursor go into the emulator, then one snapshot frame.
+    let emulating = snapshot;
+    let snapCursor = 0;
+    if (snapshot) this.emulator = new ScreenEmulator();
+    const flush = async () => {
+      emulating = false;
+      const bytes = (await this.emulator?.snapshot()) ?? Buffer.alloc(0);
+      this.emulator?.dispose();
+      this.emulator = undefined;
+      if (!this.closed) await this.sendOutput(snapCursor, bytes, true);
+    };
+    if (emulating && helloCursor === 0) await flush();
+
+    for await (const m of this.messages) {
+      if (this.closed) return { kind: "stopped" };
+      if (emulating && m.seq > helloCursor) await flush();
+      const exit = exitCodeOf(m.headers);
+      if (placementGenerationOf(m.headers) < session.placementGeneration) {
+        metrics.staleChunks.inc();
+      } else if (exit !== undefined) {
+        if (emulating) await flush();
+        return { kind: "exit", code: exit };
+      } else if (emulating) {
+        this.emulator?.write(m.data);
+      } else {
+        await this.sendOutput(m.seq, m.data, m.seq <= helloCursor);
+      }
+      if (emulating) snapCursor = m.seq;
+      if (emulating && m.seq >= helloCursor) await flush();
+      if (this.closed) return { kind: "stopped" };
+    }
+    return { kind: "stopped" };
+  }
+
+  /**
+   * Sends one output frame. While replaying, a full buffer is waited out (the
+   * client reads at its own pace); live, it closes the client with 4008 so it
+   * resumes from its cursor instead of holding the gateway's memory.
+   */
+  private async sendOutput(cursor: number, bytes: Uint8Array, replaying: boolean): Promise<void> {
+    const limit = this.ctx.deps.config.wsSendBufferBytes;
+    const frame = encodeOutputFrame(cursor, bytes);
+    if (replaying && this.ws.bufferedAmount > limit) {
+      await new Promise<void>((resolve) => this.ws.send(frame, () => resolve()));
+      return;
+    }
+    this.ws.send(frame);
+    if (!replaying && this.ws.bufferedAmount > limit) {
+      this.ctx.deps.metrics.slowClients.inc();
+      this.close(CLOSE_SLOW_CLIENT, "send buffer full: resume from your cursor");
+    }
+  }
+
+  private onInput(data: RawData, isBinary: boolean): void {
+    const { metrics } = this.ctx.deps;
+    if (this.closed || this.superseded) {
+      metrics.inputDropped.inc({ reason: "closed" });
+      return;
+    }
+    const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
+    let resize: { cols: number; rows: number } | undefined;
+    if (!isBinary) {
+      const frame = parseClientFrame(bytes);
+      if (!frame) {
+        this.sendFrame({ type: "error", code: "invalid", message: "unknown or malformed text frame" });
+        return;
+      }
+      resize = { cols: frame.cols, rows: frame.rows };
+    }
+    if (this.grant.mode !== "controller") {
+      metrics.inputDropped.inc({ reason: "read_only" });
+      this.sendFrame({ type: "error", code: "read_only", message: "viewers cannot send input" });
+      return;
+    }
+    const h = headers();
+    h.set(Headers.inputKind, resize ? "resize" : "data");
+    h.set(Headers.controllerGeneration, String(this.grant.controllerGeneration));
+    this.ctx.deps.nc.publish(this.inputSubject, resize ? encodeJson(ResizeInput, resize) : bytes, { headers: h });
+  }
+
+  private supersede(generation: number): void {
+    if (this.closed || this.superseded) return;
+    this.superseded = true;
+    this.ctx.deps.metrics.superseded.inc();
+    this.sendFrame({ type: "superseded", controllerGeneration: generation });
+    this.close(CLOSE_SUPERSEDED, "superseded by a newer controller");
+  }
+
+  private sendFrame(frame: ServerFrame): void {
+    if (this.closed) return;
+    this.ws.send(encodeJson(ServerFrame, frame), { binary: false });
+  }
+
+  private close(code: number, reason: string): void {
+    if (this.closed) return;
+    this.ws.close(code, reason);
+    this.cleanup();
+    // A client that never reads cannot take the close frame; do not wait on it forever.
+    const timer = setTimeout(() => this.ws.terminate(), 5_000);
+    timer.unref();
+    this.ws.once("close", () => clearTimeout(timer));
+  }
+
+  private cleanup(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.ctx.deps.metrics.wsOpen.dec({ mode: this.grant.mode });
+    this.grant.claims?.stop();
+    this.emulator?.dispose();
+    this.emulator = undefined;
+    const messages = this.messages;
+    this.messages = undefined;
+    if (messages) {
+      messages.close().catch(() => undefined);
+    }
+    this.onClosed(this);
+  }
+}
+
+function parseClientFrame(bytes: Buffer): ClientFrame | undefined {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(bytes.toString("utf8"));
+  } catch {
+    return undefined;
+  }
+  const parsed = ClientFrame.safeParse(raw);
+  return parsed.success ? parsed.data : undefined;
+}

@@ -1,0 +1,129 @@
+import { createHash } from "node:crypto";
+import { Kvm, type KV } from "@nats-io/kv";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { decodeJson, encodeJson } from "@paddock/bus";
+import {
+  Buckets,
+  ForbiddenError,
+  Membership,
+  NotFoundError,
+  TokenRecord,
+  UnauthenticatedError,
+  type Scope,
+} from "@paddock/contracts";
+
+/** The KV key of a token: hex sha256. The token itself is never stored or logged. */
+export function hashToken(token: string): string {
+  return createHash("sha256").update(token, "utf8").digest("hex");
+}
+
+export function memberKey(workspaceId: string, actorId: string): string {
+  return `${workspaceId}.${actorId}`;
+}
+
+/** Stores a token record under the token's hash (tests and the dev-token path). */
+export async function seedToken(nc: NatsConnection, token: string, record: TokenRecord): Promise<void> {
+  const kv = await new Kvm(nc).open(Buckets.tokens);
+  await kv.put(hashToken(token), encodeJson(TokenRecord, record));
+}
+
+export async function seedMember(nc: NatsConnection, membership: Membership): Promise<void> {
+  const kv = await new Kvm(nc).open(Buckets.members);
+  await kv.put(memberKey(membership.workspaceId, membership.actorId), encodeJson(Membership, membership));
+}
+
+/** Opens a bucket once, lazily; a failed open is retried on the next call. */
+export function lazyKv(nc: NatsConnection, bucket: string): () => Promise<KV> {
+  let opening: Promise<KV> | undefined;
+  return () => {
+    opening ??= new Kvm(nc).open(bucket).catch((err: unknown) => {
+      opening = undefined;
+      throw err;
+    });
+    return opening;
+  };
+}
+
+const BEARER = /^Bearer ([\x21-\x7e]{1,4096})$/;
+
+/**
+ * Resolves an Authorization header to a scope. Missing, malformed, unknown and
+ * expired tokens are all the same `unauthenticated` (no oracle on which).
+ */
+export async function authenticate(
+  tokens: () => Promise<KV>,
+  authorization: string | undefined,
+  now: () => number,
+): Promise<Scope> {
+  const m = authorization === undefined ? null : BEARER.exec(authorization);
+  const token = m?.[1];
+  if (!token) throw new UnauthenticatedError();
+  const entry = await (await tokens()).get(hashToken(token));
+  if (!entry || entry.operation !== "PUT") throw new UnauthenticatedError();
+  const decoded = decodeJson(TokenRecord, entry.value);
+  if (!decoded.ok) throw new UnauthenticatedError();
+  const record = decoded.value;
+  if (record.expiresAt !== undefined && record.expiresAt <= now()) throw new UnauthenticatedError("token expired");
+  return { workspaceId: record.workspaceId, actor: record.actor };
+}
+
+/**
+ * What a caller asks to do. Workspace-level actions take a workspace resource;
+ * the rest take the resource they act on.
+ */
+export const Action = {
+  createSession: "session.create",
+  listSessions: "session.list",
+  getSession: "session.get",
+  deleteSession: "session.delete",
+  attachViewer: "session.attach_viewer",
+  attachController: "session.attach_controller",
+  readLog: "session.read_log",
+  readEvents: "events.read",
+  listRunners: "runner.list",
+} as const;
+export type Action = (typeof Action)[keyof typeof Action];
+
+/** The resource an action is decided on: a workspace, or a resource in one with its creator. */
+export type Resource = { kind: "workspace"; workspaceId: string } | { kind: "session"; workspaceId: string; creatorId: string };
+
+/** Actions only the resource's creator or a workspace admin may take. */
+const ownerActions: ReadonlySet<Action> = new Set([Action.deleteSession, Action.attachController]);
+
+export class Authorizer {
+  constructor(private readonly members: () => Promise<KV>) {}
+
+  /**
+   * Decides on the CURRENT membership (read from KV on every call, never
+   * cached). Another workspace's resource is not_found, never forbidden.
+   */
+  async authorize(scope: Scope, action: Action, resource: Resource): Promise<void> {
+    if (resource.workspaceId !== scope.workspaceId) {
+      throw new NotFoundError(resource.kind === "workspace" ? "workspace" : resource.kind);
+    }
+    const entry = await (await this.members()).get(memberKey(scope.workspaceId, scope.actor.id));
+    const decoded = entry && entry.operation === "PUT" ? decodeJson(Membership, entry.value) : undefined;
+    const membership = decoded?.ok ? decoded.value : undefined;
+    if (!membership || membership.workspaceId !== scope.workspaceId || membership.actorId !== scope.actor.id) {
+      throw new ForbiddenError("not a member of this workspace");
+    }
+    if (!ownerActions.has(action)) return;
+    if (membership.role === "admin") return;
+    if (resource.kind === "session" && resource.creatorId === scope.actor.id) return;
+    throw new ForbiddenError(`${action} needs the resource's creator or a workspace admin`);
+  }
+}
+
+/** Seeds the configured dev token: an admin of the dev workspace (never logged). */
+export async function seedDevToken(
+  nc: NatsConnection,
+  opts: { token: string; workspaceId: string; actorId: string; now: number },
+): Promise<void> {
+  await seedToken(nc, opts.token, {
+    workspaceId: opts.workspaceId,
+    actor: { id: opts.actorId, kind: "user" },
+    label: "dev token",
+    createdAt: opts.now,
+  });
+  await seedMember(nc, { workspaceId: opts.workspaceId, actorId: opts.actorId, role: "admin" });
+}

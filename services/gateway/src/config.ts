@@ -1,0 +1,69 @@
+import { z } from "zod";
+import { commonEnv, envSchemas, parseEnv } from "@paddock/config";
+import { Id } from "@paddock/contracts";
+
+const bytes = z.coerce.number().int().positive();
+
+/** The gateway's environment; the only place it reads configuration. */
+export const GatewayEnv = z.object({
+  ...commonEnv,
+  PADDOCK_HTTP_HOST: z.string().default("127.0.0.1"),
+  /** Port of the public API; 0 picks a free one (logged as httpPort at start). */
+  PADDOCK_HTTP_PORT: envSchemas.port.default(8080),
+  /** When set, seeded at start as an admin token of PADDOCK_DEV_WORKSPACE. */
+  PADDOCK_DEV_TOKEN: z.string().min(1).optional(),
+  PADDOCK_DEV_WORKSPACE: Id.default("default"),
+  PADDOCK_DEV_ACTOR: Id.default("dev"),
+  PADDOCK_MAX_BODY_BYTES: bytes.default(1024 * 1024),
+  PADDOCK_WS_MAX_PAYLOAD_BYTES: bytes.default(64 * 1024),
+  /** A terminal client whose unsent output exceeds this is closed (4008) and may resume. */
+  PADDOCK_WS_SEND_BUFFER_BYTES: bytes.default(8 * 1024 * 1024),
+  /** Timeout of each gateway → scheduler request. */
+  PADDOCK_RPC_TIMEOUT_MS: envSchemas.positiveMs.default(5_000),
+});
+
+export interface GatewayConfig {
+  natsUrl: string;
+  natsUser?: string | undefined;
+  natsPass?: string | undefined;
+  replicas: number;
+  logLevel: string;
+  opsHost: string;
+  opsPort: number;
+  httpHost: string;
+  httpPort: number;
+  devToken?: string | undefined;
+  devWorkspace: string;
+  devActor: string;
+  maxBodyBytes: number;
+  wsMaxPayloadBytes: number;
+  wsSendBufferBytes: number;
+  rpcTimeoutMs: number;
+}
+
+export function loadConfig(env: Record<string, string | undefined>): GatewayConfig {
+  const e = parseEnv(GatewayEnv, env);
+  return {
+    natsUrl: e.PADDOCK_NATS_URL,
+    natsUser: e.PADDOCK_NATS_USER,
+    natsPass: e.PADDOCK_NATS_PASS,
+    replicas: e.PADDOCK_REPLICAS,
+    logLevel: e.PADDOCK_LOG_LEVEL,
+    opsHost: e.PADDOCK_OPS_HOST,
+    opsPort: e.PADDOCK_OPS_PORT,
+    httpHost: e.PADDOCK_HTTP_HOST,
+    httpPort: e.PADDOCK_HTTP_PORT,
+    devToken: e.PADDOCK_DEV_TOKEN,
+    devWorkspace: e.PADDOCK_DEV_WORKSPACE,
+    devActor: e.PADDOCK_DEV_ACTOR,
+    maxBodyBytes: e.PADDOCK_MAX_BODY_BYTES,
+    wsMaxPayloadBytes: e.PADDOCK_WS_MAX_PAYLOAD_BYTES,
+    wsSendBufferBytes: e.PADDOCK_WS_SEND_BUFFER_BYTES,
+    rpcTimeoutMs: e.PADDOCK_RPC_TIMEOUT_MS,
+  };
+}
+
+/** Defaults for a gateway constructed directly (tests). */
+export function defaultConfig(overrides: Partial<GatewayConfig> = {}): GatewayConfig {
+  return { ...loadConfig({}), ...overrides };
+}

@@ -1,0 +1,78 @@
+import type { IncomingMessage } from "node:http";
+import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import type { KV } from "@nats-io/kv";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { z } from "zod";
+import { callRpc } from "@paddock/bus";
+import { Api, appsOf, Buckets, DEFAULT_APP, Id, InvalidError, NotFoundError, type Rpc, type Scope, type Session } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+import { authenticate, Authorizer, lazyKv, type Resource } from "./auth.ts";
+import type { GatewayConfig } from "./config.ts";
+import type { GatewayMetrics } from "./metrics.ts";
+import { parseWith } from "./http.ts";
+
+/** What createGateway is given; everything a test wants to control is here. */
+export interface GatewayDeps {
+  nc: NatsConnection;
+  config: GatewayConfig;
+  log: Logger;
+  metrics: GatewayMetrics;
+  now: () => number;
+  newId: () => string;
+}
+
+/** Shared by every route: the deps plus authentication, the Authorizer and the scheduler calls. */
+export class GatewayContext {
+  readonly authorizer: Authorizer;
+  private readonly tokens: () => Promise<KV>;
+  private jsmOpening: Promise<JetStreamManager> | undefined;
+
+  constructor(readonly deps: GatewayDeps) {
+    this.tokens = lazyKv(deps.nc, Buckets.tokens);
+    this.authorizer = new Authorizer(lazyKv(deps.nc, Buckets.members));
+  }
+
+  /** The JetStream manager, created once (direct gets read TERM and AUDIT). */
+  jsm(): Promise<JetStreamManager> {
+    this.jsmOpening ??= jetstreamManager(this.deps.nc).catch((err: unknown) => {
+      this.jsmOpening = undefined;
+      throw err;
+    });
+    return this.jsmOpening;
+  }
+
+  authenticate(req: IncomingMessage): Promise<Scope> {
+    return authenticate(this.tokens, req.headers.authorization, this.deps.now);
+  }
+
+  call<R extends Rpc<z.ZodType, z.ZodType>>(rpc: R, request: z.input<R["request"]>): Promise<z.infer<R["result"]>> {
+    return callRpc(this.deps.nc, rpc, request, { timeoutMs: this.deps.config.rpcTimeoutMs });
+  }
+
+  /** Fetches a session through the scheduler (scoped by workspace: another's is not_found). */
+  async getSession(scope: Scope, rawId: string | undefined): Promise<Session> {
+    const sessionId = parseWith(Id, rawId, "session id");
+    const { session } = await this.call(Api.getSession, { scope, sessionId });
+    return session;
+  }
+}
+
+export function sessionResource(session: Session): Resource {
+  return { kind: "session", workspaceId: session.workspaceId, creatorId: session.creatorId };
+}
+
+export function workspaceResource(scope: Scope): Resource {
+  return { kind: "workspace", workspaceId: scope.workspaceId };
+}
+
+/** The app an attach or log read is about: the only one by default, several need a choice. */
+export function resolveApp(session: Session, requested: string | undefined): string {
+  const apps = appsOf(session.spec);
+  if (requested === undefined) {
+    const only = apps.length === 1 ? apps[0] : undefined;
+    if (!only) throw new InvalidError(`session has ${apps.length} apps: choose one with ?app`);
+    return only.name ?? DEFAULT_APP;
+  }
+  if (!apps.some((a) => a.name === requested)) throw new NotFoundError("app");
+  return requested;
+}

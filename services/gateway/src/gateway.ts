@@ -1,0 +1,106 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { NotFoundError, PaddockError, TooLargeError } from "@paddock/contracts";
+import { GatewayContext, type GatewayDeps } from "./context.ts";
+import { eventRoutes } from "./events.ts";
+import { matchRoute, sendError, sendJson, type Route } from "./http.ts";
+import { sessionRoutes } from "./sessions.ts";
+import { TerminalHub } from "./terminal.ts";
+
+export interface Gateway {
+  /** Binds the public API; resolves with the bound port (useful with port 0). */
+  listen(port?: number, host?: string): Promise<{ port: number }>;
+  /** Connected to NATS and listening. */
+  isReady(): boolean;
+  /** Closes terminal sockets and the HTTP server; the caller drains NATS. */
+  close(): Promise<void>;
+  readonly server: Server;
+  readonly terminals: TerminalHub;
+}
+
+/**
+ * Builds the public edge: the /v1 HTTP API and the terminal WebSocket. Pure
+ * construction (no I/O until listen), so tests build one per case.
+ */
+export function createGateway(deps: GatewayDeps): Gateway {
+  const ctx = new GatewayContext(deps);
+  const routes: Route[] = [...sessionRoutes(ctx), ...eventRoutes(ctx)];
+  const terminals = new TerminalHub(ctx);
+  const { log, metrics, nc } = deps;
+  let listening = false;
+  const isReady = () => listening && !nc.isClosed();
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const started = process.hrtime.bigint();
+    const reqId = deps.newId();
+    const url = new URL(req.url ?? "/", "http://gateway");
+    const method = req.method ?? "GET";
+    let routeName = "unmatched";
+    try {
+      if (url.pathname === "/healthz" && method === "GET") {
+        sendJson(res, 200, { status: "ok" });
+        return;
+      }
+      if (url.pathname === "/readyz" && method === "GET") {
+        const ready = isReady();
+        sendJson(res, ready ? 200 : 503, { status: ready ? "ready" : "not_ready" });
+        return;
+      }
+      const match = matchRoute(routes, method, url.pathname);
+      if (match.kind === "none") throw new NotFoundError("endpoint");
+      if (match.kind === "method_not_allowed") {
+        // 405 with the `invalid` code: the path exists, the method does not.
+        routeName = "method_not_allowed";
+        sendJson(res, 405, { error: { code: "invalid", message: `method ${method} not allowed` } }, { allow: match.allow.join(", ") });
+        return;
+      }
+      routeName = match.route.name;
+      await match.route.handler({ req, res, params: match.params, query: url.searchParams });
+    } catch (err) {
+      if (!(err instanceof PaddockError)) log.error({ err, reqId, route: routeName }, "request failed");
+      // A body we refused to read fully: close the connection rather than drain it.
+      sendError(res, err, err instanceof TooLargeError ? { connection: "close" } : {});
+    } finally {
+      metrics.httpRequests.inc({ route: routeName, status: String(res.statusCode) });
+      log.debug(
+        { reqId, method, route: routeName, status: res.statusCode, ms: Number(process.hrtime.bigint() - started) / 1e6 },
+        "request",
+      );
+    }
+  };
+
+  const server = createServer({ requestTimeout: 60_000 }, (req, res) => {
+    handle(req, res).catch((err: unknown) => {
+      log.error({ err }, "request handler crashed");
+      res.destroy();
+    });
+  });
+  server.on("upgrade", (req, socket, head) => terminals.handleUpgrade(req, socket, head));
+  server.on("clientError", (_err, socket) => {
+    if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
+    else socket.destroy();
+  });
+
+  return {
+    server,
+    terminals,
+    isReady,
+    listen: (port = deps.config.httpPort, host = deps.config.httpHost) =>
+      new Promise((resolve, reject) => {
+        server.once("error", reject);
+        server.listen(port, host, () => {
+          server.off("error", reject);
+          listening = true;
+          resolve({ port: (server.address() as AddressInfo).port });
+        });
+      }),
+    close: async () => {
+      listening = false;
+      terminals.close();
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+    },
+  };
+}

@@ -1,0 +1,166 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { z } from "zod";
+import {
+  describeZodError,
+  httpStatusOf,
+  InvalidError,
+  PaddockError,
+  TooLargeError,
+  type ErrorBody,
+} from "@paddock/contracts";
+
+/** A matched request: path parameters and the parsed query. */
+export interface RouteContext {
+  req: IncomingMessage;
+  res: ServerResponse;
+  params: Record<string, string>;
+  query: URLSearchParams;
+}
+
+export type RouteHandler = (ctx: RouteContext) => Promise<void>;
+
+export interface Route {
+  method: string;
+  /** Name used as a metric label, e.g. "GET /v1/sessions/:id". */
+  name: string;
+  pattern: RegExp;
+  paramNames: string[];
+  handler: RouteHandler;
+}
+
+/** Builds a route from a path like "/v1/sessions/:id/log". */
+export function route(method: string, path: string, handler: RouteHandler): Route {
+  const paramNames: string[] = [];
+  const source = path
+    .split("/")
+    .map((seg) => {
+      if (seg.startsWith(":")) {
+        paramNames.push(seg.slice(1));
+        return "([^/]+)";
+      }
+      return seg.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    })
+    .join("/");
+  return { method, name: `${method} ${path}`, pattern: new RegExp(`^${source}$`), paramNames, handler };
+}
+
+export type Match =
+  | { kind: "found"; route: Route; params: Record<string, string> }
+  | { kind: "method_not_allowed"; allow: string[] }
+  | { kind: "none" };
+
+export function matchRoute(routes: readonly Route[], method: string, path: string): Match {
+  const allow: string[] = [];
+  for (const r of routes) {
+    const m = r.pattern.exec(path);
+    if (!m) continue;
+    if (r.method !== method) {
+      allow.push(r.method);
+      continue;
+    }
+    const params: Record<string, string> = {};
+    r.paramNames.forEach((name, i) => {
+      params[name] = decodeURIComponentSafe(m[i + 1] ?? "");
+    });
+    return { kind: "found", route: r, params };
+  }
+  return allow.length ? { kind: "method_not_allowed", allow } : { kind: "none" };
+}
+
+function decodeURIComponentSafe(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s; // fails Id validation downstream
+  }
+}
+
+export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(text),
+    "cache-control": "no-store",
+    ...headers,
+  });
+  res.end(text);
+}
+
+/** The status and body of an error; anything that is not a PaddockError is `internal` with no detail. */
+export function errorResponse(err: unknown): { status: number; body: { error: ErrorBody } } {
+  const e = err instanceof PaddockError ? err : new PaddockError("internal", "internal error");
+  return { status: httpStatusOf[e.code], body: { error: e.toBody() } };
+}
+
+export function sendError(res: ServerResponse, err: unknown, headers: Record<string, string> = {}): void {
+  const { status, body } = errorResponse(err);
+  if (res.headersSent) {
+    res.destroy(); // mid-stream failure: the client sees a truncated body, never a wrong one
+    return;
+  }
+  sendJson(res, status, body, headers);
+}
+
+/** Validates a value against a schema, turning zod issues into `invalid`. */
+export function parseWith<S extends z.ZodType>(schema: S, value: unknown, what: string): z.infer<S> {
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) throw new InvalidError(`${what}: ${describeZodError(parsed.error)}`);
+  return parsed.data;
+}
+
+/** Query parameters as an object; a repeated parameter is invalid. */
+export function queryObject(query: URLSearchParams): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of query) {
+    if (Object.hasOwn(out, k)) throw new InvalidError(`query: ${k} given more than once`);
+    out[k] = v;
+  }
+  return out;
+}
+
+/**
+ * Reads a JSON body of at most maxBytes. A body announced or found larger is
+ * too_large and reading stops at once (the connection is then closed).
+ */
+export async function readJsonBody(req: IncomingMessage, maxBytes: number): Promise<unknown> {
+  const declared = req.headers["content-length"];
+  if (declared !== undefined && Number(declared) > maxBytes) {
+    throw new TooLargeError(`body exceeds ${maxBytes} bytes`);
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  await new Promise<void>((resolve, reject) => {
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > maxBytes) {
+        cleanup();
+        req.pause();
+        reject(new TooLargeError(`body exceeds ${maxBytes} bytes`));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve();
+    };
+    const onError = (err: Error) => {
+      cleanup();
+      reject(err);
+    };
+    const cleanup = () => {
+      req.off("data", onData);
+      req.off("end", onEnd);
+      req.off("error", onError);
+    };
+    req.on("data", onData);
+    req.on("end", onEnd);
+    req.on("error", onError);
+  });
+  const text = Buffer.concat(chunks).toString("utf8");
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    throw new InvalidError("body is not valid JSON");
+  }
+}

@@ -1,0 +1,33 @@
+import { Counter, Gauge, Registry } from "prom-client";
+import { createBusMetrics, type BusMetrics } from "@paddock/bus";
+
+export interface GatewayMetrics {
+  registry: Registry;
+  bus: BusMetrics;
+  httpRequests: Counter<"route" | "status">;
+  wsAttaches: Counter<"mode" | "outcome">;
+  wsOpen: Gauge<"mode">;
+  /** Clients closed with 4008 because their send buffer overflowed. */
+  slowClients: Counter;
+  /** TERM chunks dropped because their placement generation is older than the record's. */
+  staleChunks: Counter;
+  /** Controllers closed with 4001 by a newer controller. */
+  superseded: Counter;
+  /** Controller input refused: viewer input, or input after supersede. */
+  inputDropped: Counter<"reason">;
+}
+
+export function createGatewayMetrics(registry = new Registry()): GatewayMetrics {
+  const r = [registry];
+  return {
+    registry,
+    bus: createBusMetrics(registry),
+    httpRequests: new Counter({ name: "paddock_gateway_http_requests_total", help: "HTTP requests by route and status", labelNames: ["route", "status"], registers: r }),
+    wsAttaches: new Counter({ name: "paddock_gateway_ws_attaches_total", help: "Terminal attach attempts by mode and outcome", labelNames: ["mode", "outcome"], registers: r }),
+    wsOpen: new Gauge({ name: "paddock_gateway_ws_open", help: "Open terminal WebSockets", labelNames: ["mode"], registers: r }),
+    slowClients: new Counter({ name: "paddock_gateway_ws_slow_clients_total", help: "Terminal clients closed for a full send buffer", registers: r }),
+    staleChunks: new Counter({ name: "paddock_gateway_stale_chunks_total", help: "TERM chunks dropped for an older placement generation", registers: r }),
+    superseded: new Counter({ name: "paddock_gateway_superseded_total", help: "Controllers superseded by a newer one", registers: r }),
+    inputDropped: new Counter({ name: "paddock_gateway_input_dropped_total", help: "Terminal input not forwarded, by reason", labelNames: ["reason"], registers: r }),
+  };
+}

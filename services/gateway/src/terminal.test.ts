@@ -1,0 +1,319 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { CLOSE_SLOW_CLIENT, CLOSE_SUPERSEDED, Headers, ResizeInput, Streams, Subjects } from "@paddock/contracts";
+import {
+  Collector,
+  makeSession,
+  openOk,
+  openTerminal,
+  publishChunk,
+  startHarness,
+  TOKENS,
+  WS1,
+  WS2,
+  type Harness,
+  type WsClient,
+} from "./testkit.ts";
+
+const MAX_PER_SUBJECT = 5;
+let h: Harness;
+let n = 0;
+beforeAll(async () => {
+  h = await startHarness({ termMaxMsgsPerSubject: MAX_PER_SUBJECT, config: { wsSendBufferBytes: 256 * 1024 } });
+});
+afterAll(async () => {
+  await h.stop();
+});
+
+/** A fresh running session of alice's in WS1 (one app, "main"). */
+function newSession(p: Parameters<typeof makeSession>[0] extends infer T ? Partial<T> : never = {}): string {
+  const id = `t${++n}`;
+  h.scheduler.put(makeSession({ id, workspaceId: WS1, creatorId: "alice", ...p }));
+  return id;
+}
+
+async function binaries(c: WsClient, count: number): Promise<Array<{ cursor: number; text: string }>> {
+  const out: Array<{ cursor: number; text: string }> = [];
+  for (let i = 0; i < count; i++) out.push(await c.nextBinary());
+  return out;
+}
+
+describe("attach refusals (plain HTTP, before any WebSocket)", () => {
+  it("refuses a missing, wrong or expired token with 401", async () => {
+    const id = newSession();
+    for (const token of [undefined, "tok_wrong_0000000000000", TOKENS.expired]) {
+      const r = await openTerminal(h.wsUrl, id, "", token);
+      expect(r).toMatchObject({ ok: false, status: 401 });
+      if (!r.ok) expect(JSON.parse(r.body)).toMatchObject({ error: { code: "unauthenticated" } });
+    }
+  });
+
+  it("another workspace's session is 404; bad query 400; several apps without app 400; unknown app 404", async () => {
+    const theirs = "other1";
+    h.scheduler.put(makeSession({ id: theirs, workspaceId: WS2, creatorId: "eve" }));
+    expect(await openTerminal(h.wsUrl, theirs, "", TOKENS.alice)).toMatchObject({ ok: false, status: 404 });
+    const id = newSession({ spec: { apps: [{ name: "a", cmd: ["x"] }, { name: "b", cmd: ["y"] }] } });
+    expect(await openTerminal(h.wsUrl, id, "", TOKENS.alice)).toMatchObject({ ok: false, status: 400 });
+    expect(await openTerminal(h.wsUrl, id, "app=c", TOKENS.alice)).toMatchObject({ ok: false, status: 404 });
+    expect(await openTerminal(h.wsUrl, id, "app=a&mode=boss", TOKENS.alice)).toMatchObject({ ok: false, status: 400 });
+    expect(await openTerminal(h.wsUrl, id, "app=a&since=yesterday", TOKENS.alice)).toMatchObject({ ok: false, status: 400 });
+    expect(await openTerminal(h.wsUrl, id, "app=a&extra=1", TOKENS.alice)).toMatchObject({ ok: false, status: 400 });
+    const ok = await openOk(h.wsUrl, id, "app=b", TOKENS.alice);
+    expect(await ok.nextText()).toMatchObject({ type: "hello", app: "b" });
+    ok.close();
+  });
+
+  it("a non-creator member may view but not control (403); an admin may control", async () => {
+    const id = newSession();
+    expect(await openTerminal(h.wsUrl, id, "mode=controller", TOKENS.bob)).toMatchObject({ ok: false, status: 403 });
+    expect(h.scheduler.callsOf("attach").filter((c) => (c.request as { sessionId: string }).sessionId === id)).toEqual([]);
+    const viewer = await openOk(h.wsUrl, id, "mode=viewer", TOKENS.bob);
+    expect(await viewer.nextText()).toMatchObject({ type: "hello", mode: "viewer" });
+    const admin = await openOk(h.wsUrl, id, "mode=controller", TOKENS.admin);
+    expect(await admin.nextText()).toMatchObject({ type: "hello", mode: "controller", controllerGeneration: 1 });
+    viewer.close();
+    admin.close();
+  });
+});
+
+describe("output", () => {
+  it("hello carries the last cursor; since=all replays every chunk then live", async () => {
+    const id = newSession();
+    const s1 = await publishChunk(h.nc, id, "main", "a");
+    const s2 = await publishChunk(h.nc, id, "main", "b");
+    const c = await openOk(h.wsUrl, id, "since=all", TOKENS.bob);
+    expect(await c.nextText()).toEqual({ type: "hello", sessionId: id, app: "main", mode: "viewer", controllerGeneration: 0, cursor: s2 });
+    expect(await binaries(c, 2)).toEqual([
+      { cursor: s1, text: "a" },
+      { cursor: s2, text: "b" },
+    ]);
+    const s3 = await publishChunk(h.nc, id, "main", "c");
+    expect(await c.nextBinary()).toEqual({ cursor: s3, text: "c" });
+    c.close();
+  });
+
+  it("hello cursor is 0 for an empty log; live chunks follow", async () => {
+    const id = newSession();
+    const c = await openOk(h.wsUrl, id, "since=all", TOKENS.bob);
+    expect(await c.nextText()).toMatchObject({ type: "hello", cursor: 0 });
+    const s1 = await publishChunk(h.nc, id, "main", "live");
+    expect(await c.nextBinary()).toEqual({ cursor: s1, text: "live" });
+    c.close();
+  });
+
+  it("since=<cursor> resumes with every later chunk exactly once", async () => {
+    const id = newSession();
+    const seqs: number[] = [];
+    for (const t of ["1", "2", "3", "4"]) seqs.push(await publishChunk(h.nc, id, "main", t));
+    const c = await openOk(h.wsUrl, id, `since=${seqs[1]}`, TOKENS.bob);
+    expect(await c.nextText()).toMatchObject({ type: "hello", cursor: seqs[3] });
+    expect(await binaries(c, 2)).toEqual([
+      { cursor: seqs[2], text: "3" },
+      { cursor: seqs[3], text: "4" },
+    ]);
+    const s5 = await publishChunk(h.nc, id, "main", "5");
+    expect(await c.nextBinary()).toEqual({ cursor: s5, text: "5" });
+    expect(c.queued).toBe(0);
+    c.close();
+  });
+
+  it("a purged cursor gets truncated{from: first retained} then a screen snapshot, then live", async () => {
+    const id = newSession();
+    const seqs: number[] = [];
+    for (let i = 0; i < MAX_PER_SUBJECT + 3; i++) seqs.push(await publishChunk(h.nc, id, "main", `L${i}\r\n`));
+    const firstRetained = seqs[3]!;
+    const c = await openOk(h.wsUrl, id, `since=${seqs[1]}`, TOKENS.bob);
+    expect(await c.nextText()).toMatchObject({ type: "hello", cursor: seqs.at(-1) });
+    expect(await c.nextText()).toEqual({ type: "truncated", from: firstRetained });
+    const snap = await c.nextBinary();
+    expect(snap.cursor).toBe(seqs.at(-1));
+    expect(snap.text).toContain("L7");
+    expect(snap.text).toContain("L3");
+    expect(snap.text).not.toContain("L2");
+    const live = await publishChunk(h.nc, id, "main", "after");
+    expect(await c.nextBinary()).toEqual({ cursor: live, text: "after" });
+    c.close();
+  });
+
+  it("a cursor whose message was deleted is truncated too", async () => {
+    const id = newSession();
+    const s1 = await publishChunk(h.nc, id, "main", "x");
+    const s2 = await publishChunk(h.nc, id, "main", "y");
+    const jsm = await jetstreamManager(h.nc);
+    await jsm.streams.deleteMessage(Streams.term, s1);
+    const c = await openOk(h.wsUrl, id, `since=${s1}`, TOKENS.bob);
+    await c.nextText();
+    expect(await c.nextText()).toEqual({ type: "truncated", from: s2 });
+    expect(await c.nextBinary()).toMatchObject({ cursor: s2 });
+    c.close();
+  });
+
+  it("since=screen (default) sends one snapshot frame rendered by a terminal emulator, then live", async () => {
+    const id = newSession();
+    await publishChunk(h.nc, id, "main", "hello\r\n");
+    // Alternate screen: the snapshot shows what the program painted, then its exit back.
+    await publishChunk(h.nc, id, "main", "\x1b[?1049h\x1b[2J\x1b[HVIM SCREEN");
+    const last = await publishChunk(h.nc, id, "main", "\x1b[?1049lback");
+    const c = await openOk(h.wsUrl, id, "", TOKENS.bob);
+    expect(await c.nextText()).toMatchObject({ type: "hello", cursor: last });
+    const snap = await c.nextBinary();
+    expect(snap.cursor).toBe(last);
+    expect(snap.text).toContain("hello");
+    expect(snap.text).toContain("back");
+    expect(snap.text).not.toContain("\x1b[?1049h");
+    const live = await publishChunk(h.nc, id, "main", "!");
+    expect(await c.nextBinary()).toEqual({ cursor: live, text: "!" });
+    c.close();
+  });
+
+  it("since=screen on an empty log sends an empty snapshot at cursor 0", async () => {
+    const id = newSession();
+    const c = await openOk(h.wsUrl, id, "since=screen", TOKENS.bob);
+    await c.nextText();
+    expect(await c.nextBinary()).toEqual({ cursor: 0, text: "" });
+    c.close();
+  });
+
+  it("drops chunks from a placement generation older than the record's", async () => {
+    const id = newSession({ placementGeneration: 3 });
+    await publishChunk(h.nc, id, "main", "stale", { placementGeneration: 2 });
+    const fresh = await publishChunk(h.nc, id, "main", "fresh", { placementGeneration: 3 });
+    const c = await openOk(h.wsUrl, id, "since=all", TOKENS.bob);
+    await c.nextText();
+    expect(await c.nextBinary()).toEqual({ cursor: fresh, text: "fresh" });
+    await publishChunk(h.nc, id, "main", "stale live", { placementGeneration: 2 });
+    const newer = await publishChunk(h.nc, id, "main", "newer", { placementGeneration: 4 });
+    expect(await c.nextBinary()).toEqual({ cursor: newer, text: "newer" });
+    c.close();
+  });
+
+  it("an exit chunk sends exit{code} and closes 1000; an exit by signal has code null", async () => {
+    const id = newSession();
+    await publishChunk(h.nc, id, "main", "bye");
+    await publishChunk(h.nc, id, "main", "", { exitCode: "3" });
+    const c = await openOk(h.wsUrl, id, "since=all", TOKENS.bob);
+    await c.nextText();
+    expect(await c.nextBinary()).toMatchObject({ text: "bye" });
+    expect(await c.nextText()).toEqual({ type: "exit", app: "main", code: 3 });
+    expect((await c.closed).code).toBe(1000);
+
+    const id2 = newSession();
+    const live = await openOk(h.wsUrl, id2, "", TOKENS.bob);
+    await live.nextText();
+    await live.nextBinary(); // empty snapshot
+    await publishChunk(h.nc, id2, "main", "", { exitCode: "" });
+    expect(await live.nextText()).toEqual({ type: "exit", app: "main", code: null });
+    expect((await live.closed).code).toBe(1000);
+  });
+
+  it("closes a client that stops reading with 4008", async () => {
+    const id = newSession();
+    const c = await openOk(h.wsUrl, id, "since=all", TOKENS.bob);
+    await c.nextText();
+    c.ws.pause();
+    const chunk = "z".repeat(32 * 1024);
+    const before = (await h.metrics.slowClients.get()).values[0]?.value ?? 0;
+    for (let i = 0; i < 4096; i++) {
+      await publishChunk(h.nc, id, "main", chunk);
+      if (((await h.metrics.slowClients.get()).values[0]?.value ?? 0) > before) break;
+    }
+    expect((await h.metrics.slowClients.get()).values[0]?.value).toBe(before + 1);
+    c.ws.resume();
+    expect((await c.closed).code).toBe(CLOSE_SLOW_CLIENT);
+  });
+});
+
+describe("input", () => {
+  it("a viewer's input is refused with read_only and the socket stays open", async () => {
+    const id = newSession();
+    const inputs = new Collector(h.nc, Subjects.input(id, "main"));
+    const c = await openOk(h.wsUrl, id, "since=all", TOKENS.bob);
+    await c.nextText();
+    c.ws.send(Buffer.from("rm -rf /\n"));
+    expect(await c.nextText()).toMatchObject({ type: "error", code: "read_only" });
+    c.ws.send(JSON.stringify({ type: "resize", cols: 100, rows: 30 }));
+    expect(await c.nextText()).toMatchObject({ type: "error", code: "read_only" });
+    c.ws.send("{oops");
+    expect(await c.nextText()).toMatchObject({ type: "error", code: "invalid" });
+    const s = await publishChunk(h.nc, id, "main", "still here");
+    expect(await c.nextBinary()).toEqual({ cursor: s, text: "still here" });
+    // Nothing but nothing reached the input subject: a sentinel is the first message seen.
+    h.nc.publish(Subjects.input(id, "main"), "sentinel");
+    expect((await inputs.next()).string()).toBe("sentinel");
+    inputs.sub.unsubscribe();
+    c.close();
+  });
+
+  it("a controller claims, then its input and resizes reach the input subject with its generation", async () => {
+    const id = newSession({ controllerGeneration: 4 });
+    const inputs = new Collector(h.nc, Subjects.input(id, "main"));
+    const c = await openOk(h.wsUrl, id, "mode=controller&since=all", TOKENS.alice);
+    expect(await c.nextText()).toMatchObject({ type: "hello", mode: "controller", controllerGeneration: 5 });
+    const claim = await inputs.next();
+    expect(claim.headers?.get(Headers.inputKind)).toBe("claim");
+    expect(claim.headers?.get(Headers.controllerGeneration)).toBe("5");
+    c.ws.send(Buffer.from("ls\n"));
+    const data = await inputs.next();
+    expect(data.headers?.get(Headers.inputKind)).toBe("data");
+    expect(data.headers?.get(Headers.controllerGeneration)).toBe("5");
+    expect(data.string()).toBe("ls\n");
+    c.ws.send(JSON.stringify({ type: "resize", cols: 120, rows: 40 }));
+    const resize = await inputs.next();
+    expect(resize.headers?.get(Headers.inputKind)).toBe("resize");
+    expect(ResizeInput.parse(resize.json())).toEqual({ cols: 120, rows: 40 });
+    c.ws.send(JSON.stringify({ type: "resize", cols: 0, rows: 40 }));
+    expect(await c.nextText()).toMatchObject({ type: "error", code: "invalid" });
+    inputs.sub.unsubscribe();
+    c.close();
+  });
+
+  it("a newer controller on another replica supersedes the older: 4001, and its later input is never published", async () => {
+    const id = newSession();
+    const other = await h.addGateway();
+    const inputs = new Collector(h.nc, Subjects.input(id, "main"));
+    const first = await openOk(h.wsUrl, id, "mode=controller", TOKENS.alice);
+    expect(await first.nextText()).toMatchObject({ type: "hello", controllerGeneration: 1 });
+    first.ws.send(Buffer.from("early"));
+    const seen: Array<{ kind: string; gen: string; body: string }> = [];
+    const take = async () => {
+      const m = await inputs.next();
+      const rec = { kind: m.headers?.get(Headers.inputKind) ?? "", gen: m.headers?.get(Headers.controllerGeneration) ?? "", body: m.string() };
+      seen.push(rec);
+      return rec;
+    };
+    expect(await take()).toMatchObject({ kind: "claim", gen: "1" });
+    expect(await take()).toEqual({ kind: "data", gen: "1", body: "early" });
+
+    // The first client answers the superseded frame with more input, as a racing client would.
+    const superseded = new Promise<Record<string, unknown>>((resolve) => {
+      first.ws.on("message", (raw, isBinary) => {
+        if (isBinary) return;
+        const f = JSON.parse(String(raw)) as Record<string, unknown>;
+        if (f.type === "superseded") {
+          first.ws.send(Buffer.from("late"));
+          resolve(f);
+        }
+      });
+    });
+    const second = await openOk(other.wsUrl, id, "mode=controller", TOKENS.admin);
+    expect(await second.nextText()).toMatchObject({ type: "hello", controllerGeneration: 2 });
+    expect(await superseded).toEqual({ type: "superseded", controllerGeneration: 2 });
+    expect((await first.closed).code).toBe(CLOSE_SUPERSEDED);
+
+    await h.nc.flush();
+    second.ws.send(Buffer.from("sentinel"));
+    for (;;) {
+      const rec = await take();
+      if (rec.body === "sentinel") break;
+    }
+    expect(seen.filter((r) => r.kind === "data").map((r) => [r.gen, r.body])).toEqual([
+      ["1", "early"],
+      ["2", "sentinel"],
+    ]);
+    expect(seen.filter((r) => r.kind === "claim").map((r) => r.gen)).toEqual(["1", "2"]);
+    // The late input did reach the first gateway, which refused it.
+    expect((await h.metrics.inputDropped.get()).values.find((v) => v.labels.reason === "closed")?.value).toBe(1);
+    inputs.sub.unsubscribe();
+    second.close();
+  });
+});

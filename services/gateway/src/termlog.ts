@@ -1,0 +1,58 @@
+import type { JetStreamManager, StoredMsg } from "@nats-io/jetstream";
+import type { MsgHdrs } from "@nats-io/transport-node";
+import { Headers } from "@paddock/contracts";
+
+const BATCH = 256;
+
+/** Sequence of the last message on a subject, 0 when it holds none. */
+export async function lastSeqOf(jsm: JetStreamManager, stream: string, subject: string): Promise<number> {
+  const m = await jsm.direct.getMessage(stream, { last_by_subj: subject });
+  return m?.seq ?? 0;
+}
+
+/** Sequence of the first retained message on a subject, undefined when it holds none. */
+export async function firstSeqOf(jsm: JetStreamManager, stream: string, subject: string): Promise<number | undefined> {
+  const m = await jsm.direct.getMessage(stream, { seq: 1, next_by_subj: subject });
+  return m?.seq;
+}
+
+/**
+ * Reads the messages of one subject (wildcards allowed) with sequence in
+ * [fromSeq, toSeq], in order, in batches; the caller may stop early.
+ */
+export async function* readRange(
+  jsm: JetStreamManager,
+  stream: string,
+  subject: string,
+  fromSeq: number,
+  toSeq = Number.MAX_SAFE_INTEGER,
+): AsyncGenerator<StoredMsg> {
+  let next = Math.max(1, fromSeq);
+  while (next <= toSeq) {
+    const batch = await jsm.direct.getBatch(stream, { seq: next, batch: BATCH, next_by_subj: subject });
+    let count = 0;
+    for await (const m of batch) {
+      count += 1;
+      if (m.seq > toSeq) return;
+      next = m.seq + 1;
+      yield m;
+    }
+    if (count < BATCH) return;
+  }
+}
+
+/** The placement generation a TERM chunk was written under; 0 when absent or malformed. */
+export function placementGenerationOf(h: MsgHdrs | undefined): number {
+  const raw = h?.get(Headers.placementGeneration) ?? "";
+  return /^\d{1,15}$/.test(raw) ? Number(raw) : 0;
+}
+
+/**
+ * The exit of an app, carried by its last TERM message: undefined for a data
+ * chunk, null for an exit by signal, else the code.
+ */
+export function exitCodeOf(h: MsgHdrs | undefined): number | null | undefined {
+  if (!h?.has(Headers.exitCode)) return undefined;
+  const raw = h.get(Headers.exitCode);
+  return /^-?\d{1,10}$/.test(raw) ? Number(raw) : null;
+}

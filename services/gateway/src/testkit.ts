@@ -1,0 +1,360 @@
+/**
+ * Test harness for the gateway: a real nats-server, a stand-in for the
+ * scheduler's rpcs (in-memory records), seeded tokens, and WebSocket helpers.
+ * Used by *.test.ts only.
+ */
+import { randomUUID } from "node:crypto";
+import { jetstream } from "@nats-io/jetstream";
+import { connect, headers, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import WebSocket from "ws";
+import { createBusMetrics, provision, serveRpc } from "@paddock/bus";
+import {
+  Api,
+  decodeOutputFrame,
+  Headers,
+  NotFoundError,
+  Subjects,
+  type Runner,
+  type Scope,
+  type Session,
+} from "@paddock/contracts";
+import { silentLogger } from "@paddock/logging";
+import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { seedMember, seedToken } from "./auth.ts";
+import { defaultConfig, type GatewayConfig } from "./config.ts";
+import { createGateway, type Gateway } from "./gateway.ts";
+import { createGatewayMetrics, type GatewayMetrics } from "./metrics.ts";
+
+export const WS1 = "ws1";
+export const WS2 = "ws2";
+
+/** Tokens seeded by the harness: name → [token, workspace, actor, role | undefined]. */
+export const TOKENS = {
+  alice: "tok_alice_0123456789abcdef",
+  bob: "tok_bob_0123456789abcdef",
+  admin: "tok_admin_0123456789abcdef",
+  eve: "tok_eve_0123456789abcdef",
+  outsider: "tok_outsider_0123456789abcdef",
+  expired: "tok_expired_0123456789abcdef",
+} as const;
+
+export const NOW = 1_700_000_000_000;
+
+export interface RpcCall {
+  verb: string;
+  request: unknown;
+}
+
+/** Stands in for the scheduler: serves the Api rpcs from a map, records every call. */
+export class FakeScheduler {
+  readonly sessions = new Map<string, Session>();
+  readonly calls: RpcCall[] = [];
+  private subs: Subscription[] = [];
+  private n = 0;
+  private readonly idem = new Map<string, string>();
+
+  constructor(private readonly nc: NatsConnection) {}
+
+  start(): void {
+    const opts = { queue: "scheduler", metrics: createBusMetrics(), log: silentLogger() };
+    const key = (scope: Scope, id: string) => `${scope.workspaceId}.${id}`;
+    const get = (scope: Scope, id: string) => {
+      const s = this.sessions.get(key(scope, id));
+      if (!s) throw new NotFoundError("session");
+      return s;
+    };
+    this.subs = [
+      serveRpc(this.nc, Api.createSession, async (req) => {
+        this.calls.push({ verb: "create", request: req });
+        const idemKey = req.body.idempotencyKey ? `${req.scope.workspaceId}.${req.body.idempotencyKey}` : undefined;
+        const prior = idemKey ? this.idem.get(idemKey) : undefined;
+        if (prior) return { session: get(req.scope, prior), replayed: true };
+        const s = this.put(makeSession({ id: `s${++this.n}`, workspaceId: req.scope.workspaceId, creatorId: req.scope.actor.id, spec: req.body.spec }));
+        if (idemKey) this.idem.set(idemKey, s.id);
+        return { session: s, replayed: false };
+      }, opts),
+      serveRpc(this.nc, Api.getSession, async (req) => {
+        this.calls.push({ verb: "get", request: req });
+        return { session: get(req.scope, req.sessionId) };
+      }, opts),
+      serveRpc(this.nc, Api.listSessions, async (req) => {
+        this.calls.push({ verb: "list", request: req });
+        const all = [...this.sessions.values()].filter((s) => s.workspaceId === req.scope.workspaceId);
+        return { sessions: all.slice(0, req.limit), ...(all.length > req.limit ? { nextCursor: "next" } : {}) };
+      }, opts),
+      serveRpc(this.nc, Api.deleteSession, async (req) => {
+        this.calls.push({ verb: "delete", request: req });
+        return { session: this.put({ ...get(req.scope, req.sessionId), state: "destroyed" }) };
+      }, opts),
+      serveRpc(this.nc, Api.attachSession, async (req) => {
+        this.calls.push({ verb: "attach", request: req });
+        const s = get(req.scope, req.sessionId);
+        if (req.mode === "viewer") return { session: s };
+        return { session: this.put({ ...s, controllerGeneration: s.controllerGeneration + 1 }) };
+      }, opts),
+      serveRpc(this.nc, Api.listRunners, async (req) => {
+        this.calls.push({ verb: "listRunners", request: req });
+        return { runners: [RUNNER] };
+      }, opts),
+    ];
+  }
+
+  stop(): void {
+    for (const s of this.subs) s.unsubscribe();
+    this.subs = [];
+  }
+
+  put(s: Session): Session {
+    this.sessions.set(`${s.workspaceId}.${s.id}`, s);
+    return s;
+  }
+
+  callsOf(verb: string): RpcCall[] {
+    return this.calls.filter((c) => c.verb === verb);
+  }
+}
+
+export const RUNNER: Runner = {
+  id: "r1",
+  poolId: "default",
+  state: "active",
+  generation: 1,
+  capacityUsed: 0,
+  capacityTotal: 4,
+  capabilities: [],
+  registeredAt: NOW,
+  lastSeenAt: NOW,
+};
+
+export function makeSession(p: Partial<Session> & Pick<Session, "id" | "workspaceId" | "creatorId">): Session {
+  return {
+    state: "running",
+    spec: {},
+    mode: "run",
+    oneShot: false,
+    placementGeneration: 1,
+    controllerGeneration: 0,
+    childExitCode: null,
+    createdAt: NOW,
+    updatedAt: NOW,
+    lastFact: { eventId: randomUUID(), action: "create", actorId: p.creatorId, at: NOW },
+    ...p,
+  };
+}
+
+export interface Harness {
+  nats: NatsServerHandle;
+  nc: NatsConnection;
+  scheduler: FakeScheduler;
+  gateway: Gateway;
+  metrics: GatewayMetrics;
+  url: string;
+  wsUrl: string;
+  /** Starts one more gateway replica with its own NATS connection. */
+  addGateway(): Promise<{ gateway: Gateway; nc: NatsConnection; url: string; wsUrl: string }>;
+  stop(): Promise<void>;
+}
+
+export async function startHarness(opts: { termMaxMsgsPerSubject?: number; config?: Partial<GatewayConfig> } = {}): Promise<Harness> {
+  const nats = await startNatsServer();
+  const nc = await connect({ servers: nats.url });
+  await provision(nc, { replicas: 1, ...(opts.termMaxMsgsPerSubject ? { termMaxMsgsPerSubject: opts.termMaxMsgsPerSubject } : {}) });
+  const seed: Array<[string, string, string, "member" | "admin" | undefined, number | undefined]> = [
+    [TOKENS.alice, WS1, "alice", "member", undefined],
+    [TOKENS.bob, WS1, "bob", "member", undefined],
+    [TOKENS.admin, WS1, "boss", "admin", undefined],
+    [TOKENS.eve, WS2, "eve", "admin", undefined],
+    [TOKENS.outsider, WS1, "outsider", undefined, undefined],
+    [TOKENS.expired, WS1, "late", "member", NOW - 1],
+  ];
+  for (const [token, ws, actor, role, expiresAt] of seed) {
+    await seedToken(nc, token, {
+      workspaceId: ws,
+      actor: { id: actor, kind: "user" },
+      createdAt: NOW - 1000,
+      ...(expiresAt !== undefined ? { expiresAt } : {}),
+    });
+    if (role) await seedMember(nc, { workspaceId: ws, actorId: actor, role });
+  }
+  const scheduler = new FakeScheduler(nc);
+  scheduler.start();
+  const config = defaultConfig({ maxBodyBytes: 4096, rpcTimeoutMs: 2000, ...opts.config });
+  const extra: Array<{ gateway: Gateway; nc: NatsConnection }> = [];
+  const build = (conn: NatsConnection, metrics = createGatewayMetrics()) =>
+    createGateway({ nc: conn, config, log: silentLogger(), metrics, now: () => NOW, newId: randomUUID });
+  const metrics = createGatewayMetrics();
+  const gateway = build(nc, metrics);
+  const { port } = await gateway.listen(0, "127.0.0.1");
+  return {
+    nats,
+    nc,
+    scheduler,
+    gateway,
+    metrics,
+    url: `http://127.0.0.1:${port}`,
+    wsUrl: `ws://127.0.0.1:${port}`,
+    addGateway: async () => {
+      const nc2 = await connect({ servers: nats.url });
+      const gw = build(nc2);
+      const { port: p } = await gw.listen(0, "127.0.0.1");
+      extra.push({ gateway: gw, nc: nc2 });
+      return { gateway: gw, nc: nc2, url: `http://127.0.0.1:${p}`, wsUrl: `ws://127.0.0.1:${p}` };
+    },
+    stop: async () => {
+      for (const e of extra) {
+        await e.gateway.close();
+        await e.nc.drain();
+      }
+      await gateway.close();
+      scheduler.stop();
+      await nc.drain();
+      await nats.stop();
+    },
+  };
+}
+
+/** Appends a TERM chunk as a runner would; resolves with its stream sequence. */
+export async function publishChunk(
+  nc: NatsConnection,
+  sessionId: string,
+  app: string,
+  data: string | Uint8Array,
+  opts: { placementGeneration?: number; exitCode?: string } = {},
+): Promise<number> {
+  const h = headers();
+  h.set(Headers.placementGeneration, String(opts.placementGeneration ?? 1));
+  if (opts.exitCode !== undefined) h.set(Headers.exitCode, opts.exitCode);
+  const ack = await jetstream(nc).publish(Subjects.term(sessionId, app), opts.exitCode !== undefined ? new Uint8Array(0) : data, { headers: h });
+  return ack.seq;
+}
+
+export type Frame =
+  | { kind: "text"; value: Record<string, unknown> }
+  | { kind: "binary"; cursor: number; text: string };
+
+/** A WebSocket client that queues every frame, so tests await frames in order. */
+export class WsClient {
+  private readonly frames: Frame[] = [];
+  private waiters: Array<(f: Frame) => void> = [];
+  readonly closed: Promise<{ code: number; reason: string }>;
+
+  constructor(readonly ws: WebSocket) {
+    ws.on("message", (data, isBinary) => {
+      const buf = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
+      let frame: Frame;
+      if (isBinary) {
+        const { cursor, bytes } = decodeOutputFrame(buf);
+        frame = { kind: "binary", cursor, text: Buffer.from(bytes).toString("utf8") };
+      } else {
+        frame = { kind: "text", value: JSON.parse(buf.toString("utf8")) as Record<string, unknown> };
+      }
+      const w = this.waiters.shift();
+      if (w) w(frame);
+      else this.frames.push(frame);
+    });
+    this.closed = new Promise((resolve) => ws.on("close", (code, reason) => resolve({ code, reason: reason.toString() })));
+  }
+
+  next(): Promise<Frame> {
+    const f = this.frames.shift();
+    if (f) return Promise.resolve(f);
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  async nextText(): Promise<Record<string, unknown>> {
+    const f = await this.next();
+    if (f.kind !== "text") throw new Error(`expected a text frame, got binary cursor ${f.cursor}`);
+    return f.value;
+  }
+
+  async nextBinary(): Promise<{ cursor: number; text: string }> {
+    const f = await this.next();
+    if (f.kind !== "binary") throw new Error(`expected a binary frame, got ${JSON.stringify(f.value)}`);
+    return { cursor: f.cursor, text: f.text };
+  }
+
+  /** Frames received but not yet taken. */
+  get queued(): number {
+    return this.frames.length;
+  }
+
+  close(): void {
+    this.ws.close();
+  }
+}
+
+export type OpenResult = { ok: true; client: WsClient } | { ok: false; status: number; body: string };
+
+export function openTerminal(wsUrl: string, sessionId: string, query: string, token?: string): Promise<OpenResult> {
+  const ws = new WebSocket(`${wsUrl}/v1/sessions/${sessionId}/terminal${query ? `?${query}` : ""}`, {
+    headers: token ? { authorization: `Bearer ${token}` } : {},
+  });
+  const client = new WsClient(ws);
+  return new Promise((resolve, reject) => {
+    ws.once("open", () => resolve({ ok: true, client }));
+    ws.once("unexpected-response", (_req, res) => {
+      let body = "";
+      res.on("data", (d: Buffer) => (body += d.toString()));
+      res.on("end", () => resolve({ ok: false, status: res.statusCode ?? 0, body }));
+    });
+    ws.once("error", (err) => reject(err));
+  });
+}
+
+export async function openOk(wsUrl: string, sessionId: string, query: string, token: string): Promise<WsClient> {
+  const r = await openTerminal(wsUrl, sessionId, query, token);
+  if (!r.ok) throw new Error(`attach refused: ${r.status} ${r.body}`);
+  return r.client;
+}
+
+/** Collects the messages of a core NATS subject, to await them in order. */
+export class Collector {
+  private readonly msgs: Msg[] = [];
+  private waiters: Array<(m: Msg) => void> = [];
+  readonly sub: Subscription;
+
+  constructor(nc: NatsConnection, subject: string) {
+    this.sub = nc.subscribe(subject, {
+      callback: (_err, m) => {
+        const w = this.waiters.shift();
+        if (w) w(m);
+        else this.msgs.push(m);
+      },
+    });
+  }
+
+  next(): Promise<Msg> {
+    const m = this.msgs.shift();
+    if (m) return Promise.resolve(m);
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  /** The next message that is not a claim. */
+  async nextInput(): Promise<Msg> {
+    for (;;) {
+      const m = await this.next();
+      if (m.headers?.get(Headers.inputKind) !== "claim") return m;
+    }
+  }
+}
+
+export async function api(
+  base: string,
+  method: string,
+  path: string,
+  opts: { token?: string; body?: string | Buffer; headers?: Record<string, string> } = {},
+): Promise<{ status: number; json: any; text: string; headers: globalThis.Headers }> {
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers: { ...(opts.token ? { authorization: `Bearer ${opts.token}` } : {}), ...opts.headers },
+    ...(opts.body !== undefined ? { body: opts.body } : {}),
+  });
+  const text = await res.text();
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, json, text, headers: res.headers };
+}

@@ -1,0 +1,53 @@
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { ConfigError } from "@paddock/config";
+import { startNatsServer, startService, type NatsServerHandle } from "@paddock/testing";
+import { loadConfig } from "./config.ts";
+import { fakeScheduler } from "./test-support.ts";
+
+describe("config", () => {
+  it("parses the runner settings with defaults", () => {
+    const c = loadConfig({ PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x", PADDOCK_RUNNER_CAPABILITIES: "gpu, process,," });
+    expect(c).toMatchObject({ runnerId: "r1", poolId: "default", capacityTotal: 8, capabilities: ["gpu", "process"], leaseRenewMs: 2_000 });
+  });
+
+  it("refuses a missing runner id or an id that is not one subject token", () => {
+    expect(() => loadConfig({ PADDOCK_RUNNER_DATA_DIR: "/tmp/x" })).toThrow(ConfigError);
+    expect(() => loadConfig({ PADDOCK_RUNNER_ID: "a.b", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" })).toThrow(ConfigError);
+  });
+});
+
+describe("main", () => {
+  let server: NatsServerHandle;
+  let nc: NatsConnection;
+  beforeAll(async () => {
+    server = await startNatsServer();
+    nc = await connect({ servers: server.url });
+  });
+  afterAll(async () => {
+    await nc.drain();
+    await server.stop();
+  });
+
+  it("starts as a process, logs ready with its generation, and stops cleanly on SIGTERM", async () => {
+    const scheduler = fakeScheduler(nc, 0);
+    const dataDir = mkdtempSync(join(tmpdir(), "paddock-runner-main-"));
+    const svc = await startService("runner-agent", {
+      PADDOCK_NATS_URL: server.url,
+      PADDOCK_RUNNER_ID: "main1",
+      PADDOCK_RUNNER_DATA_DIR: dataDir,
+    });
+    expect(svc.ready).toMatchObject({ runnerId: "main1", poolId: "default", generation: 1 });
+    expect(typeof svc.ready.opsPort).toBe("number");
+    const ready = await fetch(`http://127.0.0.1:${String(svc.ready.opsPort)}/readyz`);
+    expect(ready.status).toBe(200);
+    const metrics = await (await fetch(`http://127.0.0.1:${String(svc.ready.opsPort)}/metrics`)).text();
+    expect(metrics).toContain("paddock_term_fenced_total");
+    expect(await svc.stop()).toBe(0);
+    scheduler.sub.unsubscribe();
+    expect(readFileSync(join(dataDir, "generation"), "utf8").trim()).toBe("1");
+  });
+});

@@ -1,0 +1,27 @@
+import { randomUUID } from "node:crypto";
+import { connectBus, provision } from "@paddock/bus";
+import { createLogger } from "@paddock/logging";
+import { runMain, startOpsServer } from "@paddock/service";
+import { createRunnerAgent } from "./agent.ts";
+import { loadConfig } from "./config.ts";
+import { createRunnerMetrics } from "./metrics.ts";
+
+const config = loadConfig(process.env);
+const log = createLogger({ service: "runner-agent", level: config.logLevel });
+
+runMain(log, async () => {
+  const nc = await connectBus({ servers: config.natsUrl, name: `runner-agent-${config.runnerId}`, user: config.natsUser, pass: config.natsPass });
+  await provision(nc, { replicas: config.replicas });
+  const metrics = createRunnerMetrics();
+  const agent = createRunnerAgent({ nc, config, log, metrics, now: Date.now, newId: randomUUID });
+  const { generation } = await agent.start();
+  const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry: metrics.registry, isReady: agent.isReady });
+  return {
+    readyInfo: { runnerId: config.runnerId, poolId: config.poolId, generation, opsPort: ops.port },
+    stop: async () => {
+      await agent.stop();
+      await nc.drain();
+      await ops.close();
+    },
+  };
+});

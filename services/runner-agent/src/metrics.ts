@@ -1,0 +1,44 @@
+import { Counter, Gauge, type Registry } from "prom-client";
+import { createBusMetrics, type BusMetrics } from "@paddock/bus";
+
+export interface RunnerMetrics extends BusMetrics {
+  /** Terminal writers latched shut because a successor generation wrote. */
+  termFenced: Counter;
+  /** Input dropped because a newer controller generation was already seen. */
+  staleInput: Counter;
+  /** Dispatch commands ignored because they carry another runner generation. */
+  staleDispatch: Counter;
+  /** Terminal publishes retried after a non-fencing error (timeouts). */
+  termRetries: Counter;
+  /** Sessions held right now. */
+  sessions: Gauge;
+}
+
+export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
+  const bus = createBusMetrics(registry);
+  const registers = [bus.registry];
+  return {
+    ...bus,
+    termFenced: new Counter({
+      name: "paddock_term_fenced_total",
+      help: "Terminal log writers latched shut by a successor generation",
+      registers,
+    }),
+    staleInput: new Counter({
+      name: "paddock_stale_input_total",
+      help: "Terminal input dropped because it carried an older controller generation",
+      registers,
+    }),
+    staleDispatch: new Counter({
+      name: "paddock_stale_dispatch_total",
+      help: "Dispatch commands ignored because they carry another runner generation",
+      registers,
+    }),
+    termRetries: new Counter({
+      name: "paddock_term_publish_retries_total",
+      help: "Terminal chunk publishes retried after a non-fencing error",
+      registers,
+    }),
+    sessions: new Gauge({ name: "paddock_runner_sessions", help: "Sessions held by this runner", registers }),
+  };
+}

@@ -1,0 +1,291 @@
+import { headers as natsHeaders } from "@nats-io/transport-node";
+import type { JetStreamClient, JetStreamManager, StoredMsg } from "@nats-io/jetstream";
+import { Headers, Streams, Subjects } from "@paddock/contracts";
+import { isNoMessage, isWrongLastSequence } from "@paddock/bus";
+import type { Logger } from "@paddock/logging";
+import type { RunnerMetrics } from "./metrics.ts";
+
+/** TERM chunks are bounded so a reader's per-chunk cost (and the stream's per-subject limit) stays predictable. */
+export const MAX_CHUNK_BYTES = 32 * 1024;
+
+const MSG_ID_HEADER = "Nats-Msg-Id";
+
+export interface TermWriterOptions {
+  js: JetStreamClient;
+  jsm: JetStreamManager;
+  sessionId: string;
+  app: string;
+  placementGeneration: number;
+  metrics: Pick<RunnerMetrics, "termFenced" | "termRetries">;
+  log: Logger;
+  maxChunkBytes?: number;
+  /** First retry delay after a non-fencing publish error; doubles up to maxRetryDelayMs. */
+  retryDelayMs?: number;
+  maxRetryDelayMs?: number;
+  publishTimeoutMs?: number;
+  /** Pending bytes above which the producer is asked to pause (PTY backpressure). */
+  highWaterBytes?: number;
+  /** Called with true when pending output crosses highWaterBytes, false once it drained below half. */
+  onPressure?: (paused: boolean) => void;
+}
+
+interface Chunk {
+  body: Uint8Array;
+  /** Set on the final message of an app: its exit code as decimal, "" when killed by a signal. */
+  exitCode?: string;
+}
+
+interface LastMessage {
+  seq: number;
+  generation: number;
+  msgId: string | undefined;
+}
+
+/**
+ * Appends one app's PTY output to its TERM subject, fenced by placement
+ * generation. Every publish asserts the subject's last sequence, so once a
+ * successor generation has written, this writer's next publish is refused and
+ * it latches shut for good: retrying would mean re-reading the sequence and
+ * overwriting the successor's log, which is exactly what fencing forbids.
+ * One publish is in flight at a time; output arriving meanwhile is coalesced.
+ */
+export class TermWriter {
+  private readonly subject: string;
+  private readonly maxChunk: number;
+  private pending: Uint8Array[] = [];
+  private pendingBytes = 0;
+  private exitMarker: string | undefined;
+  private markerSent = false;
+  private lastSeq: number | undefined;
+  private chunkIndex = 0;
+  private latched = false;
+  private aborted = false;
+  private paused = false;
+  private pump: Promise<void> | undefined;
+  private wake: (() => void) | undefined;
+
+  constructor(private readonly opts: TermWriterOptions) {
+    this.subject = Subjects.term(opts.sessionId, opts.app);
+    this.maxChunk = opts.maxChunkBytes ?? MAX_CHUNK_BYTES;
+  }
+
+  /** True once a successor generation has written; nothing is appended after. */
+  get fenced(): boolean {
+    return this.latched;
+  }
+
+  /** Messages this writer committed (chunks and the exit marker). */
+  get committed(): number {
+    return this.chunkIndex;
+  }
+
+  /** Who to pause while output is backed up (set once the producer exists). */
+  setPressureHandler(handler: (paused: boolean) => void): void {
+    this.opts.onPressure = handler;
+  }
+
+  /** Queues output; never blocks. Dropped once fenced, aborted or finished. */
+  append(bytes: Uint8Array): void {
+    if (this.latched || this.aborted || this.exitMarker !== undefined || bytes.byteLength === 0) return;
+    this.pending.push(bytes);
+    this.pendingBytes += bytes.byteLength;
+    this.updatePressure();
+    this.kick();
+  }
+
+  /** Resolves once everything queued so far is committed, or immediately once fenced or aborted. */
+  async flush(): Promise<void> {
+    while (this.isOpen() && (this.pump !== undefined || this.hasWork())) {
+      this.kick();
+      await this.pump;
+    }
+  }
+
+  /** Flushes, then appends the app's final empty message carrying its exit code. */
+  async finish(exitCode: number | null): Promise<void> {
+    if (this.exitMarker === undefined) this.exitMarker = exitCode === null ? "" : String(exitCode);
+    await this.flush();
+  }
+
+  /** Gives up on whatever is pending (shutdown with the bus gone); flush resolves. */
+  abort(): void {
+    this.aborted = true;
+    this.dropPending();
+    this.wake?.();
+  }
+
+  private isOpen(): boolean {
+    return !this.latched && !this.aborted;
+  }
+
+  private hasWork(): boolean {
+    return this.pendingBytes > 0 || (this.exitMarker !== undefined && !this.markerSent);
+  }
+
+  private kick(): void {
+    if (this.pump || !this.isOpen()) return;
+    this.pump = this.run().finally(() => {
+      this.pump = undefined;
+      if (this.isOpen() && this.hasWork()) this.kick();
+    });
+  }
+
+  private async run(): Promise<void> {
+    while (this.isOpen()) {
+      const chunk = this.takeNext();
+      if (!chunk) return;
+      await this.publish(chunk);
+    }
+  }
+
+  /** Coalesces pending output into one chunk of at most maxChunk bytes; the marker goes last. */
+  private takeNext(): Chunk | undefined {
+    if (this.pendingBytes > 0) return { body: this.takeBytes() };
+    if (this.exitMarker !== undefined && !this.markerSent) {
+      this.markerSent = true;
+      return { body: new Uint8Array(0), exitCode: this.exitMarker };
+    }
+    return undefined;
+  }
+
+  private takeBytes(): Uint8Array {
+    const size = Math.min(this.pendingBytes, this.maxChunk);
+    const out = new Uint8Array(size);
+    let filled = 0;
+    while (filled < size) {
+      const head = this.pending[0] as Uint8Array;
+      const take = Math.min(head.byteLength, size - filled);
+      out.set(head.subarray(0, take), filled);
+      filled += take;
+      if (take === head.byteLength) this.pending.shift();
+      else this.pending[0] = head.subarray(take);
+    }
+    this.pendingBytes -= size;
+    this.updatePressure();
+    return out;
+  }
+
+  /**
+   * Publishes one chunk until it is committed or the writer latches. A
+   * non-fencing error (timeout) is retried with the same message id: a
+   * timed-out publish may have committed, and the id makes the retry a no-op.
+   */
+  private async publish(chunk: Chunk): Promise<void> {
+    const msgID = `${this.opts.sessionId}.${this.opts.app}.${this.opts.placementGeneration}.${this.chunkIndex}`;
+    for (let attempt = 0; this.isOpen(); attempt++) {
+      try {
+        this.lastSeq ??= (await this.readLast()).seq;
+        const ack = await this.opts.js.publish(this.subject, chunk.body, {
+          msgID,
+          expect: { lastSubjectSequence: this.lastSeq },
+          headers: this.headersFor(chunk),
+          timeout: this.opts.publishTimeoutMs ?? 5_000,
+        });
+        this.committedAt(ack.seq);
+        return;
+      } catch (err) {
+        if (isWrongLastSequence(err) && (await this.resolveRefusal(msgID))) return;
+        if (!this.isOpen()) return;
+        this.opts.metrics.termRetries.inc();
+        if (attempt === 0) this.opts.log.warn({ err, ...this.ids() }, "terminal publish failed; retrying");
+        await this.sleep(this.backoff(attempt));
+      }
+    }
+  }
+
+  /**
+   * Decides what a refusal means. True when the chunk is settled (committed
+   * earlier under the same id, or the writer latched); false to retry. Only a
+   * predecessor's late write (older generation) is stepped over: this writer
+   * is the successor then, and the predecessor will be refused next.
+   */
+  private async resolveRefusal(msgID: string): Promise<boolean> {
+    let last: LastMessage;
+    try {
+      last = await this.readLast();
+    } catch {
+      return false;
+    }
+    if (last.msgId === msgID) {
+      this.committedAt(last.seq);
+      return true;
+    }
+    if (last.generation < this.opts.placementGeneration) {
+      this.lastSeq = last.seq;
+      return false;
+    }
+    this.latch();
+    return true;
+  }
+
+  private committedAt(seq: number): void {
+    this.lastSeq = seq;
+    this.chunkIndex += 1;
+  }
+
+  private latch(): void {
+    if (this.latched) return;
+    this.latched = true;
+    this.dropPending();
+    this.opts.metrics.termFenced.inc();
+    this.opts.log.warn(this.ids(), "terminal writer fenced by a newer generation; latched shut");
+  }
+
+  /** The subject's last message (seq 0 when it has none), read from the stream leader. */
+  private async readLast(): Promise<LastMessage> {
+    let msg: StoredMsg | null;
+    try {
+      msg = await this.opts.jsm.streams.getMessage(Streams.term, { last_by_subj: this.subject });
+    } catch (err) {
+      if (isNoMessage(err)) return { seq: 0, generation: 0, msgId: undefined };
+      throw err;
+    }
+    if (!msg) return { seq: 0, generation: 0, msgId: undefined };
+    const gen = Number(msg.header?.get(Headers.placementGeneration) ?? "0");
+    return { seq: msg.seq, generation: Number.isFinite(gen) ? gen : 0, msgId: msg.header?.get(MSG_ID_HEADER) || undefined };
+  }
+
+  private headersFor(chunk: Chunk) {
+    const h = natsHeaders();
+    h.set(Headers.placementGeneration, String(this.opts.placementGeneration));
+    if (chunk.exitCode !== undefined) h.set(Headers.exitCode, chunk.exitCode);
+    return h;
+  }
+
+  private dropPending(): void {
+    this.pending = [];
+    this.pendingBytes = 0;
+    this.updatePressure();
+  }
+
+  private updatePressure(): void {
+    const high = this.opts.highWaterBytes ?? 4 * 1024 * 1024;
+    const shouldPause = this.paused ? this.pendingBytes > high / 2 : this.pendingBytes > high;
+    if (shouldPause === this.paused) return;
+    this.paused = shouldPause;
+    this.opts.onPressure?.(shouldPause);
+  }
+
+  private backoff(attempt: number): number {
+    const first = this.opts.retryDelayMs ?? 100;
+    return Math.min(first * 2 ** Math.min(attempt, 10), this.opts.maxRetryDelayMs ?? 2_000);
+  }
+
+  /** A retry delay that abort() cuts short. */
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      const self = this;
+      function done() {
+        clearTimeout(timer);
+        self.wake = undefined;
+        resolve();
+      }
+      this.wake = done;
+    });
+  }
+
+  private ids() {
+    return { sessionId: this.opts.sessionId, app: this.opts.app, placementGeneration: this.opts.placementGeneration };
+  }
+}

@@ -1,0 +1,111 @@
+import type { JetStreamClient } from "@nats-io/jetstream";
+import type { KV } from "@nats-io/kv";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { Counter, type Registry } from "prom-client";
+import type {
+  Runner,
+  Session} from "@paddock/contracts";
+import {
+  canTransition,
+  ConflictError,
+  type AuditAction,
+  type NewId,
+  type Now,
+  type SessionState,
+} from "@paddock/contracts";
+import type { BusMetrics } from "@paddock/bus";
+import type { Logger } from "@paddock/logging";
+import type { SchedulerConfig } from "./config.ts";
+import type { RunnerRecords, SessionRecords, Versioned } from "./store.ts";
+import type { KvView } from "./view.ts";
+
+export interface SchedulerMetrics {
+  /** Runner facts dropped because their generations do not match the record. */
+  staleFacts: Counter<"type">;
+  /** Runner facts that named a transition the state machine does not allow. */
+  illegalFacts: Counter<"type">;
+  placements: Counter;
+}
+
+export function createSchedulerMetrics(registry: Registry): SchedulerMetrics {
+  return {
+    staleFacts: new Counter({
+      name: "paddock_stale_facts_total",
+      help: "Runner facts dropped by the generation fence",
+      labelNames: ["type"],
+      registers: [registry],
+    }),
+    illegalFacts: new Counter({
+      name: "paddock_illegal_facts_total",
+      help: "Runner facts naming a transition the state machine forbids",
+      labelNames: ["type"],
+      registers: [registry],
+    }),
+    placements: new Counter({ name: "paddock_placements_total", help: "Sessions placed on a runner", registers: [registry] }),
+  };
+}
+
+/** Everything the scheduler's handlers share; built once by createScheduler. */
+export interface SchedulerContext {
+  nc: NatsConnection;
+  js: JetStreamClient;
+  config: SchedulerConfig;
+  log: Logger;
+  bus: BusMetrics;
+  metrics: SchedulerMetrics;
+  now: Now;
+  newId: NewId;
+  sessions: SessionRecords;
+  runners: RunnerRecords;
+  sessionView: KvView<typeof Session>;
+  runnerView: KvView<typeof Runner>;
+  names: KV;
+  idempotency: KV;
+  environments: KV;
+  /** Asks for a placement pass soon (coalesced). */
+  requestPlacement(): void;
+}
+
+/** The actor id recorded for what the scheduler does on its own (timeouts, reconciliation). */
+export const SCHEDULER_ACTOR = "scheduler";
+
+/**
+ * Builds the next revision of a session for one transition. Every write is a
+ * fact with a fresh event id (the record is the audit outbox). An illegal
+ * transition is a typed conflict and is never applied.
+ */
+export function transition(
+  ctx: Pick<SchedulerContext, "now" | "newId">,
+  s: Session,
+  to: SessionState,
+  action: AuditAction,
+  actorId: string,
+  patch: Partial<Session> = {},
+): Session {
+  if (!canTransition(s.state, to)) throw new ConflictError(`session ${s.id} cannot go from ${s.state} to ${to}`);
+  return withFact(ctx, { ...s, ...patch, state: to }, action, actorId);
+}
+
+/** A new revision that commits `action` without changing state (e.g. a controller attach). */
+export function withFact(
+  ctx: Pick<SchedulerContext, "now" | "newId">,
+  s: Session,
+  action: AuditAction,
+  actorId: string,
+): Session {
+  const at = ctx.now();
+  return { ...s, updatedAt: at, lastFact: { eventId: ctx.newId("evt"), action, actorId, at } };
+}
+
+/** Compare-and-set a session revision and apply it to the local view at once. */
+export async function writeSession(ctx: SchedulerContext, next: Session, revision: number): Promise<Versioned<Session>> {
+  const written = await ctx.sessions.update(ctx.sessions.keyOf(next), next, revision);
+  ctx.sessionView.apply(ctx.sessions.keyOf(next), written);
+  return written;
+}
+
+export async function writeRunner(ctx: SchedulerContext, next: Runner, revision: number): Promise<Versioned<Runner>> {
+  const written = await ctx.runners.update(ctx.runners.keyOf(next), next, revision);
+  ctx.runnerView.apply(ctx.runners.keyOf(next), written);
+  return written;
+}

@@ -1,0 +1,151 @@
+import { createHash } from "node:crypto";
+import { z } from "zod";
+import {
+  ConflictError,
+  InvalidError,
+  isTerminal,
+  NotFoundError,
+  Session,
+  sessionKey,
+  type CreateSessionBody,
+  type PortableSpec,
+  type Scope,
+} from "@paddock/contracts";
+import { decodeJson, encodeJson, isWrongLastSequence } from "@paddock/bus";
+import type { SchedulerContext } from "./context.ts";
+
+/** What an idempotency key maps to: the whole record it created, so a replay after a crash can finish the job. */
+const IdempotencyRecord = z.object({ bodyHash: z.string(), session: Session }).strict();
+
+function sha256(text: string): string {
+  return createHash("sha256").update(text).digest("hex");
+}
+
+function idempotencyKeyOf(scope: Scope, key: string): string {
+  return `${scope.workspaceId}.${scope.actor.id}.${sha256(key)}`;
+}
+
+function nameKeyOf(workspaceId: string, creatorId: string, name: string): string {
+  // Names may contain dots, which KV treats as token separators: hex keeps one token.
+  return `${workspaceId}.${creatorId}.${Buffer.from(name).toString("hex")}`;
+}
+
+/** Layers a session's spec over its environment's (PortableSpec rules; no environment yet means scratch). */
+function resolveSpec(spec: PortableSpec, repos: CreateSessionBody["repos"]): PortableSpec {
+  const resolved: PortableSpec = { ...spec };
+  // repos on the create body overrides the spec's: nil inherits, [] means none.
+  if (repos !== undefined) resolved.repos = repos;
+  return resolved;
+}
+
+function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody): Session {
+  const at = ctx.now();
+  const id = ctx.newId("ses");
+  return {
+    id,
+    workspaceId: scope.workspaceId,
+    creatorId: scope.actor.id,
+    ...(body.name !== undefined ? { name: body.name } : {}),
+    state: "queued",
+    ...(body.environmentId !== undefined ? { environmentId: body.environmentId } : {}),
+    spec: resolveSpec(body.spec, body.repos),
+    mode: body.mode ?? "run",
+    oneShot: body.oneShot ?? false,
+    ...(body.parentId !== undefined ? { parentId: body.parentId } : {}),
+    placementGeneration: 0,
+    controllerGeneration: 0,
+    ...(body.idempotencyKey !== undefined ? { idempotencyKey: body.idempotencyKey } : {}),
+    childExitCode: null,
+    createdAt: at,
+    updatedAt: at,
+    lastFact: { eventId: ctx.newId("evt"), action: "create", actorId: scope.actor.id, at },
+  };
+}
+
+async function checkReferences(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody): Promise<void> {
+  if (body.parentId !== undefined) {
+    const parent = await ctx.sessions.get(sessionKey(scope.workspaceId, body.parentId));
+    if (!parent) throw new InvalidError("parentId names no session of this workspace");
+  }
+  if (body.environmentId !== undefined) {
+    const env = await ctx.environments.get(`${scope.workspaceId}.${body.environmentId}`);
+    if (!env || env.operation !== "PUT") throw new NotFoundError("environment");
+  }
+}
+
+/**
+ * Reserves the name among the creator's non-terminal sessions. A key left by
+ * a session that has since ended is taken over by compare-and-set.
+ */
+async function reserveName(ctx: SchedulerContext, s: Session): Promise<void> {
+  if (s.name === undefined) return;
+  const key = nameKeyOf(s.workspaceId, s.creatorId, s.name);
+  try {
+    await ctx.names.create(key, s.id);
+    return;
+  } catch (err) {
+    if (!isWrongLastSequence(err)) throw err;
+  }
+  const held = await ctx.names.get(key);
+  if (!held) throw new ConflictError(`name ${s.name} is being reserved concurrently`);
+  const holderId = held.string();
+  if (holderId === s.id) return;
+  const holder = await ctx.sessions.get(sessionKey(s.workspaceId, holderId));
+  if (holder && !isTerminal(holder.value.state)) throw new ConflictError(`a live session is already named ${s.name}`);
+  try {
+    await ctx.names.update(key, s.id, held.revision);
+  } catch (err) {
+    if (isWrongLastSequence(err)) throw new ConflictError(`name ${s.name} was taken concurrently`);
+    throw err;
+  }
+}
+
+/** Writes the record if it is not there yet; returns the stored one either way. */
+async function ensureWritten(ctx: SchedulerContext, s: Session): Promise<Session> {
+  const key = sessionKey(s.workspaceId, s.id);
+  try {
+    const written = await ctx.sessions.create(key, s);
+    ctx.sessionView.apply(key, written);
+    return s;
+  } catch (err) {
+    if (!(err instanceof ConflictError)) throw err;
+    const current = await ctx.sessions.get(key);
+    if (!current) throw err;
+    return current.value;
+  }
+}
+
+/**
+ * Creates a session. With an idempotency key, the first create stores the
+ * whole record under the key before writing it, so a concurrent duplicate (on
+ * any replica) or a replay after a crash finishes the same record: exactly one
+ * session per key.
+ */
+export async function createSession(
+  ctx: SchedulerContext,
+  scope: Scope,
+  body: CreateSessionBody,
+): Promise<{ session: Session; replayed: boolean }> {
+  await checkReferences(ctx, scope, body);
+  let record = newRecord(ctx, scope, body);
+  let replayed = false;
+  if (body.idempotencyKey !== undefined) {
+    const key = idempotencyKeyOf(scope, body.idempotencyKey);
+    const bodyHash = sha256(JSON.stringify(body));
+    try {
+      await ctx.idempotency.create(key, encodeJson(IdempotencyRecord, { bodyHash, session: record }));
+    } catch (err) {
+      if (!isWrongLastSequence(err)) throw err;
+      const entry = await ctx.idempotency.get(key);
+      const stored = entry ? decodeJson(IdempotencyRecord, entry.value) : undefined;
+      if (!stored?.ok) throw new ConflictError("idempotency key is being used concurrently");
+      if (stored.value.bodyHash !== bodyHash) throw new ConflictError("idempotency key was used with a different request");
+      record = stored.value.session;
+      replayed = true;
+    }
+  }
+  await reserveName(ctx, record);
+  const session = await ensureWritten(ctx, record);
+  ctx.requestPlacement();
+  return { session, replayed };
+}

@@ -1,0 +1,97 @@
+import {
+  occupiesSlot,
+  runnerKey,
+  type RegisterRunnerReply,
+  type RegisterRunnerRequest,
+  type Runner,
+  type Session,
+} from "@paddock/contracts";
+import { SCHEDULER_ACTOR, transition, writeSession, type SchedulerContext } from "./context.ts";
+import { dispatch } from "./slots.ts";
+import { CasConflictError } from "./store.ts";
+
+function sessionsPlacedOn(ctx: SchedulerContext, poolId: string, runnerId: string): Session[] {
+  const placed: Session[] = [];
+  for (const { value } of ctx.sessionView.values()) {
+    if (value.poolId === poolId && value.runnerId === runnerId && occupiesSlot(value.state)) placed.push(value);
+  }
+  return placed;
+}
+
+/**
+ * Stores the claim if it is newer than the stored generation, by create or
+ * compare-and-set; a stale claim is refused with the authoritative generation.
+ */
+async function claimRegistration(ctx: SchedulerContext, req: RegisterRunnerRequest): Promise<{ accepted: boolean; generation: number }> {
+  const key = runnerKey(req.poolId, req.runnerId);
+  for (;;) {
+    const current = await ctx.runners.get(key);
+    if (current && current.value.generation >= req.generation) {
+      return { accepted: false, generation: current.value.generation };
+    }
+    const at = ctx.now();
+    const next: Runner = {
+      id: req.runnerId,
+      poolId: req.poolId,
+      state: current?.value.state === "draining" || current?.value.state === "cordoned" ? current.value.state : "active",
+      generation: req.generation,
+      capacityUsed: sessionsPlacedOn(ctx, req.poolId, req.runnerId).length,
+      capacityTotal: req.capacityTotal,
+      capabilities: req.capabilities,
+      registeredAt: current?.value.registeredAt ?? at,
+      lastSeenAt: at,
+    };
+    try {
+      const written = current ? await ctx.runners.update(key, next, current.revision) : await ctx.runners.create(key, next);
+      ctx.runnerView.apply(key, written);
+      return { accepted: true, generation: req.generation };
+    } catch (err) {
+      if (!(err instanceof CasConflictError) && !(err instanceof Error && "code" in err && err.code === "conflict")) throw err;
+    }
+  }
+}
+
+/**
+ * Reconciles what a (re)registered runner holds against the records: held
+ * sandboxes no live record places there are destroyed; records whose sandbox
+ * the runner no longer holds are re-dispatched (creating) or end as dead.
+ */
+async function reconcile(ctx: SchedulerContext, req: RegisterRunnerRequest, generation: number): Promise<RegisterRunnerReply["destroy"]> {
+  const placed = sessionsPlacedOn(ctx, req.poolId, req.runnerId);
+  const held = new Map(req.sessions.map((h) => [h.sessionId, h]));
+  const destroy = req.sessions.filter((h) => {
+    const s = placed.find((p) => p.id === h.sessionId);
+    return !s || s.placementGeneration !== h.placementGeneration;
+  });
+  for (const s of placed) {
+    const h = held.get(s.id);
+    if (h && h.placementGeneration === s.placementGeneration) continue;
+    if (s.state === "creating") {
+      await dispatch(ctx, s, "start", generation);
+      continue;
+    }
+    const current = await ctx.sessions.get(ctx.sessions.keyOf(s));
+    if (!current || current.value.placementGeneration !== s.placementGeneration || !occupiesSlot(current.value.state)) continue;
+    const next = transition(ctx, current.value, "dead", "exit", SCHEDULER_ACTOR, { error: "runner_lost: the runner restarted without this sandbox" });
+    try {
+      await writeSession(ctx, next, current.revision);
+    } catch (err) {
+      if (!(err instanceof CasConflictError)) throw err;
+    }
+  }
+  return destroy;
+}
+
+export async function registerRunner(ctx: SchedulerContext, req: RegisterRunnerRequest): Promise<RegisterRunnerReply> {
+  const claim = await claimRegistration(ctx, req);
+  if (!claim.accepted) return { accepted: false, generation: claim.generation, destroy: [] };
+  const destroy = await reconcile(ctx, req, claim.generation);
+  // Capacity may have changed; sessions that reconciliation ended free slots too.
+  await ctx.runners.mutate(runnerKey(req.poolId, req.runnerId), (r) => {
+    const used = sessionsPlacedOn(ctx, req.poolId, req.runnerId).length;
+    return r.generation === claim.generation && r.capacityUsed !== used ? { ...r, capacityUsed: used } : undefined;
+  });
+  ctx.log.info({ runnerId: req.runnerId, poolId: req.poolId, generation: claim.generation, destroy: destroy.length }, "runner registered");
+  ctx.requestPlacement();
+  return { accepted: true, generation: claim.generation, destroy };
+}

@@ -1,0 +1,35 @@
+import { Registry } from "prom-client";
+import { randomId } from "@paddock/contracts";
+import { connectBus, createBusMetrics, provision } from "@paddock/bus";
+import { createLogger } from "@paddock/logging";
+import { runMain, startOpsServer } from "@paddock/service";
+import { loadConfig } from "./config.ts";
+import { createSchedulerMetrics } from "./context.ts";
+import { createScheduler } from "./scheduler.ts";
+
+const config = loadConfig(process.env);
+const log = createLogger({ service: "scheduler", level: config.logLevel });
+
+runMain(log, async () => {
+  const nc = await connectBus({ servers: config.natsUrl, name: "scheduler", user: config.natsUser, pass: config.natsPass });
+  await provision(nc, { replicas: config.replicas });
+  const registry = new Registry();
+  const scheduler = await createScheduler({
+    nc,
+    config,
+    log,
+    bus: createBusMetrics(registry),
+    metrics: createSchedulerMetrics(registry),
+    now: Date.now,
+    newId: randomId,
+  });
+  const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry, isReady: () => !nc.isClosed() });
+  return {
+    readyInfo: { opsPort: ops.port },
+    stop: async () => {
+      await scheduler.stop();
+      await ops.close();
+      await nc.drain();
+    },
+  };
+});

@@ -1,0 +1,95 @@
+import { sessionKey, type Runner, type Session } from "@paddock/contracts";
+import { SCHEDULER_ACTOR, transition, writeSession, type SchedulerContext } from "./context.ts";
+import { dispatch, releaseSlot, reserveSlot } from "./slots.ts";
+import { CasConflictError } from "./store.ts";
+
+function eligibleRunners(ctx: SchedulerContext, poolId: string): Runner[] {
+  const runners: Runner[] = [];
+  for (const { value } of ctx.runnerView.values()) {
+    if (value.poolId === poolId && value.state === "active" && value.capacityUsed < value.capacityTotal) runners.push(value);
+  }
+  // Most free capacity first spreads load; id breaks ties deterministically.
+  return runners.sort((a, b) => b.capacityTotal - b.capacityUsed - (a.capacityTotal - a.capacityUsed) || a.id.localeCompare(b.id));
+}
+
+function queuedOldestFirst(ctx: SchedulerContext): Session[] {
+  const queued: Session[] = [];
+  for (const { value } of ctx.sessionView.values()) if (value.state === "queued") queued.push(value);
+  return queued.sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id));
+}
+
+type PlaceOutcome = "placed" | "no_capacity" | "lost_race";
+
+/**
+ * Places one queued session: reserve a slot on a runner (CAS on the runner),
+ * then move the session to creating with the next placement generation (CAS on
+ * the session), then dispatch. Losing the second CAS gives the slot back.
+ */
+async function placeOne(ctx: SchedulerContext, queued: Session): Promise<PlaceOutcome> {
+  const poolId = queued.poolId ?? ctx.config.defaultPool;
+  for (const runner of eligibleRunners(ctx, poolId)) {
+    const runnerGeneration = await reserveSlot(ctx, poolId, runner.id);
+    if (runnerGeneration === undefined) continue;
+    const current = await ctx.sessions.get(sessionKey(queued.workspaceId, queued.id));
+    if (!current || current.value.state !== "queued") {
+      await releaseSlot(ctx, poolId, runner.id);
+      return "lost_race";
+    }
+    const next = transition(ctx, current.value, "creating", "place", SCHEDULER_ACTOR, {
+      poolId,
+      runnerId: runner.id,
+      placementGeneration: current.value.placementGeneration + 1,
+    });
+    try {
+      await writeSession(ctx, next, current.revision);
+    } catch (err) {
+      await releaseSlot(ctx, poolId, runner.id);
+      if (err instanceof CasConflictError) return "lost_race";
+      throw err;
+    }
+    ctx.metrics.placements.inc();
+    await dispatch(ctx, next, "start", runnerGeneration);
+    return "placed";
+  }
+  return "no_capacity";
+}
+
+/**
+ * Serialises placement passes within one replica and coalesces requests made
+ * while a pass runs into one more pass. Replicas race safely through CAS.
+ */
+export function createPlacer(ctx: Omit<SchedulerContext, "requestPlacement">): () => void {
+  let running = false;
+  let again = false;
+  const full = ctx as SchedulerContext;
+  const pass = async () => {
+    const noCapacityPools = new Set<string>();
+    for (const s of queuedOldestFirst(full)) {
+      const pool = s.poolId ?? ctx.config.defaultPool;
+      // Oldest first within a pool: once the oldest cannot be placed, neither can younger ones.
+      if (noCapacityPools.has(pool)) continue;
+      const outcome = await placeOne(full, s);
+      if (outcome === "no_capacity") noCapacityPools.add(pool);
+    }
+  };
+  const request = () => {
+    if (running) {
+      again = true;
+      return;
+    }
+    running = true;
+    void (async () => {
+      try {
+        do {
+          again = false;
+          await pass();
+        } while (again);
+      } catch (err) {
+        ctx.log.error({ err }, "placement pass failed");
+      } finally {
+        running = false;
+      }
+    })();
+  };
+  return request;
+}

@@ -1,0 +1,149 @@
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import {
+  Api,
+  Buckets,
+  RegisterRunnerReply,
+  RegisterRunnerRequest,
+  Runner,
+  RunnerFact,
+  Session,
+  Streams,
+  Subjects,
+  type NewId,
+  type Now,
+} from "@paddock/contracts";
+import { consumeTyped, decodeJson, encodeJson, serveRpc, type BusMetrics, type ConsumerHandle } from "@paddock/bus";
+import type { Logger } from "@paddock/logging";
+import type { SchedulerConfig } from "./config.ts";
+import type { SchedulerContext, SchedulerMetrics } from "./context.ts";
+import { createSession } from "./create.ts";
+import { applyRunnerFact } from "./facts.ts";
+import { registerRunner } from "./fleet.ts";
+import { createPlacer } from "./placement.ts";
+import { attachSession, deleteSession, getSession, listRunners, listSessions } from "./queries.ts";
+import { RunnerRecords, SessionRecords } from "./store.ts";
+import { KvView } from "./view.ts";
+
+export interface SchedulerDeps {
+  nc: NatsConnection;
+  config: SchedulerConfig;
+  log: Logger;
+  bus: BusMetrics;
+  metrics: SchedulerMetrics;
+  now: Now;
+  newId: NewId;
+}
+
+export interface Scheduler {
+  stop(): Promise<void>;
+  /** For tests: the context the handlers share. */
+  context: SchedulerContext;
+}
+
+/** The durable consumer all scheduler replicas share on RUNNER: each fact is handled once. */
+export const RUNNER_FACTS_CONSUMER = "scheduler";
+
+async function ensureFactsConsumer(nc: NatsConnection): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  await jsm.consumers.add(Streams.runner, {
+    durable_name: RUNNER_FACTS_CONSUMER,
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    ack_wait: 30_000_000_000,
+    max_deliver: -1,
+  });
+}
+
+async function buildContext(deps: SchedulerDeps): Promise<SchedulerContext> {
+  const kvm = new Kvm(deps.nc);
+  const [sessionsKv, runnersKv, names, idempotency, environments] = await Promise.all([
+    kvm.open(Buckets.sessions),
+    kvm.open(Buckets.runners),
+    kvm.open(Buckets.names),
+    kvm.open(Buckets.idempotency),
+    kvm.open(Buckets.environments),
+  ]);
+  const ctx = {
+    ...deps,
+    js: jetstream(deps.nc),
+    sessions: new SessionRecords(sessionsKv, Session),
+    runners: new RunnerRecords(runnersKv, Runner),
+    sessionView: new KvView(Session),
+    runnerView: new KvView(Runner),
+    names,
+    idempotency,
+    environments,
+    requestPlacement: () => {},
+  } satisfies SchedulerContext;
+  ctx.requestPlacement = createPlacer(ctx);
+  // A session that becomes queued, or a runner that changes, may make a placement possible.
+  await ctx.sessionView.start(deps.nc, sessionsKv, Buckets.sessions, deps.log, () => ctx.requestPlacement());
+  await ctx.runnerView.start(deps.nc, runnersKv, Buckets.runners, deps.log, () => ctx.requestPlacement());
+  return ctx;
+}
+
+function serveApi(ctx: SchedulerContext): Subscription[] {
+  const opts = { metrics: ctx.bus, log: ctx.log };
+  return [
+    serveRpc(ctx.nc, Api.createSession, (req) => createSession(ctx, req.scope, req.body), opts),
+    serveRpc(ctx.nc, Api.getSession, async (req) => ({ session: (await getSession(ctx, req.scope, req.sessionId)).value }), opts),
+    serveRpc(ctx.nc, Api.listSessions, async (req) => listSessions(ctx, req), opts),
+    serveRpc(ctx.nc, Api.deleteSession, async (req) => ({ session: await deleteSession(ctx, req.scope, req.sessionId) }), opts),
+    serveRpc(ctx.nc, Api.attachSession, async (req) => ({ session: await attachSession(ctx, req.scope, req.sessionId, req.mode) }), opts),
+    serveRpc(ctx.nc, Api.listRunners, async (req) => listRunners(ctx, req), opts),
+  ];
+}
+
+/**
+ * Registration answers with the bare reply (no envelope): a runner that gets
+ * no answer, for any reason, simply retries.
+ */
+function serveRegistration(ctx: SchedulerContext): Subscription {
+  return ctx.nc.subscribe(Subjects.register, {
+    queue: "scheduler",
+    callback: (err, msg) => {
+      if (err) return;
+      const decoded = decodeJson(RegisterRunnerRequest, msg.data);
+      if (!decoded.ok) {
+        ctx.bus.invalidMessages.inc({ subject: Subjects.register });
+        return;
+      }
+      registerRunner(ctx, decoded.value).then(
+        (reply) => msg.respond(encodeJson(RegisterRunnerReply, reply)),
+        (e: unknown) => ctx.log.error({ err: e, runnerId: decoded.value.runnerId }, "registration failed"),
+      );
+    },
+  });
+}
+
+export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
+  const ctx = await buildContext(deps);
+  await ensureFactsConsumer(deps.nc);
+  const facts: ConsumerHandle = await consumeTyped(ctx.js, {
+    stream: Streams.runner,
+    consumer: RUNNER_FACTS_CONSUMER,
+    schema: RunnerFact,
+    metrics: ctx.bus,
+    log: ctx.log,
+    handler: async (fact) => {
+      const outcome = await applyRunnerFact(ctx, fact);
+      if (outcome !== "applied") ctx.log.debug({ sessionId: fact.sessionId, type: fact.type, outcome }, "runner fact not applied");
+    },
+  });
+  const subs = [...serveApi(ctx), serveRegistration(ctx)];
+  // Placement is event driven; the tick retries what could not be placed (e.g. a lost race).
+  const tick = setInterval(() => ctx.requestPlacement(), deps.config.tickMs);
+  ctx.requestPlacement();
+  return {
+    context: ctx,
+    stop: async () => {
+      clearInterval(tick);
+      for (const s of subs) s.unsubscribe();
+      await facts.stop();
+      ctx.sessionView.stop();
+      ctx.runnerView.stop();
+    },
+  };
+}

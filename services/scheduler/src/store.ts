@@ -1,0 +1,94 @@
+import type { KV } from "@nats-io/kv";
+import type { z } from "zod";
+import type { Runner, Session} from "@paddock/contracts";
+import { ConflictError, runnerKey, sessionKey, UnavailableError } from "@paddock/contracts";
+import { decodeJson, encodeJson, isWrongLastSequence } from "@paddock/bus";
+
+/** A value read from KV together with the revision a compare-and-set must name. */
+export interface Versioned<T> {
+  value: T;
+  revision: number;
+}
+
+/** Thrown when a compare-and-set lost: someone else wrote first. Retryable. */
+export class CasConflictError extends UnavailableError {
+  constructor(key: string) {
+    super(`concurrent update of ${key}`);
+  }
+}
+
+/**
+ * Typed access to one KV bucket where every write is a create or a
+ * compare-and-set on the revision read: the store-side half of fencing.
+ */
+export class Records<S extends z.ZodType> {
+  constructor(
+    private readonly kv: KV,
+    private readonly schema: S,
+  ) {}
+
+  async get(key: string): Promise<Versioned<z.infer<S>> | undefined> {
+    const entry = await this.kv.get(key);
+    if (!entry || entry.operation !== "PUT") return undefined;
+    const decoded = decodeJson(this.schema, entry.value);
+    if (!decoded.ok) throw new UnavailableError(`stored record ${key} is unreadable`);
+    return { value: decoded.value, revision: entry.revision };
+  }
+
+  /** Creates the key; ConflictError when it already exists. */
+  async create(key: string, value: z.input<S>): Promise<Versioned<z.infer<S>>> {
+    try {
+      const revision = await this.kv.create(key, encodeJson(this.schema, value));
+      return { value: value as z.infer<S>, revision };
+    } catch (err) {
+      if (isWrongLastSequence(err)) throw new ConflictError(`${key} already exists`);
+      throw err;
+    }
+  }
+
+  /** Writes only if the key is still at `revision`; CasConflictError otherwise. */
+  async update(key: string, value: z.input<S>, revision: number): Promise<Versioned<z.infer<S>>> {
+    try {
+      const next = await this.kv.update(key, encodeJson(this.schema, value), revision);
+      return { value: value as z.infer<S>, revision: next };
+    } catch (err) {
+      if (isWrongLastSequence(err)) throw new CasConflictError(key);
+      throw err;
+    }
+  }
+
+  /**
+   * Read-modify-write with compare-and-set, retried on lost races. `change`
+   * returns the next value, or undefined to write nothing.
+   */
+  async mutate(
+    key: string,
+    change: (current: z.infer<S>) => z.input<S> | undefined,
+    attempts = 20,
+  ): Promise<Versioned<z.infer<S>> | undefined> {
+    for (let i = 0; i < attempts; i++) {
+      const current = await this.get(key);
+      if (!current) return undefined;
+      const next = change(current.value);
+      if (next === undefined) return current;
+      try {
+        return await this.update(key, next, current.revision);
+      } catch (err) {
+        if (!(err instanceof CasConflictError)) throw err;
+      }
+    }
+    throw new CasConflictError(key);
+  }
+}
+
+export class SessionRecords extends Records<typeof Session> {
+  keyOf(s: { workspaceId: string; id: string }): string {
+    return sessionKey(s.workspaceId, s.id);
+  }
+}
+
+export class RunnerRecords extends Records<typeof Runner> {
+  keyOf(r: { poolId: string; id: string }): string {
+    return runnerKey(r.poolId, r.id);
+  }
+}
