@@ -25,4 +25,12 @@ export default tseslint.config(
       "no-restricted-syntax": ["error", { selector: "TSEnumDeclaration", message: "use an `as const` object" }],
     },
   },
+  {
+    // One loadConfig(env) per service: only entry points hand process.env to it.
+    files: ["services/*/src/**/*.ts", "shared/*/src/**/*.ts", "cli/src/**/*.ts"],
+    ignores: ["**/main.ts", "**/*.test.ts", "**/test-support.ts", "**/testkit.ts", "shared/testing/**", "cli/src/testing/**"],
+    rules: {
+      "no-restricted-properties": ["error", { object: "process", property: "env", message: "read configuration through loadConfig(env) in main.ts" }],
+    },
+  },
 );
