@@ -10,6 +10,7 @@ import serialize from "@xterm/addon-serialize";
 export class ScreenEmulator {
   private readonly term: xterm.Terminal;
   private readonly addon: serialize.SerializeAddon;
+  private disposed = false;
 
   constructor(cols = 80, rows = 24, scrollback = 1000) {
     this.term = new xterm.Terminal({ cols, rows, scrollback, allowProposedApi: true });
@@ -25,10 +26,14 @@ export class ScreenEmulator {
   /** Resolves once every queued write is parsed, with the serialized screen. */
   async snapshot(): Promise<Buffer> {
     await new Promise<void>((resolve) => this.term.write("", resolve));
+    // The socket may have closed (and disposed us) while the parser caught up.
+    if (this.disposed) return Buffer.alloc(0);
     return Buffer.from(this.addon.serialize(), "utf8");
   }
 
   dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
     this.term.dispose();
   }
 }
