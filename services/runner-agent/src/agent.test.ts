@@ -36,7 +36,7 @@ async function dispatch(t: TestAgent, cmd: DispatchCommand): Promise<void> {
 }
 
 function startCmd(t: TestAgent, sessionId: string, spec: PortableSpec, placementGeneration = 1): DispatchCommand {
-  return { type: "start", sessionId, workspaceId: "ws1", runnerGeneration: t.agent.generation, placementGeneration, spec, mode: "run" };
+  return { type: "start", sessionId, workspaceId: "ws1", runnerGeneration: t.agent.generation, placementGeneration, spec, mode: "run", trigger: "initial" };
 }
 
 function sendInput(sessionId: string, app: string, kind: string | undefined, generation: string | undefined, body: Uint8Array | string = "") {

@@ -46,7 +46,7 @@ export async function dispatch(ctx: SchedulerContext, s: Session, type: "start" 
     placementGeneration: s.placementGeneration,
   };
   const cmd: DispatchCommand =
-    type === "start" ? { type, ...base, spec: s.spec, mode: s.mode } : { type, ...base };
+    type === "start" ? { type, ...base, spec: s.spec, mode: s.mode, trigger: "initial" } : { type, ...base };
   // The msg id makes a retried publish (after a timeout) land once.
   await ctx.js.publish(Subjects.dispatch(s.poolId, s.runnerId), encodeJson(DispatchCommand, cmd), {
     msgID: `${type}.${s.id}.${s.placementGeneration}.${runnerGeneration}`,

@@ -3,7 +3,8 @@ import { ErrorBody } from "./errors.ts";
 import { Runner } from "./fleet.ts";
 import { Id } from "./ids.ts";
 import { Scope } from "./auth.ts";
-import { CreateSessionBody, Session } from "./session.ts";
+import { CreateEnvironmentBody, Environment, UpdateEnvironmentBody } from "./environment.ts";
+import { Checkpoint, CreateSessionBody, Session } from "./session.ts";
 import { AttachMode } from "./terminal.ts";
 import { Subjects } from "./names.ts";
 
@@ -74,6 +75,73 @@ export const Api = {
     "attach",
     z.object({ scope: Scope, sessionId: Id, mode: AttachMode }).strict(),
     z.object({ session: Session }).strict(),
+  ),
+  /** Warm: processes stopped in place, slot kept. Cold: checkpoint, sandbox removed, slot freed. */
+  suspendSession: rpc(
+    "sessions",
+    "suspend",
+    z.object({ scope: Scope, sessionId: Id, warm: z.boolean() }).strict(),
+    z.object({ session: Session }).strict(),
+  ),
+  /** Warm: continue in place. Cold: queue for placement on any runner of the pool, restore, restart apps. */
+  resumeSession: rpc(
+    "sessions",
+    "resume",
+    z.object({ scope: Scope, sessionId: Id }).strict(),
+    z.object({ session: Session }).strict(),
+  ),
+  /** Checkpoints a running session without stopping it. */
+  snapshotSession: rpc(
+    "sessions",
+    "snapshot",
+    z.object({ scope: Scope, sessionId: Id }).strict(),
+    z.object({ checkpoint: Checkpoint, session: Session }).strict(),
+  ),
+  /** Releases the session and creates a fresh one with the same spec and a new id. */
+  recycleSession: rpc(
+    "sessions",
+    "recycle",
+    z.object({ scope: Scope, sessionId: Id }).strict(),
+    z.object({ released: Session, session: Session }).strict(),
+  ),
+  /** Starts the next generation of one app. */
+  restartApp: rpc(
+    "sessions",
+    "restart_app",
+    z.object({ scope: Scope, sessionId: Id, app: Id }).strict(),
+    z.object({ session: Session }).strict(),
+  ),
+  createEnvironment: rpc(
+    "environments",
+    "create",
+    z.object({ scope: Scope, body: CreateEnvironmentBody }).strict(),
+    z.object({ environment: Environment }).strict(),
+  ),
+  getEnvironment: rpc(
+    "environments",
+    "get",
+    z.object({ scope: Scope, environmentId: Id }).strict(),
+    z.object({ environment: Environment }).strict(),
+  ),
+  /** Stable (name, id) order. */
+  listEnvironments: rpc(
+    "environments",
+    "list",
+    z.object({ scope: Scope, limit: z.number().int().min(1).max(MAX_PAGE_LIMIT), cursor: z.string().max(512).optional() }).strict(),
+    z.object({ environments: z.array(Environment), nextCursor: z.string().optional() }).strict(),
+  ),
+  updateEnvironment: rpc(
+    "environments",
+    "update",
+    z.object({ scope: Scope, environmentId: Id, body: UpdateEnvironmentBody }).strict(),
+    z.object({ environment: Environment }).strict(),
+  ),
+  /** Refused (conflict) while a non-terminal session uses the environment. */
+  deleteEnvironment: rpc(
+    "environments",
+    "delete",
+    z.object({ scope: Scope, environmentId: Id }).strict(),
+    z.object({ environment: Environment }).strict(),
   ),
   listRunners: rpc(
     "runners",

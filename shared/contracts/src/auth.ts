@@ -11,8 +11,15 @@ export type Actor = z.infer<typeof Actor>;
 export const WorkspaceRole = z.enum(["member", "admin"]);
 export type WorkspaceRole = z.infer<typeof WorkspaceRole>;
 
-/** The caller of an operation: who, in which workspace. */
-export const Scope = z.object({ workspaceId: Id, actor: Actor }).strict();
+/** The caller of an operation: who, in which workspace, and for a session's own token, which session. */
+export const Scope = z
+  .object({
+    workspaceId: Id,
+    actor: Actor,
+    /** Set when the caller is a session's service principal; its creates become children. */
+    sessionId: Id.optional(),
+  })
+  .strict();
 export type Scope = z.infer<typeof Scope>;
 
 /** A token record in KV `tokens` under the hex sha256 of the token; the token itself is never stored. */
@@ -20,6 +27,8 @@ export const TokenRecord = z
   .object({
     workspaceId: Id,
     actor: Actor,
+    /** For a session's service token: the session it acts for. */
+    sessionId: Id.optional(),
     /** Label shown in listings; never the token. */
     label: z.string().max(128).optional(),
     createdAt: EpochMs,

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { EpochMs, Generation, Id } from "./ids.ts";
-import { PortableSpec, SessionMode } from "./session.ts";
+import { BootEnvironment } from "./environment.ts";
+import { AppRun, Checkpoint, PortableSpec, RunTrigger, SessionMode } from "./session.ts";
 
 export const RunnerState = { active: "active", draining: "draining", cordoned: "cordoned", lost: "lost" } as const;
 export type RunnerState = (typeof RunnerState)[keyof typeof RunnerState];
@@ -91,8 +92,44 @@ export const RunnerFact = z.discriminatedUnion("type", [
     .strict(),
   z.object({ type: z.literal("failed"), ...factBase, reason: z.string().max(512) }).strict(),
   z.object({ type: z.literal("destroyed"), ...factBase }).strict(),
+  /** Warm: processes stopped in place. Cold: workspace checkpointed, sandbox removed. */
+  z.object({ type: z.literal("suspended"), ...factBase, warm: z.boolean(), checkpoint: Checkpoint.optional() }).strict(),
+  /** A warm-suspended sandbox continues. */
+  z.object({ type: z.literal("resumed"), ...factBase }).strict(),
+  /** A checkpoint of a running sandbox (snapshot or periodic), answering `checkpoint`. */
+  z.object({ type: z.literal("checkpointed"), ...factBase, requestId: Id, checkpoint: Checkpoint }).strict(),
+  /** The runner could not do what a command asked (suspend, resume, checkpoint); the session keeps its state. */
+  z.object({ type: z.literal("refused"), ...factBase, requestId: Id, reason: z.string().max(512) }).strict(),
+  /** One app's generation started, completed or failed; the session's state is untouched. */
+  z
+    .object({
+      type: z.literal("app"),
+      ...factBase,
+      app: Id,
+      run: AppRun,
+      /** Milliseconds the generation ran, once it ended. */
+      durationMs: z.number().int().nonnegative().optional(),
+    })
+    .strict(),
+  /** A snapshot of an environment's setup, built for setupHash. */
+  z
+    .object({
+      type: z.literal("env_snapshot"),
+      ...factBase,
+      environmentId: Id,
+      setupHash: z.string(),
+      checkpoint: Checkpoint,
+    })
+    .strict(),
 ]);
 export type RunnerFact = z.infer<typeof RunnerFact>;
+
+const commandBase = {
+  sessionId: Id,
+  workspaceId: Id,
+  runnerGeneration: Generation,
+  placementGeneration: Generation,
+};
 
 /** A scheduler command to one runner, on DISPATCH `paddock.dispatch.<pool>.<runner>`. */
 export const DispatchCommand = z.discriminatedUnion("type", [
@@ -105,6 +142,15 @@ export const DispatchCommand = z.discriminatedUnion("type", [
       placementGeneration: Generation,
       spec: PortableSpec,
       mode: SessionMode,
+      /** initial: a fresh sandbox; resume: restore `restore` first (cold resume). */
+      trigger: z.enum(["initial", "resume"]),
+      restore: Checkpoint.optional(),
+      environment: BootEnvironment.optional(),
+      /**
+       * The session's own service token, injected into the sandbox as
+       * PADDOCK_TOKEN so its agent can create child sessions. A secret: never logged.
+       */
+      sessionToken: z.string().min(16).max(256).optional(),
     })
     .strict(),
   z
@@ -116,5 +162,13 @@ export const DispatchCommand = z.discriminatedUnion("type", [
       placementGeneration: Generation,
     })
     .strict(),
+  /** Warm: stop the processes in place (slot kept). Cold: checkpoint, then remove the sandbox. */
+  z.object({ type: z.literal("suspend"), ...commandBase, requestId: Id, warm: z.boolean() }).strict(),
+  /** Continue a warm-suspended sandbox. */
+  z.object({ type: z.literal("resume"), ...commandBase, requestId: Id }).strict(),
+  /** Checkpoint the workspace without stopping anything. */
+  z.object({ type: z.literal("checkpoint"), ...commandBase, requestId: Id }).strict(),
+  /** Start the next generation of one app. */
+  z.object({ type: z.literal("restart_app"), ...commandBase, requestId: Id, app: Id, trigger: RunTrigger }).strict(),
 ]);
 export type DispatchCommand = z.infer<typeof DispatchCommand>;

@@ -7,3 +7,4 @@ export * from "./auth.ts";
 export * from "./names.ts";
 export * from "./terminal.ts";
 export * from "./api.ts";
+export * from "./environment.ts";

@@ -42,6 +42,9 @@ export const Subjects = {
   /** Gateway → scheduler request/reply; schedulers serve it in one queue group. */
   api: (resource: string, verb: string) => `paddock.api.v1.${resource}.${verb}`,
   register: "paddock.fleet.v1.register",
+  /** Gateway heartbeat while clients are attached to a session: core NATS, all schedulers listen. */
+  presence: (sessionId: string) => `paddock.presence.${sessionId}`,
+  presenceAll: "paddock.presence.*",
 } as const;
 
 /** Header names carried on bus messages. */

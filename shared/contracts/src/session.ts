@@ -127,6 +127,48 @@ export const SessionFact = z
   .strict();
 export type SessionFact = z.infer<typeof SessionFact>;
 
+/** A portable, opaque reference to a workspace snapshot (object store `checkpoints` or `env-snapshots`). */
+export const Checkpoint = z
+  .object({
+    /** `<store>/<object name>`; opaque to clients. */
+    ref: z.string().min(1).max(512),
+    /** Archive format of the object, e.g. "tar+gzip". */
+    format: z.string().min(1).max(32),
+    /** What a runner needs to boot it ("portable": any runner of the pool). */
+    capabilities: z.array(z.string().min(1).max(64)).max(16),
+  })
+  .strict();
+export type Checkpoint = z.infer<typeof Checkpoint>;
+
+export const RunTrigger = z.enum(["initial", "watch", "manual", "resume"]);
+export type RunTrigger = z.infer<typeof RunTrigger>;
+
+/** One app's current generation as the record shows it (seed 000's run projection). */
+export const AppRun = z
+  .object({
+    /** Counts from 1; each restart of the app opens the next. */
+    generation: z.number().int().positive(),
+    phase: z.enum(["running", "completed", "failed"]),
+    trigger: RunTrigger,
+    exitCode: z.number().int().nullable().optional(),
+    reason: z.string().max(512).optional(),
+    startedAt: EpochMs,
+    endedAt: EpochMs.optional(),
+  })
+  .strict();
+export type AppRun = z.infer<typeof AppRun>;
+
+/** An operation the scheduler asked a runner for and is waiting on; it has a deadline. */
+export const PendingOp = z
+  .object({
+    op: z.enum(["suspend_warm", "suspend_cold", "resume_warm", "snapshot"]),
+    /** Correlates the runner's answer (snapshot). */
+    requestId: Id,
+    requestedAt: EpochMs,
+  })
+  .strict();
+export type PendingOp = z.infer<typeof PendingOp>;
+
 /** The session record stored in KV `sessions` under `<workspace>.<session>`. */
 export const Session = z
   .object({
@@ -151,6 +193,18 @@ export const Session = z
     childExitCode: z.number().int().nullable(),
     /** Why the session failed or died; a sentence, never a raw provider error. */
     error: z.string().optional(),
+    /** Identity of the environment setup this session was dispatched with. */
+    setupHash: z.string().optional(),
+    /** The latest checkpoint (cold suspend, snapshot, periodic); a cold resume restores it. */
+    checkpoint: Checkpoint.optional(),
+    /** When the latest checkpoint was taken. */
+    checkpointedAt: EpochMs.optional(),
+    /** An operation in flight on the runner, with its own timeout. */
+    pending: PendingOp.optional(),
+    /** Per-app generations, by app name. */
+    apps: z.record(z.string(), AppRun).optional(),
+    /** When the session last became idle (no attached client); watch sessions suspend after idleMs. */
+    idleSince: EpochMs.optional(),
     createdAt: EpochMs,
     updatedAt: EpochMs,
     lastFact: SessionFact,

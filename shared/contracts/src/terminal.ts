@@ -73,3 +73,14 @@ export function decodeOutputFrame(frame: Uint8Array): { cursor: number; bytes: U
   const view = new DataView(frame.buffer, frame.byteOffset, frame.byteLength);
   return { cursor: Number(view.getBigUint64(0)), bytes: frame.subarray(8) };
 }
+
+/** Body of a presence heartbeat on `paddock.presence.<session>`. */
+export const Presence = z
+  .object({
+    sessionId: Id,
+    workspaceId: Id,
+    /** Clients attached through the sending gateway (0: the last one left). */
+    clients: z.number().int().nonnegative(),
+  })
+  .strict();
+export type Presence = z.infer<typeof Presence>;

@@ -1,0 +1,110 @@
+import { z } from "zod";
+import { EpochMs, Id } from "./ids.ts";
+import { Checkpoint } from "./session.ts";
+
+/** One declared attachment of an environment; opaque to the control model. */
+export const Connector = z.object({ type: z.string().min(1).max(64), raw: z.unknown() }).strict();
+
+/** Portable sizing an environment (or host policy) asks of a runner; never from a create request. */
+export const Requirements = z
+  .object({
+    capabilities: z.array(z.string().min(1).max(64)).max(64),
+    /** Millicores. */
+    minCpuMillis: z.number().int().nonnegative(),
+    minMemoryBytes: z.number().int().nonnegative(),
+    minDiskBytes: z.number().int().nonnegative(),
+  })
+  .strict();
+export type Requirements = z.infer<typeof Requirements>;
+
+export const NO_REQUIREMENTS: Requirements = { capabilities: [], minCpuMillis: 0, minMemoryBytes: 0, minDiskBytes: 0 };
+
+/** A secret's name; values live in a secret store and never in a record. */
+const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "secret names are env-var style");
+const Host = z.string().min(1).max(253);
+const Script = z.string().max(64 * 1024);
+
+/** The environment record in KV `environments` under `<workspace>.<environment>`. */
+export const Environment = z
+  .object({
+    id: Id,
+    workspaceId: Id,
+    name: z.string().min(1).max(128),
+    image: z.string().max(512).optional(),
+    setup: Script.optional(),
+    /** sha256 of image + setup: the identity of the build inputs. */
+    setupHash: z.string(),
+    /** Per-boot hook, run after setup on every boot. */
+    init: Script.optional(),
+    initTimeoutSec: z.number().int().positive().max(3600).optional(),
+    setupTimeoutSec: z.number().int().positive().max(24 * 3600).optional(),
+    egressAllow: z.array(Host).max(256),
+    secretRefs: z.array(SecretName).max(128),
+    connectors: z.array(Connector).max(32),
+    requirements: Requirements,
+    /** Snapshot built from setup; valid only while snapshotHash equals setupHash. */
+    snapshot: Checkpoint.optional(),
+    snapshotHash: z.string().optional(),
+    createdAt: EpochMs,
+    updatedAt: EpochMs,
+  })
+  .strict();
+export type Environment = z.infer<typeof Environment>;
+
+/** Body of POST /v1/environments. */
+export const CreateEnvironmentBody = z
+  .object({
+    name: z.string().min(1).max(128),
+    image: z.string().min(1).max(512).optional(),
+    setup: Script.optional(),
+    init: Script.optional(),
+    initTimeoutSec: z.number().int().positive().max(3600).optional(),
+    setupTimeoutSec: z.number().int().positive().max(24 * 3600).optional(),
+    egressAllow: z.array(Host).max(256).optional(),
+    secretRefs: z.array(SecretName).max(128).optional(),
+    connectors: z.array(Connector).max(32).optional(),
+    requirements: Requirements.partial().strict().optional(),
+  })
+  .strict();
+export type CreateEnvironmentBody = z.infer<typeof CreateEnvironmentBody>;
+
+/**
+ * Body of PATCH /v1/environments/:id, pointer semantics: an absent field is
+ * unchanged; an explicit empty value ("" or []) clears it.
+ */
+export const UpdateEnvironmentBody = z
+  .object({
+    name: z.string().min(1).max(128).optional(),
+    image: z.string().max(512).optional(),
+    setup: Script.optional(),
+    init: Script.optional(),
+    initTimeoutSec: z.number().int().positive().max(3600).optional(),
+    setupTimeoutSec: z.number().int().positive().max(24 * 3600).optional(),
+    egressAllow: z.array(Host).max(256).optional(),
+    secretRefs: z.array(SecretName).max(128).optional(),
+    connectors: z.array(Connector).max(32).optional(),
+    requirements: Requirements.partial().strict().optional(),
+  })
+  .strict();
+export type UpdateEnvironmentBody = z.infer<typeof UpdateEnvironmentBody>;
+
+/** What a runner needs of an environment to boot a session from it (carried on `start`). */
+export const BootEnvironment = z
+  .object({
+    environmentId: Id,
+    setup: Script.optional(),
+    setupHash: z.string(),
+    setupTimeoutSec: z.number().int().positive().optional(),
+    init: Script.optional(),
+    initTimeoutSec: z.number().int().positive().optional(),
+    /** A valid snapshot of setup to restore instead of running setup again. */
+    snapshot: Checkpoint.optional(),
+    secretRefs: z.array(SecretName),
+  })
+  .strict();
+export type BootEnvironment = z.infer<typeof BootEnvironment>;
+
+export function environmentKey(workspaceId: string, environmentId: string): string {
+  return `${workspaceId}.${environmentId}`;
+}
+
