@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { EpochMs, Id } from "./ids.ts";
-import { Checkpoint } from "./session.ts";
+import { Checkpoint, SessionFact } from "./session.ts";
 
 /** One declared attachment of an environment; opaque to the control model. */
 export const Connector = z.object({ type: z.string().min(1).max(64), raw: z.unknown() }).strict();
@@ -47,6 +47,8 @@ export const Environment = z
     snapshotHash: z.string().optional(),
     createdAt: EpochMs,
     updatedAt: EpochMs,
+    /** The fact this revision commits (create, update, snapshot, delete), for the audit feed. */
+    lastFact: SessionFact,
   })
   .strict();
 export type Environment = z.infer<typeof Environment>;
