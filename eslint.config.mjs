@@ -14,6 +14,8 @@ export default tseslint.config(
     plugins: { "import-x": importX },
     settings: {
       "import-x/resolver-next": [importX.createNodeResolver({ extensions: [".ts", ".js"] })],
+      "import-x/extensions": [".ts", ".js"],
+      "import-x/parsers": { "@typescript-eslint/parser": [".ts"] },
     },
     rules: {
       "@typescript-eslint/no-floating-promises": "error",

@@ -11,6 +11,29 @@ const SchedulerEnv = z.object({
   PADDOCK_REDISPATCH_AFTER_MS: ms.default(5_000),
   /** Pool a session is placed in when nothing selects another. */
   PADDOCK_DEFAULT_POOL: z.string().default("default"),
+  /** A session still queued after this fails: no eligible runner with capacity took it. */
+  PADDOCK_QUEUED_TIMEOUT_MS: ms.default(5 * 60_000),
+  /** A session still creating after this fails: its runner did not start the sandbox. */
+  PADDOCK_CREATING_TIMEOUT_MS: ms.default(120_000),
+  /** A suspend, warm resume or snapshot the runner has not answered after this is abandoned. */
+  PADDOCK_PENDING_TIMEOUT_MS: ms.default(60_000),
+  /** How long a suspend/resume/snapshot request waits for the runner before answering. */
+  PADDOCK_OPERATION_WAIT_MS: ms.default(30_000),
+  /** Terminal records are deleted after this. */
+  PADDOCK_TERMINAL_TTL_MS: ms.default(7 * 24 * 60 * 60_000),
+  /** Cold-suspended sessions are destroyed after this. */
+  PADDOCK_SUSPENDED_TTL_MS: ms.default(24 * 60 * 60_000),
+  /** A watch session with no attached client for this long is suspended cold. */
+  PADDOCK_IDLE_MS: ms.default(10 * 60_000),
+  /** Running sessions are checkpointed this often; 0 turns periodic checkpoints off. */
+  PADDOCK_CHECKPOINT_INTERVAL_MS: z.coerce.number().int().nonnegative().default(10 * 60_000),
+  /** Records kept per workspace; at the limit the oldest reclaimable one gives way. */
+  PADDOCK_MAX_SESSIONS_PER_WORKSPACE: z.coerce.number().int().positive().default(1_000),
+  /**
+   * Key that derives each session's service token (HMAC of session and
+   * placement generation). Every scheduler replica needs the same one.
+   */
+  PADDOCK_SESSION_TOKEN_SECRET: z.string().min(16).optional(),
 });
 
 export type SchedulerConfig = ReturnType<typeof loadConfig>;
@@ -28,5 +51,15 @@ export function loadConfig(env: Record<string, string | undefined>) {
     tickMs: e.PADDOCK_SCHEDULER_TICK_MS,
     redispatchAfterMs: e.PADDOCK_REDISPATCH_AFTER_MS,
     defaultPool: e.PADDOCK_DEFAULT_POOL,
+    queuedTimeoutMs: e.PADDOCK_QUEUED_TIMEOUT_MS,
+    creatingTimeoutMs: e.PADDOCK_CREATING_TIMEOUT_MS,
+    pendingTimeoutMs: e.PADDOCK_PENDING_TIMEOUT_MS,
+    operationWaitMs: e.PADDOCK_OPERATION_WAIT_MS,
+    terminalTtlMs: e.PADDOCK_TERMINAL_TTL_MS,
+    suspendedTtlMs: e.PADDOCK_SUSPENDED_TTL_MS,
+    idleMs: e.PADDOCK_IDLE_MS,
+    checkpointIntervalMs: e.PADDOCK_CHECKPOINT_INTERVAL_MS,
+    maxSessionsPerWorkspace: e.PADDOCK_MAX_SESSIONS_PER_WORKSPACE,
+    sessionTokenSecret: e.PADDOCK_SESSION_TOKEN_SECRET,
   };
 }

@@ -8,7 +8,10 @@ import type {
 import {
   canTransition,
   ConflictError,
+  isTerminal,
   type AuditAction,
+  type BootEnvironment,
+  type RunnerFact,
   type NewId,
   type Now,
   type SessionState,
@@ -18,6 +21,8 @@ import type { Logger } from "@paddock/logging";
 import type { SchedulerConfig } from "./config.ts";
 import type { RunnerRecords, SessionRecords, Versioned } from "./store.ts";
 import type { KvView } from "./view.ts";
+import type { PresenceTracker } from "./presence.ts";
+import type { SessionWaiters } from "./waiters.ts";
 
 export interface SchedulerMetrics {
   /** Runner facts dropped because their generations do not match the record. */
@@ -62,8 +67,18 @@ export interface SchedulerContext {
   names: KV;
   idempotency: KV;
   environments: KV;
+  /** KV `tokens`: the scheduler mints and revokes sessions' service tokens there. */
+  tokens: KV;
+  waiters: SessionWaiters;
+  presence: PresenceTracker;
+  /** The environment part of a start command (empty for a scratch session). */
+  bootEnvironment(s: Session): Promise<{ environment?: BootEnvironment }>;
+  /** Records an environment snapshot fact (only while its setup hash still matches). */
+  applyEnvSnapshot(fact: Extract<RunnerFact, { type: "env_snapshot" }>): Promise<void>;
   /** Asks for a placement pass soon (coalesced). */
   requestPlacement(): void;
+  /** Runs once when a session becomes terminal: revoke its token, end its children. */
+  onTerminal(s: Session): void;
 }
 
 /** The actor id recorded for what the scheduler does on its own (timeouts, reconciliation). */
@@ -97,10 +112,15 @@ export function withFact(
   return { ...s, updatedAt: at, lastFact: { eventId: ctx.newId("evt"), action, actorId, at } };
 }
 
-/** Compare-and-set a session revision and apply it to the local view at once. */
-export async function writeSession(ctx: SchedulerContext, next: Session, revision: number): Promise<Versioned<Session>> {
-  const written = await ctx.sessions.update(ctx.sessions.keyOf(next), next, revision);
+/**
+ * Compare-and-set the revision `current` was read at, apply the result to the
+ * local view at once, and run the end-of-life hook exactly once: only the
+ * writer whose CAS moved the session out of a live state gets here with it.
+ */
+export async function writeSession(ctx: SchedulerContext, current: Versioned<Session>, next: Session): Promise<Versioned<Session>> {
+  const written = await ctx.sessions.update(ctx.sessions.keyOf(next), next, current.revision);
   ctx.sessionView.apply(ctx.sessions.keyOf(next), written);
+  if (isTerminal(next.state) && !isTerminal(current.value.state)) ctx.onTerminal(next);
   return written;
 }
 

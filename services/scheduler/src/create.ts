@@ -13,6 +13,7 @@ import {
 } from "@paddock/contracts";
 import { decodeJson, encodeJson, isWrongLastSequence } from "@paddock/bus";
 import type { SchedulerContext } from "./context.ts";
+import { makeRoom } from "./evict.ts";
 
 /** What an idempotency key maps to: the whole record it created, so a replay after a crash can finish the job. */
 const IdempotencyRecord = z.object({ bodyHash: z.string(), session: Session }).strict();
@@ -62,10 +63,23 @@ function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody)
   };
 }
 
+/**
+ * A session's own service principal creates children: its session is the
+ * parent, whatever the body says (a different parentId is refused).
+ */
+function withParentOfScope(scope: Scope, body: CreateSessionBody): CreateSessionBody {
+  if (scope.sessionId === undefined) return body;
+  if (body.parentId !== undefined && body.parentId !== scope.sessionId) {
+    throw new InvalidError("a session's token can only create children of that session");
+  }
+  return { ...body, parentId: scope.sessionId };
+}
+
 async function checkReferences(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody): Promise<void> {
   if (body.parentId !== undefined) {
     const parent = await ctx.sessions.get(sessionKey(scope.workspaceId, body.parentId));
     if (!parent) throw new InvalidError("parentId names no session of this workspace");
+    if (isTerminal(parent.value.state)) throw new ConflictError("the parent session has ended");
   }
   if (body.environmentId !== undefined) {
     const env = await ctx.environments.get(`${scope.workspaceId}.${body.environmentId}`);
@@ -124,8 +138,9 @@ async function ensureWritten(ctx: SchedulerContext, s: Session): Promise<Session
 export async function createSession(
   ctx: SchedulerContext,
   scope: Scope,
-  body: CreateSessionBody,
+  requested: CreateSessionBody,
 ): Promise<{ session: Session; replayed: boolean }> {
+  const body = withParentOfScope(scope, requested);
   await checkReferences(ctx, scope, body);
   let record = newRecord(ctx, scope, body);
   let replayed = false;
@@ -143,6 +158,9 @@ export async function createSession(
       record = stored.value.session;
       replayed = true;
     }
+  }
+  if (!replayed && !(await makeRoom(ctx, scope.workspaceId))) {
+    throw new ConflictError(`workspace is at its limit of ${ctx.config.maxSessionsPerWorkspace} sessions, all live`);
   }
   await reserveName(ctx, record);
   const session = await ensureWritten(ctx, record);

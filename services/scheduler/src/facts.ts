@@ -1,9 +1,41 @@
 import { canTransition, occupiesSlot, runnerKey, sessionKey, type RunnerFact, type Session } from "@paddock/contracts";
-import { transition, writeSession, type SchedulerContext } from "./context.ts";
+import { transition, withFact, writeSession, type SchedulerContext } from "./context.ts";
 import { releaseSlot } from "./slots.ts";
 import { CasConflictError } from "./store.ts";
 
 type Outcome = "applied" | "stale" | "illegal" | "duplicate";
+
+function withoutPending(s: Session): Session {
+  const { pending: _pending, ...rest } = s;
+  return rest;
+}
+
+function onExited(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "exited" }>): Session | "illegal" | undefined {
+  if (!canTransition(s.state, "dead")) return s.state === "dead" || s.state === "destroyed" ? undefined : "illegal";
+  const error = fact.signal ? `process killed by ${fact.signal}` : undefined;
+  const patch = { childExitCode: fact.exitCode, ...(error ? { error } : {}) };
+  // A one-shot session is released as soon as its command exits (seed 002).
+  const to = s.oneShot ? "destroyed" : "dead";
+  return transition(ctx, withoutPending(s), to, "exit", fact.runnerId, patch);
+}
+
+function onSuspended(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "suspended" }>): Session | "illegal" | undefined {
+  const to = fact.warm ? "suspended_warm" : "suspended_cold";
+  if (s.state === to) return undefined;
+  if (!canTransition(s.state, to)) return "illegal";
+  const checkpoint = fact.checkpoint ? { checkpoint: fact.checkpoint, checkpointedAt: fact.at } : {};
+  return transition(ctx, withoutPending(s), to, "suspend", fact.runnerId, checkpoint);
+}
+
+function onApp(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "app" }>): Session | undefined {
+  const held = s.apps?.[fact.app];
+  const newer = !held || fact.run.generation > held.generation || (fact.run.generation === held.generation && held.phase === "running" && fact.run.phase !== "running");
+  if (!newer) return undefined;
+  const action = fact.run.phase === "running" ? "run.started" : fact.run.phase === "completed" ? "run.completed" : "run.failed";
+  const next = withFact(ctx, s, action, fact.runnerId);
+  next.apps = { ...s.apps, [fact.app]: fact.run };
+  return next;
+}
 
 /** What a fact asks of the record, or undefined when it changes nothing. */
 function nextFor(ctx: SchedulerContext, s: Session, fact: RunnerFact): Session | "illegal" | undefined {
@@ -11,18 +43,32 @@ function nextFor(ctx: SchedulerContext, s: Session, fact: RunnerFact): Session |
   switch (fact.type) {
     case "running":
       if (s.state === "running") return undefined;
-      if (!canTransition(s.state, "running") || s.state !== "creating") return "illegal";
+      if (s.state !== "creating") return "illegal";
       return transition(ctx, s, "running", "start", actor);
-    case "exited": {
-      if (!canTransition(s.state, "dead")) return s.state === "dead" ? undefined : "illegal";
-      const error = fact.signal ? `process killed by ${fact.signal}` : undefined;
-      return transition(ctx, s, "dead", "exit", actor, { childExitCode: fact.exitCode, ...(error ? { error } : {}) });
-    }
+    case "exited":
+      return onExited(ctx, s, fact);
     case "failed":
       if (!canTransition(s.state, "failed")) return s.state === "failed" ? undefined : "illegal";
-      return transition(ctx, s, "failed", "fail", actor, { error: fact.reason });
+      return transition(ctx, withoutPending(s), "failed", "fail", actor, { error: fact.reason });
     case "destroyed":
       // Teardown confirmed; the record already left the slot when it was deleted.
+      return undefined;
+    case "suspended":
+      return onSuspended(ctx, s, fact);
+    case "resumed":
+      if (s.state === "running") return undefined;
+      if (s.state !== "suspended_warm") return "illegal";
+      return transition(ctx, withoutPending(s), "running", "resume", actor);
+    case "checkpointed": {
+      const base = s.pending?.requestId === fact.requestId ? withoutPending(s) : s;
+      return { ...withFact(ctx, base, "snapshot", actor), checkpoint: fact.checkpoint, checkpointedAt: fact.at };
+    }
+    case "refused":
+      return s.pending?.requestId === fact.requestId ? withFact(ctx, withoutPending(s), "update", actor) : undefined;
+    case "app":
+      return onApp(ctx, s, fact);
+    case "env_snapshot":
+      // Not a session change: applied to the environment by applyRunnerFact.
       return undefined;
   }
 }
@@ -35,6 +81,10 @@ function nextFor(ctx: SchedulerContext, s: Session, fact: RunnerFact): Session |
  * superseded runner.
  */
 export async function applyRunnerFact(ctx: SchedulerContext, fact: RunnerFact): Promise<Outcome> {
+  if (fact.type === "env_snapshot") {
+    await ctx.applyEnvSnapshot(fact);
+    return "applied";
+  }
   for (;;) {
     const current = await ctx.sessions.get(sessionKey(fact.workspaceId, fact.sessionId));
     const runner = await ctx.runners.get(runnerKey(fact.poolId, fact.runnerId));
@@ -58,7 +108,7 @@ export async function applyRunnerFact(ctx: SchedulerContext, fact: RunnerFact): 
       return "illegal";
     }
     try {
-      await writeSession(ctx, next, current.revision);
+      await writeSession(ctx, current, next);
     } catch (err) {
       if (err instanceof CasConflictError) continue;
       throw err;

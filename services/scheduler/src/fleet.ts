@@ -7,7 +7,7 @@ import {
   type Session,
 } from "@paddock/contracts";
 import { SCHEDULER_ACTOR, transition, writeSession, type SchedulerContext } from "./context.ts";
-import { dispatch } from "./slots.ts";
+import { dispatchStart } from "./slots.ts";
 import { CasConflictError } from "./store.ts";
 
 function sessionsPlacedOn(ctx: SchedulerContext, poolId: string, runnerId: string): Session[] {
@@ -67,14 +67,14 @@ async function reconcile(ctx: SchedulerContext, req: RegisterRunnerRequest, gene
     const h = held.get(s.id);
     if (h && h.placementGeneration === s.placementGeneration) continue;
     if (s.state === "creating") {
-      await dispatch(ctx, s, "start", generation);
+      await dispatchStart(ctx, s, generation);
       continue;
     }
     const current = await ctx.sessions.get(ctx.sessions.keyOf(s));
     if (!current || current.value.placementGeneration !== s.placementGeneration || !occupiesSlot(current.value.state)) continue;
     const next = transition(ctx, current.value, "dead", "exit", SCHEDULER_ACTOR, { error: "runner_lost: the runner restarted without this sandbox" });
     try {
-      await writeSession(ctx, next, current.revision);
+      await writeSession(ctx, current, next);
     } catch (err) {
       if (!(err instanceof CasConflictError)) throw err;
     }

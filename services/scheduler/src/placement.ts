@@ -1,6 +1,6 @@
 import { sessionKey, type Runner, type Session } from "@paddock/contracts";
 import { SCHEDULER_ACTOR, transition, writeSession, type SchedulerContext } from "./context.ts";
-import { dispatch, releaseSlot, reserveSlot } from "./slots.ts";
+import { dispatchStart, releaseSlot, reserveSlot } from "./slots.ts";
 import { CasConflictError } from "./store.ts";
 
 function eligibleRunners(ctx: SchedulerContext, poolId: string): Runner[] {
@@ -41,14 +41,14 @@ async function placeOne(ctx: SchedulerContext, queued: Session): Promise<PlaceOu
       placementGeneration: current.value.placementGeneration + 1,
     });
     try {
-      await writeSession(ctx, next, current.revision);
+      await writeSession(ctx, current, next);
     } catch (err) {
       await releaseSlot(ctx, poolId, runner.id);
       if (err instanceof CasConflictError) return "lost_race";
       throw err;
     }
     ctx.metrics.placements.inc();
-    await dispatch(ctx, next, "start", runnerGeneration);
+    await dispatchStart(ctx, next, runnerGeneration);
     return "placed";
   }
   return "no_capacity";

@@ -14,7 +14,7 @@ import {
   type Session,
 } from "@paddock/contracts";
 import { transition, withFact, writeSession, type SchedulerContext } from "./context.ts";
-import { dispatch, releaseSlot } from "./slots.ts";
+import { releaseSlot } from "./slots.ts";
 import { CasConflictError, type Versioned } from "./store.ts";
 
 const SessionCursor = z.tuple([z.number().int().nonnegative(), z.string().min(1)]);
@@ -72,11 +72,6 @@ export function listRunners(ctx: SchedulerContext, q: { limit: number; cursor?: 
   return rows.length > q.limit && last ? { runners: page, nextCursor: encodeCursor(runnerKey(last.poolId, last.id)) } : { runners: page };
 }
 
-async function runnerGenerationOf(ctx: SchedulerContext, s: Session): Promise<number | undefined> {
-  if (!s.poolId || !s.runnerId) return undefined;
-  return (await ctx.runners.get(runnerKey(s.poolId, s.runnerId)))?.value.generation;
-}
-
 /** Why a delete ends a session the way it does: before it ran it is canceled, after it is destroyed. */
 function deletedState(s: Session): "canceled" | "destroyed" {
   return s.state === "queued" || s.state === "creating" ? "canceled" : "destroyed";
@@ -91,15 +86,14 @@ export async function deleteSession(ctx: SchedulerContext, scope: Scope, session
     const to = deletedState(s);
     const next = transition(ctx, s, to, to === "canceled" ? "cancel" : "delete", scope.actor.id);
     try {
-      await writeSession(ctx, next, current.revision);
+      await writeSession(ctx, current, next);
     } catch (err) {
       if (err instanceof CasConflictError) continue;
       throw err;
     }
+    // The sandbox is torn down by the end-of-life hook (see terminal.ts).
     if (occupiesSlot(s.state)) {
       await releaseSlot(ctx, s.poolId, s.runnerId);
-      const runnerGeneration = await runnerGenerationOf(ctx, s);
-      if (runnerGeneration !== undefined) await dispatch(ctx, next, "destroy", runnerGeneration);
       ctx.requestPlacement();
     }
     return next;
@@ -123,7 +117,7 @@ export async function attachSession(
     const next = withFact(ctx, current.value, "attach", scope.actor.id);
     next.controllerGeneration = current.value.controllerGeneration + 1;
     try {
-      await writeSession(ctx, next, current.revision);
+      await writeSession(ctx, current, next);
       return next;
     } catch (err) {
       if (!(err instanceof CasConflictError)) throw err;

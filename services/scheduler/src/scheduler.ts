@@ -25,6 +25,14 @@ import { createPlacer } from "./placement.ts";
 import { attachSession, deleteSession, getSession, listRunners, listSessions } from "./queries.ts";
 import { RunnerRecords, SessionRecords } from "./store.ts";
 import { KvView } from "./view.ts";
+import { recycleSession, restartApp, resumeSession, snapshotSession, suspendSession } from "./lifecycle.ts";
+import { PresenceTracker } from "./presence.ts";
+import { sweep } from "./sweeper.ts";
+import { onSessionTerminal } from "./terminal.ts";
+import { SessionWaiters } from "./waiters.ts";
+
+/** Presence heartbeats older than this no longer count (gateways send every 5 s). */
+const PRESENCE_STALE_MS = 15_000;
 
 export interface SchedulerDeps {
   nc: NatsConnection;
@@ -38,6 +46,8 @@ export interface SchedulerDeps {
 
 export interface Scheduler {
   stop(): Promise<void>;
+  /** One pass of the timeout and TTL policies (also run on every tick). */
+  sweep(): Promise<void>;
   /** For tests: the context the handlers share. */
   context: SchedulerContext;
 }
@@ -58,12 +68,13 @@ async function ensureFactsConsumer(nc: NatsConnection): Promise<void> {
 
 async function buildContext(deps: SchedulerDeps): Promise<SchedulerContext> {
   const kvm = new Kvm(deps.nc);
-  const [sessionsKv, runnersKv, names, idempotency, environments] = await Promise.all([
+  const [sessionsKv, runnersKv, names, idempotency, environments, tokens] = await Promise.all([
     kvm.open(Buckets.sessions),
     kvm.open(Buckets.runners),
     kvm.open(Buckets.names),
     kvm.open(Buckets.idempotency),
     kvm.open(Buckets.environments),
+    kvm.open(Buckets.tokens),
   ]);
   const ctx = {
     ...deps,
@@ -75,11 +86,24 @@ async function buildContext(deps: SchedulerDeps): Promise<SchedulerContext> {
     names,
     idempotency,
     environments,
+    tokens,
+    waiters: new SessionWaiters(),
+    // Heartbeats come every few seconds; three missed ones mean nobody is attached.
+    presence: new PresenceTracker(deps.now, PRESENCE_STALE_MS),
+    bootEnvironment: async () => ({}),
+    applyEnvSnapshot: async () => {},
     requestPlacement: () => {},
+    onTerminal: (session) => {
+      onSessionTerminal(ctx, session).catch((err: unknown) => deps.log.warn({ err, sessionId: session.id }, "end-of-life cleanup failed"));
+    },
   } satisfies SchedulerContext;
   ctx.requestPlacement = createPlacer(ctx);
-  // A session that becomes queued, or a runner that changes, may make a placement possible.
-  await ctx.sessionView.start(deps.nc, sessionsKv, Buckets.sessions, deps.log, () => ctx.requestPlacement());
+  // A session that becomes queued, or a runner that changes, may make a placement
+  // possible; a request may be waiting for exactly this revision.
+  await ctx.sessionView.start(deps.nc, sessionsKv, Buckets.sessions, deps.log, (key) => {
+    ctx.requestPlacement();
+    ctx.waiters.notify(key, ctx.sessionView.get(key)?.value);
+  });
   await ctx.runnerView.start(deps.nc, runnersKv, Buckets.runners, deps.log, () => ctx.requestPlacement());
   return ctx;
 }
@@ -93,6 +117,11 @@ function serveApi(ctx: SchedulerContext): Subscription[] {
     serveRpc(ctx.nc, Api.deleteSession, async (req) => ({ session: await deleteSession(ctx, req.scope, req.sessionId) }), opts),
     serveRpc(ctx.nc, Api.attachSession, async (req) => ({ session: await attachSession(ctx, req.scope, req.sessionId, req.mode) }), opts),
     serveRpc(ctx.nc, Api.listRunners, async (req) => listRunners(ctx, req), opts),
+    serveRpc(ctx.nc, Api.suspendSession, async (req) => ({ session: await suspendSession(ctx, req.scope, req.sessionId, req.warm) }), opts),
+    serveRpc(ctx.nc, Api.resumeSession, async (req) => ({ session: await resumeSession(ctx, req.scope, req.sessionId) }), opts),
+    serveRpc(ctx.nc, Api.snapshotSession, (req) => snapshotSession(ctx, req.scope, req.sessionId), opts),
+    serveRpc(ctx.nc, Api.recycleSession, (req) => recycleSession(ctx, req.scope, req.sessionId), opts),
+    serveRpc(ctx.nc, Api.restartApp, async (req) => ({ session: await restartApp(ctx, req.scope, req.sessionId, req.app) }), opts),
   ];
 }
 
@@ -133,13 +162,24 @@ export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
     },
   });
   const subs = [...serveApi(ctx), serveRegistration(ctx)];
-  // Placement is event driven; the tick retries what could not be placed (e.g. a lost race).
-  const tick = setInterval(() => ctx.requestPlacement(), deps.config.tickMs);
+  ctx.presence.start(deps.nc, deps.bus);
+  const startedAt = deps.now();
+  let sweeping: Promise<void> | undefined;
+  const runSweep = () => (sweeping ??= sweep(ctx, startedAt).finally(() => (sweeping = undefined)));
+  // Placement is event driven; the tick retries what could not be placed (e.g. a
+  // lost race) and runs the timeout and TTL policies.
+  const tick = setInterval(() => {
+    ctx.requestPlacement();
+    void runSweep();
+  }, deps.config.tickMs);
   ctx.requestPlacement();
   return {
     context: ctx,
+    sweep: runSweep,
     stop: async () => {
       clearInterval(tick);
+      ctx.presence.stop();
+      await sweeping;
       for (const s of subs) s.unsubscribe();
       await facts.stop();
       ctx.sessionView.stop();

@@ -1,4 +1,5 @@
 import { DispatchCommand, runnerKey, Subjects, type Session } from "@paddock/contracts";
+import { mintSessionToken } from "./tokens.ts";
 import { encodeJson } from "@paddock/bus";
 import type { SchedulerContext } from "./context.ts";
 import { CasConflictError } from "./store.ts";
@@ -36,19 +37,56 @@ export async function releaseSlot(ctx: SchedulerContext, poolId: string | undefi
   if (written) ctx.runnerView.apply(runnerKey(poolId, runnerId), written);
 }
 
-/** Sends a command to the runner a session is placed on. */
-export async function dispatch(ctx: SchedulerContext, s: Session, type: "start" | "destroy", runnerGeneration: number): Promise<void> {
+type CommandBody = DistributiveOmit<DispatchCommand, "sessionId" | "workspaceId" | "runnerGeneration" | "placementGeneration">;
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+
+/** The runner generation of the runner a session is placed on, read exactly (not from the view). */
+export async function runnerGenerationOf(ctx: SchedulerContext, s: Session): Promise<number | undefined> {
+  if (!s.poolId || !s.runnerId) return undefined;
+  return (await ctx.runners.get(runnerKey(s.poolId, s.runnerId)))?.value.generation;
+}
+
+/**
+ * Sends a command to the runner a session is placed on, stamped with the
+ * generations that fence it. The msg id makes a retried publish land once.
+ */
+export async function sendCommand(ctx: SchedulerContext, s: Session, body: CommandBody, runnerGeneration?: number): Promise<void> {
   if (!s.poolId || !s.runnerId) return;
-  const base = {
+  const generation = runnerGeneration ?? (await runnerGenerationOf(ctx, s));
+  if (generation === undefined) return;
+  const cmd = {
+    ...body,
     sessionId: s.id,
     workspaceId: s.workspaceId,
-    runnerGeneration,
+    runnerGeneration: generation,
     placementGeneration: s.placementGeneration,
-  };
-  const cmd: DispatchCommand =
-    type === "start" ? { type, ...base, spec: s.spec, mode: s.mode, trigger: "initial" } : { type, ...base };
-  // The msg id makes a retried publish (after a timeout) land once.
+  } as DispatchCommand;
+  const discriminator = "requestId" in body ? body.requestId : "";
   await ctx.js.publish(Subjects.dispatch(s.poolId, s.runnerId), encodeJson(DispatchCommand, cmd), {
-    msgID: `${type}.${s.id}.${s.placementGeneration}.${runnerGeneration}`,
+    msgID: `${body.type}.${s.id}.${s.placementGeneration}.${generation}.${discriminator}`,
   });
+}
+
+/** Starts a placed session: a fresh sandbox, or a cold resume restoring its checkpoint. */
+export async function dispatchStart(ctx: SchedulerContext, s: Session, runnerGeneration: number): Promise<void> {
+  const resume = s.placementGeneration > 1 && s.checkpoint !== undefined;
+  const sessionToken = await mintSessionToken(ctx, s);
+  await sendCommand(
+    ctx,
+    s,
+    {
+      type: "start",
+      spec: s.spec,
+      mode: s.mode,
+      trigger: resume ? "resume" : "initial",
+      ...(resume && s.checkpoint ? { restore: s.checkpoint } : {}),
+      ...(await ctx.bootEnvironment(s)),
+      sessionToken,
+    },
+    runnerGeneration,
+  );
+}
+
+export async function dispatchDestroy(ctx: SchedulerContext, s: Session): Promise<void> {
+  await sendCommand(ctx, s, { type: "destroy" });
 }

@@ -57,6 +57,11 @@ export class Records<S extends z.ZodType> {
     }
   }
 
+  /** Deletes the key (a delete marker; the change feed skips it). */
+  async remove(key: string): Promise<void> {
+    await this.kv.delete(key);
+  }
+
   /**
    * Read-modify-write with compare-and-set, retried on lost races. `change`
    * returns the next value, or undefined to write nothing.

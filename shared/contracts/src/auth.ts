@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { z } from "zod";
 import { EpochMs, Id } from "./ids.ts";
 
@@ -41,3 +42,8 @@ export type TokenRecord = z.infer<typeof TokenRecord>;
 /** A membership in KV `members` under `<workspace>.<actor>`; policy reads it on every decision. */
 export const Membership = z.object({ workspaceId: Id, actorId: Id, role: WorkspaceRole }).strict();
 export type Membership = z.infer<typeof Membership>;
+
+/** The KV `tokens` key of a token: its hex sha256. The token itself is never stored or logged. */
+export function tokenKey(token: string): string {
+  return createHash("sha256").update(token, "utf8").digest("hex");
+}

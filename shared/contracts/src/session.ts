@@ -37,7 +37,7 @@ export const allowedTransitions: Readonly<Record<SessionState, readonly SessionS
   queued: ["creating", "canceled", "failed"],
   creating: ["running", "failed", "canceled", "dead"],
   running: ["suspended_warm", "suspended_cold", "dead", "destroyed", "failed"],
-  suspended_warm: ["running", "dead", "destroyed"],
+  suspended_warm: ["running", "suspended_cold", "dead", "destroyed"],
   suspended_cold: ["queued", "destroyed", "failed"],
   canceled: [],
   failed: [],

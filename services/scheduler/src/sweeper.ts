@@ -1,0 +1,112 @@
+import { isTerminal, occupiesSlot, type Session } from "@paddock/contracts";
+import { SCHEDULER_ACTOR, transition, withFact, writeSession, type SchedulerContext } from "./context.ts";
+import { suspendSession } from "./lifecycle.ts";
+import { dispatchDestroy, releaseSlot, sendCommand } from "./slots.ts";
+import { CasConflictError, type Versioned } from "./store.ts";
+
+const SECOND_MS = 1_000;
+const schedulerScope = (s: Session) => ({ workspaceId: s.workspaceId, actor: { id: SCHEDULER_ACTOR, kind: "service" as const } });
+
+/** What the sweep does to one record now, if anything. */
+type SweepStep =
+  | { kind: "timeout"; to: "failed"; reason: string }
+  | { kind: "clear_pending"; reason: string }
+  | { kind: "expire_suspended" }
+  | { kind: "expire_record" }
+  | { kind: "idle_suspend" }
+  | { kind: "periodic_checkpoint"; requestId: string };
+
+function stepFor(ctx: SchedulerContext, s: Session, startedAt: number): SweepStep | undefined {
+  const now = ctx.now();
+  const age = now - s.updatedAt;
+  const c = ctx.config;
+  if (s.state === "queued" && age > c.queuedTimeoutMs) {
+    return { kind: "timeout", to: "failed", reason: `not placed within ${Math.round(c.queuedTimeoutMs / SECOND_MS)} s: no eligible runner with capacity` };
+  }
+  if (s.state === "creating" && age > c.creatingTimeoutMs) {
+    return { kind: "timeout", to: "failed", reason: `runner did not start the sandbox within ${Math.round(c.creatingTimeoutMs / SECOND_MS)} s` };
+  }
+  if (s.pending && now - s.pending.requestedAt > c.pendingTimeoutMs) {
+    return { kind: "clear_pending", reason: `${s.pending.op} not confirmed by the runner within ${Math.round(c.pendingTimeoutMs / SECOND_MS)} s` };
+  }
+  if (s.state === "suspended_cold" && age > c.suspendedTtlMs) return { kind: "expire_suspended" };
+  if (isTerminal(s.state) && age > c.terminalTtlMs) return { kind: "expire_record" };
+  if (s.state !== "running" || s.pending) return undefined;
+  if (s.mode === "watch" && !ctx.presence.attached(s.id)) {
+    const lastSeen = Math.max(ctx.presence.lastAttachedAt(s.id) ?? 0, s.updatedAt, startedAt);
+    if (now - lastSeen > c.idleMs) return { kind: "idle_suspend" };
+  }
+  if (c.checkpointIntervalMs > 0 && now - (s.checkpointedAt ?? s.updatedAt) > c.checkpointIntervalMs) {
+    // The same id on every replica within one interval: DISPATCH dedupes it to one checkpoint.
+    return { kind: "periodic_checkpoint", requestId: `chk_${Math.floor(now / c.checkpointIntervalMs)}` };
+  }
+  return undefined;
+}
+
+async function cas(ctx: SchedulerContext, current: Versioned<Session>, next: Session): Promise<boolean> {
+  try {
+    await writeSession(ctx, current, next);
+    return true;
+  } catch (err) {
+    if (err instanceof CasConflictError) return false;
+    throw err;
+  }
+}
+
+async function apply(ctx: SchedulerContext, key: string, step: SweepStep): Promise<void> {
+  const current = await ctx.sessions.get(key);
+  if (!current) return;
+  const s = current.value;
+  switch (step.kind) {
+    case "timeout": {
+      const { pending: _p, ...rest } = s;
+      if (await cas(ctx, current, transition(ctx, rest, step.to, "timeout", SCHEDULER_ACTOR, { error: step.reason }))) {
+        if (occupiesSlot(s.state)) await releaseSlot(ctx, s.poolId, s.runnerId);
+        ctx.requestPlacement();
+      }
+      return;
+    }
+    case "clear_pending": {
+      const { pending: _p, ...rest } = s;
+      await cas(ctx, current, withFact(ctx, rest, "timeout", SCHEDULER_ACTOR));
+      return;
+    }
+    case "expire_suspended":
+      await cas(ctx, current, transition(ctx, s, "destroyed", "expire", SCHEDULER_ACTOR));
+      return;
+    case "expire_record":
+      if (s.state === "dead") await dispatchDestroy(ctx, s);
+      // One last revision commits the expiry (the audit feed sees it), then the key goes.
+      if (await cas(ctx, current, withFact(ctx, s, "expire", SCHEDULER_ACTOR))) await ctx.sessions.remove(key);
+      return;
+    case "idle_suspend":
+      void suspendSession(ctx, schedulerScope(s), s.id, false, SCHEDULER_ACTOR).catch((err: unknown) =>
+        ctx.log.warn({ err, sessionId: s.id }, "idle suspend failed"),
+      );
+      return;
+    case "periodic_checkpoint":
+      await sendCommand(ctx, s, { type: "checkpoint", requestId: step.requestId });
+      return;
+  }
+}
+
+/**
+ * One pass of the policies that keep every session moving: timeouts of every
+ * transitional state, record TTLs, idle suspend of watch sessions, periodic
+ * checkpoints. Every replica sweeps; each change is a compare-and-set, so a
+ * race between replicas applies it once.
+ */
+export async function sweep(ctx: SchedulerContext, startedAt: number): Promise<void> {
+  const due: Array<[string, SweepStep]> = [];
+  for (const { value } of ctx.sessionView.values()) {
+    const step = stepFor(ctx, value, startedAt);
+    if (step) due.push([ctx.sessions.keyOf(value), step]);
+  }
+  for (const [key, step] of due) {
+    try {
+      await apply(ctx, key, step);
+    } catch (err) {
+      ctx.log.warn({ err, key, step: step.kind }, "sweep step failed");
+    }
+  }
+}
