@@ -1,140 +1,36 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { jetstream, jetstreamManager, AckPolicy, DeliverPolicy } from "@nats-io/jetstream";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { Registry } from "prom-client";
+import { Api } from "@paddock/contracts";
+import { callRpc } from "@paddock/bus";
 import {
-  Api,
-  DispatchCommand,
-  RegisterRunnerReply,
-  Streams,
-  Subjects,
-  type RegisterRunnerRequest,
-  type RunnerFact,
-  type Scope,
-  type Session,
-} from "@paddock/contracts";
-import { callRpc, createBusMetrics, decodeJson, encodeJson, provision } from "@paddock/bus";
-import { RegisterRunnerRequest as RegisterSchema, RunnerFact as FactSchema } from "@paddock/contracts";
-import { silentLogger } from "@paddock/logging";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import { loadConfig } from "./config.ts";
-import { createSchedulerMetrics } from "./context.ts";
-import { createScheduler, type Scheduler } from "./scheduler.ts";
+  alice,
+  create as createIn,
+  dispatchInbox as inboxIn,
+  factFor,
+  get as getIn,
+  mallory,
+  publishFact as publishIn,
+  register as registerIn,
+  startHarness,
+  waitForState as waitIn,
+  type SchedulerHarness,
+} from "./testkit.ts";
 
-let server: NatsServerHandle;
-let nc: NatsConnection;
-const schedulers: Scheduler[] = [];
-const alice: Scope = { workspaceId: "ws1", actor: { id: "alice", kind: "user" } };
-const mallory: Scope = { workspaceId: "ws2", actor: { id: "mallory", kind: "user" } };
-
+let h: SchedulerHarness;
+let nc: SchedulerHarness["nc"];
 beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-  await provision(nc, { replicas: 1 });
+  h = await startHarness();
+  nc = h.nc;
 });
-afterEach(async () => {
-  for (const s of schedulers.splice(0)) await s.stop();
-  // Each test starts from empty state: purge every stream the scheduler reads.
-  const jsm = await jetstreamManager(nc);
-  for (const name of ["KV_sessions", "KV_runners", "KV_names", "KV_idempotency", Streams.runner, Streams.dispatch]) {
-    await jsm.streams.purge(name);
-  }
-});
-afterAll(async () => {
-  await nc.drain();
-  await server.stop();
-});
+afterEach(async () => h.reset());
+afterAll(async () => h.close());
 
-let counter = 0;
-async function startScheduler(): Promise<Scheduler> {
-  const registry = new Registry();
-  let clock = 1_000;
-  const s = await createScheduler({
-    nc,
-    config: loadConfig({ PADDOCK_SCHEDULER_TICK_MS: "60000" }),
-    log: silentLogger(),
-    bus: createBusMetrics(registry),
-    metrics: createSchedulerMetrics(registry),
-    now: () => (clock += 1),
-    newId: (prefix) => `${prefix}_${(counter += 1).toString(36).padStart(6, "0")}`,
-  });
-  schedulers.push(s);
-  return s;
-}
-
-async function register(req: Partial<RegisterRunnerRequest> & { runnerId: string; generation: number }) {
-  const full: RegisterRunnerRequest = { poolId: "default", capacityTotal: 1, capabilities: [], sessions: [], ...req };
-  const reply = await nc.request(Subjects.register, encodeJson(RegisterSchema, full), { timeout: 5_000 });
-  const decoded = decodeJson(RegisterRunnerReply, reply.data);
-  if (!decoded.ok) throw new Error(decoded.reason);
-  return decoded.value;
-}
-
-/** A consumer of one runner's dispatch subject, as the runner-agent creates it. */
-async function dispatchInbox(runnerId: string) {
-  const jsm = await jetstreamManager(nc);
-  const name = `test-${runnerId}-${(counter += 1)}`;
-  await jsm.consumers.add(Streams.dispatch, {
-    durable_name: name,
-    filter_subject: Subjects.dispatch("default", runnerId),
-    ack_policy: AckPolicy.Explicit,
-    deliver_policy: DeliverPolicy.All,
-  });
-  const consumer = await jetstream(nc).consumers.get(Streams.dispatch, name);
-  return {
-    next: async (): Promise<DispatchCommand> => {
-      const msg = await consumer.next({ expires: 10_000 });
-      if (!msg) throw new Error("no dispatch arrived");
-      msg.ack();
-      const decoded = decodeJson(DispatchCommand, msg.data);
-      if (!decoded.ok) throw new Error(decoded.reason);
-      return decoded.value;
-    },
-  };
-}
-
-function create(scope: Scope, body: Record<string, unknown> = {}) {
-  return callRpc(nc, Api.createSession, { scope, body: { spec: { cmd: ["true"] }, ...body } });
-}
-
-async function get(scope: Scope, id: string): Promise<Session> {
-  return (await callRpc(nc, Api.getSession, { scope, sessionId: id })).session;
-}
-
-/** Resolves when the session's record reaches `state` (watching the KV, no polling). */
-async function waitForState(id: string, state: string): Promise<Session> {
-  const { Kvm } = await import("@nats-io/kv");
-  const kv = await new Kvm(nc).open("sessions");
-  const watch = await kv.watch({ key: `*.${id}` });
-  for await (const e of watch) {
-    if (e.operation !== "PUT") continue;
-    const s = e.json<Session>();
-    if (s.state === state) {
-      watch.stop();
-      return s;
-    }
-  }
-  throw new Error("watch ended");
-}
-
-async function publishFact(fact: RunnerFact): Promise<void> {
-  await jetstream(nc).publish(Subjects.runnerEvents(fact.poolId, fact.runnerId), encodeJson(FactSchema, fact));
-}
-
-function factFor(s: Session, cmd: DispatchCommand, type: "running" | "exited", extra: Record<string, unknown> = {}): RunnerFact {
-  return {
-    type,
-    runnerId: s.runnerId ?? "",
-    poolId: "default",
-    runnerGeneration: cmd.runnerGeneration,
-    sessionId: s.id,
-    workspaceId: s.workspaceId,
-    placementGeneration: cmd.placementGeneration,
-    at: 5,
-    ...(type === "exited" ? { exitCode: 0 } : {}),
-    ...extra,
-  } as RunnerFact;
-}
+const startScheduler = () => h.start();
+const create = (scope: typeof alice, body: Record<string, unknown> = {}) => createIn(nc, scope, body);
+const get = (scope: typeof alice, id: string) => getIn(nc, scope, id);
+const register = (req: Parameters<typeof registerIn>[1]) => registerIn(nc, req);
+const dispatchInbox = (runnerId: string) => inboxIn(nc, runnerId);
+const waitForState = (id: string, state: string) => waitIn(nc, id, state);
+const publishFact = (fact: Parameters<typeof publishIn>[1]) => publishIn(nc, fact);
 
 describe("create", () => {
   it("stores a queued record owned by the caller's workspace", async () => {
@@ -154,7 +50,7 @@ describe("create", () => {
     const ids = new Set(results.map((r) => r.session.id));
     expect(ids.size).toBe(1);
     expect(results.filter((r) => !r.replayed)).toHaveLength(1);
-    for (const s of schedulers.splice(0)) await s.stop();
+    for (const s of h.schedulers.splice(0)) await s.stop();
     await startScheduler();
     const replay = await create(alice, { idempotencyKey: "k1" });
     expect(replay.replayed).toBe(true);
@@ -200,15 +96,15 @@ describe("placement and facts", () => {
     expect((await get(alice, b.id)).state).toBe("queued");
 
     // A stale fact (wrong placement generation) is dropped, not applied.
-    await publishFact(factFor(placedA, startA, "running", { placementGeneration: 7 }));
-    await publishFact(factFor(placedA, startA, "running"));
+    await publishFact(factFor("r1", startA, { type: "running" }, { placementGeneration: 7 }));
+    await publishFact(factFor("r1", startA, { type: "running" }));
     await waitForState(a.id, "running");
     // A dead report from a superseded runner generation never changes the record.
-    await publishFact(factFor(placedA, startA, "exited", { runnerGeneration: 0, exitCode: 9 }));
-    await publishFact(factFor(placedA, startA, "exited", { exitCode: 3 }));
+    await publishFact(factFor("r1", startA, { type: "exited", exitCode: 9 }, { runnerGeneration: 0 }));
+    await publishFact(factFor("r1", startA, { type: "exited", exitCode: 3 }));
     const dead = await waitForState(a.id, "dead");
     expect(dead.childExitCode).toBe(3);
-    const stale = await schedulers[0]!.context.metrics.staleFacts.get();
+    const stale = await h.schedulers[0]!.context.metrics.staleFacts.get();
     expect(stale.values.reduce((n, v) => n + v.value, 0)).toBe(2);
 
     // The freed slot goes to the queued session.
@@ -282,7 +178,7 @@ describe("list and delete", () => {
     await register({ runnerId: "r5", generation: 1 });
     const s = (await create(alice)).session;
     const start = await inbox.next();
-    await publishFact(factFor({ ...s, runnerId: "r5" }, start, "running"));
+    await publishFact(factFor("r5", start, { type: "running" }));
     await waitForState(s.id, "running");
     const destroyed = await callRpc(nc, Api.deleteSession, { scope: alice, sessionId: s.id });
     expect(destroyed.session.state).toBe("destroyed");

@@ -1,0 +1,314 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { Api, Presence, Streams, Subjects, tokenKey, type Checkpoint, type Scope } from "@paddock/contracts";
+import { callRpc, encodeJson } from "@paddock/bus";
+import {
+  alice,
+  create,
+  dispatchInbox,
+  factFor,
+  get,
+  publishFact,
+  register,
+  runningSession,
+  startHarness,
+  waitForCapacityUsed,
+  waitForRecord,
+  waitForState,
+  type SchedulerHarness,
+} from "./testkit.ts";
+
+let h: SchedulerHarness;
+beforeAll(async () => {
+  h = await startHarness();
+});
+afterEach(async () => h.reset());
+afterAll(async () => h.close());
+
+const checkpointOf = (requestId: string): Checkpoint => ({ ref: `checkpoints/ws1/x/1-${requestId}`, format: "tar+gzip", capabilities: ["portable"] });
+
+async function capacityUsed(runnerId: string): Promise<number> {
+  const page = await callRpc(h.nc, Api.listRunners, { scope: alice, limit: 50 });
+  return page.runners.find((r) => r.id === runnerId)?.capacityUsed ?? -1;
+}
+
+describe("suspend and resume", () => {
+  it("warm: stops in place keeping the slot, and resume continues it", async () => {
+    await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session } = await runningSession(h.nc, "r1", inbox);
+    const suspending = callRpc(h.nc, Api.suspendSession, { scope: alice, sessionId: session.id, warm: true });
+    const cmd = await inbox.next();
+    expect(cmd).toMatchObject({ type: "suspend", warm: true, placementGeneration: 1 });
+    await publishFact(h.nc, factFor("r1", cmd, { type: "suspended", warm: true }));
+    expect((await suspending).session).toMatchObject({ state: "suspended_warm" });
+    expect((await suspending).session.pending).toBeUndefined();
+    expect(await capacityUsed("r1")).toBe(1);
+
+    const resuming = callRpc(h.nc, Api.resumeSession, { scope: alice, sessionId: session.id });
+    const resume = await inbox.next();
+    expect(resume).toMatchObject({ type: "resume" });
+    await publishFact(h.nc, factFor("r1", resume, { type: "resumed" }));
+    expect((await resuming).session).toMatchObject({ state: "running", placementGeneration: 1 });
+  });
+
+  it("cold: checkpoints and frees the slot; resume places it again on another runner and restores", async () => {
+    await h.start();
+    const inbox1 = await dispatchInbox(h.nc, "r1");
+    const inbox2 = await dispatchInbox(h.nc, "r2");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session } = await runningSession(h.nc, "r1", inbox1);
+    const suspending = callRpc(h.nc, Api.suspendSession, { scope: alice, sessionId: session.id, warm: false });
+    const cmd = await inbox1.next();
+    expect(cmd).toMatchObject({ type: "suspend", warm: false });
+    const checkpoint = checkpointOf("cold1");
+    await publishFact(h.nc, factFor("r1", cmd, { type: "suspended", warm: false, checkpoint }));
+    expect((await suspending).session).toMatchObject({ state: "suspended_cold", checkpoint });
+    await waitForCapacityUsed(h.nc, "r1", 0);
+
+    // r1 fills up with another session; r2 joins the pool; resume lands on r2.
+    await runningSession(h.nc, "r1", inbox1);
+    await register(h.nc, { runnerId: "r2", generation: 1 });
+    const resuming = callRpc(h.nc, Api.resumeSession, { scope: alice, sessionId: session.id });
+    const start = await inbox2.next();
+    expect(start).toMatchObject({ type: "start", sessionId: session.id, trigger: "resume", restore: checkpoint, placementGeneration: 2 });
+    await publishFact(h.nc, factFor("r2", start, { type: "running" }));
+    expect((await resuming).session).toMatchObject({ state: "running", runnerId: "r2", placementGeneration: 2 });
+    // The superseded sandbox's late report is fenced.
+    await publishFact(h.nc, factFor("r1", cmd, { type: "exited", exitCode: 1 }));
+    await publishFact(h.nc, factFor("r2", start, { type: "exited", exitCode: 0 }));
+    expect((await waitForState(h.nc, session.id, "dead")).runnerId).toBe("r2");
+  });
+
+  it("snapshot returns the checkpoint and leaves the session running", async () => {
+    await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session } = await runningSession(h.nc, "r1", inbox);
+    const snapping = callRpc(h.nc, Api.snapshotSession, { scope: alice, sessionId: session.id });
+    const cmd = await inbox.next();
+    if (cmd.type !== "checkpoint") throw new Error(`expected checkpoint, got ${cmd.type}`);
+    await publishFact(h.nc, factFor("r1", cmd, { type: "checkpointed", requestId: cmd.requestId, checkpoint: checkpointOf(cmd.requestId) }));
+    const { checkpoint, session: after } = await snapping;
+    expect(checkpoint).toEqual(checkpointOf(cmd.requestId));
+    expect(after.state).toBe("running");
+  });
+
+  it("refuses what the state machine does not allow, as a typed conflict that changes nothing", async () => {
+    await h.start();
+    const { session } = await create(h.nc, alice);
+    await expect(callRpc(h.nc, Api.suspendSession, { scope: alice, sessionId: session.id, warm: true })).rejects.toMatchObject({ code: "conflict" });
+    await expect(callRpc(h.nc, Api.snapshotSession, { scope: alice, sessionId: session.id })).rejects.toMatchObject({ code: "conflict" });
+    await callRpc(h.nc, Api.deleteSession, { scope: alice, sessionId: session.id });
+    await expect(callRpc(h.nc, Api.resumeSession, { scope: alice, sessionId: session.id })).rejects.toMatchObject({ code: "conflict" });
+    expect((await get(h.nc, alice, session.id)).state).toBe("canceled");
+  });
+
+  it("concurrent suspend and delete of one session end destroyed, with the slot count matching what holds slots", async () => {
+    await h.start({ PADDOCK_OPERATION_WAIT_MS: "200" });
+    await h.start({ PADDOCK_OPERATION_WAIT_MS: "200" });
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 2 });
+    const { session, start } = await runningSession(h.nc, "r1", inbox);
+    const { session: other } = await runningSession(h.nc, "r1", inbox);
+    const results = await Promise.allSettled([
+      callRpc(h.nc, Api.suspendSession, { scope: alice, sessionId: session.id, warm: false }),
+      callRpc(h.nc, Api.deleteSession, { scope: alice, sessionId: session.id }),
+    ]);
+    expect(results[1]).toMatchObject({ status: "fulfilled" });
+    // The runner's late answer to the suspend cannot revive or re-release a destroyed session.
+    await publishFact(h.nc, factFor("r1", start, { type: "suspended", warm: false, checkpoint: checkpointOf("late") }));
+    expect((await get(h.nc, alice, session.id)).state).toBe("destroyed");
+    await waitForCapacityUsed(h.nc, "r1", 1);
+    expect((await get(h.nc, alice, other.id)).state).toBe("running");
+  });
+});
+
+describe("timeouts: nothing is stuck forever", () => {
+  it("creating → failed when the runner never starts the sandbox, and the slot comes back", async () => {
+    const s = await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session } = await create(h.nc, alice);
+    await inbox.next();
+    h.clock.advance(121_000);
+    await s.sweep();
+    const failed = await waitForState(h.nc, session.id, "failed");
+    expect(failed.error).toBe("runner did not start the sandbox within 120 s");
+    await waitForCapacityUsed(h.nc, "r1", 0);
+    expect(failed.lastFact.action).toBe("timeout");
+  });
+
+  it("queued with no eligible runner → failed with a reason", async () => {
+    const s = await h.start({ PADDOCK_QUEUED_TIMEOUT_MS: "60000" });
+    const { session } = await create(h.nc, alice);
+    h.clock.advance(30_000);
+    await s.sweep();
+    expect((await get(h.nc, alice, session.id)).state).toBe("queued");
+    h.clock.advance(31_000);
+    await s.sweep();
+    expect((await waitForState(h.nc, session.id, "failed")).error).toMatch(/no eligible runner/);
+  });
+
+  it("a suspend the runner never confirms is abandoned and the session keeps running", async () => {
+    const s = await h.start({ PADDOCK_OPERATION_WAIT_MS: "50" });
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session } = await runningSession(h.nc, "r1", inbox);
+    const answer = await callRpc(h.nc, Api.suspendSession, { scope: alice, sessionId: session.id, warm: true });
+    expect(answer.session.pending?.op).toBe("suspend_warm");
+    h.clock.advance(61_000);
+    await s.sweep();
+    const cleared = await waitForRecord(h.nc, session.id, (x) => x.pending === undefined);
+    expect(cleared.state).toBe("running");
+  });
+});
+
+describe("policies", () => {
+  it("terminal records expire after their TTL, cold-suspended sessions are destroyed after theirs", async () => {
+    const s = await h.start({ PADDOCK_TERMINAL_TTL_MS: "1000", PADDOCK_SUSPENDED_TTL_MS: "5000" });
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session: gone } = await create(h.nc, alice);
+    await inbox.next();
+    await callRpc(h.nc, Api.deleteSession, { scope: alice, sessionId: gone.id });
+    expect(await inbox.next()).toMatchObject({ type: "destroy", sessionId: gone.id });
+    const { session: cold } = await runningSession(h.nc, "r1", inbox);
+    const suspending = callRpc(h.nc, Api.suspendSession, { scope: alice, sessionId: cold.id, warm: false });
+    const cmd = await inbox.next();
+    await publishFact(h.nc, factFor("r1", cmd, { type: "suspended", warm: false, checkpoint: checkpointOf("c") }));
+    await suspending;
+    h.clock.advance(2_000);
+    await s.sweep();
+    await expect(get(h.nc, alice, gone.id)).rejects.toMatchObject({ code: "not_found" });
+    expect((await get(h.nc, alice, cold.id)).state).toBe("suspended_cold");
+    h.clock.advance(4_000);
+    await s.sweep();
+    expect((await waitForState(h.nc, cold.id, "destroyed")).lastFact.action).toBe("expire");
+  });
+
+  it("an idle watch session is suspended cold; an attached one is not", async () => {
+    const s = await h.start({ PADDOCK_IDLE_MS: "10000", PADDOCK_OPERATION_WAIT_MS: "50" });
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 2 });
+    const { session: idle } = await runningSession(h.nc, "r1", inbox, { mode: "watch" });
+    const { session: watched } = await runningSession(h.nc, "r1", inbox, { mode: "watch" });
+    s.context.presence.record({ sessionId: watched.id, workspaceId: "ws1", clients: 1 });
+    // A heartbeat on the bus is recorded the same way (and a malformed one is counted, not fatal).
+    h.nc.publish(Subjects.presence(watched.id), encodeJson(Presence, { sessionId: watched.id, workspaceId: "ws1", clients: 1 }));
+    h.nc.publish(Subjects.presence(watched.id), "garbage");
+    await h.nc.flush();
+    h.clock.advance(11_000);
+    s.context.presence.record({ sessionId: watched.id, workspaceId: "ws1", clients: 1 });
+    await s.sweep();
+    const cmd = await inbox.next();
+    expect(cmd).toMatchObject({ type: "suspend", warm: false, sessionId: idle.id });
+  });
+
+  it("running sessions are checkpointed periodically, once per interval across replicas", async () => {
+    const a = await h.start({ PADDOCK_CHECKPOINT_INTERVAL_MS: "60000" });
+    const b = await h.start({ PADDOCK_CHECKPOINT_INTERVAL_MS: "60000" });
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session } = await runningSession(h.nc, "r1", inbox);
+    h.clock.advance(61_000);
+    await Promise.all([a.sweep(), b.sweep()]);
+    const cmd = await inbox.next();
+    expect(cmd).toMatchObject({ type: "checkpoint", sessionId: session.id });
+    const jsm = await jetstreamManager(h.nc);
+    const info = await jsm.streams.info(Streams.dispatch, { subjects_filter: Subjects.dispatch("default", "r1") });
+    // start + one checkpoint: the second replica's identical command was deduplicated.
+    expect(info.state.subjects?.[Subjects.dispatch("default", "r1")]).toBe(2);
+    if (cmd.type !== "checkpoint") throw new Error("unreachable");
+    await publishFact(h.nc, factFor("r1", cmd, { type: "checkpointed", requestId: cmd.requestId, checkpoint: checkpointOf(cmd.requestId) }));
+    expect((await waitForRecord(h.nc, session.id, (x) => x.checkpoint !== undefined)).checkpoint?.ref).toContain(cmd.requestId);
+  });
+
+  it("at the record limit the oldest reclaimable record gives way; live sessions never do", async () => {
+    await h.start({ PADDOCK_MAX_SESSIONS_PER_WORKSPACE: "2" });
+    const first = (await create(h.nc, alice)).session;
+    const second = (await create(h.nc, alice)).session;
+    await expect(create(h.nc, alice)).rejects.toMatchObject({ code: "conflict" });
+    await callRpc(h.nc, Api.deleteSession, { scope: alice, sessionId: first.id });
+    const third = (await create(h.nc, alice)).session;
+    await expect(get(h.nc, alice, first.id)).rejects.toMatchObject({ code: "not_found" });
+    expect((await get(h.nc, alice, second.id)).state).toBe("queued");
+    expect((await get(h.nc, alice, third.id)).state).toBe("queued");
+  });
+});
+
+describe("one-shot, recycle, children, apps", () => {
+  it("a one-shot session is released (destroyed, torn down) as soon as its command exits", async () => {
+    await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session, start } = await runningSession(h.nc, "r1", inbox, { oneShot: true });
+    await publishFact(h.nc, factFor("r1", start, { type: "exited", exitCode: 4 }));
+    const done = await waitForState(h.nc, session.id, "destroyed");
+    expect(done.childExitCode).toBe(4);
+    expect(await inbox.next()).toMatchObject({ type: "destroy", sessionId: session.id });
+  });
+
+  it("recycle releases the session and creates a fresh one with the same spec and a new id", async () => {
+    await h.start();
+    const { session } = await create(h.nc, alice, { name: "worker", spec: { cmd: ["echo", "x"] } });
+    const { released, session: fresh } = await callRpc(h.nc, Api.recycleSession, { scope: alice, sessionId: session.id });
+    expect(released).toMatchObject({ id: session.id, state: "canceled" });
+    expect(fresh.id).not.toBe(session.id);
+    expect(fresh).toMatchObject({ name: "worker", spec: { cmd: ["echo", "x"] }, state: "queued" });
+  });
+
+  it("a session's token creates children; ending the parent ends them; the token is revoked", async () => {
+    await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session: parent, start } = await runningSession(h.nc, "r1", inbox);
+    if (start.type !== "start" || !start.sessionToken) throw new Error("start carries no session token");
+    const tokens = await new Kvm(h.nc).open("tokens");
+    const record = await tokens.get(tokenKey(start.sessionToken));
+    expect(record?.json()).toMatchObject({ workspaceId: "ws1", sessionId: parent.id, actor: { id: parent.id, kind: "service" } });
+
+    const asParent: Scope = { workspaceId: "ws1", actor: { id: parent.id, kind: "service" }, sessionId: parent.id };
+    const child = (await create(h.nc, asParent)).session;
+    expect(child.parentId).toBe(parent.id);
+    await expect(create(h.nc, asParent, { parentId: "ses_other" })).rejects.toMatchObject({ code: "invalid" });
+    const roster = await callRpc(h.nc, Api.listSessions, { scope: alice, limit: 50, includeTerminal: false, parentId: parent.id });
+    expect(roster.sessions.map((s) => s.id)).toEqual([child.id]);
+
+    await callRpc(h.nc, Api.deleteSession, { scope: alice, sessionId: parent.id });
+    expect((await waitForState(h.nc, child.id, "canceled")).id).toBe(child.id);
+    await waitForRecord(h.nc, parent.id, (s) => s.state === "destroyed");
+    for (;;) {
+      // Revocation runs right after the terminal write; watch the key until it goes.
+      const entry = await tokens.get(tokenKey(start.sessionToken));
+      if (!entry || entry.operation !== "PUT") break;
+      const w = await tokens.watch({ key: tokenKey(start.sessionToken) });
+      for await (const e of w) {
+        if (e.operation !== "PUT") break;
+      }
+      w.stop();
+    }
+  });
+
+  it("restarts one app and records each app generation without touching the session state", async () => {
+    await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const apps = [
+      { name: "web", cmd: ["sleep", "100"] },
+      { name: "worker", cmd: ["sleep", "100"] },
+    ];
+    const { session, start } = await runningSession(h.nc, "r1", inbox, { spec: { apps } });
+    await expect(callRpc(h.nc, Api.restartApp, { scope: alice, sessionId: session.id, app: "nope" })).rejects.toMatchObject({ code: "not_found" });
+    await callRpc(h.nc, Api.restartApp, { scope: alice, sessionId: session.id, app: "web" });
+    expect(await inbox.next()).toMatchObject({ type: "restart_app", app: "web", trigger: "manual" });
+    await publishFact(h.nc, factFor("r1", start, { type: "app", app: "web", run: { generation: 1, phase: "completed", trigger: "initial", exitCode: 0, startedAt: 1, endedAt: 2 }, durationMs: 1 }));
+    await publishFact(h.nc, factFor("r1", start, { type: "app", app: "web", run: { generation: 2, phase: "running", trigger: "manual", startedAt: 3 } }));
+    const after = await waitForRecord(h.nc, session.id, (s) => s.apps?.web?.generation === 2);
+    expect(after.state).toBe("running");
+    expect(after.apps?.web).toMatchObject({ phase: "running", trigger: "manual" });
+    expect(after.lastFact.action).toBe("run.started");
+  });
+});

@@ -1,0 +1,188 @@
+/**
+ * Test harness for the scheduler: a real nats-server, real schedulers built
+ * with createScheduler (several replicas when asked), a controllable clock,
+ * and a stand-in for the runner side of the protocol (registration, dispatch
+ * inbox, facts), which is what the scheduler talks to.
+ */
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Registry } from "prom-client";
+import {
+  Api,
+  DispatchCommand,
+  RegisterRunnerReply,
+  RegisterRunnerRequest,
+  RunnerFact,
+  Streams,
+  Subjects,
+  type Scope,
+  type Session,
+} from "@paddock/contracts";
+import { callRpc, createBusMetrics, decodeJson, encodeJson, provision } from "@paddock/bus";
+import { silentLogger } from "@paddock/logging";
+import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { loadConfig } from "./config.ts";
+import { createSchedulerMetrics } from "./context.ts";
+import { createScheduler, type Scheduler } from "./scheduler.ts";
+
+export const alice: Scope = { workspaceId: "ws1", actor: { id: "alice", kind: "user" } };
+export const mallory: Scope = { workspaceId: "ws2", actor: { id: "mallory", kind: "user" } };
+
+/** A clock tests move by hand; every scheduler of a harness shares it. */
+export class TestClock {
+  constructor(public ms = 1_000_000) {}
+  now = (): number => (this.ms += 1);
+  advance(byMs: number): void {
+    this.ms += byMs;
+  }
+}
+
+export interface SchedulerHarness {
+  nc: NatsConnection;
+  clock: TestClock;
+  schedulers: Scheduler[];
+  start(env?: Record<string, string>): Promise<Scheduler>;
+  /** Stops the schedulers and empties every stream the scheduler reads. */
+  reset(): Promise<void>;
+  close(): Promise<void>;
+}
+
+let idCounter = 0;
+
+export async function startHarness(): Promise<SchedulerHarness> {
+  const server: NatsServerHandle = await startNatsServer();
+  const nc = await connect({ servers: server.url });
+  await provision(nc, { replicas: 1 });
+  const clock = new TestClock();
+  const schedulers: Scheduler[] = [];
+  return {
+    nc,
+    clock,
+    schedulers,
+    start: async (env = {}) => {
+      const registry = new Registry();
+      const s = await createScheduler({
+        nc,
+        config: loadConfig({ PADDOCK_SCHEDULER_TICK_MS: "3600000", PADDOCK_SESSION_TOKEN_SECRET: "test-secret-0123456789", ...env }),
+        log: silentLogger(),
+        bus: createBusMetrics(registry),
+        metrics: createSchedulerMetrics(registry),
+        now: clock.now,
+        newId: (prefix) => `${prefix}_${(idCounter += 1).toString(36).padStart(6, "0")}`,
+      });
+      schedulers.push(s);
+      return s;
+    },
+    reset: async () => {
+      for (const s of schedulers.splice(0)) await s.stop();
+      const jsm = await jetstreamManager(nc);
+      for (const name of ["KV_sessions", "KV_runners", "KV_names", "KV_idempotency", "KV_tokens", "KV_environments", Streams.runner, Streams.dispatch]) {
+        await jsm.streams.purge(name);
+      }
+    },
+    close: async () => {
+      for (const s of schedulers.splice(0)) await s.stop();
+      await nc.drain();
+      await server.stop();
+    },
+  };
+}
+
+export async function register(nc: NatsConnection, req: Partial<RegisterRunnerRequest> & { runnerId: string; generation: number }) {
+  const full: RegisterRunnerRequest = { poolId: "default", capacityTotal: 1, capabilities: [], sessions: [], ...req };
+  const reply = await nc.request(Subjects.register, encodeJson(RegisterRunnerRequest, full), { timeout: 5_000 });
+  const decoded = decodeJson(RegisterRunnerReply, reply.data);
+  if (!decoded.ok) throw new Error(decoded.reason);
+  return decoded.value;
+}
+
+/** A consumer of one runner's dispatch subject, as the runner-agent creates it. */
+export async function dispatchInbox(nc: NatsConnection, runnerId: string, poolId = "default") {
+  const jsm = await jetstreamManager(nc);
+  const name = `test-${runnerId}-${(idCounter += 1)}`;
+  await jsm.consumers.add(Streams.dispatch, {
+    durable_name: name,
+    filter_subject: Subjects.dispatch(poolId, runnerId),
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+  });
+  const consumer = await jetstream(nc).consumers.get(Streams.dispatch, name);
+  return {
+    next: async (): Promise<DispatchCommand> => {
+      const msg = await consumer.next({ expires: 10_000 });
+      if (!msg) throw new Error("no dispatch arrived");
+      msg.ack();
+      const decoded = decodeJson(DispatchCommand, msg.data);
+      if (!decoded.ok) throw new Error(decoded.reason);
+      return decoded.value;
+    },
+  };
+}
+
+export function create(nc: NatsConnection, scope: Scope, body: Record<string, unknown> = {}) {
+  return callRpc(nc, Api.createSession, { scope, body: { spec: { cmd: ["true"] }, ...body } });
+}
+
+export async function get(nc: NatsConnection, scope: Scope, id: string): Promise<Session> {
+  return (await callRpc(nc, Api.getSession, { scope, sessionId: id })).session;
+}
+
+/** Resolves when the session's record satisfies pred (watching the KV, no polling). */
+export async function waitForRecord(nc: NatsConnection, id: string, pred: (s: Session) => boolean): Promise<Session> {
+  const kv = await new Kvm(nc).open("sessions");
+  const watch = await kv.watch({ key: `*.${id}` });
+  for await (const e of watch) {
+    if (e.operation !== "PUT") continue;
+    const s = e.json<Session>();
+    if (pred(s)) {
+      watch.stop();
+      return s;
+    }
+  }
+  throw new Error("watch ended");
+}
+
+export function waitForState(nc: NatsConnection, id: string, state: string): Promise<Session> {
+  return waitForRecord(nc, id, (s) => s.state === state);
+}
+
+export async function publishFact(nc: NatsConnection, fact: RunnerFact): Promise<void> {
+  await jetstream(nc).publish(Subjects.runnerEvents(fact.poolId, fact.runnerId), encodeJson(RunnerFact, fact));
+}
+
+type FactBody = RunnerFact extends infer F ? (F extends unknown ? Omit<F, "runnerId" | "poolId" | "runnerGeneration" | "sessionId" | "workspaceId" | "placementGeneration" | "at"> : never) : never;
+
+/** A fact about the sandbox a dispatch command started, fenced with that command's generations. */
+export function factFor(runnerId: string, cmd: DispatchCommand, body: FactBody, overrides: Partial<RunnerFact> = {}): RunnerFact {
+  return {
+    runnerId,
+    poolId: "default",
+    runnerGeneration: cmd.runnerGeneration,
+    sessionId: cmd.sessionId,
+    workspaceId: cmd.workspaceId,
+    placementGeneration: cmd.placementGeneration,
+    at: 5,
+    ...body,
+    ...overrides,
+  } as RunnerFact;
+}
+
+/** Creates a session on a registered runner and brings it to running; returns its start command. */
+export async function runningSession(nc: NatsConnection, runnerId: string, inbox: Awaited<ReturnType<typeof dispatchInbox>>, body: Record<string, unknown> = {}) {
+  const { session } = await create(nc, alice, body);
+  const start = await inbox.next();
+  if (start.sessionId !== session.id) throw new Error("dispatch for another session");
+  await publishFact(nc, factFor(runnerId, start, { type: "running" }));
+  return { session: await waitForState(nc, session.id, "running"), start };
+}
+
+/** Resolves once the runner record shows `used` slots taken (watching the KV, no polling). */
+export async function waitForCapacityUsed(nc: NatsConnection, runnerId: string, used: number, poolId = "default"): Promise<void> {
+  const kv = await new Kvm(nc).open("runners");
+  const watch = await kv.watch({ key: `${poolId}.${runnerId}` });
+  for await (const e of watch) {
+    if (e.operation === "PUT" && e.json<{ capacityUsed: number }>().capacityUsed === used) break;
+  }
+  watch.stop();
+}
