@@ -22,6 +22,7 @@ import type { SchedulerConfig } from "./config.ts";
 import type { RunnerRecords, SessionRecords, Versioned } from "./store.ts";
 import type { KvView } from "./view.ts";
 import type { PresenceTracker } from "./presence.ts";
+import type { EnvironmentStore } from "./environments.ts";
 import type { SessionWaiters } from "./waiters.ts";
 
 export interface SchedulerMetrics {
@@ -66,7 +67,7 @@ export interface SchedulerContext {
   runnerView: KvView<typeof Runner>;
   names: KV;
   idempotency: KV;
-  environments: KV;
+  envs: EnvironmentStore;
   /** KV `tokens`: the scheduler mints and revokes sessions' service tokens there. */
   tokens: KV;
   waiters: SessionWaiters;

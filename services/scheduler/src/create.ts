@@ -8,12 +8,13 @@ import {
   Session,
   sessionKey,
   type CreateSessionBody,
-  type PortableSpec,
+  type Environment,
   type Scope,
 } from "@paddock/contracts";
 import { decodeJson, encodeJson, isWrongLastSequence } from "@paddock/bus";
 import type { SchedulerContext } from "./context.ts";
 import { makeRoom } from "./evict.ts";
+import { layerSpec } from "./layering.ts";
 
 /** What an idempotency key maps to: the whole record it created, so a replay after a crash can finish the job. */
 const IdempotencyRecord = z.object({ bodyHash: z.string(), session: Session }).strict();
@@ -31,15 +32,7 @@ function nameKeyOf(workspaceId: string, creatorId: string, name: string): string
   return `${workspaceId}.${creatorId}.${Buffer.from(name).toString("hex")}`;
 }
 
-/** Layers a session's spec over its environment's (PortableSpec rules; no environment yet means scratch). */
-function resolveSpec(spec: PortableSpec, repos: CreateSessionBody["repos"]): PortableSpec {
-  const resolved: PortableSpec = { ...spec };
-  // repos on the create body overrides the spec's: nil inherits, [] means none.
-  if (repos !== undefined) resolved.repos = repos;
-  return resolved;
-}
-
-function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody): Session {
+function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody, env: Environment | undefined): Session {
   const at = ctx.now();
   const id = ctx.newId("ses");
   return {
@@ -49,7 +42,9 @@ function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody)
     ...(body.name !== undefined ? { name: body.name } : {}),
     state: "queued",
     ...(body.environmentId !== undefined ? { environmentId: body.environmentId } : {}),
-    spec: resolveSpec(body.spec, body.repos),
+    // Layered over the environment by the PortableSpec rules; requirements come from it, never from the request.
+    spec: layerSpec(env, body.spec, body.repos),
+    ...(env ? { setupHash: env.setupHash } : {}),
     mode: body.mode ?? "run",
     oneShot: body.oneShot ?? false,
     ...(body.parentId !== undefined ? { parentId: body.parentId } : {}),
@@ -75,16 +70,16 @@ function withParentOfScope(scope: Scope, body: CreateSessionBody): CreateSession
   return { ...body, parentId: scope.sessionId };
 }
 
-async function checkReferences(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody): Promise<void> {
+async function checkReferences(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody): Promise<Environment | undefined> {
   if (body.parentId !== undefined) {
     const parent = await ctx.sessions.get(sessionKey(scope.workspaceId, body.parentId));
     if (!parent) throw new InvalidError("parentId names no session of this workspace");
     if (isTerminal(parent.value.state)) throw new ConflictError("the parent session has ended");
   }
-  if (body.environmentId !== undefined) {
-    const env = await ctx.environments.get(`${scope.workspaceId}.${body.environmentId}`);
-    if (!env || env.operation !== "PUT") throw new NotFoundError("environment");
-  }
+  if (body.environmentId === undefined) return undefined;
+  const env = await ctx.envs.find(scope.workspaceId, body.environmentId);
+  if (!env) throw new NotFoundError("environment");
+  return env.value;
 }
 
 /**
@@ -141,8 +136,8 @@ export async function createSession(
   requested: CreateSessionBody,
 ): Promise<{ session: Session; replayed: boolean }> {
   const body = withParentOfScope(scope, requested);
-  await checkReferences(ctx, scope, body);
-  let record = newRecord(ctx, scope, body);
+  const env = await checkReferences(ctx, scope, body);
+  let record = newRecord(ctx, scope, body, env);
   let replayed = false;
   if (body.idempotencyKey !== undefined) {
     const key = idempotencyKeyOf(scope, body.idempotencyKey);

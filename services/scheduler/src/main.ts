@@ -20,6 +20,7 @@ runMain(log, async () => {
     log,
     bus: createBusMetrics(registry),
     metrics: createSchedulerMetrics(registry),
+    registry,
     now: Date.now,
     newId: randomId,
   });

@@ -1,6 +1,7 @@
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import type { Registry } from "prom-client";
 import {
   Api,
   Buckets,
@@ -30,6 +31,8 @@ import { PresenceTracker } from "./presence.ts";
 import { sweep } from "./sweeper.ts";
 import { onSessionTerminal } from "./terminal.ts";
 import { SessionWaiters } from "./waiters.ts";
+import { applyEnvSnapshotFact, createEnvironmentApi, createEnvironmentStore } from "./environments.ts";
+import { bootEnvironmentOf } from "./layering.ts";
 
 /** Presence heartbeats older than this no longer count (gateways send every 5 s). */
 const PRESENCE_STALE_MS = 15_000;
@@ -40,6 +43,7 @@ export interface SchedulerDeps {
   log: Logger;
   bus: BusMetrics;
   metrics: SchedulerMetrics;
+  registry: Registry;
   now: Now;
   newId: NewId;
 }
@@ -68,14 +72,14 @@ async function ensureFactsConsumer(nc: NatsConnection): Promise<void> {
 
 async function buildContext(deps: SchedulerDeps): Promise<SchedulerContext> {
   const kvm = new Kvm(deps.nc);
-  const [sessionsKv, runnersKv, names, idempotency, environments, tokens] = await Promise.all([
+  const [sessionsKv, runnersKv, names, idempotency, tokens] = await Promise.all([
     kvm.open(Buckets.sessions),
     kvm.open(Buckets.runners),
     kvm.open(Buckets.names),
     kvm.open(Buckets.idempotency),
-    kvm.open(Buckets.environments),
     kvm.open(Buckets.tokens),
   ]);
+  const envs = await createEnvironmentStore(deps.nc, { log: deps.log, registry: deps.registry });
   const ctx = {
     ...deps,
     js: jetstream(deps.nc),
@@ -85,13 +89,19 @@ async function buildContext(deps: SchedulerDeps): Promise<SchedulerContext> {
     runnerView: new KvView(Runner),
     names,
     idempotency,
-    environments,
+    envs,
     tokens,
     waiters: new SessionWaiters(),
     // Heartbeats come every few seconds; three missed ones mean nobody is attached.
     presence: new PresenceTracker(deps.now, PRESENCE_STALE_MS),
-    bootEnvironment: async () => ({}),
-    applyEnvSnapshot: async () => {},
+    bootEnvironment: async (session) => {
+      if (session.environmentId === undefined) return {};
+      const env = await envs.find(session.workspaceId, session.environmentId);
+      return env ? { environment: bootEnvironmentOf(env.value, session.spec) } : {};
+    },
+    applyEnvSnapshot: async (fact) => {
+      await applyEnvSnapshotFact(deps, envs, fact);
+    },
     requestPlacement: () => {},
     onTerminal: (session) => {
       onSessionTerminal(ctx, session).catch((err: unknown) => deps.log.warn({ err, sessionId: session.id }, "end-of-life cleanup failed"));
@@ -161,7 +171,7 @@ export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
       if (outcome !== "applied") ctx.log.debug({ sessionId: fact.sessionId, type: fact.type, outcome }, "runner fact not applied");
     },
   });
-  const subs = [...serveApi(ctx), serveRegistration(ctx)];
+  const subs = [...serveApi(ctx), ...createEnvironmentApi(ctx, ctx.envs), serveRegistration(ctx)];
   ctx.presence.start(deps.nc, deps.bus);
   const startedAt = deps.now();
   let sweeping: Promise<void> | undefined;
@@ -184,6 +194,7 @@ export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
       await facts.stop();
       ctx.sessionView.stop();
       ctx.runnerView.stop();
+      ctx.envs.stop();
     },
   };
 }

@@ -68,6 +68,7 @@ export async function startHarness(): Promise<SchedulerHarness> {
         log: silentLogger(),
         bus: createBusMetrics(registry),
         metrics: createSchedulerMetrics(registry),
+        registry,
         now: clock.now,
         newId: (prefix) => `${prefix}_${(idCounter += 1).toString(36).padStart(6, "0")}`,
       });
