@@ -33,17 +33,18 @@ const capacity = intArg("capacity", values.capacity, 1);
 const dataDir = resolve(values["data-dir"] ?? ".data");
 mkdirSync(join(dataDir, "logs"), { recursive: true });
 
-/** The dev token survives restarts with the data dir, so a CLI session keeps working. */
-function devToken(): string {
-  const file = join(dataDir, "dev-token");
+/** A secret kept in the data dir, so restarts keep the dev token and sessions' tokens valid. */
+function persistedSecret(name: string, prefix: string): string {
+  const file = join(dataDir, name);
   if (existsSync(file)) return readFileSync(file, "utf8").trim();
-  const token = `pdk_dev_${randomBytes(24).toString("hex")}`;
-  writeFileSync(file, token + "\n", { mode: 0o600 });
-  return token;
+  const secret = `${prefix}${randomBytes(24).toString("hex")}`;
+  writeFileSync(file, secret + "\n", { mode: 0o600 });
+  return secret;
 }
 
 async function main(): Promise<void> {
-  const token = devToken();
+  const token = persistedSecret("dev-token", "pdk_dev_");
+  const sessionTokenSecret = persistedSecret("session-token-secret", "");
   const nats = await startNatsServer({ storeDir: join(dataDir, "nats"), ...(natsPort >= 0 ? { port: natsPort } : {}) });
   const common = { PADDOCK_NATS_URL: nats.url, PADDOCK_OPS_PORT: "0" };
   const services: ServiceProcess[] = [];
@@ -73,13 +74,14 @@ async function main(): Promise<void> {
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
   try {
-    await start("scheduler", {});
+    await start("scheduler", { PADDOCK_SESSION_TOKEN_SECRET: sessionTokenSecret });
     await start("event-recorder", {});
     const gateway = await start("gateway", { PADDOCK_HTTP_PORT: String(httpPort), PADDOCK_DEV_TOKEN: token });
     for (let i = 1; i <= runnerCount; i++) {
       await start(
         "runner-agent",
         {
+          PADDOCK_GATEWAY_URL: `http://127.0.0.1:${String(gateway.ready.httpPort)}`,
           PADDOCK_RUNNER_ID: `local-${i}`,
           PADDOCK_POOL_ID: "default",
           PADDOCK_RUNNER_CAPACITY: String(capacity),

@@ -46,10 +46,12 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     return svc;
   };
   let runnerCount = 0;
+  let gatewayUrl = "";
   const addRunner = async (r: { runnerId?: string; poolId?: string; capacity?: number } = {}) => {
     runnerCount += 1;
     const runnerId = r.runnerId ?? `runner-${runnerCount}`;
     return start("runner-agent", {
+      PADDOCK_GATEWAY_URL: gatewayUrl,
       PADDOCK_RUNNER_ID: runnerId,
       PADDOCK_POOL_ID: r.poolId ?? "default",
       PADDOCK_RUNNER_CAPACITY: String(r.capacity ?? opts.runnerCapacity ?? 8),
@@ -57,14 +59,15 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     });
   };
   try {
-    const scheduler = await start("scheduler", {});
+    const scheduler = await start("scheduler", { PADDOCK_SESSION_TOKEN_SECRET: randomBytes(24).toString("hex") });
     const recorder = await start("event-recorder", {});
     const gateway = await start("gateway", { PADDOCK_HTTP_PORT: "0", PADDOCK_DEV_TOKEN: token });
+    gatewayUrl = `http://127.0.0.1:${String(gateway.ready.httpPort)}`;
     const runners: ServiceProcess[] = [];
     for (let i = 0; i < (opts.runners ?? 1); i++) runners.push(await addRunner());
     return {
       nats,
-      url: `http://127.0.0.1:${String(gateway.ready.httpPort)}`,
+      url: gatewayUrl,
       token,
       scheduler,
       recorder,

@@ -1,0 +1,195 @@
+/**
+ * The session lifecycle through the real stack (four services as processes,
+ * real PTYs, real object store): suspend/resume warm and cold (to another
+ * runner), snapshot, environments with setup snapshots, one-shot, children
+ * created with a session's own token, recycle, app restart.
+ */
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Kvm } from "@nats-io/kv";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import type { AuditEvent, Session } from "@paddock/contracts";
+import { startStack, type Stack } from "@paddock/testing";
+import { api, sessionOf, Terminal, waitForAuditEvents } from "./helpers.ts";
+
+let stack: Stack;
+let nc: NatsConnection;
+let scratch: string;
+
+beforeAll(async () => {
+  stack = await startStack({ runnerCapacity: 4 });
+  nc = await connect({ servers: stack.nats.url });
+  scratch = mkdtempSync(join(tmpdir(), "paddock-e2e-"));
+});
+afterAll(async () => {
+  await nc?.drain();
+  await stack?.stop();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+const post = (path: string, body?: unknown) => api(stack.url, stack.token, "POST", path, body);
+const getSession = async (id: string) => sessionOf(await api(stack.url, stack.token, "GET", `/v1/sessions/${id}`));
+
+async function createSession(body: Record<string, unknown>): Promise<Session> {
+  const res = await post("/v1/sessions", body);
+  expect(res.status).toBe(201);
+  return sessionOf(res);
+}
+
+/** Resolves once the audit stream holds an event of the session matching pred. */
+function untilEvent(sessionId: string, pred: (e: AuditEvent, all: AuditEvent[]) => boolean): Promise<AuditEvent[]> {
+  return waitForAuditEvents(nc, "default", sessionId, (evs) => evs.some((e) => pred(e, evs)));
+}
+
+/** Resolves once the session's record reaches `state` (a KV watch: every revision, no polling). */
+async function untilState(id: string, state: string): Promise<Session> {
+  const kv = await new Kvm(nc).open("sessions");
+  const w = await kv.watch({ key: `default.${id}` });
+  for await (const e of w) {
+    if (e.operation === "PUT" && e.json<Session>().state === state) break;
+  }
+  w.stop();
+  return getSession(id);
+}
+
+async function outputOf(id: string, pred: (text: string) => boolean): Promise<string> {
+  const term = await Terminal.open(stack.url, stack.token, id, "since=all");
+  await term.until((t) => pred(t.output()));
+  term.ws.close();
+  return term.output();
+}
+
+describe("suspend and resume", () => {
+  it("warm: the process stops in place and resume continues it", async () => {
+    const s = await createSession({ spec: { cmd: ["sh", "-c", "i=0; while :; do echo tick$i; i=$((i+1)); sleep 0.1; done"] } });
+    await outputOf(s.id, (t) => t.includes("tick2"));
+    const suspended = await post(`/v1/sessions/${s.id}/suspend`, { warm: true });
+    expect(suspended.status).toBe(200);
+    expect(sessionOf(suspended).state).toBe("suspended_warm");
+    const resumed = await post(`/v1/sessions/${s.id}/resume`, {});
+    expect(sessionOf(resumed)).toMatchObject({ state: "running", placementGeneration: 1 });
+    const before = (await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}/log`)).body as string;
+    const lastTick = Number(/tick(\d+)\n?$/.exec(before.trim())?.[1] ?? 0);
+    await outputOf(s.id, (t) => t.includes(`tick${lastTick + 2}`));
+    await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`);
+  });
+
+  it("cold: checkpoint, slot freed, resumed on another runner with its workspace restored", async () => {
+    const script = "if [ -f state ]; then echo restored:$(cat state); else echo first > state; echo wrote; fi; exec sleep 600";
+    const s = await createSession({ spec: { cmd: ["sh", "-c", script] } });
+    await outputOf(s.id, (t) => t.includes("wrote"));
+    const first = await getSession(s.id);
+    const suspended = sessionOf(await post(`/v1/sessions/${s.id}/suspend`, { warm: false }));
+    expect(suspended.state).toBe("suspended_cold");
+    expect(suspended.checkpoint).toMatchObject({ format: "tar+gzip" });
+    // Load the first runner so placement (most free capacity first) picks the new one.
+    const ballast = await createSession({ spec: { cmd: ["sleep", "600"] } });
+    await untilState(ballast.id, "running");
+    const runner2 = await stack.addRunner({ runnerId: "runner-cold-2" });
+    const resumed = sessionOf(await post(`/v1/sessions/${s.id}/resume`, {}));
+    expect(resumed).toMatchObject({ state: "running", placementGeneration: first.placementGeneration + 1 });
+    expect(resumed.runnerId).toBe(String(runner2.ready.runnerId));
+    await outputOf(s.id, (t) => t.includes("restored:first"));
+  });
+});
+
+describe("snapshot, one-shot, recycle, apps", () => {
+  it("snapshot returns a checkpoint and the session keeps running", async () => {
+    const s = await createSession({ spec: { cmd: ["sh", "-c", "echo data > f; echo ready; exec sleep 600"] } });
+    await outputOf(s.id, (t) => t.includes("ready"));
+    const snap = await post(`/v1/sessions/${s.id}/snapshot`);
+    expect(snap.status).toBe(200);
+    expect(snap.body).toMatchObject({ format: "tar+gzip", capabilities: ["portable"] });
+    expect((await getSession(s.id)).state).toBe("running");
+  });
+
+  it("a one-shot session is released as soon as its command exits", async () => {
+    const s = await createSession({ oneShot: true, spec: { cmd: ["sh", "-c", "exit 5"] } });
+    await untilEvent(s.id, (e) => e.action === "exit");
+    const done = await getSession(s.id);
+    expect(done).toMatchObject({ state: "destroyed", childExitCode: 5 });
+  });
+
+  it("recycle answers a fresh session with the same spec and a new id", async () => {
+    const s = await createSession({ spec: { cmd: ["sleep", "600"] } });
+    const res = await post(`/v1/sessions/${s.id}/recycle`);
+    expect(res.status).toBe(201);
+    const { released, session } = res.body as { released: Session; session: Session };
+    expect(released.id).toBe(s.id);
+    expect(["canceled", "destroyed"]).toContain(released.state);
+    expect(session.id).not.toBe(s.id);
+    expect(session.spec).toEqual(s.spec);
+  });
+
+  it("restarting one app opens its next generation; the session stays running", async () => {
+    const s = await createSession({ spec: { apps: [{ name: "a", cmd: ["sh", "-c", "echo started; exec sleep 600"] }, { name: "b", cmd: ["sleep", "600"] }] } });
+    await untilEvent(s.id, (e, all) => e.action === "run.started" && all.filter((x) => x.action === "run.started").length >= 2);
+    const res = await post(`/v1/sessions/${s.id}/apps/a/restart`);
+    expect(res.status).toBe(200);
+    await untilEvent(s.id, (_e, all) => all.filter((x) => x.action === "run.started").length >= 3);
+    const after = await getSession(s.id);
+    expect(after.state).toBe("running");
+    expect(after.apps?.a).toMatchObject({ generation: 2, trigger: "manual", phase: "running" });
+    expect(after.apps?.b).toMatchObject({ generation: 1, trigger: "initial" });
+    expect((await post(`/v1/sessions/${s.id}/apps/nope/restart`)).status).toBe(404);
+  });
+});
+
+describe("children and environments", () => {
+  it("a session creates a child with its own token; the roster lists it; ending the parent ends the child", async () => {
+    const js =
+      "fetch(process.env.PADDOCK_URL+'/v1/sessions',{method:'POST',headers:{authorization:'Bearer '+process.env.PADDOCK_TOKEN,'content-type':'application/json'}," +
+      "body:JSON.stringify({spec:{cmd:['sleep','600']}})}).then(r=>r.json()).then(j=>console.log('child='+j.id+'.'))";
+    const parent = await createSession({ spec: { cmd: ["sh", "-c", `node -e "${js}"; exec sleep 600`] } });
+    const out = await outputOf(parent.id, (t) => /child=\S+\./.test(t));
+    const childId = /child=(\S+)\./.exec(out)?.[1] ?? "";
+    const roster = await api(stack.url, stack.token, "GET", `/v1/sessions?parentId=${parent.id}`);
+    expect((roster.body as { sessions: Session[] }).sessions.map((c) => c.id)).toEqual([childId]);
+    expect((await getSession(childId)).parentId).toBe(parent.id);
+    await api(stack.url, stack.token, "DELETE", `/v1/sessions/${parent.id}`);
+    await untilEvent(childId, (e) => e.action === "delete" || e.action === "cancel");
+    expect(["canceled", "destroyed"]).toContain((await getSession(childId)).state);
+    // The token never shows in the record, the log or the audit stream.
+    const events = await waitForAuditEvents(nc, "default", parent.id, (evs) => evs.some((e) => e.action === "delete"));
+    expect(JSON.stringify(events)).not.toContain("pdk_ses_");
+    expect(JSON.stringify(await getSession(parent.id))).not.toContain("pdk_ses_");
+  });
+
+  it("an environment's setup runs once; later sessions boot from its snapshot; init runs every boot", async () => {
+    const counter = join(scratch, "setup-count");
+    const env = await post("/v1/environments", {
+      name: "built",
+      setup: `echo built > built.txt; echo run >> ${counter}`,
+      init: "echo booted >> boots.txt",
+      egressAllow: ["registry.npmjs.org"],
+    });
+    expect(env.status).toBe(201);
+    const envId = (env.body as { id: string }).id;
+    const cmd = ["sh", "-c", "echo content:$(cat built.txt) boots:$(wc -l < boots.txt); exec sleep 600"];
+    const a = await createSession({ environmentId: envId, spec: { cmd, egressAllow: ["example.com", "registry.npmjs.org"] } });
+    expect(a.spec.egressAllow).toEqual(["registry.npmjs.org", "example.com"]);
+    await outputOf(a.id, (t) => t.includes("content:built boots:1"));
+    await untilEventOnEnv(envId);
+    const b = await createSession({ environmentId: envId, spec: { cmd } });
+    await outputOf(b.id, (t) => t.includes("content:built boots:1"));
+    expect(readFileSync(counter, "utf8").trim().split("\n")).toHaveLength(1);
+    // Delete is refused while sessions use it.
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/environments/${envId}`)).status).toBe(409);
+  });
+});
+
+/** Resolves once the environment record carries a snapshot (its audit feed is the env's KV revisions). */
+async function untilEventOnEnv(envId: string): Promise<void> {
+  for (;;) {
+    const env = (await api(stack.url, stack.token, "GET", `/v1/environments/${envId}`)).body as { snapshot?: unknown; snapshotHash?: string; setupHash: string };
+    if (env.snapshot && env.snapshotHash === env.setupHash) return;
+    const kv = await new Kvm(nc).open("environments");
+    const w = await kv.watch({ key: `default.${envId}` });
+    for await (const e of w) {
+      if (e.operation === "PUT" && e.json<{ snapshot?: unknown }>().snapshot) break;
+    }
+    w.stop();
+  }
+}
