@@ -11,11 +11,24 @@ import { readGeneration, writeGeneration } from "./generation-store.ts";
 import { startLeaseRenewer, type LeaseRenewer } from "./lease.ts";
 import type { RunnerMetrics } from "./metrics.ts";
 import { ensureDispatchConsumer, register } from "./registration.ts";
+import { createCheckpointStore } from "./checkpoint.ts";
+import { noSecrets, type SecretResolver } from "./secrets.ts";
 import { SessionManager } from "./sessions.ts";
 
 export type AgentConfig = Pick<
   RunnerConfig,
-  "runnerId" | "poolId" | "capacityTotal" | "capabilities" | "dataDir" | "leaseRenewMs" | "killGraceMs" | "registerTimeoutMs"
+  | "runnerId"
+  | "poolId"
+  | "capacityTotal"
+  | "capabilities"
+  | "dataDir"
+  | "leaseRenewMs"
+  | "killGraceMs"
+  | "registerTimeoutMs"
+  | "gatewayUrl"
+  | "watchDebounceMs"
+  | "watchMaxReloads"
+  | "watchWindowMs"
 > & {
   /** PATH of session processes. */
   childPath: string;
@@ -30,6 +43,8 @@ export interface RunnerAgentDeps {
   newId: () => string;
   /** Delay used between retries; injectable so tests never wait on wall-clock backoff. */
   sleep?: (ms: number) => Promise<void>;
+  /** Values for environments' secretRefs; resolves nothing by default. */
+  secrets?: SecretResolver;
 }
 
 export interface RunnerAgent {
@@ -71,20 +86,36 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     return sessions;
   };
 
-  const handleDispatch = async (cmd: DispatchCommand) => {
+  /** Acks once the command is queued on its session: a long setup or checkpoint never stalls dispatch. */
+  const handleDispatch = (cmd: DispatchCommand): Promise<void> => {
     // A command for another registration (before a restart) targets sessions this process never held.
     if (cmd.runnerGeneration !== generation) {
       metrics.staleDispatch.inc();
       log.info({ sessionId: cmd.sessionId, type: cmd.type, runnerGeneration: cmd.runnerGeneration, generation }, "stale dispatch ignored");
-      return;
+      return Promise.resolve();
     }
-    if (cmd.type === "start") await requireSessions().start(cmd);
-    else await requireSessions().destroy(cmd);
+    requireSessions().dispatch(cmd);
+    return Promise.resolve();
   };
 
   const start = async () => {
     const jsm = await jetstreamManager(nc);
-    sessions = new SessionManager({ nc, js, jsm, log, metrics, facts, dataDir: config.dataDir, childPath: config.childPath, killGraceMs: config.killGraceMs });
+    sessions = new SessionManager({
+      nc,
+      js,
+      jsm,
+      log,
+      metrics,
+      facts,
+      checkpoints: createCheckpointStore(nc),
+      secrets: deps.secrets ?? noSecrets,
+      now: deps.now,
+      dataDir: config.dataDir,
+      childPath: config.childPath,
+      killGraceMs: config.killGraceMs,
+      gatewayUrl: config.gatewayUrl,
+      watch: { debounceMs: config.watchDebounceMs, maxReloads: config.watchMaxReloads, windowMs: config.watchWindowMs },
+    });
     await mkdir(config.dataDir, { recursive: true });
     await removeLeftoverSessions(sessions.sessionsDir(), log);
     const persisted = await readGeneration(config.dataDir);
@@ -113,7 +144,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       intervalMs: config.leaseRenewMs,
       log,
     });
-    for (const held of reply.destroy) await sessions.destroy(held);
+    for (const held of reply.destroy) sessions.dispatch({ type: "destroy", ...held, runnerGeneration: generation });
     consumer = await consumeTyped(js, { stream: Streams.dispatch, consumer: consumerName, schema: DispatchCommand, metrics, log, handler: handleDispatch });
     ready = true;
     return { generation };

@@ -1,39 +1,24 @@
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
-import { constants as osConstants } from "node:os";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
 import { spawn as spawnPty, type IPty } from "@lydell/node-pty";
 import type { AppSpec } from "@paddock/contracts";
 import { SpawnError } from "./errors.ts";
+import { spawnPiped } from "./pipe-process.ts";
+import { signalGroup, signalName, terminateGroup, type AppExit, type AppProcess } from "./process-group.ts";
+import type { OutputStream } from "./term-writer.ts";
 
-export interface AppExit {
-  /** null when the process was killed by a signal. */
-  exitCode: number | null;
-  signal: string | undefined;
-}
-
-/** One app of a session: a child process in its own PTY. */
-export interface AppProcess {
-  readonly name: string;
-  readonly exited: Promise<AppExit>;
-  write(bytes: Uint8Array): void;
-  resize(cols: number, rows: number): void;
-  /** Pauses or resumes reading the PTY (terminal log backpressure). */
-  setPaused(paused: boolean): void;
-  /** SIGTERM, then SIGKILL after graceMs if still alive; resolves on exit. */
-  terminate(graceMs: number): Promise<AppExit>;
-}
+export type { AppExit, AppProcess } from "./process-group.ts";
 
 export interface SpawnAppOptions {
   app: AppSpec;
   cwd: string;
   env: Record<string, string>;
-  onData: (bytes: Uint8Array) => void;
+  /** stream is set for piped apps only. */
+  onData: (bytes: Uint8Array, stream?: OutputStream) => void;
 }
 
 export const DEFAULT_COLS = 80;
 export const DEFAULT_ROWS = 24;
-
-const signalNames = new Map<number, string>(Object.entries(osConstants.signals).map(([name, num]) => [num, name]));
 
 /**
  * Finds the executable the way execvp would. node-pty forks before exec, so a
@@ -56,12 +41,13 @@ function isExecutableFile(file: string): boolean {
   }
 }
 
-/** Starts an app in a PTY; throws SpawnError with a short, fact-safe reason. */
+/** Starts an app in a PTY (or piped when `tty: false`); throws SpawnError with a short, fact-safe reason. */
 export function spawnApp(opts: SpawnAppOptions): AppProcess {
   const [command, ...args] = opts.app.cmd;
   if (!command) throw new SpawnError(`app ${opts.app.name}: empty command`);
   const file = resolveExecutable(command, opts.cwd, opts.env.PATH ?? "");
   if (!file) throw new SpawnError(`app ${opts.app.name}: command not found: ${command.slice(0, 128)}`);
+  if (opts.app.tty === false) return spawnPiped({ name: opts.app.name, file, args, cwd: opts.cwd, env: opts.env, onData: opts.onData });
   let pty: IPty;
   try {
     pty = spawnPty(file, args, {
@@ -84,27 +70,25 @@ function wrapPty(name: string, pty: IPty, onData: (bytes: Uint8Array) => void): 
   const exited = new Promise<AppExit>((resolveExit) => {
     pty.onExit(({ exitCode, signal }) => {
       alive = false;
-      resolveExit(signal ? { exitCode: null, signal: signalNames.get(signal) ?? `SIG${signal}` } : { exitCode, signal: undefined });
+      resolveExit(signal ? { exitCode: null, signal: signalName(signal) } : { exitCode, signal: undefined });
     });
   });
   // With encoding null node-pty delivers Buffers, although its types say string.
   pty.onData((chunk: string | Buffer) => onData(typeof chunk === "string" ? Buffer.from(chunk) : chunk));
   const write = pty.write.bind(pty) as unknown as (data: string | Buffer) => void;
-  const signalGroup = (sig: NodeJS.Signals) => {
+  const signal = (sig: NodeJS.Signals) => {
     if (!alive) return;
+    // The PTY child leads its own process group; signal the group so its children go too.
+    if (signalGroup(pty.pid, sig)) return;
     try {
-      // The PTY child leads its own process group; signal the group so its children go too.
-      process.kill(-pty.pid, sig);
+      pty.kill(sig);
     } catch {
-      try {
-        pty.kill(sig);
-      } catch {
-        // already gone
-      }
+      // already gone
     }
   };
   return {
     name,
+    pid: pty.pid,
     exited,
     write: (bytes) => {
       if (alive) write(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
@@ -113,14 +97,8 @@ function wrapPty(name: string, pty: IPty, onData: (bytes: Uint8Array) => void): 
       if (alive) pty.resize(cols, rows);
     },
     setPaused: (paused) => (paused ? pty.pause() : pty.resume()),
-    terminate: async (graceMs) => {
-      signalGroup("SIGTERM");
-      const timer = setTimeout(() => signalGroup("SIGKILL"), graceMs);
-      try {
-        return await exited;
-      } finally {
-        clearTimeout(timer);
-      }
-    },
+    freeze: () => signal("SIGSTOP"),
+    thaw: () => signal("SIGCONT"),
+    terminate: (graceMs) => terminateGroup(signal, exited, graceMs),
   };
 }

@@ -24,6 +24,13 @@ const RunnerEnv = z.object({
   PADDOCK_RUNNER_KILL_GRACE_MS: envSchemas.positiveMs.default(5_000),
   /** How long one registration request waits for a scheduler before retrying. */
   PADDOCK_RUNNER_REGISTER_TIMEOUT_MS: envSchemas.positiveMs.default(2_000),
+  /** Public URL of the gateway, given to sessions with a token as PADDOCK_URL. */
+  PADDOCK_GATEWAY_URL: z.url().optional(),
+  /** Watch mode: quiet time after a workspace change before the apps reload. */
+  PADDOCK_RUNNER_WATCH_DEBOUNCE_MS: envSchemas.positiveMs.default(200),
+  /** Watch mode: at most this many reloads per session per window; further changes are ignored. */
+  PADDOCK_RUNNER_WATCH_MAX_RELOADS: z.coerce.number().int().positive().max(10_000).default(10),
+  PADDOCK_RUNNER_WATCH_WINDOW_MS: envSchemas.positiveMs.default(60_000),
   /** Handed to session processes (their env is otherwise minimal). */
   PATH: z.string().default("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
 });
@@ -45,6 +52,10 @@ export interface RunnerConfig {
   killGraceMs: number;
   registerTimeoutMs: number;
   childPath: string;
+  gatewayUrl: string | undefined;
+  watchDebounceMs: number;
+  watchMaxReloads: number;
+  watchWindowMs: number;
 }
 
 /** The only reader of the environment; everything else takes a RunnerConfig. */
@@ -67,5 +78,9 @@ export function loadConfig(env: Record<string, string | undefined>): RunnerConfi
     killGraceMs: e.PADDOCK_RUNNER_KILL_GRACE_MS,
     registerTimeoutMs: e.PADDOCK_RUNNER_REGISTER_TIMEOUT_MS,
     childPath: e.PATH,
+    gatewayUrl: e.PADDOCK_GATEWAY_URL,
+    watchDebounceMs: e.PADDOCK_RUNNER_WATCH_DEBOUNCE_MS,
+    watchMaxReloads: e.PADDOCK_RUNNER_WATCH_MAX_RELOADS,
+    watchWindowMs: e.PADDOCK_RUNNER_WATCH_WINDOW_MS,
   };
 }

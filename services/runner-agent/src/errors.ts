@@ -4,6 +4,10 @@ export const RunnerErrorCode = {
   generationFile: "generation_file",
   registrationRefused: "registration_refused",
   stopped: "stopped",
+  archiveRefused: "archive_refused",
+  checkpointFailed: "checkpoint_failed",
+  bootFailed: "boot_failed",
+  commandRefused: "command_refused",
 } as const;
 export type RunnerErrorCode = (typeof RunnerErrorCode)[keyof typeof RunnerErrorCode];
 
@@ -44,5 +48,37 @@ export class StoppedError extends RunnerError {
   constructor() {
     super(RunnerErrorCode.stopped, "runner agent stopped");
     this.name = "StoppedError";
+  }
+}
+
+/** An archive holds an entry that may not be extracted (or is not a valid archive); message is fact-safe. */
+export class ArchiveRefusedError extends RunnerError {
+  constructor(reason: string) {
+    super(RunnerErrorCode.archiveRefused, `archive refused: ${reason}`);
+    this.name = "ArchiveRefusedError";
+  }
+}
+
+/** Saving or restoring a checkpoint failed; message is short and fact-safe. */
+export class CheckpointError extends RunnerError {
+  constructor(message: string) {
+    super(RunnerErrorCode.checkpointFailed, message);
+    this.name = "CheckpointError";
+  }
+}
+
+/** Environment setup or init failed; message is the fact's reason. */
+export class BootError extends RunnerError {
+  constructor(message: string) {
+    super(RunnerErrorCode.bootFailed, message);
+    this.name = "BootError";
+  }
+}
+
+/** A command cannot be carried out in the session's current state; message is the refused fact's reason. */
+export class CommandRefusedError extends RunnerError {
+  constructor(message: string) {
+    super(RunnerErrorCode.commandRefused, message);
+    this.name = "CommandRefusedError";
   }
 }

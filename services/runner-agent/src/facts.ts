@@ -4,12 +4,13 @@ import { encodeJson } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { HeldSession } from "./types.ts";
 
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+
 /** The fact-specific fields; the publisher adds who, which generations and when. */
-export type FactBody =
-  | { type: "running" }
-  | { type: "destroyed" }
-  | { type: "failed"; reason: string }
-  | { type: "exited"; exitCode: number | null; signal?: string };
+export type FactBody = DistributiveOmit<
+  RunnerFact,
+  "runnerId" | "poolId" | "runnerGeneration" | "sessionId" | "workspaceId" | "placementGeneration" | "at"
+>;
 
 export interface FactPublisherOptions {
   js: JetStreamClient;
@@ -23,19 +24,23 @@ export interface FactPublisherOptions {
 }
 
 export interface FactPublisher {
-  /** Publishes until committed (or the agent stops); resolves true once committed. */
-  publish(session: HeldSession, body: FactBody): Promise<boolean>;
+  /**
+   * Publishes until committed (or the agent stops); resolves true once
+   * committed. `key` tells apart facts of one type that may occur several
+   * times per placement (a request id, an app generation).
+   */
+  publish(session: HeldSession, body: FactBody, key?: string): Promise<boolean>;
 }
 
 /**
  * Runner facts go to JetStream with a message id of session, generation and
- * type, so a retry after a timeout (or a redelivered dispatch) never lands a
+ * type (and a key where a type repeats), so a retry after a timeout (or a redelivered dispatch) never lands a
  * second copy inside the duplicate window.
  */
 export function createFactPublisher(opts: FactPublisherOptions): FactPublisher {
   const subject = Subjects.runnerEvents(opts.poolId, opts.runnerId);
   return {
-    publish: async (session, body) => {
+    publish: async (session, body, key) => {
       const fact = {
         ...body,
         runnerId: opts.runnerId,
@@ -47,7 +52,8 @@ export function createFactPublisher(opts: FactPublisherOptions): FactPublisher {
         at: opts.now(),
       };
       const data = encodeJson(RunnerFact, fact);
-      const msgID = `${session.sessionId}-${session.placementGeneration}-${body.type}`;
+      const base = `${session.sessionId}-${session.placementGeneration}-${body.type}`;
+      const msgID = key === undefined ? base : `${base}-${key}`;
       for (let attempt = 0; !opts.isStopped(); attempt++) {
         try {
           await opts.js.publish(subject, data, { msgID });

@@ -12,6 +12,14 @@ export interface RunnerMetrics extends BusMetrics {
   termRetries: Counter;
   /** Sessions held right now. */
   sessions: Gauge;
+  /** Watch-mode reloads carried out. */
+  watchReloads: Counter;
+  /** Watch-mode changes ignored because the session's reload budget for the window was spent. */
+  watchReloadsSuppressed: Counter;
+  /** Checkpoints (snapshot, cold suspend) that could not be stored. */
+  checkpointFailures: Counter;
+  /** Commands answered with a refused fact, by command type. */
+  refusedCommands: Counter<"type">;
 }
 
 export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
@@ -40,5 +48,18 @@ export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
       registers,
     }),
     sessions: new Gauge({ name: "paddock_runner_sessions", help: "Sessions held by this runner", registers }),
+    watchReloads: new Counter({ name: "paddock_watch_reloads_total", help: "Watch-mode reloads of a session's apps", registers }),
+    watchReloadsSuppressed: new Counter({
+      name: "paddock_watch_reloads_suppressed_total",
+      help: "Watch-mode workspace changes ignored by the per-session reload rate limit",
+      registers,
+    }),
+    checkpointFailures: new Counter({ name: "paddock_checkpoint_failures_total", help: "Checkpoints that could not be stored", registers }),
+    refusedCommands: new Counter({
+      name: "paddock_refused_commands_total",
+      help: "Dispatch commands the runner could not carry out",
+      labelNames: ["type"],
+      registers,
+    }),
   };
 }

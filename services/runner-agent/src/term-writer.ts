@@ -10,6 +10,15 @@ export const MAX_CHUNK_BYTES = 32 * 1024;
 
 const MSG_ID_HEADER = "Nats-Msg-Id";
 
+/**
+ * Header on TERM chunks of an app run without a PTY (`tty: false`): which
+ * pipe the bytes came from. Absent on PTY output. (To move into contracts.)
+ */
+export const STREAM_HEADER = Headers.stream;
+
+export const OutputStream = { stdout: "stdout", stderr: "stderr" } as const;
+export type OutputStream = (typeof OutputStream)[keyof typeof OutputStream];
+
 export interface TermWriterOptions {
   js: JetStreamClient;
   jsm: JetStreamManager;
@@ -29,8 +38,14 @@ export interface TermWriterOptions {
   onPressure?: (paused: boolean) => void;
 }
 
+interface Pending {
+  bytes: Uint8Array;
+  stream: OutputStream | undefined;
+}
+
 interface Chunk {
   body: Uint8Array;
+  stream?: OutputStream;
   /** Set on the final message of an app: its exit code as decimal, "" when killed by a signal. */
   exitCode?: string;
 }
@@ -52,7 +67,7 @@ interface LastMessage {
 export class TermWriter {
   private readonly subject: string;
   private readonly maxChunk: number;
-  private pending: Uint8Array[] = [];
+  private pending: Pending[] = [];
   private pendingBytes = 0;
   private exitMarker: string | undefined;
   private markerSent = false;
@@ -61,6 +76,8 @@ export class TermWriter {
   private latched = false;
   private aborted = false;
   private paused = false;
+  /** Closed without an exit marker (cold suspend): later output is dropped. */
+  private closed = false;
   private pump: Promise<void> | undefined;
   private wake: (() => void) | undefined;
 
@@ -84,10 +101,13 @@ export class TermWriter {
     this.opts.onPressure = handler;
   }
 
-  /** Queues output; never blocks. Dropped once fenced, aborted or finished. */
-  append(bytes: Uint8Array): void {
-    if (this.latched || this.aborted || this.exitMarker !== undefined || bytes.byteLength === 0) return;
-    this.pending.push(bytes);
+  /**
+   * Queues output; never blocks. Dropped once fenced, aborted, closed or
+   * finished. Bytes of different streams are never coalesced into one chunk.
+   */
+  append(bytes: Uint8Array, stream?: OutputStream): void {
+    if (this.latched || this.aborted || this.closed || this.exitMarker !== undefined || bytes.byteLength === 0) return;
+    this.pending.push({ bytes, stream });
     this.pendingBytes += bytes.byteLength;
     this.updatePressure();
     this.kick();
@@ -104,6 +124,22 @@ export class TermWriter {
   /** Flushes, then appends the app's final empty message carrying its exit code. */
   async finish(exitCode: number | null): Promise<void> {
     if (this.exitMarker === undefined) this.exitMarker = exitCode === null ? "" : String(exitCode);
+    await this.flush();
+  }
+
+  /**
+   * After an exit marker (or close), accepts output again: the app's next
+   * generation continues the same log. Call once finish/close resolved.
+   */
+  reopen(): void {
+    this.exitMarker = undefined;
+    this.markerSent = false;
+    this.closed = false;
+  }
+
+  /** Flushes what is queued and accepts nothing more, without an exit marker (a suspend is not an exit). */
+  async close(): Promise<void> {
+    this.closed = true;
     await this.flush();
   }
 
@@ -140,7 +176,10 @@ export class TermWriter {
 
   /** Coalesces pending output into one chunk of at most maxChunk bytes; the marker goes last. */
   private takeNext(): Chunk | undefined {
-    if (this.pendingBytes > 0) return { body: this.takeBytes() };
+    if (this.pendingBytes > 0) {
+      const stream = this.pending[0]?.stream;
+      return stream ? { body: this.takeBytes(stream), stream } : { body: this.takeBytes(undefined) };
+    }
     if (this.exitMarker !== undefined && !this.markerSent) {
       this.markerSent = true;
       return { body: new Uint8Array(0), exitCode: this.exitMarker };
@@ -148,17 +187,23 @@ export class TermWriter {
     return undefined;
   }
 
-  private takeBytes(): Uint8Array {
-    const size = Math.min(this.pendingBytes, this.maxChunk);
+  /** Takes up to maxChunk bytes from the head of the queue, stopping where the stream changes. */
+  private takeBytes(stream: OutputStream | undefined): Uint8Array {
+    let size = 0;
+    for (const p of this.pending) {
+      if (p.stream !== stream || size >= this.maxChunk) break;
+      size += p.bytes.byteLength;
+    }
+    size = Math.min(size, this.maxChunk);
     const out = new Uint8Array(size);
     let filled = 0;
     while (filled < size) {
-      const head = this.pending[0] as Uint8Array;
-      const take = Math.min(head.byteLength, size - filled);
-      out.set(head.subarray(0, take), filled);
+      const head = this.pending[0] as Pending;
+      const take = Math.min(head.bytes.byteLength, size - filled);
+      out.set(head.bytes.subarray(0, take), filled);
       filled += take;
-      if (take === head.byteLength) this.pending.shift();
-      else this.pending[0] = head.subarray(take);
+      if (take === head.bytes.byteLength) this.pending.shift();
+      else this.pending[0] = { bytes: head.bytes.subarray(take), stream: head.stream };
     }
     this.pendingBytes -= size;
     this.updatePressure();
@@ -249,6 +294,7 @@ export class TermWriter {
     const h = natsHeaders();
     h.set(Headers.placementGeneration, String(this.opts.placementGeneration));
     if (chunk.exitCode !== undefined) h.set(Headers.exitCode, chunk.exitCode);
+    if (chunk.stream) h.set(STREAM_HEADER, chunk.stream);
     return h;
   }
 

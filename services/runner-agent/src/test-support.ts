@@ -5,6 +5,7 @@
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { gzipSync } from "node:zlib";
 import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node";
 import {
   RegisterRunnerReply,
@@ -14,9 +15,12 @@ import {
   Headers,
 } from "@paddock/contracts";
 import { decodeJson, encodeJson } from "@paddock/bus";
-import { silentLogger } from "@paddock/logging";
+import { jetstream } from "@nats-io/jetstream";
+import { DispatchCommand } from "@paddock/contracts";
+import { silentLogger, type Logger } from "@paddock/logging";
 import { createRunnerAgent, type AgentConfig, type RunnerAgent } from "./agent.ts";
 import { createRunnerMetrics, type RunnerMetrics } from "./metrics.ts";
+import { STREAM_HEADER } from "./term-writer.ts";
 import type { HeldSession } from "./types.ts";
 
 /** Collects items and resolves waiters whose predicate matches (already seen or future). */
@@ -80,6 +84,7 @@ export interface TermMsg {
   body: Buffer;
   generation: string | undefined;
   exitCode: string | undefined;
+  stream: string | undefined;
 }
 
 /** Live terminal messages of one app (core subscription; JetStream publishes reach it too). */
@@ -95,6 +100,7 @@ export function collectTerm(nc: NatsConnection, sessionId: string, app: string):
         body: Buffer.from(msg.data),
         generation: msg.headers?.get(Headers.placementGeneration),
         exitCode: msg.headers?.has(Headers.exitCode) ? msg.headers.get(Headers.exitCode) : undefined,
+        stream: msg.headers?.has(STREAM_HEADER) ? msg.headers.get(STREAM_HEADER) : undefined,
       });
     },
   });
@@ -109,7 +115,7 @@ export interface TestAgent {
 
 let counter = 0;
 
-export function testAgent(nc: NatsConnection, overrides: Partial<AgentConfig> = {}): TestAgent {
+export function testAgent(nc: NatsConnection, overrides: Partial<AgentConfig> = {}, log: Logger = silentLogger()): TestAgent {
   counter += 1;
   const config: AgentConfig = {
     runnerId: `r${counter}-${process.pid}`,
@@ -121,6 +127,10 @@ export function testAgent(nc: NatsConnection, overrides: Partial<AgentConfig> = 
     killGraceMs: 2_000,
     registerTimeoutMs: 2_000,
     childPath: process.env.PATH ?? "/usr/bin:/bin",
+    gatewayUrl: "http://gateway.test:8080",
+    watchDebounceMs: 50,
+    watchMaxReloads: 10,
+    watchWindowMs: 60_000,
     ...overrides,
   };
   const metrics = createRunnerMetrics();
@@ -128,7 +138,7 @@ export function testAgent(nc: NatsConnection, overrides: Partial<AgentConfig> = 
   const agent = createRunnerAgent({
     nc,
     config,
-    log: silentLogger(),
+    log,
     metrics,
     now: () => 1_700_000_000_000,
     newId: () => `id${++ids}`,
@@ -140,3 +150,50 @@ export function testAgent(nc: NatsConnection, overrides: Partial<AgentConfig> = 
 export async function counterValue(counter: { get(): Promise<{ values: Array<{ value: number }> }> }): Promise<number> {
   return (await counter.get()).values.reduce((sum, v) => sum + v.value, 0);
 }
+
+/** Publishes a dispatch command to the agent's subject. */
+export async function dispatchTo(nc: NatsConnection, t: TestAgent, cmd: DispatchCommand): Promise<void> {
+  await jetstream(nc).publish(Subjects.dispatch(t.config.poolId, t.config.runnerId), encodeJson(DispatchCommand, cmd));
+}
+
+/**
+ * Re-checks a condition on state the test cannot subscribe to (a process's
+ * /proc state, a metric) until it holds; fails after many attempts.
+ */
+export async function eventually(check: () => boolean | Promise<boolean>, what: string | (() => string), attempts = 500): Promise<void> {
+  for (let i = 0; i < attempts; i++) {
+    if (await check()) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error(`never happened: ${typeof what === "string" ? what : what()}`);
+}
+
+/** One ustar header + body, written by hand so the test controls every field a real tool would sanitize. */
+export function tarEntry(name: string, opts: { type?: string; body?: string; linkname?: string } = {}): Buffer {
+  const body = Buffer.from(opts.body ?? "");
+  const h = Buffer.alloc(512, 0);
+  const put = (value: string, offset: number, length: number) => h.write(value, offset, length, "utf8");
+  const octal = (n: number, length: number) => n.toString(8).padStart(length - 1, "0") + "\0";
+  put(name, 0, 100);
+  put(octal(0o644, 8), 100, 8);
+  put(octal(0, 8), 108, 8);
+  put(octal(0, 8), 116, 8);
+  put(octal(body.length, 12), 124, 12);
+  put(octal(0, 12), 136, 12);
+  put("        ", 148, 8);
+  put(opts.type ?? "0", 156, 1);
+  put(opts.linkname ?? "", 157, 100);
+  put("ustar\0", 257, 6);
+  put("00", 263, 2);
+  let sum = 0;
+  for (const b of h) sum += b;
+  put(sum.toString(8).padStart(6, "0") + "\0 ", 148, 8);
+  const padded = Buffer.alloc(Math.ceil(body.length / 512) * 512, 0);
+  body.copy(padded);
+  return Buffer.concat([h, padded]);
+}
+
+export function maliciousTar(...entries: Buffer[]): Buffer {
+  return gzipSync(Buffer.concat([...entries, Buffer.alloc(1024, 0)]));
+}
+

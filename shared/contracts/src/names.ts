@@ -53,6 +53,8 @@ export const Headers = {
   controllerGeneration: "Paddock-Controller-Generation",
   /** Set on the last TERM message of an app: its exit code ("" when killed by a signal). */
   exitCode: "Paddock-Exit-Code",
+  /** On TERM chunks of an app without a TTY: which stream the bytes came from ("stdout" | "stderr"). */
+  stream: "Paddock-Stream",
   /** Input message kind: "data" (stdin bytes), "resize" or "claim" (a new controller). */
   inputKind: "Paddock-Input-Kind",
 } as const;

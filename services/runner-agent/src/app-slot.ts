@@ -1,0 +1,136 @@
+import type { AppRun, AppSpec, RunTrigger } from "@paddock/contracts";
+import { spawnApp, type AppExit, type AppProcess } from "./app-process.ts";
+import { SpawnError } from "./errors.ts";
+import type { TermWriter } from "./term-writer.ts";
+
+/** How one generation ended: the run as it should be reported, and how long it ran. */
+export interface GenerationEnd {
+  exit: AppExit;
+  run: AppRun;
+  durationMs: number;
+}
+
+export type GenerationStart = { ok: true; run: AppRun } | { ok: false; run: AppRun };
+
+export interface AppSlotDeps {
+  cwd: string;
+  env: Record<string, string>;
+  /** One writer for every generation of the placement: chunk ids stay unique across restarts. */
+  writer: TermWriter;
+  now: () => number;
+  killGraceMs: number;
+  /** A generation ended by itself (not by stop()). */
+  onEnded: (slot: AppSlot, end: GenerationEnd) => void;
+}
+
+interface Current {
+  proc: AppProcess;
+  run: AppRun;
+  stopping: boolean;
+  ended: Promise<GenerationEnd>;
+}
+
+/**
+ * One app of a session across its generations (1, 2, …): starts the next
+ * one, stops the current one, and owns the app's terminal log. Reports
+ * nothing itself; the session decides which facts and markers follow.
+ */
+export class AppSlot {
+  generation = 0;
+  lastExit: AppExit | undefined;
+  private current: Current | undefined;
+  private logSettled: Promise<void> = Promise.resolve();
+  private logEnded = false;
+
+  constructor(
+    readonly spec: AppSpec,
+    private readonly deps: AppSlotDeps,
+  ) {}
+
+  get name(): string {
+    return this.spec.name;
+  }
+
+  get proc(): AppProcess | undefined {
+    return this.current?.proc;
+  }
+
+  get running(): boolean {
+    return this.current !== undefined;
+  }
+
+  /** Starts the next generation; a command that cannot start gives a failed run instead. */
+  async start(trigger: RunTrigger): Promise<GenerationStart> {
+    await this.logSettled;
+    this.deps.writer.reopen();
+    this.logEnded = false;
+    this.generation += 1;
+    const startedAt = this.deps.now();
+    const base = { generation: this.generation, trigger, startedAt };
+    let proc: AppProcess;
+    try {
+      proc = spawnApp({ app: this.spec, cwd: this.deps.cwd, env: this.deps.env, onData: (bytes, stream) => this.deps.writer.append(bytes, stream) });
+    } catch (err) {
+      const reason = err instanceof SpawnError ? err.message : `app ${this.spec.name}: could not start`;
+      return { ok: false, run: { ...base, phase: "failed", reason, endedAt: this.deps.now() } };
+    }
+    this.deps.writer.setPressureHandler((paused) => proc.setPaused(paused));
+    const run: AppRun = { ...base, phase: "running" };
+    const cur: Current = { proc, run, stopping: false, ended: undefined as unknown as Promise<GenerationEnd> };
+    cur.ended = proc.exited.then((exit) => {
+      const endedAt = this.deps.now();
+      this.lastExit = exit;
+      if (this.current === cur) this.current = undefined;
+      const end: GenerationEnd = {
+        exit,
+        durationMs: Math.max(0, endedAt - startedAt),
+        run: { ...run, phase: "completed", exitCode: exit.exitCode, endedAt },
+      };
+      if (!cur.stopping) this.deps.onEnded(this, end);
+      return end;
+    });
+    this.current = cur;
+    return { ok: true, run };
+  }
+
+  /** Stops the current generation (SIGTERM, SIGKILL after the grace); undefined when none runs. */
+  async stop(): Promise<GenerationEnd | undefined> {
+    const cur = this.current;
+    if (!cur) return undefined;
+    cur.stopping = true;
+    await cur.proc.terminate(this.deps.killGraceMs);
+    return cur.ended;
+  }
+
+  freeze(): void {
+    this.current?.proc.freeze();
+  }
+
+  thaw(): void {
+    this.current?.proc.thaw();
+  }
+
+  /** Appends the exit marker once (the app's log ends here unless a later generation reopens it). */
+  endLog(): Promise<void> {
+    if (this.logEnded) return this.logSettled;
+    this.logEnded = true;
+    this.logSettled = this.deps.writer.finish(this.lastExit?.exitCode ?? null);
+    return this.logSettled;
+  }
+
+  /** Flushes the log and closes it without a marker (a suspend is not an exit). */
+  closeLog(): Promise<void> {
+    this.logEnded = true;
+    this.logSettled = this.deps.writer.close();
+    return this.logSettled;
+  }
+
+  /** The log's pending work settled (a marker being appended, say). */
+  settled(): Promise<void> {
+    return this.logSettled;
+  }
+
+  abortLog(): void {
+    this.deps.writer.abort();
+  }
+}

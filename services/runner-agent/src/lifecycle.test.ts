@@ -1,0 +1,302 @@
+import { createHash } from "node:crypto";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Writable } from "node:stream";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Objm } from "@nats-io/obj";
+import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
+import { Headers, ObjectStores, Subjects, type BootEnvironment, type DispatchCommand, type PortableSpec, type RunnerFact } from "@paddock/contracts";
+import { provision } from "@paddock/bus";
+import { createLogger } from "@paddock/logging";
+import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import type { AgentConfig } from "./agent.ts";
+import { collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, maliciousTar, tarEntry, testAgent, type TestAgent } from "./test-support.ts";
+
+let server: NatsServerHandle;
+let nc: NatsConnection;
+const agents: TestAgent[] = [];
+
+beforeAll(async () => {
+  server = await startNatsServer();
+  nc = await connect({ servers: server.url });
+  await provision(nc, { replicas: 1 });
+});
+afterAll(async () => {
+  for (const t of agents) await t.agent.stop();
+  await nc.drain();
+  await server.stop();
+});
+
+let counter = 0;
+const nextId = (prefix = "l") => `${prefix}${++counter}`;
+
+interface Harness {
+  t: TestAgent;
+  facts: ReturnType<typeof collectFacts>;
+  /** Resolves with the first fact of this session matching type (and pred). */
+  fact<T extends RunnerFact["type"]>(sessionId: string, type: T, pred?: (f: Extract<RunnerFact, { type: T }>) => boolean): Promise<Extract<RunnerFact, { type: T }>>;
+  start(sessionId: string, spec: PortableSpec, extra?: Partial<Extract<DispatchCommand, { type: "start" }>>): Promise<void>;
+  send(cmd: Record<string, unknown> & { type: DispatchCommand["type"]; sessionId: string }): Promise<void>;
+}
+
+async function harness(overrides: Partial<AgentConfig> = {}, log?: ReturnType<typeof createLogger>): Promise<Harness> {
+  const scheduler = fakeScheduler(nc, 0);
+  const t = testAgent(nc, overrides, log);
+  agents.push(t);
+  const facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
+  await t.agent.start();
+  scheduler.sub.unsubscribe();
+  const base = () => ({ workspaceId: "ws1", runnerGeneration: t.agent.generation });
+  return {
+    t,
+    facts,
+    fact: (sessionId, type, pred) =>
+      facts.waitFor((f) => f.sessionId === sessionId && f.type === type && (!pred || pred(f as never))) as never,
+    start: (sessionId, spec, extra = {}) =>
+      dispatchTo(nc, t, { type: "start", sessionId, ...base(), placementGeneration: 1, spec, mode: "run", trigger: "initial", ...extra } as DispatchCommand),
+    send: (cmd) => dispatchTo(nc, t, { ...base(), placementGeneration: 1, ...cmd } as DispatchCommand),
+  };
+}
+
+function procState(pid: number): string {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+}
+
+function sendInput(sessionId: string, body: string, generation = "1") {
+  const h = natsHeaders();
+  h.set(Headers.inputKind, "data");
+  h.set(Headers.controllerGeneration, generation);
+  nc.publish(Subjects.input(sessionId, "main"), body, { headers: h });
+}
+
+/**
+ * Prints its pid, then a counter. Node rather than a shell loop: dash forks
+ * each `sleep` with vfork, and a parent caught waiting on a stopped vfork
+ * child shows state D, not T.
+ */
+const counterApp = [process.execPath, "-e", "console.log('pid=' + process.pid); let i = 0; setInterval(() => console.log('n=' + ++i), 20);"];
+const lastCount = (text: string) => Math.max(0, ...[...text.matchAll(/n=(\d+)/g)].map((m) => Number(m[1])));
+
+describe("suspend, resume, checkpoint", () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await harness();
+  });
+
+  it("warm suspend stops the process group in place and resume continues it", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    await h.start(sessionId, { cmd: counterApp });
+    await term.waitFor(() => /pid=\d+/.test(term.text()) && lastCount(term.text()) > 0);
+    const pid = Number(/pid=(\d+)/.exec(term.text())?.[1]);
+    await h.send({ type: "suspend", sessionId, requestId: "w1", warm: true });
+    expect(await h.fact(sessionId, "suspended")).toMatchObject({ warm: true });
+    let seen = "";
+    await eventually(() => (seen = procState(pid)) === "T", () => `app stopped (state ${seen}, output ${term.text().slice(-40)})`);
+    await h.send({ type: "suspend", sessionId, requestId: "w2", warm: true });
+    expect(await h.fact(sessionId, "refused", (f) => f.requestId === "w2")).toMatchObject({ reason: "session is already suspended" });
+    await h.send({ type: "resume", sessionId, requestId: "w3" });
+    await h.fact(sessionId, "resumed");
+    expect(procState(pid)).not.toBe("T");
+    const atResume = lastCount(term.text());
+    await term.waitFor(() => lastCount(term.text()) > atResume);
+    await h.send({ type: "resume", sessionId, requestId: "w4" });
+    expect(await h.fact(sessionId, "refused", (f) => f.requestId === "w4")).toMatchObject({ reason: "session is not suspended" });
+  });
+
+  it("cold suspend checkpoints, removes the sandbox without an exit, and a resume start restores the workspace", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    await h.start(sessionId, { cmd: ["sh", "-c", "echo before-suspend > note.txt; echo ready; exec sleep 600"] });
+    await term.waitFor(() => term.text().includes("ready"));
+    await h.send({ type: "suspend", sessionId, requestId: "c1", warm: false });
+    const suspended = await h.fact(sessionId, "suspended");
+    const name = `ws1/${sessionId}/1-c1`;
+    expect(suspended).toMatchObject({ warm: false, checkpoint: { ref: `checkpoints/${name}`, format: "tar+gzip", capabilities: ["portable"] } });
+    const os = await new Objm(nc).open(ObjectStores.checkpoints);
+    expect((await os.info(name))?.size).toBeGreaterThan(0);
+    expect(existsSync(join(h.t.config.dataDir, "sessions", sessionId))).toBe(false);
+    // Commands for the suspended placement are refused now.
+    await h.send({ type: "checkpoint", sessionId, requestId: "c2" });
+    await h.fact(sessionId, "refused", (f) => f.requestId === "c2");
+
+    const resumed = collectTerm(nc, sessionId, "main");
+    await h.start(sessionId, { cmd: ["sh", "-c", "cat note.txt; exit 0"] }, { placementGeneration: 2, trigger: "resume", restore: suspended.checkpoint });
+    const exited = await h.fact(sessionId, "exited");
+    expect(exited).toMatchObject({ placementGeneration: 2, exitCode: 0 });
+    expect(resumed.text()).toContain("before-suspend");
+    const run = await h.fact(sessionId, "app", (f) => f.placementGeneration === 2);
+    expect(run.run).toMatchObject({ generation: 1, phase: "running", trigger: "resume" });
+    // Placement 1 never reported an exit, and its log never got a marker.
+    expect(h.facts.items.filter((f) => f.sessionId === sessionId && f.type === "exited").map((f) => f.placementGeneration)).toEqual([2]);
+    expect(term.items.filter((m) => m.generation === "1" && m.exitCode !== undefined)).toHaveLength(0);
+  });
+
+  it("a snapshot leaves the app running", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    await h.start(sessionId, { cmd: ["cat"] });
+    await h.fact(sessionId, "running");
+    await h.send({ type: "checkpoint", sessionId, requestId: "snap1" });
+    const snap = await h.fact(sessionId, "checkpointed");
+    expect(snap).toMatchObject({ requestId: "snap1", checkpoint: { ref: `checkpoints/ws1/${sessionId}/1-snap1` } });
+    sendInput(sessionId, "still-here\r");
+    await term.waitFor(() => term.text().includes("still-here"));
+    expect(h.facts.items.some((f) => f.sessionId === sessionId && f.type === "exited")).toBe(false);
+  });
+
+  it("restart_app runs generation 2 with trigger manual, facts in order", async () => {
+    const sessionId = nextId();
+    await h.start(sessionId, { apps: [{ name: "main", cmd: ["sh", "-c", "echo up; exec sleep 600"] }, { name: "side", cmd: ["sleep", "600"] }] });
+    await h.fact(sessionId, "app", (f) => f.app === "main" && f.run.generation === 1);
+    await h.send({ type: "restart_app", sessionId, requestId: "r1", app: "main", trigger: "manual" });
+    await h.fact(sessionId, "app", (f) => f.app === "main" && f.run.generation === 2);
+    const runs = h.facts.items.flatMap((f) => (f.sessionId === sessionId && f.type === "app" && f.app === "main" ? [f.run] : []));
+    expect(runs.map((r) => [r.generation, r.phase, r.trigger])).toEqual([
+      [1, "running", "initial"],
+      [1, "completed", "initial"],
+      [2, "running", "manual"],
+    ]);
+    expect(h.facts.items.filter((f) => f.sessionId === sessionId).map((f) => f.type)[0]).toBe("running");
+    await h.send({ type: "restart_app", sessionId, requestId: "r2", app: "nope", trigger: "manual" });
+    expect(await h.fact(sessionId, "refused", (f) => f.requestId === "r2")).toMatchObject({ reason: "unknown app nope" });
+    expect(h.facts.items.some((f) => f.sessionId === sessionId && f.type === "exited")).toBe(false);
+  });
+
+  it("ignores commands for another placement or runner generation, refuses unknown sessions", async () => {
+    const sessionId = nextId();
+    await h.start(sessionId, { cmd: ["sleep", "600"] });
+    await h.fact(sessionId, "running");
+    const staleBefore = await counterValue(h.t.metrics.staleDispatch);
+    await h.send({ type: "suspend", sessionId, requestId: "s1", warm: true, placementGeneration: 2 });
+    await h.send({ type: "checkpoint", sessionId, requestId: "s2", runnerGeneration: h.t.agent.generation + 1 });
+    await h.send({ type: "checkpoint", sessionId, requestId: "s3" });
+    await h.fact(sessionId, "checkpointed", (f) => f.requestId === "s3");
+    expect(h.facts.items.filter((f) => f.sessionId === sessionId).map((f) => f.type)).toEqual(["running", "app", "checkpointed"]);
+    expect((await counterValue(h.t.metrics.staleDispatch)) - staleBefore).toBe(2);
+    await h.send({ type: "suspend", sessionId: "unknown1", requestId: "u1", warm: false });
+    expect(await h.fact("unknown1", "refused")).toMatchObject({ requestId: "u1", reason: "session is not held by this runner" });
+  });
+
+  it("a start restoring a malicious checkpoint fails without writing outside the workspace", async () => {
+    const sessionId = nextId();
+    const os = await new Objm(nc).open(ObjectStores.checkpoints);
+    await os.putBlob({ name: `ws1/${sessionId}/evil` }, maliciousTar(tarEntry("../../escaped.txt", { body: "x" })));
+    await h.start(sessionId, { cmd: ["true"] }, { trigger: "resume", restore: { ref: `checkpoints/ws1/${sessionId}/evil`, format: "tar+gzip", capabilities: ["portable"] } });
+    expect(await h.fact(sessionId, "failed")).toMatchObject({ reason: "restore failed: archive refused: path contains .." });
+    expect(existsSync(join(h.t.config.dataDir, "escaped.txt"))).toBe(false);
+  });
+});
+
+describe("watch mode", () => {
+  it("restarts every app on a workspace change with trigger watch, within the reload budget", async () => {
+    const h = await harness({ watchMaxReloads: 2 });
+    const sessionId = nextId();
+    await h.start(sessionId, { cmd: ["sh", "-c", "echo tick; exit 0"] }, { mode: "watch" });
+    const workspace = join(h.t.config.dataDir, "sessions", sessionId, "workspace");
+    // Completing does not end a watch session.
+    await h.fact(sessionId, "app", (f) => f.run.phase === "completed");
+    writeFileSync(join(workspace, "a.txt"), "1");
+    expect((await h.fact(sessionId, "app", (f) => f.run.generation === 2)).run).toMatchObject({ phase: "running", trigger: "watch" });
+    writeFileSync(join(workspace, "a.txt"), "2");
+    await h.fact(sessionId, "app", (f) => f.run.generation === 3);
+    writeFileSync(join(workspace, "a.txt"), "3");
+    await eventually(async () => (await counterValue(h.t.metrics.watchReloadsSuppressed)) >= 1, "reload suppressed");
+    // The next generation is the manual one: the suppressed change started none.
+    await h.send({ type: "restart_app", sessionId, requestId: "m1", app: "main", trigger: "manual" });
+    expect((await h.fact(sessionId, "app", (f) => f.run.generation === 4)).run.trigger).toBe("manual");
+    expect(await counterValue(h.t.metrics.watchReloads)).toBe(2);
+    expect(h.facts.items.some((f) => f.sessionId === sessionId && f.type === "exited")).toBe(false);
+  });
+});
+
+describe("environment boot", () => {
+  let h: Harness;
+  let marks: string;
+  const env = (extra: Partial<BootEnvironment> = {}): BootEnvironment => ({
+    environmentId: "env1",
+    setupHash: "h1",
+    setup: `echo s >> ${marks}/setup-count; echo built > built.txt`,
+    init: `echo i >> ${marks}/init-count`,
+    secretRefs: ["API_KEY"],
+    ...extra,
+  });
+  const lines = (file: string) => (existsSync(join(marks, file)) ? readFileSync(join(marks, file), "utf8").trim().split("\n").length : 0);
+  beforeAll(async () => {
+    h = await harness();
+    marks = mkdtempSync(join(tmpdir(), "paddock-marks-"));
+  });
+
+  it("runs setup once and publishes its snapshot; a start with the snapshot skips setup; init runs on every boot", async () => {
+    const first = nextId();
+    const term1 = collectTerm(nc, first, "main");
+    await h.start(first, { cmd: ["sh", "-c", "cat built.txt; exit 0"] }, { environment: env() });
+    const snap = await h.fact(first, "env_snapshot");
+    expect(snap).toMatchObject({ environmentId: "env1", setupHash: "h1", checkpoint: { ref: "env-snapshots/ws1/env1/h1", format: "tar+gzip" } });
+    await h.fact(first, "exited");
+    expect(term1.text()).toContain("built");
+    expect(h.facts.items.filter((f) => f.sessionId === first).map((f) => f.type).slice(0, 2)).toEqual(["env_snapshot", "running"]);
+
+    const second = nextId();
+    const term2 = collectTerm(nc, second, "main");
+    await h.start(second, { cmd: ["sh", "-c", "cat built.txt; exit 0"] }, { environment: env({ snapshot: snap.checkpoint }) });
+    await h.fact(second, "exited");
+    expect(term2.text()).toContain("built");
+    expect(h.facts.items.some((f) => f.sessionId === second && f.type === "env_snapshot")).toBe(false);
+    expect(lines("setup-count")).toBe(1);
+    expect(lines("init-count")).toBe(2);
+  });
+
+  it("reports failed when setup or init fails or setup times out", async () => {
+    const a = nextId();
+    await h.start(a, { cmd: ["true"] }, { environment: env({ setup: "exit 7" }) });
+    expect(await h.fact(a, "failed")).toMatchObject({ reason: "setup failed (exit 7)" });
+    expect(existsSync(join(h.t.config.dataDir, "sessions", a))).toBe(false);
+    const b = nextId();
+    await h.start(b, { cmd: ["true"] }, { environment: env({ setup: undefined, init: "exit 3" }) });
+    expect(await h.fact(b, "failed")).toMatchObject({ reason: "init failed (exit 3)" });
+    const c = nextId();
+    await h.start(c, { cmd: ["true"] }, { environment: env({ setup: "exec sleep 600", setupTimeoutSec: 1 }) });
+    expect(await h.fact(c, "failed")).toMatchObject({ reason: "setup timed out after 1s" });
+    for (const s of [a, b, c]) expect(h.facts.items.some((f) => f.sessionId === s && f.type === "running")).toBe(false);
+  });
+});
+
+describe("app environment and pipes", () => {
+  it("hands the session token to apps and never logs it", async () => {
+    const logged: Buffer[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, cb) {
+        logged.push(Buffer.from(chunk));
+        cb();
+      },
+    });
+    const h = await harness({}, createLogger({ service: "runner-agent", level: "trace", destination: sink }));
+    const token = "tok_0123456789abcdef_secret";
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    const cmd = 'printf %s "$PADDOCK_TOKEN" | sha256sum; echo "url=$PADDOCK_URL sid=$PADDOCK_SESSION_ID"';
+    await h.start(sessionId, { cmd: ["sh", "-c", cmd] }, { sessionToken: token });
+    await h.fact(sessionId, "exited");
+    expect(term.text()).toContain(createHash("sha256").update(token).digest("hex"));
+    expect(term.text()).toContain(`url=http://gateway.test:8080 sid=${sessionId}`);
+    expect(term.text()).not.toContain(token);
+    expect(Buffer.concat(logged).toString("utf8")).toContain(sessionId);
+    expect(Buffer.concat(logged).toString("utf8")).not.toContain(token);
+  });
+
+  it("runs a tty:false app with pipes and tags each chunk with its stream", async () => {
+    const h = await harness();
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    await h.start(sessionId, { apps: [{ name: "main", tty: false, cmd: ["sh", "-c", "echo out-line; echo err-line >&2; exit 5"] }] });
+    expect(await h.fact(sessionId, "exited")).toMatchObject({ exitCode: 5 });
+    await term.waitFor((m) => m.exitCode !== undefined);
+    const text = (stream: string) => Buffer.concat(term.items.filter((m) => m.stream === stream).map((m) => m.body)).toString("utf8");
+    expect(text("stdout")).toBe("out-line\n");
+    expect(text("stderr")).toBe("err-line\n");
+    expect(term.items.filter((m) => m.body.byteLength > 0).every((m) => m.stream !== undefined)).toBe(true);
+  });
+});

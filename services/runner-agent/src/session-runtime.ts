@@ -1,0 +1,368 @@
+import { mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
+import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import { appsOf, type Checkpoint, type DispatchCommand, type RunTrigger } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+import { AppSlot, type GenerationEnd, type GenerationStart } from "./app-slot.ts";
+import { bootEnvironment } from "./boot.ts";
+import { checkpointObjectName, type CheckpointStore } from "./checkpoint.ts";
+import { BootError, CheckpointError, CommandRefusedError, RunnerError } from "./errors.ts";
+import type { FactBody, FactPublisher } from "./facts.ts";
+import { ControllerGate, subscribeInput } from "./input.ts";
+import type { RunnerMetrics } from "./metrics.ts";
+import { SlidingWindowLimiter } from "./rate-limit.ts";
+import type { SecretResolver } from "./secrets.ts";
+import { TermWriter } from "./term-writer.ts";
+import type { HeldSession } from "./types.ts";
+import { watchWorkspace, type WorkspaceWatcher } from "./watcher.ts";
+
+export type StartCommand = Extract<DispatchCommand, { type: "start" }>;
+
+export interface WatchSettings {
+  debounceMs: number;
+  maxReloads: number;
+  windowMs: number;
+}
+
+export interface SessionRuntimeDeps {
+  nc: NatsConnection;
+  js: JetStreamClient;
+  jsm: JetStreamManager;
+  log: Logger;
+  metrics: RunnerMetrics;
+  facts: FactPublisher;
+  checkpoints: CheckpointStore;
+  secrets: SecretResolver;
+  now: () => number;
+  childPath: string;
+  killGraceMs: number;
+  /** Handed to apps as PADDOCK_URL with a session token. */
+  gatewayUrl: string | undefined;
+  watch: WatchSettings;
+}
+
+/** booting → running ⇄ frozen; running → exited (run mode); any → ending (destroy, cold suspend, shutdown). */
+export type Phase = "booting" | "running" | "frozen" | "exited" | "ending";
+
+/**
+ * One placement of a session on this runner: its sandbox directory, apps and
+ * their generations, and the facts it reports (in order, through one chain).
+ * Commands run one at a time through run().
+ */
+export class SessionRuntime {
+  readonly held: HeldSession;
+  readonly workspace: string;
+  phase: Phase = "booting";
+  /** Aborted by destroy and shutdown: a long setup or init stops at once. */
+  readonly abort = new AbortController();
+  private readonly slots = new Map<string, AppSlot>();
+  private readonly mode: StartCommand["mode"];
+  private readonly limiter: SlidingWindowLimiter;
+  private input: Subscription | undefined;
+  private watcher: WorkspaceWatcher | undefined;
+  private factChain: Promise<unknown> = Promise.resolve();
+  private ops: Promise<unknown> = Promise.resolve();
+  /** Restarts in progress: a run-mode session does not end while one is. */
+  private restarting = 0;
+
+  constructor(
+    private readonly deps: SessionRuntimeDeps,
+    private readonly cmd: StartCommand,
+    readonly dir: string,
+  ) {
+    this.held = { sessionId: cmd.sessionId, workspaceId: cmd.workspaceId, placementGeneration: cmd.placementGeneration };
+    this.workspace = join(dir, "workspace");
+    this.mode = cmd.mode;
+    this.limiter = new SlidingWindowLimiter(deps.watch.maxReloads, deps.watch.windowMs, deps.now);
+  }
+
+  /** Runs fn after every earlier command of this session. */
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.ops.then(fn);
+    this.ops = next.catch(() => undefined);
+    return next;
+  }
+
+  /** Publishes a fact after every earlier fact of this session. */
+  emit(body: FactBody, key?: string): Promise<boolean> {
+    const next = this.factChain.then(() => this.deps.facts.publish(this.held, body, key));
+    this.factChain = next;
+    return next;
+  }
+
+  /**
+   * Restores the checkpoint (cold resume), boots the environment, starts the
+   * apps and reports running. False when it failed (reported, directory
+   * removed) or was aborted (the destroy cleans up).
+   */
+  async boot(): Promise<boolean> {
+    const cmd = this.cmd;
+    const trigger: RunTrigger = cmd.trigger;
+    try {
+      await mkdir(this.workspace, { recursive: true });
+      if (cmd.restore) await this.deps.checkpoints.restore(cmd.restore, this.workspace).catch(rethrowAs("restore failed"));
+      const env = cmd.environment;
+      const secrets = env ? await this.deps.secrets.resolve(env.secretRefs, { workspaceId: this.held.workspaceId, sessionId: this.held.sessionId, environmentId: env.environmentId }) : {};
+      const appEnv = { ...this.baseEnv(), ...secrets, ...this.tokenEnv() };
+      if (env) {
+        const built = await bootEnvironment({
+          environment: env,
+          workspaceId: this.held.workspaceId,
+          workspace: this.workspace,
+          restored: cmd.restore !== undefined,
+          setupEnv: this.baseEnv(),
+          initEnv: appEnv,
+          checkpoints: this.deps.checkpoints,
+          signal: this.abort.signal,
+        });
+        if (built.snapshot) void this.emit({ type: "env_snapshot", ...built.snapshot }, `${built.snapshot.environmentId}-${built.snapshot.setupHash}`);
+        if (built.snapshotError) this.deps.log.warn({ ...this.ids(), reason: built.snapshotError }, "environment snapshot not stored");
+      }
+      if (this.abort.signal.aborted) return false;
+      const starts: Array<[AppSlot, GenerationStart]> = [];
+      for (const spec of appsOf(cmd.spec)) {
+        const slot = this.newSlot(spec, appEnv);
+        this.slots.set(spec.name, slot);
+        const started = await slot.start(trigger);
+        if (!started.ok) throw new BootError(started.run.reason ?? `app ${spec.name}: could not start`);
+        starts.push([slot, started]);
+      }
+      this.phase = "running";
+      this.input = subscribeInput({ ...this.deps, sessionId: this.held.sessionId, gate: new ControllerGate(), app: (name) => this.slots.get(name)?.proc });
+      if (this.mode === "watch") this.watcher = watchWorkspace(this.workspace, this.deps.watch.debounceMs, () => this.onWorkspaceChange());
+      void this.emit({ type: "running" });
+      for (const [slot, started] of starts) void this.reportRun(slot, started.run);
+      this.deps.log.info({ ...this.ids(), apps: this.slots.size, mode: this.mode, trigger }, "session started");
+      return true;
+    } catch (err) {
+      if (this.abort.signal.aborted) return false;
+      this.phase = "ending";
+      await this.killAll();
+      for (const slot of this.slots.values()) slot.abortLog();
+      await rm(this.dir, { recursive: true, force: true });
+      const reason = err instanceof RunnerError ? err.message : "session could not start";
+      if (!(err instanceof RunnerError)) this.deps.log.error({ err, ...this.ids() }, "session start failed");
+      else this.deps.log.info({ ...this.ids(), code: err.code, reason }, "session failed to start");
+      await this.emit({ type: "failed", reason });
+      return false;
+    }
+  }
+
+  async suspendWarm(requestId: string): Promise<void> {
+    this.require("running", "frozen");
+    if (this.phase === "frozen") throw new CommandRefusedError("session is already suspended");
+    for (const slot of this.slots.values()) slot.freeze();
+    this.phase = "frozen";
+    await this.emit({ type: "suspended", warm: true }, requestId);
+  }
+
+  async resumeWarm(requestId: string): Promise<void> {
+    this.require("frozen", "running");
+    if (this.phase !== "frozen") throw new CommandRefusedError("session is not suspended");
+    for (const slot of this.slots.values()) slot.thaw();
+    this.phase = "running";
+    await this.emit({ type: "resumed" }, requestId);
+  }
+
+  /**
+   * Freezes the apps so the workspace holds still, checkpoints it, then ends
+   * the apps without exit markers or an exited fact and removes the sandbox.
+   * On a failed checkpoint the apps continue and the command is refused.
+   */
+  async suspendCold(requestId: string): Promise<void> {
+    this.require("running", "frozen");
+    if (this.phase === "frozen") throw new CommandRefusedError("session is already suspended");
+    for (const slot of this.slots.values()) slot.freeze();
+    let checkpoint: Checkpoint;
+    try {
+      checkpoint = await this.saveCheckpoint(requestId);
+    } catch (err) {
+      for (const slot of this.slots.values()) slot.thaw();
+      throw err;
+    }
+    this.phase = "ending";
+    this.detach();
+    await this.killAll();
+    await Promise.all([...this.slots.values()].map((s) => s.closeLog()));
+    await rm(this.dir, { recursive: true, force: true });
+    await this.emit({ type: "suspended", warm: false, checkpoint }, requestId);
+    this.deps.log.info(this.ids(), "session suspended cold");
+  }
+
+  async checkpoint(requestId: string): Promise<void> {
+    this.require("running", "frozen", "exited");
+    const checkpoint = await this.saveCheckpoint(requestId);
+    await this.emit({ type: "checkpointed", requestId, checkpoint }, requestId);
+  }
+
+  /** Stops the app's current generation (if any) and starts the next with trigger. */
+  async restartApp(app: string, trigger: RunTrigger): Promise<void> {
+    this.require("running");
+    const slot = this.slots.get(app);
+    if (!slot) throw new CommandRefusedError(`unknown app ${app.slice(0, 64)}`);
+    await this.restart([slot], trigger);
+  }
+
+  /** Destroy: kill the apps (their logs end with exit markers), remove the sandbox; no exited fact. */
+  async destroy(): Promise<void> {
+    await this.end();
+    await rm(this.dir, { recursive: true, force: true });
+  }
+
+  /** Agent shutdown: kill the apps, append their markers, report exited (the sandbox is gone with the agent). */
+  async shutdown(): Promise<void> {
+    const reportable = this.phase === "running" || this.phase === "frozen";
+    await this.end();
+    if (reportable) await this.reportExited();
+  }
+
+  /** Shutdown with the bus gone: writers stop retrying. */
+  abortWriters(): void {
+    for (const slot of this.slots.values()) slot.abortLog();
+  }
+
+  private async end(): Promise<void> {
+    this.abort.abort();
+    this.phase = "ending";
+    this.detach();
+    await this.killAll();
+    await Promise.all([...this.slots.values()].map((s) => s.endLog()));
+  }
+
+  private async restart(slots: AppSlot[], trigger: RunTrigger): Promise<void> {
+    this.restarting += 1;
+    try {
+      for (const slot of slots) {
+        const end = await slot.stop();
+        if (end) void this.reportEnd(slot, end);
+      }
+      for (const slot of slots) void this.reportRun(slot, (await slot.start(trigger)).run);
+    } finally {
+      this.restarting -= 1;
+    }
+    this.maybeExit();
+  }
+
+  private onWorkspaceChange(): void {
+    if (this.phase !== "running") return;
+    if (!this.limiter.tryAcquire()) {
+      this.deps.metrics.watchReloadsSuppressed.inc();
+      return;
+    }
+    this.deps.metrics.watchReloads.inc();
+    this.run(async () => {
+      if (this.phase === "running") await this.restart([...this.slots.values()], "watch");
+    }).catch((err: unknown) => this.deps.log.warn({ err, ...this.ids() }, "watch reload failed"));
+  }
+
+  private onAppEnded(slot: AppSlot, end: GenerationEnd): void {
+    void this.reportEnd(slot, end);
+    // Watch mode: a completed app waits for the next change; the session goes on.
+    if (this.mode !== "run" || this.phase === "ending") return;
+    void slot.endLog();
+    this.maybeExit();
+  }
+
+  /** Run mode: once every app ended and no restart is under way, report exited with the first app's code. */
+  private maybeExit(): void {
+    if (this.mode !== "run" || (this.phase !== "running" && this.phase !== "frozen") || this.restarting > 0) return;
+    const slots = [...this.slots.values()];
+    if (slots.some((s) => s.running)) return;
+    this.phase = "exited";
+    this.detach();
+    void (async () => {
+      await Promise.all(slots.map((s) => s.endLog()));
+      await this.reportExited();
+    })();
+  }
+
+  private async reportExited(): Promise<void> {
+    const first = [...this.slots.values()][0]?.lastExit ?? { exitCode: null, signal: undefined };
+    await this.emit({ type: "exited", exitCode: first.exitCode, ...(first.signal ? { signal: first.signal } : {}) });
+    this.deps.log.info({ ...this.ids(), exitCode: first.exitCode, signal: first.signal }, "session exited");
+  }
+
+  private reportRun(slot: AppSlot, run: GenerationStart["run"]): Promise<boolean> {
+    return this.emit({ type: "app", app: slot.name, run }, `${slot.name}-${run.generation}-${run.phase}`);
+  }
+
+  private reportEnd(slot: AppSlot, end: GenerationEnd): Promise<boolean> {
+    return this.emit({ type: "app", app: slot.name, run: end.run, durationMs: end.durationMs }, `${slot.name}-${end.run.generation}-completed`);
+  }
+
+  private async saveCheckpoint(requestId: string): Promise<Checkpoint> {
+    const name = checkpointObjectName(this.held.workspaceId, this.held.sessionId, this.held.placementGeneration, requestId);
+    try {
+      return await this.deps.checkpoints.save("checkpoints", name, this.workspace);
+    } catch (err) {
+      this.deps.metrics.checkpointFailures.inc();
+      throw new CommandRefusedError(err instanceof CheckpointError ? err.message : "checkpoint failed");
+    }
+  }
+
+  private async killAll(): Promise<void> {
+    await Promise.all([...this.slots.values()].map((s) => s.stop()));
+  }
+
+  private detach(): void {
+    this.input?.unsubscribe();
+    this.input = undefined;
+    this.watcher?.close();
+    this.watcher = undefined;
+  }
+
+  private require(...phases: Phase[]): void {
+    if (phases.includes(this.phase)) return;
+    const reasons: Record<Phase, string> = {
+      booting: "session is starting",
+      running: "session is running",
+      frozen: "session is suspended",
+      exited: "session has exited",
+      ending: "session is ending",
+    };
+    throw new CommandRefusedError(reasons[this.phase]);
+  }
+
+  private newSlot(spec: ReturnType<typeof appsOf>[number], env: Record<string, string>): AppSlot {
+    const writer = new TermWriter({
+      js: this.deps.js,
+      jsm: this.deps.jsm,
+      sessionId: this.held.sessionId,
+      app: spec.name,
+      placementGeneration: this.held.placementGeneration,
+      metrics: this.deps.metrics,
+      log: this.deps.log,
+    });
+    return new AppSlot(spec, {
+      cwd: this.workspace,
+      env,
+      writer,
+      now: this.deps.now,
+      killGraceMs: this.deps.killGraceMs,
+      onEnded: (slot, end) => this.onAppEnded(slot, end),
+    });
+  }
+
+  /** A minimal environment: nothing of the agent's own (tokens, NATS credentials) leaks in. */
+  private baseEnv(): Record<string, string> {
+    return { PATH: this.deps.childPath, HOME: this.workspace, TERM: "xterm-256color", LANG: "C.UTF-8", PADDOCK_SESSION_ID: this.held.sessionId };
+  }
+
+  /** The session's own credentials for calling Paddock back; a secret, never logged. */
+  private tokenEnv(): Record<string, string> {
+    const token = this.cmd.sessionToken;
+    if (token === undefined) return {};
+    return { PADDOCK_TOKEN: token, ...(this.deps.gatewayUrl ? { PADDOCK_URL: this.deps.gatewayUrl } : {}), PADDOCK_SESSION_ID: this.held.sessionId };
+  }
+
+  private ids() {
+    return { sessionId: this.held.sessionId, placementGeneration: this.held.placementGeneration };
+  }
+}
+
+function rethrowAs(prefix: string): (err: unknown) => never {
+  return (err) => {
+    throw new BootError(`${prefix}: ${err instanceof CheckpointError ? err.message : "unknown error"}`);
+  };
+}
