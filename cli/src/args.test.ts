@@ -14,6 +14,13 @@ describe("parseArgs", () => {
     expect(r.rest).toEqual(["sh", "--name"]);
   });
 
+  it("collects a repeatable list flag in order, in both forms", () => {
+    const r = parseArgs(["--egress", "a", "--egress=b", "x"], { egress: { type: "list" } });
+    expect(r.flags).toEqual({ egress: ["a", "b"] });
+    expect(r.positionals).toEqual(["x"]);
+    expect(parseArgs([], { egress: { type: "list" } }).flags.egress).toBeUndefined();
+  });
+
   it("starts the command at the first positional when asked", () => {
     const r = parseArgs(["--view", "ls", "-la"], spec, { commandAtFirstPositional: true });
     expect(r.flags).toEqual({ view: true });

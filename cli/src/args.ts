@@ -2,12 +2,19 @@ import { UsageError } from "./io.ts";
 
 /** One flag of a command: `--name`, optionally `-n`. */
 export interface FlagDef {
-  readonly type: "boolean" | "string" | "int";
+  /** `list`: a string flag that may be repeated; its values in order. */
+  readonly type: "boolean" | "string" | "int" | "list";
   readonly short?: string;
 }
 export type FlagSpec = Readonly<Record<string, FlagDef>>;
 
-type FlagValue<D extends FlagDef> = D["type"] extends "boolean" ? boolean : D["type"] extends "int" ? number : string;
+type FlagValue<D extends FlagDef> = D["type"] extends "boolean"
+  ? boolean
+  : D["type"] extends "int"
+    ? number
+    : D["type"] extends "list"
+      ? string[]
+      : string;
 export type FlagValues<S extends FlagSpec> = { [K in keyof S]?: FlagValue<S[K]> };
 
 export interface ParsedArgs<S extends FlagSpec> {
@@ -35,7 +42,7 @@ export function parseArgs<S extends FlagSpec>(
   opts: ParseOptions = {},
   command = "paddock",
 ): ParsedArgs<S> {
-  const flags: Record<string, boolean | string | number> = {};
+  const flags: Record<string, boolean | string | number | string[]> = {};
   const positionals: string[] = [];
   let rest: string[] | undefined;
   const byShort = new Map<string, string>();
@@ -78,6 +85,11 @@ export function parseArgs<S extends FlagSpec>(
       value = argv[i + 1];
       if (value === undefined || value === "--") throw new UsageError(`${command}: flag --${name} needs a value`);
       i++;
+    }
+    if (def.type === "list") {
+      const prior = flags[name];
+      flags[name] = [...(Array.isArray(prior) ? prior : []), value];
+      continue;
     }
     flags[name] = def.type === "int" ? parsePositiveInt(value, `--${name}`, command) : value;
   }

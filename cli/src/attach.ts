@@ -75,6 +75,8 @@ export class TerminalAttachment {
   private wake: (() => void) | undefined;
   private everConnected = false;
   private warnedReadOnly = false;
+  /** A suspension was announced; the next live state is announced too. */
+  private suspended = false;
   private warnedOverflow = false;
   /** The app the server attached us to (its hello names it when --app was not given). */
   private attachedApp: string | undefined;
@@ -258,6 +260,15 @@ export class TerminalAttachment {
             }
             return;
           case "status":
+            // Only what a user at the terminal cannot see: a suspension, and the resume after it.
+            // Placement (queued → running) is silent, and an end comes as an exit frame or a close.
+            if (parsed.state === "suspended_warm" || parsed.state === "suspended_cold") {
+              this.suspended = true;
+              this.opts.notice(`session is now ${parsed.state}`);
+            } else if (this.suspended && !isTerminal(parsed.state)) {
+              this.suspended = false;
+              this.opts.notice(`session resumed (${parsed.state})`);
+            }
             return;
         }
       });

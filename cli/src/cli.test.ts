@@ -163,6 +163,17 @@ describe("attach", () => {
     expect(cli.stdin instanceof FakeTtyStdin && cli.stdin.rawModes).toEqual([true, false]);
   });
 
+  it("status frames: a suspension and the resume after it are notices on stderr; placement and the end are silent", async () => {
+    await runCli(["run", "-d", "--", "x"], env);
+    gw.onAttach = (t, ws) => {
+      for (const state of ["running", "suspended_warm", "running", "running", "dead"]) ws.send(JSON.stringify({ type: "status", state }));
+      t.emit("out");
+      t.exit(0);
+    };
+    const r = await runCli(["attach", "s1", "--view"], env);
+    expect(r).toEqual({ code: 0, stdout: "out", stderr: "[paddock] session is now suspended_warm\n[paddock] session resumed (running)\n" });
+  });
+
   it("an unknown session is not_found, exit 1", async () => {
     const r = await runCli(["attach", "nope"], env);
     expect(r).toEqual({ code: 1, stdout: "", stderr: "error: not_found: session not found\n" });

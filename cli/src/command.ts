@@ -44,7 +44,7 @@ export function parseCommand<S extends FlagSpec>(
 /** Exactly n positionals, or a UsageError naming them. */
 export function positionals(cmd: Pick<Command, "name">, got: readonly string[], names: readonly string[], variadic = false): string[] {
   if (got.length < names.length || (!variadic && got.length > names.length)) {
-    const want = names.map((n) => n.toUpperCase()).join(" ") + (variadic ? "..." : "");
+    const want = names.length ? names.map((n) => n.toUpperCase()).join(" ") + (variadic ? "..." : "") : "nothing";
     throw new UsageError(`paddock ${cmd.name}: expected ${want}, got ${got.length ? got.map((g) => JSON.stringify(g)).join(" ") : "nothing"}`);
   }
   return [...got];

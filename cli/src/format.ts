@@ -1,4 +1,4 @@
-import type { AuditEvent, Runner, Session } from "@paddock/contracts";
+import type { AuditEvent, Environment, Runner, Session } from "@paddock/contracts";
 
 /** Left-aligned columns separated by two spaces; the last column is not padded. */
 export function table(header: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
@@ -60,5 +60,19 @@ export function eventsTable(events: readonly AuditEvent[]): string {
   return table(
     ["AT", "ACTION", "KIND", "RESOURCE", "ACTOR", "GEN"],
     events.map((e) => [time(e.at), e.action, e.resource.kind, e.resource.id, e.actorId, String(e.placementGeneration)]),
+  );
+}
+
+export function environmentsTable(environments: readonly Environment[]): string {
+  return table(
+    ["ID", "NAME", "IMAGE", "EGRESS", "SECRETS", "UPDATED"],
+    environments.map((e) => [
+      e.id,
+      e.name,
+      e.image ?? "-",
+      e.egressAllow.join(",") || "-",
+      e.secretRefs.join(",") || "-",
+      time(e.updatedAt),
+    ]),
   );
 }

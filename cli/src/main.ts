@@ -2,17 +2,26 @@ import { realpathSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { Command, Ctx } from "./command.ts";
 import { attachCommand, logsCommand, runCommand } from "./commands/terminal.ts";
+import { envCommand } from "./commands/environments.ts";
+import { createCommand, recycleCommand, restartCommand, resumeCommand, snapshotCommand, suspendCommand } from "./commands/lifecycle.ts";
 import { eventsCommand, getCommand, lsCommand, rmCommand, runnersCommand } from "./commands/records.ts";
 import { loadCliConfig } from "./config.ts";
 import { ApiError, ExitCode, UsageError, type CliIo } from "./io.ts";
 
 export const commands: readonly Command[] = [
   runCommand,
+  createCommand,
   attachCommand,
   logsCommand,
   lsCommand,
   getCommand,
   rmCommand,
+  suspendCommand,
+  resumeCommand,
+  snapshotCommand,
+  recycleCommand,
+  restartCommand,
+  envCommand,
   runnersCommand,
   eventsCommand,
 ];

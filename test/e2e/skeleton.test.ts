@@ -76,9 +76,10 @@ describe("one session end to end", () => {
     const publicEvents = (listed.body as { events: typeof events }).events;
     // attach and start race (the controller may attach before or after the process starts).
     const actions = publicEvents.map((e) => e.action);
-    expect([...actions].sort()).toEqual(["attach", "create", "exit", "place", "start"]);
+    expect([...actions].sort()).toEqual(["attach", "create", "exit", "place", "run.completed", "run.started", "start"]);
     expect(actions[0]).toBe("create");
     expect(actions.indexOf("place")).toBeLessThan(actions.indexOf("start"));
+    expect(actions.indexOf("run.started")).toBeLessThan(actions.indexOf("run.completed"));
     expect(actions[actions.length - 1]).toBe("exit");
     expect(publicEvents.find((e) => e.action === "start")?.placementGeneration).toBe(1);
     expect(new Set(publicEvents.map((e) => e.id)).size).toBe(publicEvents.length);

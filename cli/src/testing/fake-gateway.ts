@@ -5,8 +5,11 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { handleEnvironments, type FakeEnvironments } from "./fake-environments.ts";
+import { fail, send } from "./fake-http.ts";
 import { WebSocketServer, type WebSocket } from "ws";
 import {
+  appsOf,
   CLOSE_SUPERSEDED,
   encodeOutputFrame,
   isTerminal,
@@ -37,6 +40,9 @@ export interface FakeGateway {
   /** The query of every terminal attach, in order. */
   readonly attaches: URLSearchParams[];
   readonly events: AuditEvent[];
+  /** Every authenticated request with its parsed JSON body (undefined when empty). */
+  readonly requests: Array<{ method: string; path: string; body: unknown }>;
+  readonly environments: FakeEnvironments;
   pageSize: number;
   /** Called when a session is created (its "process" starts), and on each input chunk. */
   program: { start?(t: FakeTerminal): void; input?(t: FakeTerminal, bytes: Buffer): void };
@@ -49,6 +55,7 @@ export async function startFakeGateway(): Promise<FakeGateway> {
   const token = "fake-token";
   const terminals = new Map<string, FakeTerminal>();
   const attaches: URLSearchParams[] = [];
+  const idempotent = new Map<string, Session>();
   let seq = 0;
   const wss = new WebSocketServer({ noServer: true });
 
@@ -83,6 +90,8 @@ export async function startFakeGateway(): Promise<FakeGateway> {
     terminals,
     attaches,
     events: [],
+    requests: [],
+    environments: new Map(),
     pageSize: 50,
     program: {},
     close: async () => {
@@ -97,26 +106,17 @@ export async function startFakeGateway(): Promise<FakeGateway> {
     const url = new URL(req.url ?? "/", "http://x");
     const parts = url.pathname.split("/").filter(Boolean);
     const t = parts[2] === undefined ? undefined : terminals.get(parts[2]);
+    const text = req.method === "GET" ? "" : await readBody(req);
+    const body = text === "" ? undefined : (JSON.parse(text) as unknown);
+    gw.requests.push({ method: req.method ?? "GET", path: url.pathname + url.search, body });
+    if (parts[1] === "environments") return handleEnvironments(gw, req.method ?? "GET", parts, url, body, res);
     if (req.method === "POST" && url.pathname === "/v1/sessions") {
-      const body = JSON.parse(await readBody(req)) as { name?: string; spec: Session["spec"] };
+      const b = body as CreateBody;
+      const prior = b.idempotencyKey === undefined ? undefined : idempotent.get(b.idempotencyKey);
+      if (prior) return send(res, 200, prior);
       seq += 1;
-      const session: Session = {
-        id: `s${String(seq)}`,
-        workspaceId: "default",
-        creatorId: "dev",
-        name: body.name,
-        state: "running",
-        spec: body.spec,
-        mode: "run",
-        oneShot: false,
-        runnerId: "runner-1",
-        placementGeneration: 1,
-        controllerGeneration: 0,
-        childExitCode: null,
-        createdAt: 1_700_000_000_000 + seq,
-        updatedAt: 1_700_000_000_000 + seq,
-        lastFact: { eventId: `e${String(seq)}`, action: "create", actorId: "dev", at: 1_700_000_000_000 },
-      };
+      const session = newSession(`s${String(seq)}`, seq, b);
+      if (b.idempotencyKey !== undefined) idempotent.set(b.idempotencyKey, session);
       const term = terminalOf(session);
       terminals.set(session.id, term);
       gw.program.start?.(term);
@@ -148,6 +148,38 @@ export async function startFakeGateway(): Promise<FakeGateway> {
       res.writeHead(200, { "content-type": "application/octet-stream" });
       res.end(Buffer.concat(t.log));
       return;
+    }
+    if (req.method === "POST" && parts.length === 4) {
+      const s = t.session;
+      switch (parts[3]) {
+        case "suspend": {
+          const warm = (body as { warm?: unknown } | undefined)?.warm;
+          if (typeof warm !== "boolean") return fail(res, 400, { code: "invalid", message: "body: warm: expected boolean" });
+          if (s.state !== "running") return fail(res, 409, { code: "conflict", message: `session is ${s.state}` });
+          s.state = warm ? "suspended_warm" : "suspended_cold";
+          return send(res, 200, s);
+        }
+        case "resume":
+          if (s.state !== "suspended_warm" && s.state !== "suspended_cold") return fail(res, 409, { code: "conflict", message: `session is ${s.state}` });
+          s.state = s.state === "suspended_warm" ? "running" : "queued";
+          return send(res, 200, s);
+        case "snapshot":
+          return send(res, 200, { ref: `checkpoints/default/${s.id}-1`, format: "tar+gzip", capabilities: ["portable"] });
+        case "recycle": {
+          s.state = "destroyed";
+          seq += 1;
+          const fresh = newSession(`s${String(seq)}`, seq, { spec: s.spec });
+          terminals.set(fresh.id, terminalOf(fresh));
+          return send(res, 201, { released: s, session: fresh });
+        }
+      }
+    }
+    if (req.method === "POST" && parts.length === 6 && parts[3] === "apps" && parts[5] === "restart") {
+      const app = parts[4] ?? "";
+      if (!appsOf(t.session.spec).some((a) => a.name === app)) return fail(res, 404, { code: "not_found", message: "app not found" });
+      const generation = (t.session.apps?.[app]?.generation ?? 1) + 1;
+      t.session.apps = { ...t.session.apps, [app]: { generation, phase: "running", trigger: "manual", startedAt: 1_700_000_000_000 } };
+      return send(res, 200, t.session);
     }
     fail(res, 404, { code: "not_found", message: "no such route" });
   }
@@ -207,6 +239,32 @@ export async function startFakeGateway(): Promise<FakeGateway> {
   return gw;
 }
 
+type CreateBody = Partial<Pick<Session, "name" | "environmentId" | "oneShot" | "parentId" | "mode" | "idempotencyKey">> & { spec: Session["spec"] };
+
+function newSession(id: string, seq: number, body: CreateBody): Session {
+  const at = 1_700_000_000_000 + seq;
+  return {
+    id,
+    workspaceId: "default",
+    creatorId: "dev",
+    ...(body.name !== undefined ? { name: body.name } : {}),
+    ...(body.environmentId !== undefined ? { environmentId: body.environmentId } : {}),
+    ...(body.parentId !== undefined ? { parentId: body.parentId } : {}),
+    ...(body.idempotencyKey !== undefined ? { idempotencyKey: body.idempotencyKey } : {}),
+    state: "running",
+    spec: body.spec,
+    mode: body.mode ?? "run",
+    oneShot: body.oneShot ?? false,
+    runnerId: "runner-1",
+    placementGeneration: 1,
+    controllerGeneration: 0,
+    childExitCode: null,
+    createdAt: at,
+    updatedAt: at,
+    lastFact: { eventId: `e${String(seq)}`, action: "create", actorId: "dev", at: 1_700_000_000_000 },
+  };
+}
+
 function sendText(ws: WebSocket, frame: ServerFrame): void {
   ws.send(JSON.stringify(frame));
 }
@@ -216,14 +274,6 @@ function sendExit(ws: WebSocket, code: number | null): void {
   ws.close(1000);
 }
 
-function send(res: ServerResponse, status: number, body: unknown): void {
-  res.writeHead(status, { "content-type": "application/json" });
-  res.end(JSON.stringify(body));
-}
-
-function fail(res: ServerResponse, status: number, error: ErrorBody): void {
-  send(res, status, { error });
-}
 
 async function readBody(req: IncomingMessage): Promise<string> {
   const chunks: Buffer[] = [];

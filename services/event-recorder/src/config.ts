@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { commonEnv, parseEnv } from "@paddock/config";
+import { commonConfig, commonEnv, parseEnv } from "@paddock/config";
 
 const RecorderEnv = z.object({
   ...commonEnv,
@@ -12,13 +12,7 @@ export type RecorderConfig = ReturnType<typeof loadConfig>;
 export function loadConfig(env: Record<string, string | undefined>) {
   const e = parseEnv(RecorderEnv, env);
   return {
-    natsUrl: e.PADDOCK_NATS_URL,
-    natsUser: e.PADDOCK_NATS_USER,
-    natsPass: e.PADDOCK_NATS_PASS,
-    replicas: e.PADDOCK_REPLICAS,
-    logLevel: e.PADDOCK_LOG_LEVEL,
-    opsHost: e.PADDOCK_OPS_HOST,
-    opsPort: e.PADDOCK_OPS_PORT,
+    ...commonConfig(e),
     auditMaxAgeMs: e.PADDOCK_AUDIT_MAX_AGE_MS,
   };
 }

@@ -13,10 +13,13 @@ import {
   Streams,
   Subjects,
   type AttachQuery,
+  type Scope,
   type Session,
+  type SessionState,
 } from "@paddock/contracts";
 import { encodeJson } from "@paddock/bus";
 import type { GatewayContext } from "./context.ts";
+import type { Watcher } from "./presence.ts";
 import { ScreenEmulator } from "./snapshot.ts";
 import { exitCodeOf, firstSeqOf, placementGenerationOf } from "./termlog.ts";
 
@@ -73,6 +76,8 @@ export class ClaimWatch {
 
 /** Everything decided before the upgrade is accepted. */
 export interface AttachGrant {
+  /** Who attached; status refreshes read the record with it. */
+  scope: Scope;
   session: Session;
   app: string;
   mode: AttachMode;
@@ -86,8 +91,12 @@ export interface AttachGrant {
 
 type Outcome = { kind: "exit"; code: number | null } | { kind: "stopped" };
 
-/** One terminal WebSocket: hello, replay + live output, controller input, supersede. */
-export class Attachment {
+/** One terminal WebSocket: hello, replay + live output, controller input, supersede, status. */
+export class Attachment implements Watcher {
+  readonly sessionId: string;
+  readonly workspaceId: string;
+  readonly scope: Scope;
+  state: SessionState;
   private closed = false;
   private superseded = false;
   private alive = true;
@@ -102,6 +111,10 @@ export class Attachment {
     private readonly grant: AttachGrant,
     private readonly onClosed: (a: Attachment) => void,
   ) {
+    this.sessionId = grant.session.id;
+    this.workspaceId = grant.session.workspaceId;
+    this.scope = grant.scope;
+    this.state = grant.session.state;
     this.inputSubject = Subjects.input(grant.session.id, grant.app);
     this.termSubject = Subjects.term(grant.session.id, grant.app);
   }
@@ -147,6 +160,11 @@ export class Attachment {
     }
     this.alive = false;
     this.ws.ping();
+  }
+
+  /** The session's state changed while attached. */
+  sendStatus(state: SessionState): void {
+    this.sendFrame({ type: "status", state });
   }
 
   /** Closes the socket (1001) because the gateway stops. */

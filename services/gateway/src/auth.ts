@@ -64,7 +64,8 @@ export async function authenticate(
   if (!decoded.ok) throw new UnauthenticatedError();
   const record = decoded.value;
   if (record.expiresAt !== undefined && record.expiresAt <= now()) throw new UnauthenticatedError("token expired");
-  return { workspaceId: record.workspaceId, actor: record.actor };
+  // A session's own service token: the scheduler makes this principal's creates children of it.
+  return { workspaceId: record.workspaceId, actor: record.actor, ...(record.sessionId !== undefined ? { sessionId: record.sessionId } : {}) };
 }
 
 /**
@@ -76,19 +77,53 @@ export const Action = {
   listSessions: "session.list",
   getSession: "session.get",
   deleteSession: "session.delete",
+  suspendSession: "session.suspend",
+  resumeSession: "session.resume",
+  snapshotSession: "session.snapshot",
+  recycleSession: "session.recycle",
+  restartApp: "session.restart_app",
   attachViewer: "session.attach_viewer",
   attachController: "session.attach_controller",
   readLog: "session.read_log",
   readEvents: "events.read",
   listRunners: "runner.list",
+  createEnvironment: "environment.create",
+  listEnvironments: "environment.list",
+  getEnvironment: "environment.get",
+  updateEnvironment: "environment.update",
+  deleteEnvironment: "environment.delete",
 } as const;
 export type Action = (typeof Action)[keyof typeof Action];
 
-/** The resource an action is decided on: a workspace, or a resource in one with its creator. */
-export type Resource = { kind: "workspace"; workspaceId: string } | { kind: "session"; workspaceId: string; creatorId: string };
+/** The resource an action is decided on: a workspace, or a resource in one (a session with its creator). */
+export type Resource =
+  | { kind: "workspace"; workspaceId: string }
+  | { kind: "session"; workspaceId: string; id: string; creatorId: string }
+  | { kind: "environment"; workspaceId: string; id: string };
 
 /** Actions only the resource's creator or a workspace admin may take. */
-const ownerActions: ReadonlySet<Action> = new Set([Action.deleteSession, Action.attachController]);
+const ownerActions: ReadonlySet<Action> = new Set([
+  Action.deleteSession,
+  Action.attachController,
+  Action.suspendSession,
+  Action.resumeSession,
+  Action.snapshotSession,
+  Action.recycleSession,
+  Action.restartApp,
+]);
+
+/** Actions only a workspace admin may take (environments have no creator). */
+const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment]);
+
+/**
+ * What a session's own service principal may do without a membership: create
+ * sessions (the scheduler makes them its children) and read its own session.
+ */
+function sessionPrincipalMay(scope: Scope, action: Action, resource: Resource): boolean {
+  if (scope.sessionId === undefined) return false;
+  if (action === Action.createSession) return resource.kind === "workspace";
+  return action === Action.getSession && resource.kind === "session" && resource.id === scope.sessionId;
+}
 
 export class Authorizer {
   constructor(private readonly members: () => Promise<KV>) {}
@@ -101,14 +136,16 @@ export class Authorizer {
     if (resource.workspaceId !== scope.workspaceId) {
       throw new NotFoundError(resource.kind === "workspace" ? "workspace" : resource.kind);
     }
+    if (sessionPrincipalMay(scope, action, resource)) return;
     const entry = await (await this.members()).get(memberKey(scope.workspaceId, scope.actor.id));
     const decoded = entry && entry.operation === "PUT" ? decodeJson(Membership, entry.value) : undefined;
     const membership = decoded?.ok ? decoded.value : undefined;
     if (!membership || membership.workspaceId !== scope.workspaceId || membership.actorId !== scope.actor.id) {
       throw new ForbiddenError("not a member of this workspace");
     }
-    if (!ownerActions.has(action)) return;
     if (membership.role === "admin") return;
+    if (adminActions.has(action)) throw new ForbiddenError(`${action} needs a workspace admin`);
+    if (!ownerActions.has(action)) return;
     if (resource.kind === "session" && resource.creatorId === scope.actor.id) return;
     throw new ForbiddenError(`${action} needs the resource's creator or a workspace admin`);
   }

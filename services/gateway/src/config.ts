@@ -20,6 +20,8 @@ export const GatewayEnv = z.object({
   PADDOCK_WS_SEND_BUFFER_BYTES: bytes.default(8 * 1024 * 1024),
   /** Timeout of each gateway → scheduler request. */
   PADDOCK_RPC_TIMEOUT_MS: envSchemas.positiveMs.default(5_000),
+  /** Presence heartbeat period per session while terminal clients are attached here. */
+  PADDOCK_PRESENCE_INTERVAL_MS: envSchemas.positiveMs.default(5_000),
 });
 
 export interface GatewayConfig {
@@ -39,6 +41,7 @@ export interface GatewayConfig {
   wsMaxPayloadBytes: number;
   wsSendBufferBytes: number;
   rpcTimeoutMs: number;
+  presenceIntervalMs: number;
 }
 
 export function loadConfig(env: Record<string, string | undefined>): GatewayConfig {
@@ -60,6 +63,7 @@ export function loadConfig(env: Record<string, string | undefined>): GatewayConf
     wsMaxPayloadBytes: e.PADDOCK_WS_MAX_PAYLOAD_BYTES,
     wsSendBufferBytes: e.PADDOCK_WS_SEND_BUFFER_BYTES,
     rpcTimeoutMs: e.PADDOCK_RPC_TIMEOUT_MS,
+    presenceIntervalMs: e.PADDOCK_PRESENCE_INTERVAL_MS,
   };
 }
 

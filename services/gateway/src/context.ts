@@ -4,7 +4,19 @@ import type { KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { z } from "zod";
 import { callRpc } from "@paddock/bus";
-import { Api, appsOf, Buckets, DEFAULT_APP, Id, InvalidError, NotFoundError, type Rpc, type Scope, type Session } from "@paddock/contracts";
+import {
+  Api,
+  appsOf,
+  Buckets,
+  DEFAULT_APP,
+  Id,
+  InvalidError,
+  NotFoundError,
+  type Environment,
+  type Rpc,
+  type Scope,
+  type Session,
+} from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { authenticate, Authorizer, lazyKv, type Resource } from "./auth.ts";
 import type { GatewayConfig } from "./config.ts";
@@ -19,7 +31,17 @@ export interface GatewayDeps {
   metrics: GatewayMetrics;
   now: () => number;
   newId: () => string;
+  /** Runs fn every ms until the returned stop is called (presence heartbeats); default: an unref'd setInterval. */
+  every?: Every;
 }
+
+export type Every = (ms: number, fn: () => void) => () => void;
+
+export const realEvery: Every = (ms, fn) => {
+  const timer = setInterval(fn, ms);
+  timer.unref();
+  return () => clearInterval(timer);
+};
 
 /** Shared by every route: the deps plus authentication, the Authorizer and the scheduler calls. */
 export class GatewayContext {
@@ -55,10 +77,21 @@ export class GatewayContext {
     const { session } = await this.call(Api.getSession, { scope, sessionId });
     return session;
   }
+
+  /** Fetches an environment through the scheduler (scoped by workspace like sessions). */
+  async getEnvironment(scope: Scope, rawId: string | undefined): Promise<Environment> {
+    const environmentId = parseWith(Id, rawId, "environment id");
+    const { environment } = await this.call(Api.getEnvironment, { scope, environmentId });
+    return environment;
+  }
 }
 
 export function sessionResource(session: Session): Resource {
-  return { kind: "session", workspaceId: session.workspaceId, creatorId: session.creatorId };
+  return { kind: "session", workspaceId: session.workspaceId, id: session.id, creatorId: session.creatorId };
+}
+
+export function environmentResource(environment: Environment): Resource {
+  return { kind: "environment", workspaceId: environment.workspaceId, id: environment.id };
 }
 
 export function workspaceResource(scope: Scope): Resource {

@@ -2,8 +2,10 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { NotFoundError, PaddockError, TooLargeError } from "@paddock/contracts";
 import { GatewayContext, type GatewayDeps } from "./context.ts";
+import { environmentRoutes } from "./environments.ts";
 import { eventRoutes } from "./events.ts";
 import { matchRoute, sendError, sendJson, type Route } from "./http.ts";
+import { lifecycleRoutes } from "./lifecycle.ts";
 import { sessionRoutes } from "./sessions.ts";
 import { TerminalHub } from "./terminal.ts";
 
@@ -24,7 +26,7 @@ export interface Gateway {
  */
 export function createGateway(deps: GatewayDeps): Gateway {
   const ctx = new GatewayContext(deps);
-  const routes: Route[] = [...sessionRoutes(ctx), ...eventRoutes(ctx)];
+  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...eventRoutes(ctx)];
   const terminals = new TerminalHub(ctx);
   const { log, metrics, nc } = deps;
   let listening = false;

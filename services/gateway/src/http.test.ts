@@ -124,7 +124,17 @@ describe("GET /v1/sessions", () => {
     expect(d.json.sessions.every((s: { workspaceId: string }) => s.workspaceId === WS1)).toBe(true);
   });
 
-  for (const q of ["limit=0", "limit=501", "limit=abc", "limit=1.5", "includeTerminal=yes", "parentId=a.b", "other=1", "limit=1&limit=2", "cursor="]) {
+  it("clamps a limit above 500 to 500 (not an error)", async () => {
+    for (const q of ["limit=501", "limit=100000", "limit=999999999999999"]) {
+      expect((await api(h.url, "GET", `/v1/sessions?${q}`, { token: TOKENS.bob })).status).toBe(200);
+      expect((await api(h.url, "GET", `/v1/runners?${q}`, { token: TOKENS.bob })).status).toBe(200);
+      expect((await api(h.url, "GET", `/v1/events?${q}`, { token: TOKENS.bob })).status).toBe(200);
+    }
+    expect(h.scheduler.callsOf("list").map((c) => (c.request as { limit: number }).limit)).toEqual([500, 500, 500]);
+    expect(h.scheduler.callsOf("listRunners").map((c) => (c.request as { limit: number }).limit)).toEqual([500, 500, 500]);
+  });
+
+  for (const q of ["limit=0", "limit=-1", "limit=", "limit=1e3", "limit=9999999999999999", "limit=abc", "limit=1.5", "includeTerminal=yes", "parentId=a.b", "other=1", "limit=1&limit=2", "cursor="]) {
     it(`answers invalid for ?${q} and calls nothing`, async () => {
       expectError(await api(h.url, "GET", `/v1/sessions?${q}`, { token: TOKENS.alice }), 400, "invalid");
       expect(h.scheduler.calls).toEqual([]);
@@ -272,8 +282,17 @@ describe("GET /v1/events", () => {
     expect(info.state.messages).toBe(5);
   });
 
+  it("a page past the end (or of an empty subject) is an empty list, not an error", async () => {
+    for (const q of ["since=999999", "sessionId=nothing-here"]) {
+      h.scheduler.put(makeSession({ id: "nothing-here", workspaceId: WS1, creatorId: "alice" }));
+      const r = await api(h.url, "GET", `/v1/events?${q}`, { token: TOKENS.bob });
+      expect(r.status).toBe(200);
+      expect(r.json).toEqual({ events: [] });
+    }
+  });
+
   it("validates the query", async () => {
-    for (const q of ["limit=0", "limit=501", "since=-1", "sessionId=a.b", "x=1"]) {
+    for (const q of ["limit=0", "limit=x", "since=-1", "sessionId=a.b", "x=1"]) {
       expectError(await api(h.url, "GET", `/v1/events?${q}`, { token: TOKENS.bob }), 400, "invalid");
     }
     expect(h.scheduler.calls).toEqual([]);

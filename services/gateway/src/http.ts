@@ -123,6 +123,24 @@ export function queryObject(query: URLSearchParams): Record<string, string> {
  * too_large and reading stops at once (the connection is then closed).
  */
 export async function readJsonBody(req: IncomingMessage, maxBytes: number): Promise<unknown> {
+  return parseJson(await readBodyText(req, maxBytes));
+}
+
+/** Like readJsonBody, but an empty body (no bytes) reads as `{}`: for POSTs that take no fields. */
+export async function readOptionalJsonBody(req: IncomingMessage, maxBytes: number): Promise<unknown> {
+  const text = await readBodyText(req, maxBytes);
+  return text === "" ? {} : parseJson(text);
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    throw new InvalidError("body is not valid JSON");
+  }
+}
+
+async function readBodyText(req: IncomingMessage, maxBytes: number): Promise<string> {
   const declared = req.headers["content-length"];
   if (declared !== undefined && Number(declared) > maxBytes) {
     throw new TooLargeError(`body exceeds ${maxBytes} bytes`);
@@ -157,10 +175,5 @@ export async function readJsonBody(req: IncomingMessage, maxBytes: number): Prom
     req.on("end", onEnd);
     req.on("error", onError);
   });
-  const text = Buffer.concat(chunks).toString("utf8");
-  try {
-    return JSON.parse(text) as unknown;
-  } catch {
-    throw new InvalidError("body is not valid JSON");
-  }
+  return Buffer.concat(chunks).toString("utf8");
 }

@@ -4,12 +4,16 @@ import { Action } from "./auth.ts";
 import { sessionResource, workspaceResource, type GatewayContext } from "./context.ts";
 import { parseWith, queryObject, readJsonBody, route, sendJson, type Route } from "./http.ts";
 
-/** A page limit in a query string: 1..MAX_PAGE_LIMIT, DEFAULT_PAGE_LIMIT when absent. */
+/**
+ * A page limit in a query string: an integer ≥ 1, clamped to MAX_PAGE_LIMIT
+ * (a larger one is not an error), DEFAULT_PAGE_LIMIT when absent.
+ */
 export const QueryLimit = z
   .string()
-  .regex(/^\d{1,4}$/, "must be an integer")
+  .regex(/^\d{1,15}$/, "must be an integer")
   .transform(Number)
-  .pipe(z.number().int().min(1).max(MAX_PAGE_LIMIT))
+  .pipe(z.number().int().min(1))
+  .transform((n) => Math.min(n, MAX_PAGE_LIMIT))
   .default(DEFAULT_PAGE_LIMIT);
 
 export const QueryCursor = z.string().min(1).max(256).optional();
@@ -26,7 +30,7 @@ export const ListSessionsQuery = z
 export const ListRunnersQuery = z.object({ limit: QueryLimit, cursor: QueryCursor }).strict();
 
 /** An empty query: routes that take none refuse unknown parameters. */
-const NoQuery = z.object({}).strict();
+export const NoQuery = z.object({}).strict();
 
 export function sessionRoutes(ctx: GatewayContext): Route[] {
   const { config } = ctx.deps;

@@ -7,6 +7,7 @@ import { Action } from "./auth.ts";
 import { Attachment, ClaimWatch, type AttachGrant } from "./attachment.ts";
 import { resolveApp, sessionResource, type GatewayContext } from "./context.ts";
 import { errorResponse, parseWith, queryObject } from "./http.ts";
+import { PresenceTracker } from "./presence.ts";
 import { lastSeqOf } from "./termlog.ts";
 
 const KEEPALIVE_MS = 30_000;
@@ -18,8 +19,10 @@ export class TerminalHub {
   private readonly attachments = new Set<Attachment>();
   private readonly pending = new Set<Duplex>();
   private readonly keepalive: NodeJS.Timeout;
+  readonly presence: PresenceTracker;
 
   constructor(private readonly ctx: GatewayContext) {
+    this.presence = new PresenceTracker(ctx);
     this.wss = new WebSocketServer({ noServer: true, maxPayload: ctx.deps.config.wsMaxPayloadBytes, clientTracking: false });
     // Dead peers (no close, no FIN) would hold a consumer forever: ping, and drop the silent.
     this.keepalive = setInterval(() => {
@@ -41,8 +44,12 @@ export class TerminalHub {
         }
         this.ctx.deps.metrics.wsAttaches.inc({ mode, outcome: "ok" });
         this.wss.handleUpgrade(req, socket, head, (ws) => {
-          const a = new Attachment(this.ctx, ws, grant, (done) => this.attachments.delete(done));
+          const a = new Attachment(this.ctx, ws, grant, (done) => {
+            this.attachments.delete(done);
+            this.presence.leave(done);
+          });
           this.attachments.add(a);
+          this.presence.join(a);
           a.start();
         });
       },
@@ -69,6 +76,7 @@ export class TerminalHub {
     const jsm = await this.ctx.jsm();
     if (query.mode === "viewer") {
       return {
+        scope,
         session: current,
         app,
         mode: "viewer",
@@ -87,6 +95,7 @@ export class TerminalHub {
       h.set(Headers.controllerGeneration, String(session.controllerGeneration));
       this.ctx.deps.nc.publish(inputSubject, new Uint8Array(0), { headers: h });
       return {
+        scope,
         session,
         app,
         mode: "controller",

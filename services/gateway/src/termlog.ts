@@ -1,4 +1,4 @@
-import type { JetStreamManager, StoredMsg } from "@nats-io/jetstream";
+import { JetStreamError, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
 import type { MsgHdrs } from "@nats-io/transport-node";
 import { Headers } from "@paddock/contracts";
 
@@ -31,14 +31,24 @@ export async function* readRange(
   while (next <= toSeq) {
     const batch = await jsm.direct.getBatch(stream, { seq: next, batch: BATCH, next_by_subj: subject });
     let count = 0;
-    for await (const m of batch) {
-      count += 1;
-      if (m.seq > toSeq) return;
-      next = m.seq + 1;
-      yield m;
+    try {
+      for await (const m of batch) {
+        count += 1;
+        if (m.seq > toSeq) return;
+        next = m.seq + 1;
+        yield m;
+      }
+    } catch (err) {
+      // Nothing (more) at or after `next`: the direct get answers 404 instead of an empty batch.
+      if (count === 0 && isNotFound(err)) return;
+      throw err;
     }
     if (count < BATCH) return;
   }
+}
+
+function isNotFound(err: unknown): boolean {
+  return err instanceof JetStreamError && (err as JetStreamError & { code?: unknown }).code === 404;
 }
 
 /** The placement generation a TERM chunk was written under; 0 when absent or malformed. */

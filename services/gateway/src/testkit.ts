@@ -7,23 +7,18 @@ import { randomUUID } from "node:crypto";
 import { jetstream } from "@nats-io/jetstream";
 import { connect, headers, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import WebSocket from "ws";
-import { createBusMetrics, provision, serveRpc } from "@paddock/bus";
-import {
-  Api,
-  decodeOutputFrame,
-  Headers,
-  NotFoundError,
-  Subjects,
-  type Runner,
-  type Scope,
-  type Session,
-} from "@paddock/contracts";
+import { provision } from "@paddock/bus";
+import { decodeOutputFrame, Headers, Subjects } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { seedMember, seedToken } from "./auth.ts";
 import { defaultConfig, type GatewayConfig } from "./config.ts";
+import type { Every } from "./context.ts";
 import { createGateway, type Gateway } from "./gateway.ts";
 import { createGatewayMetrics, type GatewayMetrics } from "./metrics.ts";
+import { FakeScheduler, NOW } from "./fake-scheduler.ts";
+
+export { FakeScheduler, makeEnvironment, makeSession, NOW, RUNNER, type RpcCall } from "./fake-scheduler.ts";
 
 export const WS1 = "ws1";
 export const WS2 = "ws2";
@@ -36,110 +31,30 @@ export const TOKENS = {
   eve: "tok_eve_0123456789abcdef",
   outsider: "tok_outsider_0123456789abcdef",
   expired: "tok_expired_0123456789abcdef",
+  /** Session parent1's own service token (actor kind service, no membership). */
+  svc: "tok_svc_parent1_0123456789abcdef",
 } as const;
 
-export const NOW = 1_700_000_000_000;
+/** The session the `svc` token acts for. */
+export const SVC_SESSION = "parent1";
 
-export interface RpcCall {
-  verb: string;
-  request: unknown;
-}
-
-/** Stands in for the scheduler: serves the Api rpcs from a map, records every call. */
-export class FakeScheduler {
-  readonly sessions = new Map<string, Session>();
-  readonly calls: RpcCall[] = [];
-  private subs: Subscription[] = [];
-  private n = 0;
-  private readonly idem = new Map<string, string>();
-
-  constructor(private readonly nc: NatsConnection) {}
-
-  start(): void {
-    const opts = { queue: "scheduler", metrics: createBusMetrics(), log: silentLogger() };
-    const key = (scope: Scope, id: string) => `${scope.workspaceId}.${id}`;
-    const get = (scope: Scope, id: string) => {
-      const s = this.sessions.get(key(scope, id));
-      if (!s) throw new NotFoundError("session");
-      return s;
-    };
-    this.subs = [
-      serveRpc(this.nc, Api.createSession, async (req) => {
-        this.calls.push({ verb: "create", request: req });
-        const idemKey = req.body.idempotencyKey ? `${req.scope.workspaceId}.${req.body.idempotencyKey}` : undefined;
-        const prior = idemKey ? this.idem.get(idemKey) : undefined;
-        if (prior) return { session: get(req.scope, prior), replayed: true };
-        const s = this.put(makeSession({ id: `s${++this.n}`, workspaceId: req.scope.workspaceId, creatorId: req.scope.actor.id, spec: req.body.spec }));
-        if (idemKey) this.idem.set(idemKey, s.id);
-        return { session: s, replayed: false };
-      }, opts),
-      serveRpc(this.nc, Api.getSession, async (req) => {
-        this.calls.push({ verb: "get", request: req });
-        return { session: get(req.scope, req.sessionId) };
-      }, opts),
-      serveRpc(this.nc, Api.listSessions, async (req) => {
-        this.calls.push({ verb: "list", request: req });
-        const all = [...this.sessions.values()].filter((s) => s.workspaceId === req.scope.workspaceId);
-        return { sessions: all.slice(0, req.limit), ...(all.length > req.limit ? { nextCursor: "next" } : {}) };
-      }, opts),
-      serveRpc(this.nc, Api.deleteSession, async (req) => {
-        this.calls.push({ verb: "delete", request: req });
-        return { session: this.put({ ...get(req.scope, req.sessionId), state: "destroyed" }) };
-      }, opts),
-      serveRpc(this.nc, Api.attachSession, async (req) => {
-        this.calls.push({ verb: "attach", request: req });
-        const s = get(req.scope, req.sessionId);
-        if (req.mode === "viewer") return { session: s };
-        return { session: this.put({ ...s, controllerGeneration: s.controllerGeneration + 1 }) };
-      }, opts),
-      serveRpc(this.nc, Api.listRunners, async (req) => {
-        this.calls.push({ verb: "listRunners", request: req });
-        return { runners: [RUNNER] };
-      }, opts),
-    ];
-  }
-
-  stop(): void {
-    for (const s of this.subs) s.unsubscribe();
-    this.subs = [];
-  }
-
-  put(s: Session): Session {
-    this.sessions.set(`${s.workspaceId}.${s.id}`, s);
-    return s;
-  }
-
-  callsOf(verb: string): RpcCall[] {
-    return this.calls.filter((c) => c.verb === verb);
-  }
-}
-
-export const RUNNER: Runner = {
-  id: "r1",
-  poolId: "default",
-  state: "active",
-  generation: 1,
-  capacityUsed: 0,
-  capacityTotal: 4,
-  capabilities: [],
-  registeredAt: NOW,
-  lastSeenAt: NOW,
-};
-
-export function makeSession(p: Partial<Session> & Pick<Session, "id" | "workspaceId" | "creatorId">): Session {
-  return {
-    state: "running",
-    spec: {},
-    mode: "run",
-    oneShot: false,
-    placementGeneration: 1,
-    controllerGeneration: 0,
-    childExitCode: null,
-    createdAt: NOW,
-    updatedAt: NOW,
-    lastFact: { eventId: randomUUID(), action: "create", actorId: p.creatorId, at: NOW },
-    ...p,
+/** An injectable `every`: intervals fire only when a test calls tick(). */
+export class ManualEvery {
+  private readonly fns = new Set<() => void>();
+  readonly periods: number[] = [];
+  readonly every: Every = (ms, fn) => {
+    this.periods.push(ms);
+    this.fns.add(fn);
+    return () => this.fns.delete(fn);
   };
+
+  tick(): void {
+    for (const fn of [...this.fns]) fn();
+  }
+
+  get active(): number {
+    return this.fns.size;
+  }
 }
 
 export interface Harness {
@@ -155,7 +70,9 @@ export interface Harness {
   stop(): Promise<void>;
 }
 
-export async function startHarness(opts: { termMaxMsgsPerSubject?: number; config?: Partial<GatewayConfig> } = {}): Promise<Harness> {
+export async function startHarness(
+  opts: { termMaxMsgsPerSubject?: number; config?: Partial<GatewayConfig>; every?: Every } = {},
+): Promise<Harness> {
   const nats = await startNatsServer();
   const nc = await connect({ servers: nats.url });
   await provision(nc, { replicas: 1, ...(opts.termMaxMsgsPerSubject ? { termMaxMsgsPerSubject: opts.termMaxMsgsPerSubject } : {}) });
@@ -176,12 +93,26 @@ export async function startHarness(opts: { termMaxMsgsPerSubject?: number; confi
     });
     if (role) await seedMember(nc, { workspaceId: ws, actorId: actor, role });
   }
+  await seedToken(nc, TOKENS.svc, {
+    workspaceId: WS1,
+    actor: { id: `svc-${SVC_SESSION}`, kind: "service" },
+    sessionId: SVC_SESSION,
+    createdAt: NOW - 1000,
+  });
   const scheduler = new FakeScheduler(nc);
   scheduler.start();
   const config = defaultConfig({ maxBodyBytes: 4096, rpcTimeoutMs: 2000, ...opts.config });
   const extra: Array<{ gateway: Gateway; nc: NatsConnection }> = [];
   const build = (conn: NatsConnection, metrics = createGatewayMetrics()) =>
-    createGateway({ nc: conn, config, log: silentLogger(), metrics, now: () => NOW, newId: randomUUID });
+    createGateway({
+      nc: conn,
+      config,
+      log: silentLogger(),
+      metrics,
+      now: () => NOW,
+      newId: randomUUID,
+      ...(opts.every ? { every: opts.every } : {}),
+    });
   const metrics = createGatewayMetrics();
   const gateway = build(nc, metrics);
   const { port } = await gateway.listen(0, "127.0.0.1");

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { commonEnv, parseEnv } from "@paddock/config";
+import { commonConfig, commonEnv, parseEnv } from "@paddock/config";
 
 const ms = z.coerce.number().int().positive();
 
@@ -41,13 +41,7 @@ export type SchedulerConfig = ReturnType<typeof loadConfig>;
 export function loadConfig(env: Record<string, string | undefined>) {
   const e = parseEnv(SchedulerEnv, env);
   return {
-    natsUrl: e.PADDOCK_NATS_URL,
-    natsUser: e.PADDOCK_NATS_USER,
-    natsPass: e.PADDOCK_NATS_PASS,
-    replicas: e.PADDOCK_REPLICAS,
-    logLevel: e.PADDOCK_LOG_LEVEL,
-    opsHost: e.PADDOCK_OPS_HOST,
-    opsPort: e.PADDOCK_OPS_PORT,
+    ...commonConfig(e),
     tickMs: e.PADDOCK_SCHEDULER_TICK_MS,
     redispatchAfterMs: e.PADDOCK_REDISPATCH_AFTER_MS,
     defaultPool: e.PADDOCK_DEFAULT_POOL,

@@ -41,3 +41,24 @@ export const envBool = z
   .enum(["0", "1", "true", "false", "yes", "no", ""])
   .optional()
   .transform((v) => v === "1" || v === "true" || v === "yes");
+
+/** The shared settings, named as services use them. */
+export function commonConfig(e: {
+  PADDOCK_NATS_URL: string;
+  PADDOCK_NATS_USER?: string | undefined;
+  PADDOCK_NATS_PASS?: string | undefined;
+  PADDOCK_REPLICAS: number;
+  PADDOCK_LOG_LEVEL: "trace" | "debug" | "info" | "warn" | "error" | "fatal" | "silent";
+  PADDOCK_OPS_HOST: string;
+  PADDOCK_OPS_PORT: number;
+}) {
+  return {
+    natsUrl: e.PADDOCK_NATS_URL,
+    natsUser: e.PADDOCK_NATS_USER,
+    natsPass: e.PADDOCK_NATS_PASS,
+    replicas: e.PADDOCK_REPLICAS,
+    logLevel: e.PADDOCK_LOG_LEVEL,
+    opsHost: e.PADDOCK_OPS_HOST,
+    opsPort: e.PADDOCK_OPS_PORT,
+  };
+}

@@ -53,20 +53,22 @@ export const Environment = z
   .strict();
 export type Environment = z.infer<typeof Environment>;
 
+/** The fields a client sets on an environment (create and PATCH share them). */
+const environmentFields = {
+  image: z.string().max(512).optional(),
+  setup: Script.optional(),
+  init: Script.optional(),
+  initTimeoutSec: z.number().int().positive().max(3600).optional(),
+  setupTimeoutSec: z.number().int().positive().max(24 * 3600).optional(),
+  egressAllow: z.array(Host).max(256).optional(),
+  secretRefs: z.array(SecretName).max(128).optional(),
+  connectors: z.array(Connector).max(32).optional(),
+  requirements: Requirements.partial().strict().optional(),
+};
+
 /** Body of POST /v1/environments. */
 export const CreateEnvironmentBody = z
-  .object({
-    name: z.string().min(1).max(128),
-    image: z.string().min(1).max(512).optional(),
-    setup: Script.optional(),
-    init: Script.optional(),
-    initTimeoutSec: z.number().int().positive().max(3600).optional(),
-    setupTimeoutSec: z.number().int().positive().max(24 * 3600).optional(),
-    egressAllow: z.array(Host).max(256).optional(),
-    secretRefs: z.array(SecretName).max(128).optional(),
-    connectors: z.array(Connector).max(32).optional(),
-    requirements: Requirements.partial().strict().optional(),
-  })
+  .object({ ...environmentFields, name: z.string().min(1).max(128), image: z.string().min(1).max(512).optional() })
   .strict();
 export type CreateEnvironmentBody = z.infer<typeof CreateEnvironmentBody>;
 
@@ -74,20 +76,7 @@ export type CreateEnvironmentBody = z.infer<typeof CreateEnvironmentBody>;
  * Body of PATCH /v1/environments/:id, pointer semantics: an absent field is
  * unchanged; an explicit empty value ("" or []) clears it.
  */
-export const UpdateEnvironmentBody = z
-  .object({
-    name: z.string().min(1).max(128).optional(),
-    image: z.string().max(512).optional(),
-    setup: Script.optional(),
-    init: Script.optional(),
-    initTimeoutSec: z.number().int().positive().max(3600).optional(),
-    setupTimeoutSec: z.number().int().positive().max(24 * 3600).optional(),
-    egressAllow: z.array(Host).max(256).optional(),
-    secretRefs: z.array(SecretName).max(128).optional(),
-    connectors: z.array(Connector).max(32).optional(),
-    requirements: Requirements.partial().strict().optional(),
-  })
-  .strict();
+export const UpdateEnvironmentBody = z.object({ ...environmentFields, name: z.string().min(1).max(128).optional() }).strict();
 export type UpdateEnvironmentBody = z.infer<typeof UpdateEnvironmentBody>;
 
 /** What a runner needs of an environment to boot a session from it (carried on `start`). */

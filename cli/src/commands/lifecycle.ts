@@ -1,0 +1,157 @@
+import { Api, Checkpoint, CreateSessionBody, describeZodError, SessionMode, type Session } from "@paddock/contracts";
+import { apiOf, parseCommand, positionals, SessionAnswer, type Command, type Ctx } from "../command.ts";
+import { json } from "../format.ts";
+import { ExitCode, UsageError, write } from "../io.ts";
+
+const sessionPath = (id: string) => `/v1/sessions/${encodeURIComponent(id)}`;
+
+/** `ID STATE`, or the record with --json. */
+async function printSession(ctx: Ctx, session: Session, asJson: boolean | undefined): Promise<void> {
+  await write(ctx.io.stdout, asJson ? json(session) : `${session.id} ${session.state}\n`);
+}
+
+export const createCommand: Command = {
+  name: "create",
+  summary: "create a session without attaching",
+  help: `usage: paddock create [--name N] [--env ENV_ID] [--one-shot] [--parent ID]
+                      [--mode run|watch] [--idempotency-key K] [--json] [-- CMD [ARG...]]
+
+Creates a session and prints its id (the record with --json). Without CMD the
+session runs its environment's command, or a login shell.
+
+  --name N               a name for the session
+  --env ENV_ID           start from this environment
+  --one-shot             the session ends when its command exits
+  --parent ID            a child of session ID
+  --mode run|watch       watch sessions are suspended when nobody is attached
+  --idempotency-key K    a retry with the same key answers the same session
+  --json                 print the session record
+`,
+  async run(ctx, argv) {
+    const args = parseCommand(ctx, this, argv, {
+      name: { type: "string" },
+      env: { type: "string" },
+      "one-shot": { type: "boolean" },
+      parent: { type: "string" },
+      mode: { type: "string" },
+      "idempotency-key": { type: "string" },
+      json: { type: "boolean" },
+    });
+    if (!args) return ExitCode.ok;
+    if (args.positionals.length) {
+      throw new UsageError(`paddock create: unexpected ${JSON.stringify(args.positionals[0])}: put the command after -- (paddock create -- CMD...)`);
+    }
+    const { flags } = args;
+    if (flags.mode !== undefined && !SessionMode.safeParse(flags.mode).success) {
+      throw new UsageError(`paddock create: --mode must be run or watch, got ${JSON.stringify(flags.mode)}`);
+    }
+    const cmd = args.rest;
+    if (cmd !== undefined && cmd.length === 0) throw new UsageError("paddock create: no command after --");
+    const body = CreateSessionBody.safeParse({
+      name: flags.name,
+      environmentId: flags.env,
+      oneShot: flags["one-shot"],
+      parentId: flags.parent,
+      mode: flags.mode,
+      idempotencyKey: flags["idempotency-key"],
+      spec: cmd ? { cmd } : {},
+    });
+    if (!body.success) throw new UsageError(`paddock create: ${describeZodError(body.error)}`);
+    const session = await apiOf(ctx).json("POST", "/v1/sessions", SessionAnswer, { body: body.data });
+    await write(ctx.io.stdout, flags.json ? json(session) : `${session.id}\n`);
+    return ExitCode.ok;
+  },
+};
+
+export const suspendCommand: Command = {
+  name: "suspend",
+  summary: "suspend a session (cold by default, --warm keeps it in place)",
+  help: `usage: paddock suspend ID [--warm] [--json]
+
+Suspends a running session and prints "ID STATE" (the record with --json).
+Cold (default): a checkpoint is taken and the sandbox removed; its slot is freed.
+  --warm   stop the processes in place and keep the slot (fast to resume)
+`,
+  async run(ctx, argv) {
+    const args = parseCommand(ctx, this, argv, { warm: { type: "boolean" }, json: { type: "boolean" } });
+    if (!args) return ExitCode.ok;
+    const [id = ""] = positionals(this, args.positionals, ["id"]);
+    const session = await apiOf(ctx).json("POST", `${sessionPath(id)}/suspend`, SessionAnswer, { body: { warm: args.flags.warm === true } });
+    await printSession(ctx, session, args.flags.json);
+    return ExitCode.ok;
+  },
+};
+
+export const resumeCommand: Command = {
+  name: "resume",
+  summary: "resume a suspended session",
+  help: `usage: paddock resume ID [--json]
+
+Resumes a suspended session and prints "ID STATE" (the record with --json). A
+cold one is queued for placement on any runner of its pool and restored.
+`,
+  async run(ctx, argv) {
+    const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
+    if (!args) return ExitCode.ok;
+    const [id = ""] = positionals(this, args.positionals, ["id"]);
+    const session = await apiOf(ctx).json("POST", `${sessionPath(id)}/resume`, SessionAnswer, { body: {} });
+    await printSession(ctx, session, args.flags.json);
+    return ExitCode.ok;
+  },
+};
+
+export const snapshotCommand: Command = {
+  name: "snapshot",
+  summary: "checkpoint a running session",
+  help: `usage: paddock snapshot ID [--json]
+
+Checkpoints the session's workspace without stopping it and prints the
+checkpoint's ref (the checkpoint {ref, format, capabilities} with --json).
+`,
+  async run(ctx, argv) {
+    const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
+    if (!args) return ExitCode.ok;
+    const [id = ""] = positionals(this, args.positionals, ["id"]);
+    const checkpoint = await apiOf(ctx).json("POST", `${sessionPath(id)}/snapshot`, Checkpoint, { body: {} });
+    await write(ctx.io.stdout, args.flags.json ? json(checkpoint) : `${checkpoint.ref}\n`);
+    return ExitCode.ok;
+  },
+};
+
+export const recycleCommand: Command = {
+  name: "recycle",
+  summary: "release a session and start a fresh one with the same spec",
+  help: `usage: paddock recycle ID [--json]
+
+Releases the session and creates a fresh one with the same spec; prints the
+new session's id ({released, session} with --json).
+`,
+  async run(ctx, argv) {
+    const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
+    if (!args) return ExitCode.ok;
+    const [id = ""] = positionals(this, args.positionals, ["id"]);
+    const answer = await apiOf(ctx).json("POST", `${sessionPath(id)}/recycle`, Api.recycleSession.result, { body: {} });
+    await write(ctx.io.stdout, args.flags.json ? json(answer) : `${answer.session.id}\n`);
+    return ExitCode.ok;
+  },
+};
+
+export const restartCommand: Command = {
+  name: "restart",
+  summary: "restart one app of a session",
+  help: `usage: paddock restart ID APP [--json]
+
+Starts the next generation of app APP and prints "ID APP generation N" (the
+session record with --json).
+`,
+  async run(ctx, argv) {
+    const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
+    if (!args) return ExitCode.ok;
+    const [id = "", app = ""] = positionals(this, args.positionals, ["id", "app"]);
+    const session = await apiOf(ctx).json("POST", `${sessionPath(id)}/apps/${encodeURIComponent(app)}/restart`, SessionAnswer, { body: {} });
+    const generation = session.apps?.[app]?.generation;
+    if (args.flags.json) await write(ctx.io.stdout, json(session));
+    else await write(ctx.io.stdout, generation === undefined ? `${session.id} ${session.state}\n` : `${session.id} ${app} generation ${String(generation)}\n`);
+    return ExitCode.ok;
+  },
+};

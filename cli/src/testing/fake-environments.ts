@@ -1,0 +1,85 @@
+/**
+ * Environment CRUD of the fake gateway: records in memory, bodies validated
+ * with the contract schemas (so a CLI that sends a bad body fails its test),
+ * PATCH with pointer semantics (absent unchanged, "" or [] clears).
+ */
+import type { ServerResponse } from "node:http";
+import {
+  CreateEnvironmentBody,
+  describeZodError,
+  NO_REQUIREMENTS,
+  UpdateEnvironmentBody,
+  type Environment,
+} from "@paddock/contracts";
+import { fail, send } from "./fake-http.ts";
+
+export type FakeEnvironments = Map<string, Environment>;
+
+const AT = 1_700_000_000_000;
+
+export function handleEnvironments(
+  gw: { readonly environments: FakeEnvironments; pageSize: number },
+  method: string,
+  parts: readonly string[],
+  url: URL,
+  body: unknown,
+  res: ServerResponse,
+): void {
+  const envs = gw.environments;
+  if (parts.length === 2 && method === "POST") {
+    const parsed = CreateEnvironmentBody.safeParse(body);
+    if (!parsed.success) return fail(res, 400, { code: "invalid", message: `body: ${describeZodError(parsed.error)}` });
+    const id = `env${String(envs.size + 1)}`;
+    const env = patch(
+      {
+        id,
+        workspaceId: "default",
+        name: parsed.data.name,
+        setupHash: "0".repeat(64),
+        egressAllow: [],
+        secretRefs: [],
+        connectors: [],
+        requirements: NO_REQUIREMENTS,
+        createdAt: AT,
+        updatedAt: AT,
+        lastFact: { eventId: `ev-${id}`, action: "create", actorId: "dev", at: AT },
+      },
+      parsed.data,
+    );
+    envs.set(id, env);
+    return send(res, 201, env);
+  }
+  if (parts.length === 2 && method === "GET") {
+    const all = [...envs.values()];
+    const from = Number(url.searchParams.get("cursor") ?? "0");
+    const limit = Math.min(gw.pageSize, Number(url.searchParams.get("limit") ?? "50"));
+    const next = from + limit < all.length ? String(from + limit) : undefined;
+    return send(res, 200, { environments: all.slice(from, from + limit), nextCursor: next });
+  }
+  const env = parts.length === 3 ? envs.get(parts[2] ?? "") : undefined;
+  if (!env) return fail(res, 404, { code: "not_found", message: "environment not found" });
+  if (method === "GET") return send(res, 200, env);
+  if (method === "PATCH") {
+    const parsed = UpdateEnvironmentBody.safeParse(body);
+    if (!parsed.success) return fail(res, 400, { code: "invalid", message: `body: ${describeZodError(parsed.error)}` });
+    const next = patch({ ...env, updatedAt: env.updatedAt + 1 }, parsed.data);
+    envs.set(env.id, next);
+    return send(res, 200, next);
+  }
+  if (method === "DELETE") {
+    if (env.name === "in-use") return fail(res, 409, { code: "conflict", message: "a live session uses this environment" });
+    envs.delete(env.id);
+    return send(res, 200, env);
+  }
+  fail(res, 404, { code: "not_found", message: "no such route" });
+}
+
+function patch(env: Environment, body: Record<string, unknown>): Environment {
+  const next: Record<string, unknown> = { ...env };
+  for (const [k, v] of Object.entries(body)) {
+    if (v === undefined) continue;
+    if (v === "") delete next[k];
+    else next[k] = k === "requirements" ? { ...env.requirements, ...(v as object) } : v;
+  }
+  return next as Environment;
+}

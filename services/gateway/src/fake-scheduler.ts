@@ -1,0 +1,208 @@
+/**
+ * A stand-in for the scheduler's Api rpcs for the gateway tests: in-memory
+ * records, every call recorded. It answers like the scheduler's contract, not
+ * its policy: state checks are the scheduler's business. Used by *.test.ts only.
+ */
+import { randomUUID } from "node:crypto";
+import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import { createBusMetrics, serveRpc } from "@paddock/bus";
+import type { z } from "zod";
+import {
+  Api,
+  NO_REQUIREMENTS,
+  NotFoundError,
+  type Environment,
+  type Rpc,
+  type Runner,
+  type Scope,
+  type Session,
+} from "@paddock/contracts";
+import { silentLogger } from "@paddock/logging";
+
+export const NOW = 1_700_000_000_000;
+
+export interface RpcCall {
+  verb: string;
+  request: unknown;
+}
+
+export class FakeScheduler {
+  readonly sessions = new Map<string, Session>();
+  readonly environments = new Map<string, Environment>();
+  readonly calls: RpcCall[] = [];
+  private subs: Subscription[] = [];
+  private n = 0;
+  private readonly idem = new Map<string, string>();
+
+  constructor(private readonly nc: NatsConnection) {}
+
+  start(): void {
+    const opts = { queue: "scheduler", metrics: createBusMetrics(), log: silentLogger() };
+    const key = (scope: Scope, id: string) => `${scope.workspaceId}.${id}`;
+    const get = (scope: Scope, id: string) => {
+      const s = this.sessions.get(key(scope, id));
+      if (!s) throw new NotFoundError("session");
+      return s;
+    };
+    const getEnv = (scope: Scope, id: string) => {
+      const e = this.environments.get(key(scope, id));
+      if (!e) throw new NotFoundError("environment");
+      return e;
+    };
+    /** Records the call, then answers. */
+    const serve = <R extends Rpc<z.ZodType, z.ZodType>>(verb: string, rpc: R, fn: (req: z.infer<R["request"]>) => z.input<R["result"]>) =>
+      serveRpc(this.nc, rpc, async (req) => {
+        this.calls.push({ verb, request: req });
+        return fn(req);
+      }, opts);
+
+    this.subs = [
+      serve("create", Api.createSession, (req) => {
+        const idemKey = req.body.idempotencyKey ? `${req.scope.workspaceId}.${req.body.idempotencyKey}` : undefined;
+        const prior = idemKey ? this.idem.get(idemKey) : undefined;
+        if (prior) return { session: get(req.scope, prior), replayed: true };
+        const parentId = req.scope.sessionId ?? req.body.parentId;
+        const s = this.put(
+          makeSession({
+            id: `s${++this.n}`,
+            workspaceId: req.scope.workspaceId,
+            creatorId: req.scope.actor.id,
+            spec: req.body.spec,
+            ...(parentId !== undefined ? { parentId } : {}),
+          }),
+        );
+        if (idemKey) this.idem.set(idemKey, s.id);
+        return { session: s, replayed: false };
+      }),
+      serve("get", Api.getSession, (req) => ({ session: get(req.scope, req.sessionId) })),
+      serve("list", Api.listSessions, (req) => {
+        const all = [...this.sessions.values()].filter((s) => s.workspaceId === req.scope.workspaceId);
+        return { sessions: all.slice(0, req.limit), ...(all.length > req.limit ? { nextCursor: "next" } : {}) };
+      }),
+      serve("delete", Api.deleteSession, (req) => ({
+        session: this.put({ ...get(req.scope, req.sessionId), state: "destroyed" }),
+      })),
+      serve("attach", Api.attachSession, (req) => {
+        const s = get(req.scope, req.sessionId);
+        if (req.mode === "viewer") return { session: s };
+        return { session: this.put({ ...s, controllerGeneration: s.controllerGeneration + 1 }) };
+      }),
+      serve("suspend", Api.suspendSession, (req) => ({
+        session: this.put({ ...get(req.scope, req.sessionId), state: req.warm ? "suspended_warm" : "suspended_cold" }),
+      })),
+      serve("resume", Api.resumeSession, (req) => {
+        const s = get(req.scope, req.sessionId);
+        return { session: this.put({ ...s, state: s.state === "suspended_cold" ? "queued" : "running" }) };
+      }),
+      serve("snapshot", Api.snapshotSession, (req) => {
+        const s = get(req.scope, req.sessionId);
+        const checkpoint = { ref: `checkpoints/${s.workspaceId}/${s.id}-1`, format: "tar+gzip", capabilities: ["portable"] };
+        return { checkpoint, session: this.put({ ...s, checkpoint, checkpointedAt: NOW }) };
+      }),
+      serve("recycle", Api.recycleSession, (req) => {
+        const s = get(req.scope, req.sessionId);
+        const released = this.put({ ...s, state: "destroyed" });
+        const fresh = this.put(makeSession({ id: `s${++this.n}`, workspaceId: s.workspaceId, creatorId: s.creatorId, spec: s.spec, state: "queued" }));
+        return { released, session: fresh };
+      }),
+      serve("restartApp", Api.restartApp, (req) => {
+        const s = get(req.scope, req.sessionId);
+        const generation = (s.apps?.[req.app]?.generation ?? 1) + 1;
+        return { session: this.put({ ...s, apps: { ...s.apps, [req.app]: { generation, phase: "running", trigger: "manual", startedAt: NOW } } }) };
+      }),
+      serve("createEnvironment", Api.createEnvironment, (req) => ({
+        environment: this.putEnv(
+          patchEnvironment(makeEnvironment({ id: `env${++this.n}`, workspaceId: req.scope.workspaceId, name: req.body.name }), req.body, NOW),
+        ),
+      })),
+      serve("getEnvironment", Api.getEnvironment, (req) => ({
+        environment: getEnv(req.scope, req.environmentId),
+      })),
+      serve("listEnvironments", Api.listEnvironments, (req) => {
+        const all = [...this.environments.values()].filter((e) => e.workspaceId === req.scope.workspaceId);
+        return { environments: all.slice(0, req.limit), ...(all.length > req.limit ? { nextCursor: "next" } : {}) };
+      }),
+      serve("updateEnvironment", Api.updateEnvironment, (req) => ({
+        environment: this.putEnv(patchEnvironment(getEnv(req.scope, req.environmentId), req.body, NOW + 1)),
+      })),
+      serve("deleteEnvironment", Api.deleteEnvironment, (req) => {
+        const e = getEnv(req.scope, req.environmentId);
+        this.environments.delete(key(req.scope, e.id));
+        return { environment: e };
+      }),
+      serve("listRunners", Api.listRunners, () => ({ runners: [RUNNER] })),
+    ];
+  }
+
+  stop(): void {
+    for (const s of this.subs) s.unsubscribe();
+    this.subs = [];
+  }
+
+  put(s: Session): Session {
+    this.sessions.set(`${s.workspaceId}.${s.id}`, s);
+    return s;
+  }
+
+  putEnv(e: Environment): Environment {
+    this.environments.set(`${e.workspaceId}.${e.id}`, e);
+    return e;
+  }
+
+  callsOf(verb: string): RpcCall[] {
+    return this.calls.filter((c) => c.verb === verb);
+  }
+}
+
+export const RUNNER: Runner = {
+  id: "r1",
+  poolId: "default",
+  state: "active",
+  generation: 1,
+  capacityUsed: 0,
+  capacityTotal: 4,
+  capabilities: [],
+  registeredAt: NOW,
+  lastSeenAt: NOW,
+};
+
+export function makeSession(p: Partial<Session> & Pick<Session, "id" | "workspaceId" | "creatorId">): Session {
+  return {
+    state: "running",
+    spec: {},
+    mode: "run",
+    oneShot: false,
+    placementGeneration: 1,
+    controllerGeneration: 0,
+    childExitCode: null,
+    createdAt: NOW,
+    updatedAt: NOW,
+    lastFact: { eventId: randomUUID(), action: "create", actorId: p.creatorId, at: NOW },
+    ...p,
+  };
+}
+
+/** PATCH pointer semantics: an absent field is unchanged, an explicit "" clears an optional one. */
+function patchEnvironment(e: Environment, body: z.infer<typeof Api.updateEnvironment.request>["body"], at: number): Environment {
+  const next: Environment = { ...e, updatedAt: at };
+  for (const [k, v] of Object.entries(body)) {
+    if (v === undefined) continue;
+    if (v === "") delete (next as Record<string, unknown>)[k];
+    else (next as Record<string, unknown>)[k] = k === "requirements" ? { ...e.requirements, ...(v as object) } : v;
+  }
+  return next;
+}
+
+export function makeEnvironment(p: Partial<Environment> & Pick<Environment, "id" | "workspaceId" | "name">): Environment {
+  return {
+    setupHash: "0".repeat(64),
+    egressAllow: [],
+    secretRefs: [],
+    connectors: [],
+    requirements: NO_REQUIREMENTS,
+    createdAt: NOW,
+    updatedAt: NOW,
+    lastFact: { eventId: randomUUID(), action: "create", actorId: "boss", at: NOW },
+    ...p,
+  };
+}
