@@ -124,6 +124,42 @@ describe.skipIf(!servicesReady)("paddock CLI end to end", () => {
     await second.code; // the app is killed: the attach ends either way
   });
 
+  it("env, create, suspend, resume, snapshot, recycle work against the real services", async () => {
+    const env1 = await runCli(["env", "create", "--name", "cli-env", "--setup", "echo made > made.txt", "--egress", "example.com", "--json"], env);
+    expect(env1.code, env1.stderr).toBe(0);
+    const envId = (JSON.parse(env1.stdout) as { id: string }).id;
+    expect((await runCli(["env", "ls"], env)).stdout).toContain("cli-env");
+    const updated = await runCli(["env", "update", envId, "--clear-egress", "--json"], env);
+    expect(updated.code, updated.stderr).toBe(0);
+    expect((JSON.parse(updated.stdout) as { egressAllow: string[] }).egressAllow).toEqual([]);
+
+    const created = await runCli(["create", "--env", envId, "--name", "life", "--", "sh", "-c", "cat made.txt; exec sleep 600"], env);
+    expect(created.code, created.stderr).toBe(0);
+    const id = created.stdout.trim();
+    const logs = startCli(["logs", "-f", id], env);
+    await logs.stdout.waitFor("made");
+
+    const warm = await runCli(["suspend", "--warm", id, "--json"], env);
+    expect(warm.code, warm.stderr).toBe(0);
+    expect((JSON.parse(warm.stdout) as SessionJson).state).toBe("suspended_warm");
+    const resumed = await runCli(["resume", id, "--json"], env);
+    expect((JSON.parse(resumed.stdout) as SessionJson).state).toBe("running");
+    const snap = await runCli(["snapshot", id], env);
+    expect(snap.code, snap.stderr).toBe(0);
+    expect(snap.stdout).toMatch(/^checkpoints\//);
+    const cold = await runCli(["suspend", id, "--json"], env);
+    expect((JSON.parse(cold.stdout) as SessionJson).state).toBe("suspended_cold");
+    expect((JSON.parse((await runCli(["resume", id, "--json"], env)).stdout) as SessionJson).state).toBe("running");
+
+    const recycled = await runCli(["recycle", id], env);
+    expect(recycled.code, recycled.stderr).toBe(0);
+    const fresh = recycled.stdout.trim();
+    expect(fresh).not.toBe(id);
+    expect((await runCli(["rm", fresh], env)).code).toBe(0);
+    await logs.code;
+    expect((await runCli(["env", "rm", envId], env)).code).toBe(0);
+  });
+
   it("runners lists the stack's runner", async () => {
     const r = await runCli(["runners", "--json"], env);
     expect(r.code, r.stderr).toBe(0);

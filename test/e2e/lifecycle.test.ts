@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { AuditEvent, Session } from "@paddock/contracts";
-import { startStack, type Stack } from "@paddock/testing";
+import { startService, startStack, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal, waitForAuditEvents } from "./helpers.ts";
 
 let stack: Stack;
@@ -193,3 +193,25 @@ async function untilEventOnEnv(envId: string): Promise<void> {
     w.stop();
   }
 }
+
+describe("races across two scheduler processes", () => {
+  it("concurrent duplicate creates with one idempotency key yield one session; suspend racing delete ends destroyed", async () => {
+    const second = await startService("scheduler", { ...stack.commonEnv, PADDOCK_SESSION_TOKEN_SECRET: "unused-in-this-test-0123" });
+    try {
+      const body = { idempotencyKey: "race-1", spec: { cmd: ["sleep", "600"] } };
+      const answers = await Promise.all(Array.from({ length: 8 }, () => post("/v1/sessions", body)));
+      const ids = new Set(answers.map((a) => sessionOf(a).id));
+      expect(ids.size).toBe(1);
+      expect(answers.filter((a) => a.status === 201)).toHaveLength(1);
+      expect(answers.filter((a) => a.status === 200)).toHaveLength(7);
+      const id = [...ids][0] ?? "";
+      await untilState(id, "running");
+      const [suspend, del] = await Promise.all([post(`/v1/sessions/${id}/suspend`, { warm: false }), api(stack.url, stack.token, "DELETE", `/v1/sessions/${id}`)]);
+      expect(del.status).toBe(200);
+      expect([200, 409]).toContain(suspend.status);
+      expect((await untilState(id, "destroyed")).state).toBe("destroyed");
+    } finally {
+      await second.stop();
+    }
+  });
+});

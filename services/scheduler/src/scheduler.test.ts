@@ -165,6 +165,29 @@ describe("list and delete", () => {
     });
   });
 
+  it("walking all pages while sessions are created and deleted returns every session that existed throughout exactly once", async () => {
+    await startScheduler();
+    await startScheduler();
+    const stable: string[] = [];
+    const doomed: string[] = [];
+    for (let i = 0; i < 30; i++) stable.push((await create(alice)).session.id);
+    for (let i = 0; i < 10; i++) doomed.push((await create(alice)).session.id);
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    let churn = 0;
+    do {
+      const page = await callRpc(nc, Api.listSessions, { scope: alice, limit: 4, includeTerminal: false, ...(cursor ? { cursor } : {}) });
+      seen.push(...page.sessions.map((s) => s.id));
+      cursor = page.nextCursor;
+      // Between pages: new sessions arrive and old ones go.
+      await create(alice);
+      const victim = doomed[churn++];
+      if (victim) await callRpc(nc, Api.deleteSession, { scope: alice, sessionId: victim });
+    } while (cursor);
+    expect(new Set(seen).size).toBe(seen.length);
+    for (const id of stable) expect(seen).toContain(id);
+  });
+
   it("cancels a queued session, destroys a running one, and is idempotent", async () => {
     await startScheduler();
     const queued = (await create(alice)).session;
