@@ -19,7 +19,7 @@ let nc: NatsConnection;
 let scratch: string;
 
 beforeAll(async () => {
-  stack = await startStack({ runnerCapacity: 4 });
+  stack = await startStack({ runnerCapacity: 16 });
   nc = await connect({ servers: stack.nats.url });
   scratch = mkdtempSync(join(tmpdir(), "paddock-e2e-"));
 });
@@ -177,6 +177,19 @@ describe("children and environments", () => {
     expect(readFileSync(counter, "utf8").trim().split("\n")).toHaveLength(1);
     // Delete is refused while sessions use it.
     expect((await api(stack.url, stack.token, "DELETE", `/v1/environments/${envId}`)).status).toBe(409);
+  });
+});
+
+describe("setup once per setupHash", () => {
+  it("sessions created together from a fresh environment run its setup once", async () => {
+    const counter = join(scratch, "concurrent-setup-count");
+    const env = await post("/v1/environments", { name: "together", setup: `echo built > built.txt; echo run >> ${counter}` });
+    const envId = (env.body as { id: string }).id;
+    const cmd = ["sh", "-c", "echo content:$(cat built.txt); exec sleep 600"];
+    const sessions = await Promise.all([1, 2, 3].map(() => createSession({ environmentId: envId, spec: { cmd } })));
+    for (const s of sessions) await outputOf(s.id, (t) => t.includes("content:built"));
+    expect(readFileSync(counter, "utf8").trim().split("\n")).toHaveLength(1);
+    for (const s of sessions) await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`);
   });
 });
 

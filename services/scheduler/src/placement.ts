@@ -1,4 +1,5 @@
-import { sessionKey, type Runner, type Session } from "@paddock/contracts";
+import { environmentKey, sessionKey, type Runner, type Session } from "@paddock/contracts";
+import { overridesImage } from "./layering.ts";
 import { SCHEDULER_ACTOR, transition, writeSession, type SchedulerContext } from "./context.ts";
 import { dispatchStart, releaseSlot, reserveSlot } from "./slots.ts";
 import { CasConflictError } from "./store.ts";
@@ -18,7 +19,31 @@ function queuedOldestFirst(ctx: SchedulerContext): Session[] {
   return queued.sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id));
 }
 
-type PlaceOutcome = "placed" | "no_capacity" | "lost_race";
+type PlaceOutcome = "placed" | "no_capacity" | "lost_race" | "waiting";
+
+/** A fresh boot that would run its environment's setup (no valid snapshot, image not overridden). */
+function buildsSetup(ctx: SchedulerContext, s: Session): boolean {
+  if (s.environmentId === undefined || s.placementGeneration > 0) return false;
+  const env = ctx.envs.view.get(environmentKey(s.workspaceId, s.environmentId))?.value;
+  if (!env?.setup || overridesImage(env, s.spec)) return false;
+  return !(env.snapshot && env.snapshotHash === env.setupHash && env.setupHash === s.setupHash);
+}
+
+/**
+ * Setup runs once per setupHash: while one session of the environment is
+ * building it (creating), the others wait queued and then boot from its
+ * snapshot. If the builder fails, the next one builds; the queued timeout
+ * bounds the wait.
+ */
+function waitsForSetupBuild(ctx: SchedulerContext, s: Session): boolean {
+  if (!buildsSetup(ctx, s)) return false;
+  for (const { value: t } of ctx.sessionView.values()) {
+    if (t.id !== s.id && t.state === "creating" && t.environmentId === s.environmentId && t.setupHash === s.setupHash && t.placementGeneration === 1) {
+      return true;
+    }
+  }
+  return false;
+}
 
 /**
  * Places one queued session: reserve a slot on a runner (CAS on the runner),
@@ -26,6 +51,7 @@ type PlaceOutcome = "placed" | "no_capacity" | "lost_race";
  * the session), then dispatch. Losing the second CAS gives the slot back.
  */
 async function placeOne(ctx: SchedulerContext, queued: Session): Promise<PlaceOutcome> {
+  if (waitsForSetupBuild(ctx, queued)) return "waiting";
   const poolId = queued.poolId ?? ctx.config.defaultPool;
   for (const runner of eligibleRunners(ctx, poolId)) {
     const runnerGeneration = await reserveSlot(ctx, poolId, runner.id);
