@@ -143,6 +143,13 @@ export const Api = {
     z.object({ scope: Scope, environmentId: Id }).strict(),
     z.object({ environment: Environment }).strict(),
   ),
+  /** Drain (finish what it holds, take nothing new), cordon (take nothing new) or make active again. */
+  setRunnerState: rpc(
+    "runners",
+    "set_state",
+    z.object({ scope: Scope, runnerId: Id, state: z.enum(["active", "draining", "cordoned"]) }).strict(),
+    z.object({ runner: Runner }).strict(),
+  ),
   listRunners: rpc(
     "runners",
     "list",

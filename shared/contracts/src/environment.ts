@@ -1,23 +1,10 @@
 import { z } from "zod";
 import { EpochMs, Id } from "./ids.ts";
+import { Requirements } from "./requirements.ts";
 import { Checkpoint, SessionFact } from "./session.ts";
 
 /** One declared attachment of an environment; opaque to the control model. */
 export const Connector = z.object({ type: z.string().min(1).max(64), raw: z.unknown() }).strict();
-
-/** Portable sizing an environment (or host policy) asks of a runner; never from a create request. */
-export const Requirements = z
-  .object({
-    capabilities: z.array(z.string().min(1).max(64)).max(64),
-    /** Millicores. */
-    minCpuMillis: z.number().int().nonnegative(),
-    minMemoryBytes: z.number().int().nonnegative(),
-    minDiskBytes: z.number().int().nonnegative(),
-  })
-  .strict();
-export type Requirements = z.infer<typeof Requirements>;
-
-export const NO_REQUIREMENTS: Requirements = { capabilities: [], minCpuMillis: 0, minMemoryBytes: 0, minDiskBytes: 0 };
 
 /** A secret's name; values live in a secret store and never in a record. */
 const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "secret names are env-var style");

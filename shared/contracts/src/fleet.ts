@@ -6,6 +6,16 @@ import { AppRun, Checkpoint, PortableSpec, RunTrigger, SessionMode } from "./ses
 export const RunnerState = { active: "active", draining: "draining", cordoned: "cordoned", lost: "lost" } as const;
 export type RunnerState = (typeof RunnerState)[keyof typeof RunnerState];
 
+/** Resources a runner offers one session (millicores, bytes). */
+export const RunnerResources = z
+  .object({
+    cpuMillis: z.number().int().nonnegative(),
+    memoryBytes: z.number().int().nonnegative(),
+    diskBytes: z.number().int().nonnegative(),
+  })
+  .strict();
+export type RunnerResources = z.infer<typeof RunnerResources>;
+
 /** The runner record stored in KV `runners` under `<pool>.<runner>`; written by schedulers only. */
 export const Runner = z
   .object({
@@ -18,8 +28,12 @@ export const Runner = z
     capacityUsed: z.number().int().nonnegative(),
     capacityTotal: z.number().int().nonnegative(),
     capabilities: z.array(z.string().min(1).max(64)).max(64),
+    /** What one session may use on this runner at most; placement compares requirements against it. */
+    resources: RunnerResources.optional(),
     registeredAt: EpochMs,
     lastSeenAt: EpochMs,
+    /** Why the runner is lost (lease expired), when it is. */
+    lostReason: z.string().max(256).optional(),
   })
   .strict();
 export type Runner = z.infer<typeof Runner>;
@@ -42,6 +56,7 @@ export const RegisterRunnerRequest = z
     generation: Generation.min(1),
     capacityTotal: z.number().int().nonnegative().max(100_000),
     capabilities: z.array(z.string().min(1).max(64)).max(64),
+    resources: RunnerResources.optional(),
     sessions: z.array(HeldSession).max(100_000),
   })
   .strict();
@@ -49,6 +64,7 @@ export type RegisterRunnerRequest = z.infer<typeof RegisterRunnerRequest>;
 
 export const RegisterRunnerReply = z
   .object({
+    /** False: the claim was stale — this runner is fenced and must claim again above `generation`. */
     accepted: z.boolean(),
     /** The generation now authoritative for this runner. */
     generation: Generation,

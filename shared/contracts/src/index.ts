@@ -8,3 +8,4 @@ export * from "./names.ts";
 export * from "./terminal.ts";
 export * from "./api.ts";
 export * from "./environment.ts";
+export * from "./requirements.ts";

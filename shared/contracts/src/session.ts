@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { EpochMs, Generation, Id } from "./ids.ts";
+import { Requirements } from "./requirements.ts";
 
 /** The session lifecycle vocabulary of the control contract. */
 export const SessionState = {
@@ -193,6 +194,8 @@ export const Session = z
     childExitCode: z.number().int().nullable(),
     /** Why the session failed or died; a sentence, never a raw provider error. */
     error: z.string().optional(),
+    /** What a runner must offer to take the session; from its environment and host policy, never the request. */
+    requirements: Requirements.optional(),
     /** Identity of the environment setup this session was dispatched with. */
     setupHash: z.string().optional(),
     /** The latest checkpoint (cold suspend, snapshot, periodic); a cold resume restores it. */

@@ -1,0 +1,15 @@
+import { z } from "zod";
+
+/** Portable sizing an environment (or host policy) asks of a runner; never from a create request. */
+export const Requirements = z
+  .object({
+    capabilities: z.array(z.string().min(1).max(64)).max(64),
+    /** Millicores. */
+    minCpuMillis: z.number().int().nonnegative(),
+    minMemoryBytes: z.number().int().nonnegative(),
+    minDiskBytes: z.number().int().nonnegative(),
+  })
+  .strict();
+export type Requirements = z.infer<typeof Requirements>;
+
+export const NO_REQUIREMENTS: Requirements = { capabilities: [], minCpuMillis: 0, minMemoryBytes: 0, minDiskBytes: 0 };
