@@ -41,14 +41,14 @@ export function sessionsTable(sessions: readonly Session[]): string {
   );
 }
 
+/** STATE says whether a runner is connected: `lost` is a runner whose lease expired. */
 export function runnersTable(runners: readonly Runner[]): string {
   return table(
-    ["ID", "POOL", "STATE", "GEN", "USED", "CAPABILITIES", "LAST SEEN"],
+    ["ID", "POOL", "STATE", "USED/TOTAL", "CAPABILITIES", "LAST-SEEN"],
     runners.map((r) => [
       r.id,
       r.poolId,
       r.state,
-      String(r.generation),
       `${String(r.capacityUsed)}/${String(r.capacityTotal)}`,
       r.capabilities.join(",") || "-",
       time(r.lastSeenAt),

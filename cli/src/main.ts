@@ -4,7 +4,8 @@ import type { Command, Ctx } from "./command.ts";
 import { attachCommand, logsCommand, runCommand } from "./commands/terminal.ts";
 import { envCommand } from "./commands/environments.ts";
 import { createCommand, recycleCommand, restartCommand, resumeCommand, snapshotCommand, suspendCommand } from "./commands/lifecycle.ts";
-import { eventsCommand, getCommand, lsCommand, rmCommand, runnersCommand } from "./commands/records.ts";
+import { eventsCommand, getCommand, lsCommand, rmCommand } from "./commands/records.ts";
+import { runnerCommand, runnersCommand } from "./commands/runners.ts";
 import { loadCliConfig } from "./config.ts";
 import { ApiError, ExitCode, UsageError, type CliIo } from "./io.ts";
 
@@ -23,6 +24,7 @@ export const commands: readonly Command[] = [
   restartCommand,
   envCommand,
   runnersCommand,
+  runnerCommand,
   eventsCommand,
 ];
 

@@ -1,6 +1,6 @@
 import { Api } from "@paddock/contracts";
 import { apiOf, EventList, parseCommand, positionals, SessionAnswer, type Command } from "../command.ts";
-import { eventsTable, json, keyValues, runnersTable, sessionsTable } from "../format.ts";
+import { eventsTable, json, keyValues, sessionsTable } from "../format.ts";
 import { ApiError, ExitCode, write } from "../io.ts";
 
 const sessionPath = (id: string) => `/v1/sessions/${encodeURIComponent(id)}`;
@@ -73,23 +73,6 @@ prints the id of each one deleted. Exits 1 if any deletion failed.
       }
     }
     return code;
-  },
-};
-
-export const runnersCommand: Command = {
-  name: "runners",
-  summary: "list runners",
-  help: `usage: paddock runners [--json]
-
-Lists the runners of the fleet (every page).
-`,
-  async run(ctx, argv) {
-    const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
-    if (!args) return ExitCode.ok;
-    positionals(this, args.positionals, []);
-    const runners = await apiOf(ctx).listAll("/v1/runners", Api.listRunners.result, (p) => p.runners);
-    await write(ctx.io.stdout, args.flags.json ? json(runners) : runnersTable(runners));
-    return ExitCode.ok;
   },
 };
 

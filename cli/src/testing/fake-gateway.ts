@@ -7,6 +7,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo } from "node:net";
 import { handleEnvironments, type FakeEnvironments } from "./fake-environments.ts";
 import { fail, send } from "./fake-http.ts";
+import { handleRunners, type FakeRunners } from "./fake-runners.ts";
 import { WebSocketServer, type WebSocket } from "ws";
 import {
   appsOf,
@@ -43,6 +44,9 @@ export interface FakeGateway {
   /** Every authenticated request with its parsed JSON body (undefined when empty). */
   readonly requests: Array<{ method: string; path: string; body: unknown }>;
   readonly environments: FakeEnvironments;
+  readonly runners: FakeRunners;
+  /** Whether the token is a workspace admin (runner state changes need one); default true. */
+  admin: boolean;
   pageSize: number;
   /** Called when a session is created (its "process" starts), and on each input chunk. */
   program: { start?(t: FakeTerminal): void; input?(t: FakeTerminal, bytes: Buffer): void };
@@ -92,6 +96,8 @@ export async function startFakeGateway(): Promise<FakeGateway> {
     events: [],
     requests: [],
     environments: new Map(),
+    runners: new Map(),
+    admin: true,
     pageSize: 50,
     program: {},
     close: async () => {
@@ -110,6 +116,7 @@ export async function startFakeGateway(): Promise<FakeGateway> {
     const body = text === "" ? undefined : (JSON.parse(text) as unknown);
     gw.requests.push({ method: req.method ?? "GET", path: url.pathname + url.search, body });
     if (parts[1] === "environments") return handleEnvironments(gw, req.method ?? "GET", parts, url, body, res);
+    if (parts[1] === "runners") return handleRunners(gw, req.method ?? "GET", parts, url, body, res);
     if (req.method === "POST" && url.pathname === "/v1/sessions") {
       const b = body as CreateBody;
       const prior = b.idempotencyKey === undefined ? undefined : idempotent.get(b.idempotencyKey);
@@ -137,7 +144,6 @@ export async function startFakeGateway(): Promise<FakeGateway> {
       const next = from + gw.pageSize < gw.events.length ? String(from + gw.pageSize) : undefined;
       return send(res, 200, { events: gw.events.slice(from, from + gw.pageSize), nextCursor: next });
     }
-    if (req.method === "GET" && url.pathname === "/v1/runners") return send(res, 200, { runners: [] });
     if (!t || parts[0] !== "v1" || parts[1] !== "sessions") return fail(res, 404, { code: "not_found", message: "session not found" });
     if (req.method === "GET" && parts.length === 3) return send(res, 200, t.session);
     if (req.method === "DELETE" && parts.length === 3) {

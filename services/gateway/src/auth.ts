@@ -87,6 +87,8 @@ export const Action = {
   readLog: "session.read_log",
   readEvents: "events.read",
   listRunners: "runner.list",
+  getRunner: "runner.get",
+  setRunnerState: "runner.set_state",
   createEnvironment: "environment.create",
   listEnvironments: "environment.list",
   getEnvironment: "environment.get",
@@ -112,8 +114,8 @@ const ownerActions: ReadonlySet<Action> = new Set([
   Action.restartApp,
 ]);
 
-/** Actions only a workspace admin may take (environments have no creator). */
-const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment]);
+/** Actions only a workspace admin may take (environments have no creator; runners are the fleet's). */
+const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment, Action.setRunnerState]);
 
 /**
  * What a session's own service principal may do without a membership: create

@@ -29,6 +29,8 @@ export interface RpcCall {
 export class FakeScheduler {
   readonly sessions = new Map<string, Session>();
   readonly environments = new Map<string, Environment>();
+  /** Fleet-wide, by runner id (the real KV key is `<pool>.<runner>`); starts with RUNNER. */
+  readonly runners = new Map<string, Runner>([[RUNNER.id, RUNNER]]);
   readonly calls: RpcCall[] = [];
   private subs: Subscription[] = [];
   private n = 0;
@@ -130,7 +132,18 @@ export class FakeScheduler {
         this.environments.delete(key(req.scope, e.id));
         return { environment: e };
       }),
-      serve("listRunners", Api.listRunners, () => ({ runners: [RUNNER] })),
+      serve("listRunners", Api.listRunners, (req) => {
+        // The cursor is an offset here; the scheduler's is opaque to the gateway either way.
+        const all = [...this.runners.values()];
+        const from = req.cursor === undefined ? 0 : Number(req.cursor);
+        const next = from + req.limit < all.length ? String(from + req.limit) : undefined;
+        return { runners: all.slice(from, from + req.limit), ...(next !== undefined ? { nextCursor: next } : {}) };
+      }),
+      serve("setRunnerState", Api.setRunnerState, (req) => {
+        const r = this.runners.get(req.runnerId);
+        if (!r) throw new NotFoundError("runner");
+        return { runner: this.putRunner({ ...r, state: req.state }) };
+      }),
     ];
   }
 
@@ -149,9 +162,18 @@ export class FakeScheduler {
     return e;
   }
 
+  putRunner(r: Runner): Runner {
+    this.runners.set(r.id, r);
+    return r;
+  }
+
   callsOf(verb: string): RpcCall[] {
     return this.calls.filter((c) => c.verb === verb);
   }
+}
+
+export function makeRunner(p: Partial<Runner> & Pick<Runner, "id">): Runner {
+  return { ...RUNNER, ...p };
 }
 
 export const RUNNER: Runner = {

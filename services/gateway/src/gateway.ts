@@ -6,6 +6,7 @@ import { environmentRoutes } from "./environments.ts";
 import { eventRoutes } from "./events.ts";
 import { matchRoute, sendError, sendJson, type Route } from "./http.ts";
 import { lifecycleRoutes } from "./lifecycle.ts";
+import { runnerRoutes } from "./runners.ts";
 import { sessionRoutes } from "./sessions.ts";
 import { TerminalHub } from "./terminal.ts";
 
@@ -26,7 +27,7 @@ export interface Gateway {
  */
 export function createGateway(deps: GatewayDeps): Gateway {
   const ctx = new GatewayContext(deps);
-  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...eventRoutes(ctx)];
+  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx)];
   const terminals = new TerminalHub(ctx);
   const { log, metrics, nc } = deps;
   let listening = false;

@@ -27,8 +27,6 @@ export const ListSessionsQuery = z
   .object({ limit: QueryLimit, cursor: QueryCursor, includeTerminal: QueryBool, parentId: Id.optional() })
   .strict();
 
-export const ListRunnersQuery = z.object({ limit: QueryLimit, cursor: QueryCursor }).strict();
-
 /** An empty query: routes that take none refuse unknown parameters. */
 export const NoQuery = z.object({}).strict();
 
@@ -75,18 +73,6 @@ export function sessionRoutes(ctx: GatewayContext): Route[] {
       await ctx.authorizer.authorize(scope, Action.deleteSession, sessionResource(current));
       const { session } = await ctx.call(Api.deleteSession, { scope, sessionId: current.id });
       sendJson(res, 200, session);
-    }),
-
-    route("GET", "/v1/runners", async ({ req, res, query }) => {
-      const scope = await ctx.authenticate(req);
-      const q = parseWith(ListRunnersQuery, queryObject(query), "query");
-      await ctx.authorizer.authorize(scope, Action.listRunners, workspaceResource(scope));
-      const page = await ctx.call(Api.listRunners, {
-        scope,
-        limit: q.limit,
-        ...(q.cursor !== undefined ? { cursor: q.cursor } : {}),
-      });
-      sendJson(res, 200, { runners: page.runners, ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) });
     }),
   ];
 }

@@ -18,7 +18,7 @@ import { createGateway, type Gateway } from "./gateway.ts";
 import { createGatewayMetrics, type GatewayMetrics } from "./metrics.ts";
 import { FakeScheduler, NOW } from "./fake-scheduler.ts";
 
-export { FakeScheduler, makeEnvironment, makeSession, NOW, RUNNER, type RpcCall } from "./fake-scheduler.ts";
+export { FakeScheduler, makeEnvironment, makeRunner, makeSession, NOW, RUNNER, type RpcCall } from "./fake-scheduler.ts";
 
 export const WS1 = "ws1";
 export const WS2 = "ws2";

@@ -9,8 +9,6 @@ const SchedulerEnv = z.object({
   PADDOCK_SCHEDULER_TICK_MS: ms.default(1_000),
   /** A creating session whose start was not acknowledged is re-dispatched after this. */
   PADDOCK_REDISPATCH_AFTER_MS: ms.default(5_000),
-  /** Pool a session is placed in when nothing selects another. */
-  PADDOCK_DEFAULT_POOL: z.string().default("default"),
   /** A session still queued after this fails: no eligible runner with capacity took it. */
   PADDOCK_QUEUED_TIMEOUT_MS: ms.default(5 * 60_000),
   /** A session still creating after this fails: its runner did not start the sandbox. */
@@ -29,6 +27,12 @@ const SchedulerEnv = z.object({
   PADDOCK_CHECKPOINT_INTERVAL_MS: z.coerce.number().int().nonnegative().default(10 * 60_000),
   /** Records kept per workspace; at the limit the oldest reclaimable one gives way. */
   PADDOCK_MAX_SESSIONS_PER_WORKSPACE: z.coerce.number().int().positive().default(1_000),
+  /** The TTL runners put on their lease (must match the runners' PADDOCK_RUNNER_LEASE_TTL_MS). */
+  PADDOCK_RUNNER_LEASE_TTL_MS: ms.default(10_000),
+  /** After a lease expires, how long before the runner is declared lost (Nomad-style grace). */
+  PADDOCK_RUNNER_LOST_GRACE_MS: ms.default(20_000),
+  /** A runner's capacity count is recomputed from its sessions only after this long without a placement on it. */
+  PADDOCK_CAPACITY_REPAIR_QUIET_MS: ms.default(30_000),
   /**
    * Key that derives each session's service token (HMAC of session and
    * placement generation). Every scheduler replica needs the same one.
@@ -44,7 +48,6 @@ export function loadConfig(env: Record<string, string | undefined>) {
     ...commonConfig(e),
     tickMs: e.PADDOCK_SCHEDULER_TICK_MS,
     redispatchAfterMs: e.PADDOCK_REDISPATCH_AFTER_MS,
-    defaultPool: e.PADDOCK_DEFAULT_POOL,
     queuedTimeoutMs: e.PADDOCK_QUEUED_TIMEOUT_MS,
     creatingTimeoutMs: e.PADDOCK_CREATING_TIMEOUT_MS,
     pendingTimeoutMs: e.PADDOCK_PENDING_TIMEOUT_MS,
@@ -55,5 +58,8 @@ export function loadConfig(env: Record<string, string | undefined>) {
     checkpointIntervalMs: e.PADDOCK_CHECKPOINT_INTERVAL_MS,
     maxSessionsPerWorkspace: e.PADDOCK_MAX_SESSIONS_PER_WORKSPACE,
     sessionTokenSecret: e.PADDOCK_SESSION_TOKEN_SECRET,
+    leaseTtlMs: e.PADDOCK_RUNNER_LEASE_TTL_MS,
+    lostGraceMs: e.PADDOCK_RUNNER_LOST_GRACE_MS,
+    capacityRepairQuietMs: e.PADDOCK_CAPACITY_REPAIR_QUIET_MS,
   };
 }

@@ -22,6 +22,7 @@ import type { SchedulerConfig } from "./config.ts";
 import type { RunnerRecords, SessionRecords, Versioned } from "./store.ts";
 import type { KvView } from "./view.ts";
 import type { PresenceTracker } from "./presence.ts";
+import type { LeaseTracker } from "./liveness.ts";
 import type { EnvironmentStore } from "./environments.ts";
 import type { SessionWaiters } from "./waiters.ts";
 
@@ -72,6 +73,7 @@ export interface SchedulerContext {
   tokens: KV;
   waiters: SessionWaiters;
   presence: PresenceTracker;
+  leases: LeaseTracker;
   /** The environment part of a start command (empty for a scratch session). */
   bootEnvironment(s: Session): Promise<{ environment?: BootEnvironment }>;
   /** Records an environment snapshot fact (only while its setup hash still matches). */

@@ -14,7 +14,7 @@ import {
 import { decodeJson, encodeJson, isWrongLastSequence } from "@paddock/bus";
 import type { SchedulerContext } from "./context.ts";
 import { makeRoom } from "./evict.ts";
-import { layerSpec } from "./layering.ts";
+import { layerSpec, requirementsOf } from "./layering.ts";
 
 /** What an idempotency key maps to: the whole record it created, so a replay after a crash can finish the job. */
 const IdempotencyRecord = z.object({ bodyHash: z.string(), session: Session }).strict();
@@ -44,7 +44,7 @@ function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody,
     ...(body.environmentId !== undefined ? { environmentId: body.environmentId } : {}),
     // Layered over the environment by the PortableSpec rules; requirements come from it, never from the request.
     spec: layerSpec(env, body.spec, body.repos),
-    ...(env ? { setupHash: env.setupHash } : {}),
+    ...(env ? { setupHash: env.setupHash, requirements: requirementsOf(env) } : {}),
     mode: body.mode ?? "run",
     oneShot: body.oneShot ?? false,
     ...(body.parentId !== undefined ? { parentId: body.parentId } : {}),

@@ -93,6 +93,8 @@ export async function applyRunnerFact(ctx: SchedulerContext, fact: RunnerFact): 
       !current ||
       !s ||
       !runner ||
+      // A lost runner's word counts for nothing until it registers again.
+      runner.value.state === "lost" ||
       s.runnerId !== fact.runnerId ||
       s.poolId !== fact.poolId ||
       s.placementGeneration !== fact.placementGeneration ||

@@ -1,4 +1,6 @@
 import {
+  ConflictError,
+  NotFoundError,
   occupiesSlot,
   runnerKey,
   type RegisterRunnerReply,
@@ -38,6 +40,7 @@ async function claimRegistration(ctx: SchedulerContext, req: RegisterRunnerReque
       capacityUsed: sessionsPlacedOn(ctx, req.poolId, req.runnerId).length,
       capacityTotal: req.capacityTotal,
       capabilities: req.capabilities,
+      ...(req.resources ? { resources: req.resources } : {}),
       registeredAt: current?.value.registeredAt ?? at,
       lastSeenAt: at,
     };
@@ -94,4 +97,27 @@ export async function registerRunner(ctx: SchedulerContext, req: RegisterRunnerR
   ctx.log.info({ runnerId: req.runnerId, poolId: req.poolId, generation: claim.generation, destroy: destroy.length }, "runner registered");
   ctx.requestPlacement();
   return { accepted: true, generation: claim.generation, destroy };
+}
+
+/** Drain, cordon or reactivate a runner. A lost runner becomes active only by registering again. */
+export async function setRunnerState(ctx: SchedulerContext, runnerId: string, state: "active" | "draining" | "cordoned"): Promise<Runner> {
+  const matches = [...ctx.runnerView.values()].filter((v) => v.value.id === runnerId);
+  if (matches.length === 0) throw new NotFoundError("runner");
+  if (matches.length > 1) throw new ConflictError(`runner id ${runnerId} is used in several pools`);
+  const held = matches[0]?.value;
+  if (!held) throw new NotFoundError("runner");
+  const key = runnerKey(held.poolId, held.id);
+  let refused: string | undefined;
+  const written = await ctx.runners.mutate(key, (r) => {
+    if (r.state === "lost") {
+      refused = "the runner is lost; it becomes active again when it registers";
+      return undefined;
+    }
+    return r.state === state ? undefined : { ...r, state };
+  });
+  if (refused) throw new ConflictError(refused);
+  if (!written) throw new NotFoundError("runner");
+  ctx.runnerView.apply(key, written);
+  if (state === "active") ctx.requestPlacement();
+  return written.value;
 }

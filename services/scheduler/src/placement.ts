@@ -1,13 +1,28 @@
-import { environmentKey, sessionKey, type Runner, type Session } from "@paddock/contracts";
+import { environmentKey, sessionKey, type Requirements, type Runner, type Session } from "@paddock/contracts";
 import { overridesImage } from "./layering.ts";
 import { SCHEDULER_ACTOR, transition, writeSession, type SchedulerContext } from "./context.ts";
 import { dispatchStart, releaseSlot, reserveSlot } from "./slots.ts";
 import { CasConflictError } from "./store.ts";
 
-function eligibleRunners(ctx: SchedulerContext, poolId: string): Runner[] {
+/** Whether a runner offers what the session requires: every capability, and at least the minimum resources. */
+export function satisfies(runner: Runner, req: Requirements | undefined): boolean {
+  if (!req) return true;
+  if (!req.capabilities.every((c) => runner.capabilities.includes(c))) return false;
+  const r = runner.resources;
+  if (!r) return req.minCpuMillis === 0 && req.minMemoryBytes === 0 && req.minDiskBytes === 0;
+  return r.cpuMillis >= req.minCpuMillis && r.memoryBytes >= req.minMemoryBytes && r.diskBytes >= req.minDiskBytes;
+}
+
+/**
+ * Runners that may take the session now: active (not draining, cordoned or
+ * lost), with a free slot, meeting its requirements, in its pool once it has
+ * one (a resume stays in its pool; a new session may go to any eligible pool).
+ */
+function eligibleRunners(ctx: SchedulerContext, s: Session): Runner[] {
   const runners: Runner[] = [];
   for (const { value } of ctx.runnerView.values()) {
-    if (value.poolId === poolId && value.state === "active" && value.capacityUsed < value.capacityTotal) runners.push(value);
+    if (s.poolId !== undefined && value.poolId !== s.poolId) continue;
+    if (value.state === "active" && value.capacityUsed < value.capacityTotal && satisfies(value, s.requirements)) runners.push(value);
   }
   // Most free capacity first spreads load; id breaks ties deterministically.
   return runners.sort((a, b) => b.capacityTotal - b.capacityUsed - (a.capacityTotal - a.capacityUsed) || a.id.localeCompare(b.id));
@@ -52,8 +67,8 @@ function waitsForSetupBuild(ctx: SchedulerContext, s: Session): boolean {
  */
 async function placeOne(ctx: SchedulerContext, queued: Session): Promise<PlaceOutcome> {
   if (waitsForSetupBuild(ctx, queued)) return "waiting";
-  const poolId = queued.poolId ?? ctx.config.defaultPool;
-  for (const runner of eligibleRunners(ctx, poolId)) {
+  for (const runner of eligibleRunners(ctx, queued)) {
+    const poolId = runner.poolId;
     const runnerGeneration = await reserveSlot(ctx, poolId, runner.id);
     if (runnerGeneration === undefined) continue;
     const current = await ctx.sessions.get(sessionKey(queued.workspaceId, queued.id));
@@ -88,15 +103,9 @@ export function createPlacer(ctx: Omit<SchedulerContext, "requestPlacement">): (
   let running = false;
   let again = false;
   const full = ctx as SchedulerContext;
+  // Oldest first: a younger session only takes a slot the older ones could not use.
   const pass = async () => {
-    const noCapacityPools = new Set<string>();
-    for (const s of queuedOldestFirst(full)) {
-      const pool = s.poolId ?? ctx.config.defaultPool;
-      // Oldest first within a pool: once the oldest cannot be placed, neither can younger ones.
-      if (noCapacityPools.has(pool)) continue;
-      const outcome = await placeOne(full, s);
-      if (outcome === "no_capacity") noCapacityPools.add(pool);
-    }
+    for (const s of queuedOldestFirst(full)) await placeOne(full, s);
   };
   const request = () => {
     if (running) {

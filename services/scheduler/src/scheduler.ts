@@ -21,13 +21,14 @@ import type { SchedulerConfig } from "./config.ts";
 import type { SchedulerContext, SchedulerMetrics } from "./context.ts";
 import { createSession } from "./create.ts";
 import { applyRunnerFact } from "./facts.ts";
-import { registerRunner } from "./fleet.ts";
+import { registerRunner, setRunnerState } from "./fleet.ts";
 import { createPlacer } from "./placement.ts";
 import { attachSession, deleteSession, getSession, listRunners, listSessions } from "./queries.ts";
 import { RunnerRecords, SessionRecords } from "./store.ts";
 import { KvView } from "./view.ts";
 import { recycleSession, restartApp, resumeSession, snapshotSession, suspendSession } from "./lifecycle.ts";
 import { PresenceTracker } from "./presence.ts";
+import { LeaseTracker } from "./liveness.ts";
 import { sweep } from "./sweeper.ts";
 import { onSessionTerminal } from "./terminal.ts";
 import { SessionWaiters } from "./waiters.ts";
@@ -72,12 +73,13 @@ async function ensureFactsConsumer(nc: NatsConnection): Promise<void> {
 
 async function buildContext(deps: SchedulerDeps): Promise<SchedulerContext> {
   const kvm = new Kvm(deps.nc);
-  const [sessionsKv, runnersKv, names, idempotency, tokens] = await Promise.all([
+  const [sessionsKv, runnersKv, names, idempotency, tokens, leasesKv] = await Promise.all([
     kvm.open(Buckets.sessions),
     kvm.open(Buckets.runners),
     kvm.open(Buckets.names),
     kvm.open(Buckets.idempotency),
     kvm.open(Buckets.tokens),
+    kvm.open(Buckets.runnerLeases),
   ]);
   const envs = await createEnvironmentStore(deps.nc, { log: deps.log, registry: deps.registry });
   const ctx = {
@@ -94,6 +96,7 @@ async function buildContext(deps: SchedulerDeps): Promise<SchedulerContext> {
     waiters: new SessionWaiters(),
     // Heartbeats come every few seconds; three missed ones mean nobody is attached.
     presence: new PresenceTracker(deps.now, PRESENCE_STALE_MS),
+    leases: new LeaseTracker(deps.now),
     bootEnvironment: async (session) => {
       if (session.environmentId === undefined) return {};
       const env = await envs.find(session.workspaceId, session.environmentId);
@@ -115,6 +118,7 @@ async function buildContext(deps: SchedulerDeps): Promise<SchedulerContext> {
     ctx.waiters.notify(key, ctx.sessionView.get(key)?.value);
   });
   await ctx.runnerView.start(deps.nc, runnersKv, Buckets.runners, deps.log, () => ctx.requestPlacement());
+  await ctx.leases.start(leasesKv, deps.log);
   return ctx;
 }
 
@@ -127,6 +131,7 @@ function serveApi(ctx: SchedulerContext): Subscription[] {
     serveRpc(ctx.nc, Api.deleteSession, async (req) => ({ session: await deleteSession(ctx, req.scope, req.sessionId) }), opts),
     serveRpc(ctx.nc, Api.attachSession, async (req) => ({ session: await attachSession(ctx, req.scope, req.sessionId, req.mode) }), opts),
     serveRpc(ctx.nc, Api.listRunners, async (req) => listRunners(ctx, req), opts),
+    serveRpc(ctx.nc, Api.setRunnerState, async (req) => ({ runner: await setRunnerState(ctx, req.runnerId, req.state) }), opts),
     serveRpc(ctx.nc, Api.suspendSession, async (req) => ({ session: await suspendSession(ctx, req.scope, req.sessionId, req.warm) }), opts),
     serveRpc(ctx.nc, Api.resumeSession, async (req) => ({ session: await resumeSession(ctx, req.scope, req.sessionId) }), opts),
     serveRpc(ctx.nc, Api.snapshotSession, (req) => snapshotSession(ctx, req.scope, req.sessionId), opts),
@@ -189,6 +194,7 @@ export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
     stop: async () => {
       clearInterval(tick);
       ctx.presence.stop();
+      ctx.leases.stop();
       await sweeping;
       for (const s of subs) s.unsubscribe();
       await facts.stop();

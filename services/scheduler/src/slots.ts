@@ -18,7 +18,7 @@ export async function reserveSlot(ctx: SchedulerContext, poolId: string, runnerI
     const r = current.value;
     if (r.state !== "active" || r.capacityUsed >= r.capacityTotal) return undefined;
     try {
-      const written = await ctx.runners.update(key, { ...r, capacityUsed: r.capacityUsed + 1 }, current.revision);
+      const written = await ctx.runners.update(key, { ...r, capacityUsed: r.capacityUsed + 1, reservedAt: ctx.now() }, current.revision);
       ctx.runnerView.apply(key, written);
       return r.generation;
     } catch (err) {

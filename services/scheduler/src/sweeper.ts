@@ -1,7 +1,8 @@
 import { isTerminal, occupiesSlot, type Session } from "@paddock/contracts";
 import { SCHEDULER_ACTOR, transition, withFact, writeSession, type SchedulerContext } from "./context.ts";
 import { suspendSession } from "./lifecycle.ts";
-import { dispatchDestroy, releaseSlot, sendCommand } from "./slots.ts";
+import { dispatchDestroy, dispatchStart, releaseSlot, runnerGenerationOf, sendCommand } from "./slots.ts";
+import { lostRunners, markRunnerLost, repairCapacity } from "./liveness.ts";
 import { CasConflictError, type Versioned } from "./store.ts";
 
 const SECOND_MS = 1_000;
@@ -14,7 +15,8 @@ type SweepStep =
   | { kind: "expire_suspended" }
   | { kind: "expire_record" }
   | { kind: "idle_suspend" }
-  | { kind: "periodic_checkpoint"; requestId: string };
+  | { kind: "periodic_checkpoint"; requestId: string }
+  | { kind: "redispatch" };
 
 function stepFor(ctx: SchedulerContext, s: Session, startedAt: number): SweepStep | undefined {
   const now = ctx.now();
@@ -26,6 +28,9 @@ function stepFor(ctx: SchedulerContext, s: Session, startedAt: number): SweepSte
   if (s.state === "creating" && age > c.creatingTimeoutMs) {
     return { kind: "timeout", to: "failed", reason: `runner did not start the sandbox within ${Math.round(c.creatingTimeoutMs / SECOND_MS)} s` };
   }
+  // A scheduler killed between placing and dispatching leaves a start unsent;
+  // re-sending it is safe (same msg id; the runner dedupes by placement generation).
+  if (s.state === "creating" && age > c.redispatchAfterMs) return { kind: "redispatch" };
   if (s.pending && now - s.pending.requestedAt > c.pendingTimeoutMs) {
     return { kind: "clear_pending", reason: `${s.pending.op} not confirmed by the runner within ${Math.round(c.pendingTimeoutMs / SECOND_MS)} s` };
   }
@@ -87,6 +92,11 @@ async function apply(ctx: SchedulerContext, key: string, step: SweepStep): Promi
     case "periodic_checkpoint":
       await sendCommand(ctx, s, { type: "checkpoint", requestId: step.requestId });
       return;
+    case "redispatch": {
+      const generation = s.state === "creating" ? await runnerGenerationOf(ctx, s) : undefined;
+      if (generation !== undefined) await dispatchStart(ctx, s, generation);
+      return;
+    }
   }
 }
 
@@ -97,6 +107,10 @@ async function apply(ctx: SchedulerContext, key: string, step: SweepStep): Promi
  * race between replicas applies it once.
  */
 export async function sweep(ctx: SchedulerContext, startedAt: number): Promise<void> {
+  for (const runner of lostRunners(ctx, startedAt)) {
+    await markRunnerLost(ctx, runner).catch((err: unknown) => ctx.log.warn({ err, runnerId: runner.id }, "marking runner lost failed"));
+  }
+  await repairCapacity(ctx).catch((err: unknown) => ctx.log.warn({ err }, "capacity repair failed"));
   const due: Array<[string, SweepStep]> = [];
   for (const { value } of ctx.sessionView.values()) {
     const step = stepFor(ctx, value, startedAt);

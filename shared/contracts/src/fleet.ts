@@ -32,6 +32,8 @@ export const Runner = z
     resources: RunnerResources.optional(),
     registeredAt: EpochMs,
     lastSeenAt: EpochMs,
+    /** When a scheduler last reserved a slot here; slot-count repair waits for a quiet period after it. */
+    reservedAt: EpochMs.optional(),
     /** Why the runner is lost (lease expired), when it is. */
     lostReason: z.string().max(256).optional(),
   })

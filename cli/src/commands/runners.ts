@@ -1,0 +1,100 @@
+import { Api, Runner } from "@paddock/contracts";
+import { apiOf, parseCommand, positionals, type Command } from "../command.ts";
+import { json, keyValues, runnersTable } from "../format.ts";
+import { ExitCode, UsageError, write } from "../io.ts";
+
+const runnerPath = (id: string) => `/v1/runners/${encodeURIComponent(id)}`;
+
+export const runnersCommand: Command = {
+  name: "runners",
+  summary: "list runners",
+  help: `usage: paddock runners [--json]
+
+Lists the runners of the fleet (every page): id, pool, state (active, draining,
+cordoned; lost when its lease expired), used/total slots, capabilities and
+when it was last seen.
+  --json   print a JSON array of runner records
+`,
+  async run(ctx, argv) {
+    const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
+    if (!args) return ExitCode.ok;
+    positionals(this, args.positionals, []);
+    const runners = await apiOf(ctx).listAll("/v1/runners", Api.listRunners.result, (p) => p.runners);
+    await write(ctx.io.stdout, args.flags.json ? json(runners) : runnersTable(runners));
+    return ExitCode.ok;
+  },
+};
+
+/** drain, cordon, uncordon: POST /v1/runners/ID/VERB, print "ID STATE" (the record with --json). */
+function stateSub(verb: "drain" | "cordon" | "uncordon", summary: string, about: string): Command {
+  return {
+    name: `runner ${verb}`,
+    summary,
+    help: `usage: paddock runner ${verb} ID [--json]
+
+${about}
+Prints "ID STATE" (the runner record with --json). Needs a workspace admin.
+  --json   print the runner record
+`,
+    async run(ctx, argv) {
+      const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
+      if (!args) return ExitCode.ok;
+      const [id = ""] = positionals(this, args.positionals, ["id"]);
+      const runner = await apiOf(ctx).json("POST", `${runnerPath(id)}/${verb}`, Runner, { body: {} });
+      await write(ctx.io.stdout, args.flags.json ? json(runner) : `${runner.id} ${runner.state}\n`);
+      return ExitCode.ok;
+    },
+  };
+}
+
+const drainSub = stateSub(
+  "drain",
+  "take no new sessions, finish the ones held",
+  "Drains the runner: it takes no new sessions and finishes the ones it holds.",
+);
+const cordonSub = stateSub("cordon", "take no new sessions", "Cordons the runner: it takes no new sessions; the ones it holds keep running.");
+const uncordonSub = stateSub("uncordon", "make a runner active again", "Makes a drained or cordoned runner active: it takes new sessions again.");
+
+const getSub: Command = {
+  name: "runner get",
+  summary: "show one runner",
+  help: `usage: paddock runner get ID [--json]
+
+Prints the runner record as key: value lines, or as JSON with --json.
+`,
+  async run(ctx, argv) {
+    const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
+    if (!args) return ExitCode.ok;
+    const [id = ""] = positionals(this, args.positionals, ["id"]);
+    const runner = await apiOf(ctx).json("GET", runnerPath(id), Runner);
+    await write(ctx.io.stdout, args.flags.json ? json(runner) : keyValues(runner));
+    return ExitCode.ok;
+  },
+};
+
+const subcommands: readonly Command[] = [drainSub, cordonSub, uncordonSub, getSub];
+
+const runnerHelp = `usage: paddock runner SUBCOMMAND ID [--json]
+
+Subcommands:
+${subcommands.map((c) => `  ${c.name.slice(7).padEnd(8)}  ${c.summary}`).join("\n")}
+
+Run 'paddock runner SUBCOMMAND --help' for its flags; 'paddock runners' lists them.
+`;
+
+export const runnerCommand: Command = {
+  name: "runner",
+  summary: "administer one runner (drain, cordon, uncordon, get)",
+  help: runnerHelp,
+  async run(ctx, argv) {
+    const [sub, ...rest] = argv;
+    if (sub === "--help" || sub === "-h") {
+      await write(ctx.io.stdout, runnerHelp);
+      return ExitCode.ok;
+    }
+    if (sub === undefined) throw new UsageError("paddock runner: expected a subcommand: drain, cordon, uncordon or get");
+    const command = subcommands.find((c) => c.name === `runner ${sub}`);
+    if (!command) throw new UsageError(`paddock runner: unknown subcommand ${JSON.stringify(sub)}`);
+    return command.run(ctx, rest);
+  },
+};

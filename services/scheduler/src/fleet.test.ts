@@ -1,0 +1,172 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { Api, Streams, type Checkpoint } from "@paddock/contracts";
+import { callRpc } from "@paddock/bus";
+import {
+  alice,
+  create,
+  dispatchInbox,
+  factFor,
+  get,
+  publishFact,
+  register,
+  runningSession,
+  startHarness,
+  waitForCapacityUsed,
+  waitForRecord,
+  waitForState,
+  type SchedulerHarness,
+} from "./testkit.ts";
+
+let h: SchedulerHarness;
+beforeAll(async () => {
+  h = await startHarness();
+});
+afterEach(async () => h.reset());
+afterAll(async () => h.close());
+
+const checkpoint: Checkpoint = { ref: "checkpoints/ws1/s/1-x", format: "tar+gzip", capabilities: ["portable"] };
+
+async function expireLease(runnerId: string): Promise<void> {
+  const leases = await new Kvm(h.nc).open("runner-leases");
+  await leases.delete(`default.${runnerId}`);
+}
+
+async function runner(runnerId: string) {
+  const page = await callRpc(h.nc, Api.listRunners, { scope: alice, limit: 100 });
+  return page.runners.find((r) => r.id === runnerId);
+}
+
+/** Resolves once the runner record reaches `state` (KV watch). */
+async function waitForRunnerState(runnerId: string, state: string): Promise<void> {
+  const kv = await new Kvm(h.nc).open("runners");
+  const w = await kv.watch({ key: `default.${runnerId}` });
+  for await (const e of w) if (e.operation === "PUT" && e.json<{ state: string }>().state === state) break;
+  w.stop();
+}
+
+describe("liveness", () => {
+  it("a runner whose lease expired is lost after the grace period; its sessions follow the policy", async () => {
+    const s = await h.start({ PADDOCK_RUNNER_LOST_GRACE_MS: "20000" });
+    const inbox1 = await dispatchInbox(h.nc, "r1");
+    const inbox2 = await dispatchInbox(h.nc, "r2");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 3 });
+    const plain = await runningSession(h.nc, "r1", inbox1);
+    const saved = await runningSession(h.nc, "r1", inbox1);
+    await publishFact(h.nc, factFor("r1", saved.start, { type: "checkpointed", requestId: "chk_1", checkpoint }));
+    await waitForRecord(h.nc, saved.session.id, (x) => x.checkpoint !== undefined);
+    const { session: starting } = await create(h.nc, alice);
+    await inbox1.next();
+
+    await expireLease("r1");
+    await waitForLeaseGone("r1");
+    h.clock.advance(10_000);
+    await s.sweep();
+    expect((await runner("r1"))?.state).toBe("active");
+    h.clock.advance(11_000);
+    await register(h.nc, { runnerId: "r2", generation: 1, capacityTotal: 3 });
+    await s.sweep();
+    await waitForRunnerState("r1", "lost");
+    expect((await waitForState(h.nc, plain.session.id, "dead")).error).toMatch(/^runner_lost/);
+    expect((await waitForState(h.nc, starting.id, "dead")).error).toMatch(/^runner_lost/);
+    // The checkpointed one resumes on the other runner, from its checkpoint, in a new generation.
+    const restart = await inbox2.next();
+    expect(restart).toMatchObject({ type: "start", sessionId: saved.session.id, trigger: "resume", restore: checkpoint, placementGeneration: 2 });
+
+    // The lost runner's reports count for nothing.
+    await publishFact(h.nc, factFor("r1", saved.start, { type: "exited", exitCode: 1 }));
+    await publishFact(h.nc, factFor("r2", restart, { type: "running" }));
+    expect((await waitForState(h.nc, saved.session.id, "running")).runnerId).toBe("r2");
+
+    // It comes back: registration fences it (new generation) and names what to destroy.
+    const reply = await register(h.nc, {
+      runnerId: "r1",
+      generation: 2,
+      capacityTotal: 3,
+      sessions: [
+        { sessionId: plain.session.id, workspaceId: "ws1", placementGeneration: 1 },
+        { sessionId: saved.session.id, workspaceId: "ws1", placementGeneration: 1 },
+      ],
+    });
+    expect(reply.accepted).toBe(true);
+    expect(reply.destroy.map((d) => d.sessionId).sort()).toEqual([plain.session.id, saved.session.id].sort());
+    expect((await runner("r1"))?.state).toBe("active");
+  });
+});
+
+/** The tracker sees the delete marker (watch), so the clock can be moved past the grace period. */
+async function waitForLeaseGone(runnerId: string): Promise<void> {
+  const leases = await new Kvm(h.nc).open("runner-leases");
+  const w = await leases.watch({ key: `default.${runnerId}` });
+  for await (const e of w) if (e.operation !== "PUT") break;
+  w.stop();
+  await h.nc.flush();
+}
+
+describe("placement", () => {
+  it("requirements select the runners: capabilities and minimum resources", async () => {
+    await h.start();
+    const inboxPlain = await dispatchInbox(h.nc, "plain");
+    const inboxGpu = await dispatchInbox(h.nc, "gpu");
+    await register(h.nc, { runnerId: "plain", generation: 1, capacityTotal: 5, resources: { cpuMillis: 2000, memoryBytes: 4e9, diskBytes: 1e11 } });
+    await register(h.nc, { runnerId: "gpu", generation: 1, capacityTotal: 1, capabilities: ["gpu"], resources: { cpuMillis: 8000, memoryBytes: 64e9, diskBytes: 1e12 } });
+    const env = await callRpc(h.nc, Api.createEnvironment, { scope: alice, body: { name: "ml", requirements: { capabilities: ["gpu"], minMemoryBytes: 32e9 } } });
+    const { session } = await create(h.nc, alice, { environmentId: env.environment.id });
+    expect(session.requirements).toMatchObject({ capabilities: ["gpu"], minMemoryBytes: 32e9 });
+    expect(await inboxGpu.next()).toMatchObject({ type: "start", sessionId: session.id });
+    // The gpu runner is full now; the next gpu session waits even though "plain" has room.
+    const { session: waiting } = await create(h.nc, alice, { environmentId: env.environment.id });
+    const { session: anywhere } = await create(h.nc, alice);
+    expect(await inboxPlain.next()).toMatchObject({ sessionId: anywhere.id });
+    expect((await get(h.nc, alice, waiting.id)).state).toBe("queued");
+  });
+
+  it("a draining or cordoned runner receives nothing new; uncordon makes it eligible again", async () => {
+    await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 5 });
+    const drained = await callRpc(h.nc, Api.setRunnerState, { scope: alice, runnerId: "r1", state: "draining" });
+    expect(drained.runner.state).toBe("draining");
+    const { session } = await create(h.nc, alice);
+    await callRpc(h.nc, Api.setRunnerState, { scope: alice, runnerId: "r1", state: "cordoned" });
+    expect((await get(h.nc, alice, session.id)).state).toBe("queued");
+    await callRpc(h.nc, Api.setRunnerState, { scope: alice, runnerId: "r1", state: "active" });
+    expect(await inbox.next()).toMatchObject({ type: "start", sessionId: session.id });
+    await expect(callRpc(h.nc, Api.setRunnerState, { scope: alice, runnerId: "nope", state: "active" })).rejects.toMatchObject({ code: "not_found" });
+  });
+
+  it("a slot leaked by a scheduler killed mid-placement is repaired after a quiet period", async () => {
+    const s = await h.start();
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 2 });
+    const kv = await new Kvm(h.nc).open("runners");
+    const entry = await kv.get("default.r1");
+    const r = entry?.json<Record<string, unknown>>() ?? {};
+    await kv.update("default.r1", JSON.stringify({ ...r, capacityUsed: 2, reservedAt: h.clock.ms }), entry?.revision ?? 0);
+    await waitForCapacityUsed(h.nc, "r1", 2);
+    await s.sweep();
+    expect((await runner("r1"))?.capacityUsed).toBe(2);
+    h.clock.advance(31_000);
+    await s.sweep();
+    await waitForCapacityUsed(h.nc, "r1", 0);
+  });
+
+  it("a start that was never sent (scheduler killed after placing) is re-sent", async () => {
+    const s = await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 0 });
+    const { session } = await create(h.nc, alice);
+    // What a scheduler killed between its placement CAS and its dispatch leaves behind:
+    // the record says creating on r1, and no start was ever published.
+    const kv = await new Kvm(h.nc).open("sessions");
+    const entry = await kv.get(`ws1.${session.id}`);
+    const placed = { ...session, state: "creating", poolId: "default", runnerId: "r1", placementGeneration: 1 };
+    await kv.update(`ws1.${session.id}`, JSON.stringify(placed), entry?.revision ?? 0);
+    await waitForState(h.nc, session.id, "creating");
+    h.clock.advance(6_000);
+    await s.sweep();
+    expect(await inbox.next()).toMatchObject({ type: "start", sessionId: session.id, placementGeneration: 1 });
+    expect((await get(h.nc, alice, session.id)).state).toBe("creating");
+  });
+;
+});

@@ -1,0 +1,139 @@
+import type { KV } from "@nats-io/kv";
+import { occupiesSlot, runnerKey, type Now, type Runner, type Session } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+import { SCHEDULER_ACTOR, transition, writeRunner, writeSession, type SchedulerContext } from "./context.ts";
+import { CasConflictError } from "./store.ts";
+
+interface LeaseSeen {
+  /** Last renewal this replica saw. */
+  renewedAt?: number;
+  /** When this replica saw the key expire (a TTL delete marker) or go. */
+  expiredAt?: number;
+}
+
+/**
+ * What the runner leases say, from a watch of `runner-leases`. A lease is a
+ * KV key with a per-message TTL that the runner renews; when the runner stops,
+ * the server expires the key and the watch sees its delete marker.
+ */
+export class LeaseTracker {
+  private readonly seen = new Map<string, LeaseSeen>();
+  private stopWatch: (() => void) | undefined;
+
+  constructor(private readonly now: Now) {}
+
+  async start(kv: KV, log: Logger): Promise<void> {
+    const watch = await kv.watch();
+    this.stopWatch = () => watch.stop();
+    void (async () => {
+      for await (const e of watch) {
+        if (e.operation === "PUT") this.seen.set(e.key, { renewedAt: this.now() });
+        else this.seen.set(e.key, { ...this.seen.get(e.key), expiredAt: this.now() });
+      }
+    })().catch((err: unknown) => log.error({ err }, "lease watch ended"));
+  }
+
+  stop(): void {
+    this.stopWatch?.();
+  }
+
+  /**
+   * Whether the runner's lease has been gone for longer than the grace period.
+   * A lease never seen by this replica counts from its start, plus one TTL.
+   */
+  expiredFor(key: string, startedAt: number, leaseTtlMs: number, graceMs: number): boolean {
+    const s = this.seen.get(key);
+    const now = this.now();
+    if (s?.expiredAt !== undefined && (s.renewedAt === undefined || s.expiredAt >= s.renewedAt)) return now - s.expiredAt > graceMs;
+    if (s?.renewedAt !== undefined) return false;
+    return now - startedAt > leaseTtlMs + graceMs;
+  }
+}
+
+/**
+ * The lost-runner policy for one session placed on a lost runner: with a
+ * checkpoint it is moved on (suspended cold, then queued to resume on any
+ * runner of the pool from that checkpoint); without one it ends dead with
+ * reason runner_lost. Each step is a CAS, so replicas racing apply it once.
+ */
+async function loseSession(ctx: SchedulerContext, s: Session, runnerId: string): Promise<void> {
+  const key = ctx.sessions.keyOf(s);
+  for (;;) {
+    const current = await ctx.sessions.get(key);
+    const c = current?.value;
+    if (!current || !c || c.runnerId !== runnerId || !occupiesSlot(c.state)) return;
+    const { pending: _p, ...rest } = c;
+    const resumable = c.checkpoint !== undefined && c.state !== "creating";
+    const next = resumable
+      ? transition(ctx, rest, "suspended_cold", "lose", SCHEDULER_ACTOR, { error: "runner_lost: resuming from the last checkpoint" })
+      : transition(ctx, rest, "dead", "lose", SCHEDULER_ACTOR, { error: "runner_lost: the runner's lease expired" });
+    try {
+      const written = await writeSession(ctx, current, next);
+      if (resumable) {
+        const requeued = transition(ctx, next, "queued", "resume", SCHEDULER_ACTOR);
+        await writeSession(ctx, written, requeued).catch((err: unknown) => {
+          if (!(err instanceof CasConflictError)) throw err;
+        });
+      }
+      return;
+    } catch (err) {
+      if (!(err instanceof CasConflictError)) throw err;
+    }
+  }
+}
+
+/** Declares a runner lost (CAS on its record) and applies the policy to what it held. */
+export async function markRunnerLost(ctx: SchedulerContext, runner: Runner): Promise<void> {
+  const key = runnerKey(runner.poolId, runner.id);
+  const current = await ctx.runners.get(key);
+  if (!current || current.value.state === "lost" || current.value.generation !== runner.generation) return;
+  try {
+    await writeRunner(ctx, { ...current.value, state: "lost", lostReason: "lease expired", capacityUsed: 0 }, current.revision);
+  } catch (err) {
+    if (err instanceof CasConflictError) return;
+    throw err;
+  }
+  ctx.log.warn({ runnerId: runner.id, poolId: runner.poolId, generation: runner.generation }, "runner lost");
+  for (const { value } of ctx.sessionView.values()) {
+    if (value.runnerId === runner.id && value.poolId === runner.poolId && occupiesSlot(value.state)) {
+      await loseSession(ctx, value, runner.id);
+    }
+  }
+  ctx.requestPlacement();
+}
+
+/** Runners whose lease has been gone longer than the grace period. */
+export function lostRunners(ctx: SchedulerContext, startedAt: number): Runner[] {
+  const lost: Runner[] = [];
+  for (const { value } of ctx.runnerView.values()) {
+    if (value.state === "lost") continue;
+    if (ctx.leases.expiredFor(runnerKey(value.poolId, value.id), startedAt, ctx.config.leaseTtlMs, ctx.config.lostGraceMs)) lost.push(value);
+  }
+  return lost;
+}
+
+/**
+ * Repairs a runner's slot count from the sessions placed on it. A scheduler
+ * killed between reserving a slot and placing the session leaks one; only a
+ * runner without placements for a quiet period is repaired, so a placement in
+ * flight is never undone.
+ */
+export async function repairCapacity(ctx: SchedulerContext): Promise<void> {
+  const used = new Map<string, number>();
+  for (const { value } of ctx.sessionView.values()) {
+    if (value.runnerId && value.poolId && occupiesSlot(value.state)) {
+      const key = runnerKey(value.poolId, value.runnerId);
+      used.set(key, (used.get(key) ?? 0) + 1);
+    }
+  }
+  const quietBefore = ctx.now() - ctx.config.capacityRepairQuietMs;
+  for (const { value } of ctx.runnerView.values()) {
+    const key = runnerKey(value.poolId, value.id);
+    const actual = used.get(key) ?? 0;
+    if (value.state === "lost" || value.capacityUsed === actual || (value.reservedAt ?? 0) > quietBefore) continue;
+    const written = await ctx.runners.mutate(key, (r) =>
+      r.capacityUsed !== actual && r.state !== "lost" && (r.reservedAt ?? 0) <= quietBefore ? { ...r, capacityUsed: actual } : undefined,
+    );
+    if (written) ctx.runnerView.apply(key, written);
+  }
+}
