@@ -1,9 +1,9 @@
-import { mkdir, readdir, rm } from "node:fs/promises";
+import { mkdir, readdir, rm, statfs } from "node:fs/promises";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Buckets, DispatchCommand, runnerKey, Streams, type RegisterRunnerReply } from "@paddock/contracts";
-import { consumeTyped, type ConsumerHandle } from "@paddock/bus";
+import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import { Buckets, DispatchCommand, Runner, RunnerState, runnerKey, Streams, type RegisterRunnerReply, type RunnerResources } from "@paddock/contracts";
+import { consumeTyped, decodeJson, type ConsumerHandle } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { RunnerConfig } from "./config.ts";
 import { createFactPublisher } from "./facts.ts";
@@ -11,6 +11,8 @@ import { readGeneration, writeGeneration } from "./generation-store.ts";
 import { startLeaseRenewer, type LeaseRenewer } from "./lease.ts";
 import type { RunnerMetrics } from "./metrics.ts";
 import { ensureDispatchConsumer, register } from "./registration.ts";
+import { StoppedError } from "./errors.ts";
+import type { HeldSession } from "./types.ts";
 import { createCheckpointStore } from "./checkpoint.ts";
 import { noSecrets, type SecretResolver } from "./secrets.ts";
 import { SessionManager } from "./sessions.ts";
@@ -23,6 +25,10 @@ export type AgentConfig = Pick<
   | "capabilities"
   | "dataDir"
   | "leaseRenewMs"
+  | "leaseTtlMs"
+  | "cpuMillis"
+  | "memoryBytes"
+  | "diskBytes"
   | "killGraceMs"
   | "registerTimeoutMs"
   | "gatewayUrl"
@@ -45,6 +51,16 @@ export interface RunnerAgentDeps {
   sleep?: (ms: number) => Promise<void>;
   /** Values for environments' secretRefs; resolves nothing by default. */
   secrets?: SecretResolver;
+  /** Called after each accepted (re-)registration, once the sessions it listed in destroy are gone. */
+  onRegistered?: (event: RegisteredEvent) => void;
+}
+
+export interface RegisteredEvent {
+  generation: number;
+  /** Why this registration happened: "start", or what fenced the runner ("lost", "generation", "missing", "reconnect"). */
+  reason: string;
+  /** Sessions torn down because the reply listed them. */
+  destroyed: HeldSession[];
 }
 
 export interface RunnerAgent {
@@ -55,7 +71,11 @@ export interface RunnerAgent {
   /** The generation granted at registration; 0 before. */
   readonly generation: number;
   isReady(): boolean;
+  /** True from the moment the runner knows (or suspects) its generation is superseded until it re-registered. */
+  readonly fenced: boolean;
   sessions: SessionManager;
+  /** Hooks for tests: stop renewing the lease (as a crash would), renew and check the fence now. */
+  readonly testing: { stopLease(): Promise<void>; renewNow(): Promise<void> };
 }
 
 const defaultSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -65,11 +85,20 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
   const { nc, config, log, metrics } = deps;
   const sleep = deps.sleep ?? defaultSleep;
   const js = jetstream(nc);
+  const key = runnerKey(config.poolId, config.runnerId);
   let generation = 0;
   let stopped = false;
   let ready = false;
   let consumer: ConsumerHandle | undefined;
   let lease: LeaseRenewer | undefined;
+  let runners: KV | undefined;
+  let statusWatch: AsyncIterator<unknown> | undefined;
+  /** A re-registration in flight; at most one. */
+  let registering: Promise<void> | undefined;
+  /** Set when the old generation must no longer be acted on; cleared by an accepted re-registration. */
+  let fenced = false;
+  /** Bumped on every registration change, so a fence check that read the record before it is discarded. */
+  let epoch = 0;
   const facts = createFactPublisher({
     js,
     log,
@@ -88,14 +117,111 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
 
   /** Acks once the command is queued on its session: a long setup or checkpoint never stalls dispatch. */
   const handleDispatch = (cmd: DispatchCommand): Promise<void> => {
-    // A command for another registration (before a restart) targets sessions this process never held.
-    if (cmd.runnerGeneration !== generation) {
+    // A command for the generation a re-registration in flight may be granted: retry it once that settles.
+    if (registering && cmd.runnerGeneration > generation) {
+      return Promise.reject(new Error(`re-registering: runner generation ${cmd.runnerGeneration} not granted yet`));
+    }
+    // A command for another registration (before a restart, or one that was fenced) targets
+    // sessions this runner no longer holds under that generation.
+    if (fenced || cmd.runnerGeneration !== generation) {
       metrics.staleDispatch.inc();
-      log.info({ sessionId: cmd.sessionId, type: cmd.type, runnerGeneration: cmd.runnerGeneration, generation }, "stale dispatch ignored");
+      log.info({ sessionId: cmd.sessionId, type: cmd.type, runnerGeneration: cmd.runnerGeneration, generation, fenced }, "stale dispatch ignored");
       return Promise.resolve();
     }
     requireSessions().dispatch(cmd);
     return Promise.resolve();
+  };
+
+  const resources = async (): Promise<RunnerResources> => ({
+    cpuMillis: config.cpuMillis,
+    memoryBytes: config.memoryBytes,
+    diskBytes: config.diskBytes ?? (await freeDisk(config.dataDir, log)),
+  });
+
+  /** Claims the persisted generation + 1 (authoritative + 1 after a refusal), persists the grant. */
+  const registerOnce = async (): Promise<RegisterRunnerReply> => {
+    const persisted = await readGeneration(config.dataDir);
+    const reply = await register({
+      nc,
+      log,
+      runnerId: config.runnerId,
+      poolId: config.poolId,
+      capacityTotal: config.capacityTotal,
+      capabilities: config.capabilities,
+      resources: await resources(),
+      sessions: requireSessions().held(),
+      persisted,
+      timeoutMs: config.registerTimeoutMs,
+      isStopped: () => stopped,
+      sleep,
+    });
+    await writeGeneration(config.dataDir, reply.generation);
+    log.info({ generation: reply.generation, persisted }, "registered");
+    return reply;
+  };
+
+  /**
+   * The runner may have been declared lost and its sessions moved: stop
+   * acting on the old generation at once, register again with what it holds,
+   * tear down what the reply gives to successors (silently), and go on with
+   * the rest under the new generation. Writers of the old generation latch on
+   * their own; facts produced under it keep it and are dropped by the
+   * scheduler. A refusal leaves the runner fenced; the next renewal tries again.
+   */
+  const reregister = (reason: string): Promise<void> => {
+    registering ??= (async () => {
+      epoch += 1;
+      fenced = true;
+      metrics.reregistrations.inc({ reason });
+      log.warn({ reason, generation }, "re-registering");
+      try {
+        const reply = await registerOnce();
+        if (stopped) return;
+        generation = reply.generation;
+        epoch += 1;
+        fenced = false;
+        void lease?.renewNow();
+        await requireSessions().discard(reply.destroy);
+        requireSessions().restate();
+        deps.onRegistered?.({ generation, reason, destroyed: reply.destroy });
+      } catch (err) {
+        if (err instanceof StoppedError || stopped) return;
+        log.error({ err, reason }, "re-registration failed; the runner stays fenced");
+      } finally {
+        registering = undefined;
+      }
+    })();
+    return registering;
+  };
+
+  /** After each renewal: read the runner record the scheduler keeps; lost or a moved generation means fenced. */
+  const checkFence = async (): Promise<void> => {
+    if (stopped || registering || !runners) return;
+    const seen = epoch;
+    let entry: KvEntry | null;
+    try {
+      entry = await runners.get(key);
+    } catch (err) {
+      // Not evidence of loss: the lease is the scheduler's signal, and a store blip must not fence a healthy runner.
+      log.warn({ err }, "runner record not readable");
+      return;
+    }
+    if (stopped || registering || seen !== epoch) return;
+    const reason = fenceReason(entry, generation, log);
+    // Also when a refusal left the runner fenced: each renewal tries again.
+    if (reason) void reregister(reason);
+  };
+
+  const watchReconnects = () => {
+    const it = nc.status()[Symbol.asyncIterator]();
+    statusWatch = it;
+    void (async () => {
+      for (;;) {
+        const next = await it.next();
+        if (next.done || stopped) return;
+        if ((next.value as { type?: string }).type === "reconnect") void reregister("reconnect");
+      }
+    })().catch((err: unknown) => log.warn({ err }, "connection status watch ended"));
   };
 
   const start = async () => {
@@ -118,40 +244,32 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     });
     await mkdir(config.dataDir, { recursive: true });
     await removeLeftoverSessions(sessions.sessionsDir(), log);
-    const persisted = await readGeneration(config.dataDir);
     const consumerName = await ensureDispatchConsumer(jsm, config.poolId, config.runnerId);
-    const reply: RegisterRunnerReply = await register({
-      nc,
-      log,
-      runnerId: config.runnerId,
-      poolId: config.poolId,
-      capacityTotal: config.capacityTotal,
-      capabilities: config.capabilities,
-      sessions: sessions.held(),
-      persisted,
-      timeoutMs: config.registerTimeoutMs,
-      isStopped: () => stopped,
-      sleep,
-    });
-    await writeGeneration(config.dataDir, reply.generation);
+    runners = await new Kvm(nc).open(Buckets.runners);
+    const reply = await registerOnce();
     generation = reply.generation;
-    log.info({ generation, persisted }, "registered");
-    const kv = await new Kvm(nc).open(Buckets.runnerLeases);
+    epoch += 1;
     lease = await startLeaseRenewer({
-      kv,
-      key: runnerKey(config.poolId, config.runnerId),
+      js,
+      bucket: Buckets.runnerLeases,
+      key,
       lease: () => ({ runnerId: config.runnerId, poolId: config.poolId, generation, renewedAt: deps.now() }),
       intervalMs: config.leaseRenewMs,
+      ttlMs: config.leaseTtlMs,
+      afterRenew: checkFence,
       log,
     });
     for (const held of reply.destroy) sessions.dispatch({ type: "destroy", ...held, runnerGeneration: generation });
     consumer = await consumeTyped(js, { stream: Streams.dispatch, consumer: consumerName, schema: DispatchCommand, metrics, log, handler: handleDispatch });
+    watchReconnects();
     ready = true;
+    deps.onRegistered?.({ generation, reason: "start", destroyed: reply.destroy });
     return { generation };
   };
 
   const stop = async () => {
     ready = false;
+    void statusWatch?.return?.();
     await consumer?.stop();
     // Bounded: with the bus gone, writers and facts would retry forever.
     let timer: NodeJS.Timeout | undefined;
@@ -162,6 +280,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     stopped = true;
     sessions?.abortWriters();
     await lease?.stop();
+    await registering;
   };
 
   return {
@@ -170,11 +289,46 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     get generation() {
       return generation;
     },
+    get fenced() {
+      return fenced || registering !== undefined;
+    },
     isReady: () => ready && !nc.isClosed(),
     get sessions() {
       return requireSessions();
     },
+    testing: {
+      stopLease: async () => {
+        await lease?.stop();
+      },
+      renewNow: async () => {
+        await lease?.renewNow();
+      },
+    },
   };
+}
+
+/** Why the stored record says this runner is superseded; undefined when it is not. */
+export function fenceReason(entry: KvEntry | null, generation: number, log: Logger): string | undefined {
+  if (!entry || entry.operation !== "PUT") return "missing";
+  const record = decodeJson(Runner, entry.value);
+  if (!record.ok) {
+    log.warn({ reason: record.reason }, "runner record does not parse; not treated as fenced");
+    return undefined;
+  }
+  if (record.value.state === RunnerState.lost) return "lost";
+  if (record.value.generation !== generation) return "generation";
+  return undefined;
+}
+
+/** Free bytes of the filesystem holding dir (0 when it cannot be measured). */
+async function freeDisk(dir: string, log: Logger): Promise<number> {
+  try {
+    const s = await statfs(dir);
+    return Math.max(0, Math.floor(Number(s.bavail) * Number(s.bsize)));
+  } catch (err) {
+    log.warn({ err, dir }, "free disk not measurable");
+    return 0;
+  }
 }
 
 /**

@@ -1,3 +1,4 @@
+import { cpus, totalmem } from "node:os";
 import { z } from "zod";
 import { Id } from "@paddock/contracts";
 import { commonEnv, envSchemas, parseEnv } from "@paddock/config";
@@ -13,27 +14,42 @@ const capabilities = z
   )
   .pipe(z.array(z.string().min(1).max(64)).max(64));
 
-const RunnerEnv = z.object({
-  ...commonEnv,
-  PADDOCK_RUNNER_ID: Id,
-  PADDOCK_POOL_ID: Id.default("default"),
-  PADDOCK_RUNNER_CAPACITY: z.coerce.number().int().nonnegative().max(100_000).default(8),
-  PADDOCK_RUNNER_DATA_DIR: z.string().min(1),
-  PADDOCK_RUNNER_CAPABILITIES: capabilities,
-  PADDOCK_RUNNER_LEASE_RENEW_MS: envSchemas.positiveMs.default(2_000),
-  PADDOCK_RUNNER_KILL_GRACE_MS: envSchemas.positiveMs.default(5_000),
-  /** How long one registration request waits for a scheduler before retrying. */
-  PADDOCK_RUNNER_REGISTER_TIMEOUT_MS: envSchemas.positiveMs.default(2_000),
-  /** Public URL of the gateway, given to sessions with a token as PADDOCK_URL. */
-  PADDOCK_GATEWAY_URL: z.url().optional(),
-  /** Watch mode: quiet time after a workspace change before the apps reload. */
-  PADDOCK_RUNNER_WATCH_DEBOUNCE_MS: envSchemas.positiveMs.default(200),
-  /** Watch mode: at most this many reloads per session per window; further changes are ignored. */
-  PADDOCK_RUNNER_WATCH_MAX_RELOADS: z.coerce.number().int().positive().max(10_000).default(10),
-  PADDOCK_RUNNER_WATCH_WINDOW_MS: envSchemas.positiveMs.default(60_000),
-  /** Handed to session processes (their env is otherwise minimal). */
-  PATH: z.string().default("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
-});
+const RunnerEnv = z
+  .object({
+    ...commonEnv,
+    PADDOCK_RUNNER_ID: Id,
+    PADDOCK_POOL_ID: Id.default("default"),
+    PADDOCK_RUNNER_CAPACITY: z.coerce.number().int().nonnegative().max(100_000).default(8),
+    PADDOCK_RUNNER_DATA_DIR: z.string().min(1),
+    PADDOCK_RUNNER_CAPABILITIES: capabilities,
+    PADDOCK_RUNNER_LEASE_RENEW_MS: envSchemas.positiveMs.default(2_000),
+    /**
+     * How long the lease key lives without a renewal; the server expires it (and
+     * writes the delete marker the scheduler watches). Whole seconds: the server
+     * expires at second granularity, so it is rounded up.
+     */
+    PADDOCK_RUNNER_LEASE_TTL_MS: envSchemas.positiveMs.min(1_000).default(10_000),
+    /** Resources one session may use here; defaults: every core, all memory, the free disk of the data dir. */
+    PADDOCK_RUNNER_CPU_MILLIS: z.coerce.number().int().nonnegative().optional(),
+    PADDOCK_RUNNER_MEMORY_BYTES: z.coerce.number().int().nonnegative().optional(),
+    PADDOCK_RUNNER_DISK_BYTES: z.coerce.number().int().nonnegative().optional(),
+    PADDOCK_RUNNER_KILL_GRACE_MS: envSchemas.positiveMs.default(5_000),
+    /** How long one registration request waits for a scheduler before retrying. */
+    PADDOCK_RUNNER_REGISTER_TIMEOUT_MS: envSchemas.positiveMs.default(2_000),
+    /** Public URL of the gateway, given to sessions with a token as PADDOCK_URL. */
+    PADDOCK_GATEWAY_URL: z.url().optional(),
+    /** Watch mode: quiet time after a workspace change before the apps reload. */
+    PADDOCK_RUNNER_WATCH_DEBOUNCE_MS: envSchemas.positiveMs.default(200),
+    /** Watch mode: at most this many reloads per session per window; further changes are ignored. */
+    PADDOCK_RUNNER_WATCH_MAX_RELOADS: z.coerce.number().int().positive().max(10_000).default(10),
+    PADDOCK_RUNNER_WATCH_WINDOW_MS: envSchemas.positiveMs.default(60_000),
+    /** Handed to session processes (their env is otherwise minimal). */
+    PATH: z.string().default("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+  })
+  .refine((e) => e.PADDOCK_RUNNER_LEASE_RENEW_MS < e.PADDOCK_RUNNER_LEASE_TTL_MS, {
+    path: ["PADDOCK_RUNNER_LEASE_RENEW_MS"],
+    message: "must be less than PADDOCK_RUNNER_LEASE_TTL_MS",
+  });
 
 export interface RunnerConfig {
   natsUrl: string;
@@ -49,6 +65,11 @@ export interface RunnerConfig {
   dataDir: string;
   capabilities: string[];
   leaseRenewMs: number;
+  leaseTtlMs: number;
+  cpuMillis: number;
+  memoryBytes: number;
+  /** Undefined: the free space of the data dir, measured at each registration. */
+  diskBytes: number | undefined;
   killGraceMs: number;
   registerTimeoutMs: number;
   childPath: string;
@@ -75,6 +96,10 @@ export function loadConfig(env: Record<string, string | undefined>): RunnerConfi
     dataDir: e.PADDOCK_RUNNER_DATA_DIR,
     capabilities: e.PADDOCK_RUNNER_CAPABILITIES,
     leaseRenewMs: e.PADDOCK_RUNNER_LEASE_RENEW_MS,
+    leaseTtlMs: e.PADDOCK_RUNNER_LEASE_TTL_MS,
+    cpuMillis: e.PADDOCK_RUNNER_CPU_MILLIS ?? Math.max(1, cpus().length) * 1000,
+    memoryBytes: e.PADDOCK_RUNNER_MEMORY_BYTES ?? totalmem(),
+    diskBytes: e.PADDOCK_RUNNER_DISK_BYTES,
     killGraceMs: e.PADDOCK_RUNNER_KILL_GRACE_MS,
     registerTimeoutMs: e.PADDOCK_RUNNER_REGISTER_TIMEOUT_MS,
     childPath: e.PATH,

@@ -27,9 +27,14 @@ export interface FactPublisher {
   /**
    * Publishes until committed (or the agent stops); resolves true once
    * committed. `key` tells apart facts of one type that may occur several
-   * times per placement (a request id, an app generation).
+   * times per placement (a request id, an app generation). A fact carries
+   * the runner generation it was produced under (`runnerGeneration`, else
+   * the current one) and keeps it through every retry: one produced before
+   * a re-registration is dropped by the scheduler's fence, never upgraded.
    */
-  publish(session: HeldSession, body: FactBody, key?: string): Promise<boolean>;
+  publish(session: HeldSession, body: FactBody, key?: string, runnerGeneration?: number): Promise<boolean>;
+  /** The runner generation facts are produced under right now. */
+  generation(): number;
 }
 
 /**
@@ -40,12 +45,13 @@ export interface FactPublisher {
 export function createFactPublisher(opts: FactPublisherOptions): FactPublisher {
   const subject = Subjects.runnerEvents(opts.poolId, opts.runnerId);
   return {
-    publish: async (session, body, key) => {
+    generation: opts.runnerGeneration,
+    publish: async (session, body, key, runnerGeneration) => {
       const fact = {
         ...body,
         runnerId: opts.runnerId,
         poolId: opts.poolId,
-        runnerGeneration: opts.runnerGeneration(),
+        runnerGeneration: runnerGeneration ?? opts.runnerGeneration(),
         sessionId: session.sessionId,
         workspaceId: session.workspaceId,
         placementGeneration: session.placementGeneration,

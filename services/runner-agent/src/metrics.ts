@@ -18,6 +18,8 @@ export interface RunnerMetrics extends BusMetrics {
   watchReloadsSuppressed: Counter;
   /** Checkpoints (snapshot, cold suspend) that could not be stored. */
   checkpointFailures: Counter;
+  /** Re-registrations after start, by what prompted them (lost, generation, missing, reconnect). */
+  reregistrations: Counter<"reason">;
   /** Commands answered with a refused fact, by command type. */
   refusedCommands: Counter<"type">;
 }
@@ -55,6 +57,12 @@ export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
       registers,
     }),
     checkpointFailures: new Counter({ name: "paddock_checkpoint_failures_total", help: "Checkpoints that could not be stored", registers }),
+    reregistrations: new Counter({
+      name: "paddock_runner_reregistrations_total",
+      help: "Registrations after start: the runner was fenced (lost, generation moved, record missing) or reconnected",
+      labelNames: ["reason"],
+      registers,
+    }),
     refusedCommands: new Counter({
       name: "paddock_refused_commands_total",
       help: "Dispatch commands the runner could not carry out",

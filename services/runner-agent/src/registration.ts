@@ -5,6 +5,7 @@ import {
   RegisterRunnerRequest,
   Streams,
   Subjects,
+  type RunnerResources,
 } from "@paddock/contracts";
 import { decodeJson, encodeJson } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
@@ -46,6 +47,7 @@ export interface RegisterOptions {
   poolId: string;
   capacityTotal: number;
   capabilities: string[];
+  resources?: RunnerResources | undefined;
   sessions: HeldSession[];
   /** The generation last granted (persisted); the first claim is one more. */
   persisted: number;
@@ -91,6 +93,7 @@ async function requestOnce(opts: RegisterOptions, generation: number): Promise<{
     generation,
     capacityTotal: opts.capacityTotal,
     capabilities: opts.capabilities,
+    ...(opts.resources ? { resources: opts.resources } : {}),
     sessions: opts.sessions,
   });
   try {

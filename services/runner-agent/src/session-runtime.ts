@@ -65,6 +65,10 @@ export class SessionRuntime {
   private ops: Promise<unknown> = Promise.resolve();
   /** Restarts in progress: a run-mode session does not end while one is. */
   private restarting = 0;
+  /** Discarded (its record belongs to a successor): nothing more is reported or appended. */
+  private silenced = false;
+  /** The runner generation the exited fact was produced under, once it was. */
+  private exitedUnder: number | undefined;
 
   constructor(
     private readonly deps: SessionRuntimeDeps,
@@ -84,9 +88,15 @@ export class SessionRuntime {
     return next;
   }
 
-  /** Publishes a fact after every earlier fact of this session. */
+  /**
+   * Publishes a fact after every earlier fact of this session, under the
+   * runner generation current now (not when its turn comes).
+   */
   emit(body: FactBody, key?: string): Promise<boolean> {
-    const next = this.factChain.then(() => this.deps.facts.publish(this.held, body, key));
+    if (this.silenced) return Promise.resolve(false);
+    const generation = this.deps.facts.generation();
+    if (body.type === "exited") this.exitedUnder = generation;
+    const next = this.factChain.then(() => (this.silenced ? false : this.deps.facts.publish(this.held, body, key, generation)));
     this.factChain = next;
     return next;
   }
@@ -210,6 +220,35 @@ export class SessionRuntime {
     await rm(this.dir, { recursive: true, force: true });
   }
 
+  /**
+   * The scheduler gave this placement to a successor (listed in a
+   * re-registration's destroy): kill the apps and remove the sandbox without
+   * a word, no exit markers and no facts, since the record and the log are
+   * the successor's now.
+   */
+  async discard(): Promise<void> {
+    this.silenced = true;
+    this.abort.abort();
+    this.phase = "ending";
+    this.detach();
+    this.abortWriters();
+    await this.killAll();
+    await rm(this.dir, { recursive: true, force: true });
+    this.deps.log.info(this.ids(), "session discarded after re-registration");
+  }
+
+  /**
+   * After a re-registration that kept this placement: an exited fact produced
+   * under the old runner generation is dropped by the scheduler's fence, and a
+   * run-mode session has no other way to end, so state it again under the new
+   * generation (a new fact with its own message id, not the old one upgraded).
+   */
+  restate(): void {
+    const generation = this.deps.facts.generation();
+    if (this.phase !== "exited" || this.exitedUnder === undefined || this.exitedUnder === generation) return;
+    void this.reportExited(`r${generation}`);
+  }
+
   /** Agent shutdown: kill the apps, append their markers, report exited (the sandbox is gone with the agent). */
   async shutdown(): Promise<void> {
     const reportable = this.phase === "running" || this.phase === "frozen";
@@ -277,9 +316,9 @@ export class SessionRuntime {
     })();
   }
 
-  private async reportExited(): Promise<void> {
+  private async reportExited(key?: string): Promise<void> {
     const first = [...this.slots.values()][0]?.lastExit ?? { exitCode: null, signal: undefined };
-    await this.emit({ type: "exited", exitCode: first.exitCode, ...(first.signal ? { signal: first.signal } : {}) });
+    await this.emit({ type: "exited", exitCode: first.exitCode, ...(first.signal ? { signal: first.signal } : {}) }, key);
     this.deps.log.info({ ...this.ids(), exitCode: first.exitCode, signal: first.signal }, "session exited");
   }
 

@@ -89,6 +89,36 @@ export class SessionManager {
   }
 
   /**
+   * After a re-registration: the sessions in the reply's destroy belong to a
+   * successor now. Their processes are killed and sandboxes removed, with no
+   * exit markers and no facts. Resolves once all are gone.
+   */
+  async discard(targets: HeldSession[]): Promise<void> {
+    await Promise.all(
+      targets.map(async (target) => {
+        const existing = this.sessions.get(target.sessionId);
+        this.remember(target);
+        if (!existing || existing.held.placementGeneration > target.placementGeneration) return;
+        existing.abort.abort();
+        const done = existing
+          .run(() => existing.discard())
+          .finally(() => {
+            this.forget(existing);
+            if (this.closing.get(target.sessionId) === done) this.closing.delete(target.sessionId);
+          });
+        this.closing.set(target.sessionId, done);
+        this.track(done);
+        await done.catch(() => undefined);
+      }),
+    );
+  }
+
+  /** After a re-registration: the kept sessions state again what the old generation's facts may have lost. */
+  restate(): void {
+    for (const s of this.sessions.values()) s.restate();
+  }
+
+  /**
    * suspend, resume, checkpoint, restart_app: fenced by placement generation
    * (a command for another placement is ignored), refused when this runner
    * cannot do it.

@@ -7,10 +7,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node";
+import { Kvm } from "@nats-io/kv";
 import {
+  Buckets,
   RegisterRunnerReply,
   RegisterRunnerRequest,
+  Runner,
   RunnerFact,
+  runnerKey,
   Subjects,
   Headers,
 } from "@paddock/contracts";
@@ -18,7 +22,7 @@ import { decodeJson, encodeJson } from "@paddock/bus";
 import { jetstream } from "@nats-io/jetstream";
 import { DispatchCommand } from "@paddock/contracts";
 import { silentLogger, type Logger } from "@paddock/logging";
-import { createRunnerAgent, type AgentConfig, type RunnerAgent } from "./agent.ts";
+import { createRunnerAgent, type AgentConfig, type RunnerAgent, type RunnerAgentDeps } from "./agent.ts";
 import { createRunnerMetrics, type RunnerMetrics } from "./metrics.ts";
 import { STREAM_HEADER } from "./term-writer.ts";
 import type { HeldSession } from "./types.ts";
@@ -53,7 +57,11 @@ export interface FakeScheduler {
   sub: Subscription;
 }
 
-/** Answers registration like the scheduler: accept a claim above the stored generation. */
+/**
+ * Answers registration like the scheduler: accept a claim above the stored
+ * generation, and write the runner record (KV `runners`) before answering,
+ * as the scheduler does; the runner reads it on every lease renewal.
+ */
 export function fakeScheduler(nc: NatsConnection, stored = 0): FakeScheduler {
   const fake: FakeScheduler = { requests: new Collector(), stored, destroy: [], sub: undefined as never };
   fake.sub = nc.subscribe(Subjects.register, {
@@ -62,11 +70,42 @@ export function fakeScheduler(nc: NatsConnection, stored = 0): FakeScheduler {
       if (!req.ok) return;
       const accepted = req.value.generation > fake.stored;
       if (accepted) fake.stored = req.value.generation;
-      msg.respond(encodeJson(RegisterRunnerReply, { accepted, generation: fake.stored, destroy: accepted ? fake.destroy : [] }));
-      fake.requests.push(req.value);
+      const destroy = accepted ? fake.destroy : [];
+      void (async () => {
+        if (accepted) await writeRunnerRecord(nc, req.value, fake.stored);
+        msg.respond(encodeJson(RegisterRunnerReply, { accepted, generation: fake.stored, destroy }));
+        fake.requests.push(req.value);
+      })();
     },
   });
   return fake;
+}
+
+async function writeRunnerRecord(nc: NatsConnection, req: RegisterRunnerRequest, generation: number): Promise<void> {
+  const kv = await new Kvm(nc).open(Buckets.runners);
+  const record: Runner = {
+    id: req.runnerId,
+    poolId: req.poolId,
+    state: "active",
+    generation,
+    capacityUsed: 0,
+    capacityTotal: req.capacityTotal,
+    capabilities: req.capabilities,
+    ...(req.resources ? { resources: req.resources } : {}),
+    registeredAt: 1_700_000_000_000,
+    lastSeenAt: 1_700_000_000_000,
+  };
+  await kv.put(runnerKey(req.poolId, req.runnerId), encodeJson(Runner, record));
+}
+
+/** What the scheduler does when a runner's lease expired: mark its record lost (the generation stays). */
+export async function markLost(nc: NatsConnection, poolId: string, runnerId: string): Promise<void> {
+  const kv = await new Kvm(nc).open(Buckets.runners);
+  const key = runnerKey(poolId, runnerId);
+  const entry = await kv.get(key);
+  const current = decodeJson(Runner, entry?.value ?? new Uint8Array());
+  if (!entry || !current.ok) throw new Error(`no runner record for ${key}`);
+  await kv.update(key, encodeJson(Runner, { ...current.value, state: "lost", lostReason: "lease expired" }), entry.revision);
 }
 
 export function collectFacts(nc: NatsConnection, poolId: string, runnerId: string): Collector<RunnerFact> {
@@ -115,7 +154,12 @@ export interface TestAgent {
 
 let counter = 0;
 
-export function testAgent(nc: NatsConnection, overrides: Partial<AgentConfig> = {}, log: Logger = silentLogger()): TestAgent {
+export function testAgent(
+  nc: NatsConnection,
+  overrides: Partial<AgentConfig> = {},
+  log: Logger = silentLogger(),
+  extra: Pick<RunnerAgentDeps, "onRegistered"> = {},
+): TestAgent {
   counter += 1;
   const config: AgentConfig = {
     runnerId: `r${counter}-${process.pid}`,
@@ -124,6 +168,10 @@ export function testAgent(nc: NatsConnection, overrides: Partial<AgentConfig> = 
     capabilities: ["process"],
     dataDir: mkdtempSync(join(tmpdir(), "paddock-runner-")),
     leaseRenewMs: 60_000,
+    leaseTtlMs: 120_000,
+    cpuMillis: 2_000,
+    memoryBytes: 1 << 30,
+    diskBytes: undefined,
     killGraceMs: 2_000,
     registerTimeoutMs: 2_000,
     childPath: process.env.PATH ?? "/usr/bin:/bin",
@@ -143,6 +191,7 @@ export function testAgent(nc: NatsConnection, overrides: Partial<AgentConfig> = 
     now: () => 1_700_000_000_000,
     newId: () => `id${++ids}`,
     sleep: () => new Promise((resolve) => setImmediate(resolve)),
+    ...extra,
   });
   return { agent, metrics, config };
 }

@@ -1,7 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { Api, Streams, type Checkpoint } from "@paddock/contracts";
+import { Api, type Checkpoint } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
 import {
   alice,
