@@ -9,7 +9,7 @@ const config = loadConfig(process.env);
 const log = createLogger({ service: "event-recorder", level: config.logLevel });
 
 runMain(log, async () => {
-  const nc = await connectBus({ servers: config.natsUrl, name: "event-recorder", user: config.natsUser, pass: config.natsPass });
+  const nc = await connectBus({ servers: config.natsUrl, name: "event-recorder", user: config.natsUser, pass: config.natsPass }, log);
   await provision(nc, { replicas: config.replicas, auditMaxAgeMs: config.auditMaxAgeMs });
   const registry = new Registry();
   const recorder = await createRecorder({ nc, log, bus: createBusMetrics(registry), registry });

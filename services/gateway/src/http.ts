@@ -4,10 +4,10 @@ import {
   describeZodError,
   httpStatusOf,
   InvalidError,
-  PaddockError,
   TooLargeError,
   type ErrorBody,
 } from "@paddock/contracts";
+import { toPaddockError } from "@paddock/bus";
 
 /** A matched request: path parameters and the parsed query. */
 export interface RouteContext {
@@ -88,7 +88,7 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
 
 /** The status and body of an error; anything that is not a PaddockError is `internal` with no detail. */
 export function errorResponse(err: unknown): { status: number; body: { error: ErrorBody } } {
-  const e = err instanceof PaddockError ? err : new PaddockError("internal", "internal error");
+  const e = toPaddockError(err);
   return { status: httpStatusOf[e.code], body: { error: e.toBody() } };
 }
 

@@ -11,7 +11,7 @@ const config = loadConfig(process.env);
 const log = createLogger({ service: "gateway", level: config.logLevel });
 
 runMain(log, async () => {
-  const nc = await connectBus({ servers: config.natsUrl, name: `gateway-${process.pid}`, user: config.natsUser, pass: config.natsPass });
+  const nc = await connectBus({ servers: config.natsUrl, name: `gateway-${process.pid}`, user: config.natsUser, pass: config.natsPass }, log);
   await provision(nc, { replicas: config.replicas });
   if (config.devToken) {
     await seedDevToken(nc, { token: config.devToken, workspaceId: config.devWorkspace, actorId: config.devActor, now: Date.now() });

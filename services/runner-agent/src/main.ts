@@ -10,7 +10,7 @@ const config = loadConfig(process.env);
 const log = createLogger({ service: "runner-agent", level: config.logLevel });
 
 runMain(log, async () => {
-  const nc = await connectBus({ servers: config.natsUrl, name: `runner-agent-${config.runnerId}`, user: config.natsUser, pass: config.natsPass });
+  const nc = await connectBus({ servers: config.natsUrl, name: `runner-agent-${config.runnerId}`, user: config.natsUser, pass: config.natsPass }, log);
   await provision(nc, { replicas: config.replicas });
   const metrics = createRunnerMetrics();
   const agent = createRunnerAgent({ nc, config, log, metrics, now: Date.now, newId: randomUUID });

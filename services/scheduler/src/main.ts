@@ -11,7 +11,7 @@ const config = loadConfig(process.env);
 const log = createLogger({ service: "scheduler", level: config.logLevel });
 
 runMain(log, async () => {
-  const nc = await connectBus({ servers: config.natsUrl, name: "scheduler", user: config.natsUser, pass: config.natsPass });
+  const nc = await connectBus({ servers: config.natsUrl, name: "scheduler", user: config.natsUser, pass: config.natsPass }, log);
   await provision(nc, { replicas: config.replicas });
   const registry = new Registry();
   const scheduler = await createScheduler({

@@ -10,6 +10,7 @@ import {
 } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { decodeJson, encodeJson } from "./codec.ts";
+import { toPaddockError } from "./errors.ts";
 import type { BusMetrics } from "./metrics.ts";
 
 export type RpcHandler<R extends Rpc<z.ZodType, z.ZodType>> = (
@@ -56,12 +57,9 @@ export function serveRpc<R extends Rpc<z.ZodType, z.ZodType>>(
       handler(decoded.value as z.infer<R["request"]>).then(
         (result) => msg.respond(encodeJson(envelope, { ok: true, result })),
         (handlerErr: unknown) => {
-          if (handlerErr instanceof PaddockError) {
-            replyError(msg, handlerErr);
-            return;
-          }
-          opts.log.error({ err: handlerErr, subject: rpc.subject }, "rpc handler failed");
-          replyError(msg, new PaddockError("internal", "internal error"));
+          const mapped = toPaddockError(handlerErr);
+          if (mapped.code === "internal") opts.log.error({ err: handlerErr, subject: rpc.subject }, "rpc handler failed");
+          replyError(msg, mapped);
         },
       );
     },

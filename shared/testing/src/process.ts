@@ -49,7 +49,9 @@ export function startService(
   opts: StartServiceOptions = {},
 ): Promise<ServiceProcess> {
   const file = opts.entry ?? serviceEntry[name as ServiceName];
-  const child = spawn(tsxBin, [join(repoRoot, file)], {
+  // One OS process per service (node with the tsx loader, not the tsx CLI,
+  // which would put a wrapper process in front): signals reach the service itself.
+  const child = spawn(process.execPath, ["--import", "tsx", join(repoRoot, file)], {
     cwd: repoRoot,
     env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", ...env },
     stdio: ["ignore", "pipe", "pipe"],
