@@ -1,0 +1,32 @@
+// `pnpm bench [--quick]`: every speed figure next to a baseline measured in the
+// same run, and their ratio; JSON under bench-results/.
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { repoRoot } from "@paddock/testing";
+import { lifecycleBench } from "./src/lifecycle.ts";
+import { formatTable, type Figure } from "./src/stats.ts";
+import { terminalBenches } from "./src/terminal.ts";
+
+const { values } = parseArgs({ options: { quick: { type: "boolean", default: false } }, strict: true });
+const quick = values.quick ?? false;
+
+async function main(): Promise<void> {
+  const figures: Figure[] = [];
+  figures.push(...(await lifecycleBench(quick ? { sessions: 500, runners: 20 } : { sessions: 10_000, runners: 500 })));
+  figures.push(...(await terminalBenches(quick ? { latencySamples: 20, echoSamples: 100, megabytes: 5 } : { latencySamples: 200, echoSamples: 1000, megabytes: 200 })));
+  process.stdout.write(formatTable(figures) + "\n");
+  const dir = join(repoRoot, "bench-results");
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `bench-${quick ? "quick-" : ""}${new Date().toISOString().replace(/[:.]/g, "-")}.json`);
+  writeFileSync(file, JSON.stringify({ quick, at: new Date().toISOString(), figures }, null, 2));
+  process.stdout.write(`wrote ${file}\n`);
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(1);
+  },
+);

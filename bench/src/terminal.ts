@@ -1,0 +1,152 @@
+import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import WebSocket from "ws";
+import { decodeOutputFrame, type Session } from "@paddock/contracts";
+import { startStack, type Stack } from "@paddock/testing";
+import { barePtySpawnMs, startBridge } from "./baselines.ts";
+import { figure, percentile, type Figure } from "./stats.ts";
+
+async function post(stack: Stack, path: string, body: unknown): Promise<Session> {
+  const res = await fetch(`${stack.url}${path}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${stack.token}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  if (res.status !== 201) throw new Error(`create answered ${res.status}`);
+  return (await res.json()) as Session;
+}
+
+async function untilRunning(nc: NatsConnection, id: string): Promise<void> {
+  const kv = await new Kvm(nc).open("sessions");
+  const w = await kv.watch({ key: `default.${id}` });
+  for await (const e of w) if (e.operation === "PUT" && e.json<Session>().state === "running") break;
+  w.stop();
+}
+
+function openWs(url: string, headers: Record<string, string> = {}): Promise<WebSocket> {
+  const ws = new WebSocket(url, { headers });
+  return new Promise((resolve, reject) => {
+    ws.once("open", () => resolve(ws));
+    ws.once("error", reject);
+  });
+}
+
+/** Benchmark 2: POST → running through every service, against a bare PTY spawn of the same command. */
+async function createLatency(stack: Stack, nc: NatsConnection, samples: number): Promise<Figure[]> {
+  const cmd = ["sh", "-c", "echo up; exec sleep 600"];
+  const ms: number[] = [];
+  for (let i = 0; i < samples; i++) {
+    const start = performance.now();
+    const s = await post(stack, "/v1/sessions", { spec: { cmd } });
+    await untilRunning(nc, s.id);
+    ms.push(performance.now() - start);
+    await fetch(`${stack.url}/v1/sessions/${s.id}`, { method: "DELETE", headers: { authorization: `Bearer ${stack.token}` } });
+  }
+  const bare = await barePtySpawnMs(cmd, samples);
+  const overhead = percentile(ms, 50) - percentile(bare, 50);
+  return [
+    figure({ bench: "2 create→running", metric: "p50", value: percentile(ms, 50), unit: "ms", baseline: { name: "bare PTY spawn p50", value: percentile(bare, 50) }, goal: "≤ 30 ms", met: percentile(ms, 50) <= 30 }),
+    figure({ bench: "2 create→running", metric: "p99", value: percentile(ms, 99), unit: "ms", baseline: { name: "bare PTY spawn p99", value: percentile(bare, 99) }, goal: "≤ 100 ms", met: percentile(ms, 99) <= 100 }),
+    figure({ bench: "2 create→running", metric: "control-plane overhead p50", value: overhead, unit: "ms", goal: "≤ 15 ms", met: overhead <= 15 }),
+  ];
+}
+
+/** Sends one byte at a time and times its echo in the message handler. */
+async function echoSamples(ws: WebSocket, samples: number, framed: boolean): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < samples; i++) {
+    const ch = String.fromCharCode(97 + (i % 26));
+    const start = performance.now();
+    await new Promise<void>((resolve) => {
+      const onMessage = (data: Buffer, isBinary: boolean) => {
+        if (!isBinary) return;
+        const bytes = framed ? Buffer.from(decodeOutputFrame(data).bytes) : data;
+        if (!bytes.toString().includes(ch)) return;
+        out.push(performance.now() - start);
+        ws.off("message", onMessage);
+        resolve();
+      };
+      ws.on("message", onMessage);
+      ws.send(Buffer.from(ch));
+    });
+  }
+  return out;
+}
+
+/** Benchmark 3: keystroke → echo through gateway → runner → PTY → back, against a direct bridge. */
+async function echoLatency(stack: Stack, nc: NatsConnection, samples: number): Promise<Figure[]> {
+  const s = await post(stack, "/v1/sessions", { spec: { cmd: ["cat"] } });
+  await untilRunning(nc, s.id);
+  const ws = await openWs(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?mode=controller&since=all`, { authorization: `Bearer ${stack.token}` });
+  const paddock = await echoSamples(ws, samples, true);
+  ws.close();
+  const bridge = await startBridge(["cat"]);
+  const bws = await openWs(bridge.url);
+  const direct = await echoSamples(bws, samples, false);
+  bws.close();
+  await bridge.close();
+  return [
+    figure({ bench: "3 echo", metric: "p50", value: percentile(paddock, 50), unit: "ms", baseline: { name: "direct bridge p50", value: percentile(direct, 50) }, goal: "≤ bridge + 1 ms", met: percentile(paddock, 50) <= percentile(direct, 50) + 1 }),
+    figure({ bench: "3 echo", metric: "p99", value: percentile(paddock, 99), unit: "ms", baseline: { name: "direct bridge p99", value: percentile(direct, 99) }, goal: "≤ 10 ms", met: percentile(paddock, 99) <= 10 }),
+  ];
+}
+
+/** Bytes received until the socket closes, in MB/s. */
+function drain(ws: WebSocket, framed: boolean): Promise<{ bytes: number; seconds: number }> {
+  const start = performance.now();
+  let bytes = 0;
+  ws.on("message", (data: Buffer, isBinary: boolean) => {
+    if (isBinary) bytes += framed ? data.byteLength - 8 : data.byteLength;
+  });
+  return new Promise((resolve) => ws.once("close", () => resolve({ bytes, seconds: (performance.now() - start) / 1000 })));
+}
+
+/** Benchmarks 4 and 5: live output throughput against the bridge; replay rate and time to a screen snapshot. */
+async function outputAndReplay(stack: Stack, nc: NatsConnection, megabytes: number): Promise<Figure[]> {
+  const cmd = ["sh", "-c", `head -c ${megabytes * 1024 * 1024} /dev/zero | tr '\\0' 'x' | fold -w 100`];
+  const s = await post(stack, "/v1/sessions", { spec: { cmd } });
+  const ws = await openWs(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?since=all`, { authorization: `Bearer ${stack.token}` });
+  const live = await drain(ws, true);
+  const bridge = await startBridge(cmd);
+  const direct = await drain(await openWs(bridge.url), false);
+  await bridge.close();
+  const liveMBs = live.bytes / 1e6 / live.seconds;
+  const bridgeMBs = direct.bytes / 1e6 / direct.seconds;
+
+  const replay = await drain(await openWs(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?since=all`, { authorization: `Bearer ${stack.token}` }), true);
+  const rawStart = performance.now();
+  let rawBytes = 0;
+  const consumer = await jetstream(nc).consumers.get("TERM", { filter_subjects: [`paddock.term.${s.id}.main`], deliver_policy: DeliverPolicy.All });
+  let pending = (await consumer.info()).num_pending;
+  for await (const m of await consumer.consume()) {
+    rawBytes += m.data.byteLength;
+    if (--pending === 0) break;
+  }
+  const rawMBs = rawBytes / 1e6 / ((performance.now() - rawStart) / 1000);
+
+  const screenStart = performance.now();
+  const screenWs = new WebSocket(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?since=screen`, { headers: { authorization: `Bearer ${stack.token}` } });
+  const firstFrameMs = await new Promise<number>((resolve) => screenWs.on("message", (_d, isBinary) => isBinary && resolve(performance.now() - screenStart)));
+  screenWs.close();
+  return [
+    figure({ bench: "4 output", metric: `${megabytes} MB live to a client`, value: liveMBs, unit: "MB/s", baseline: { name: "direct bridge", value: bridgeMBs }, goal: "≥ 0.8x bridge", met: liveMBs >= 0.8 * bridgeMBs }),
+    figure({ bench: "5 replay", metric: `since=all of ${(replay.bytes / 1e6).toFixed(0)} MB`, value: replay.bytes / 1e6 / replay.seconds, unit: "MB/s", baseline: { name: "raw ordered consume", value: rawMBs }, goal: "≥ 50 MB/s", met: replay.bytes / 1e6 / replay.seconds >= 50 }),
+    figure({ bench: "5 replay", metric: "since=screen first frame", value: firstFrameMs, unit: "ms", goal: "≤ 50 ms", met: firstFrameMs <= 50 }),
+  ];
+}
+
+export async function terminalBenches(opts: { latencySamples: number; echoSamples: number; megabytes: number }): Promise<Figure[]> {
+  const stack = await startStack({ runnerCapacity: 64 });
+  const nc = await connect({ servers: stack.nats.url });
+  try {
+    return [
+      ...(await createLatency(stack, nc, opts.latencySamples)),
+      ...(await echoLatency(stack, nc, opts.echoSamples)),
+      ...(await outputAndReplay(stack, nc, opts.megabytes)),
+    ];
+  } finally {
+    await nc.drain();
+    await stack.stop();
+  }
+}
