@@ -65,13 +65,17 @@ function waitsForSetupBuild(ctx: SchedulerContext, s: Session): boolean {
  * then move the session to creating with the next placement generation (CAS on
  * the session), then dispatch. Losing the second CAS gives the slot back.
  */
-async function placeOne(ctx: SchedulerContext, queued: Session): Promise<PlaceOutcome> {
+async function placeOne(ctx: SchedulerContext, queued: Session, spread: number): Promise<PlaceOutcome> {
   if (waitsForSetupBuild(ctx, queued)) return "waiting";
-  for (const runner of eligibleRunners(ctx, queued)) {
+  const eligible = eligibleRunners(ctx, queued);
+  // Concurrent placements start at different runners so their CASes rarely collide.
+  const offset = eligible.length > 0 ? spread % Math.min(eligible.length, 8) : 0;
+  for (const runner of [...eligible.slice(offset), ...eligible.slice(0, offset)]) {
     const poolId = runner.poolId;
     const runnerGeneration = await reserveSlot(ctx, poolId, runner.id);
     if (runnerGeneration === undefined) continue;
-    const current = await ctx.sessions.get(sessionKey(queued.workspaceId, queued.id));
+    // The view's revision is the CAS precondition: if it is stale the write loses and the slot goes back.
+    const current = ctx.sessionView.get(sessionKey(queued.workspaceId, queued.id));
     if (!current || current.value.state !== "queued") {
       await releaseSlot(ctx, poolId, runner.id);
       return "lost_race";
@@ -95,6 +99,15 @@ async function placeOne(ctx: SchedulerContext, queued: Session): Promise<PlaceOu
   return "no_capacity";
 }
 
+/** Placements one replica runs at once. */
+const PLACEMENT_LANES = 16;
+
+function freeSlots(ctx: SchedulerContext): number {
+  let free = 0;
+  for (const { value } of ctx.runnerView.values()) if (value.state === "active") free += Math.max(0, value.capacityTotal - value.capacityUsed);
+  return free;
+}
+
 /**
  * Serialises placement passes within one replica and coalesces requests made
  * while a pass runs into one more pass. Replicas race safely through CAS.
@@ -103,9 +116,20 @@ export function createPlacer(ctx: Omit<SchedulerContext, "requestPlacement">): (
   let running = false;
   let again = false;
   const full = ctx as SchedulerContext;
-  // Oldest first: a younger session only takes a slot the older ones could not use.
+  // Oldest first: sessions are taken in order, several at a time only while
+  // there are at least as many free slots as sessions in flight, so a younger
+  // session never takes the last slot from an older one.
   const pass = async () => {
-    for (const s of queuedOldestFirst(full)) await placeOne(full, s);
+    const queue = queuedOldestFirst(full);
+    let next = 0;
+    const worker = async () => {
+      for (let i = next++; i < queue.length; i = next++) {
+        const s = queue[i];
+        if (s) await placeOne(full, s, i);
+      }
+    };
+    const lanes = Math.max(1, Math.min(PLACEMENT_LANES, freeSlots(full), queue.length));
+    await Promise.all(Array.from({ length: lanes }, worker));
   };
   const request = () => {
     if (running) {

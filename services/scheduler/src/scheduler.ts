@@ -1,4 +1,4 @@
-import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JsMsg } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import type { Registry } from "prom-client";
@@ -55,6 +55,14 @@ export interface Scheduler {
   sweep(): Promise<void>;
   /** For tests: the context the handlers share. */
   context: SchedulerContext;
+}
+
+function sessionOfFact(msg: JsMsg): string {
+  try {
+    return String((JSON.parse(new TextDecoder().decode(msg.data)) as { sessionId?: unknown }).sessionId ?? "");
+  } catch {
+    return "";
+  }
 }
 
 /** The durable consumer all scheduler replicas share on RUNNER: each fact is handled once. */
@@ -171,6 +179,8 @@ export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
     schema: RunnerFact,
     metrics: ctx.bus,
     log: ctx.log,
+    // Facts about different sessions are independent; those about one session stay in order.
+    lanes: { concurrency: 64, keyOf: sessionOfFact },
     handler: async (fact) => {
       const outcome = await applyRunnerFact(ctx, fact);
       if (outcome !== "applied") ctx.log.debug({ sessionId: fact.sessionId, type: fact.type, outcome }, "runner fact not applied");

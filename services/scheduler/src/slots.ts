@@ -13,7 +13,8 @@ const MAX_CAS_ATTEMPTS = 20;
 export async function reserveSlot(ctx: SchedulerContext, poolId: string, runnerId: string): Promise<number | undefined> {
   const key = runnerKey(poolId, runnerId);
   for (let i = 0; i < MAX_CAS_ATTEMPTS; i++) {
-    const current = await ctx.runners.get(key);
+    // First try with the view's revision (no read); after a lost race read it exactly.
+    const current = i === 0 ? ctx.runnerView.get(key) : await ctx.runners.get(key);
     if (!current) return undefined;
     const r = current.value;
     if (r.state !== "active" || r.capacityUsed >= r.capacityTotal) return undefined;
@@ -70,7 +71,7 @@ export async function sendCommand(ctx: SchedulerContext, s: Session, body: Comma
 /** Starts a placed session: a fresh sandbox, or a cold resume restoring its checkpoint. */
 export async function dispatchStart(ctx: SchedulerContext, s: Session, runnerGeneration: number): Promise<void> {
   const resume = s.placementGeneration > 1 && s.checkpoint !== undefined;
-  const sessionToken = await mintSessionToken(ctx, s);
+  const [sessionToken, boot] = await Promise.all([mintSessionToken(ctx, s), ctx.bootEnvironment(s)]);
   await sendCommand(
     ctx,
     s,
@@ -80,7 +81,7 @@ export async function dispatchStart(ctx: SchedulerContext, s: Session, runnerGen
       mode: s.mode,
       trigger: resume ? "resume" : "initial",
       ...(resume && s.checkpoint ? { restore: s.checkpoint } : {}),
-      ...(await ctx.bootEnvironment(s)),
+      ...boot,
       sessionToken,
     },
     runnerGeneration,

@@ -125,3 +125,49 @@ describe("typed consumer", () => {
     await handle.stop();
   });
 });
+
+describe("typed consumer in lanes", () => {
+  it("handles different keys concurrently and one key strictly in order", async () => {
+    const { consumeTyped } = await import("./consume.ts");
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.add({ name: "TESTL", subjects: ["testl.>"] });
+    await jsm.consumers.add("TESTL", { durable_name: "l", ack_policy: "explicit" as never });
+    const js = jetstream(nc);
+    const order: Record<string, number[]> = { a: [], b: [] };
+    let active = 0;
+    let maxActive = 0;
+    let released!: () => void;
+    const gate = new Promise<void>((r) => (released = r));
+    let finished!: () => void;
+    const allDone = new Promise<void>((r) => (finished = r));
+    let count = 0;
+    const handle = await consumeTyped(js, {
+      stream: "TESTL",
+      consumer: "l",
+      schema: z.object({ key: z.string(), n: z.number() }).strict(),
+      metrics: createBusMetrics(),
+      log: silentLogger(),
+      lanes: { concurrency: 8, keyOf: (m) => (m.json() as { key: string }).key },
+      handler: async ({ key, n }) => {
+        active++;
+        maxActive = Math.max(maxActive, active);
+        // The first message of each key waits until both keys are in flight at once.
+        if (n === 0) {
+          if (maxActive >= 2) released();
+          await gate;
+        }
+        order[key]?.push(n);
+        active--;
+        if (++count === 10) finished();
+      },
+    });
+    for (let n = 0; n < 5; n++) {
+      await js.publish("testl.x", JSON.stringify({ key: "a", n }));
+      await js.publish("testl.x", JSON.stringify({ key: "b", n }));
+    }
+    await allDone;
+    expect(maxActive).toBeGreaterThanOrEqual(2);
+    expect(order).toEqual({ a: [0, 1, 2, 3, 4], b: [0, 1, 2, 3, 4] });
+    await handle.stop();
+  });
+});

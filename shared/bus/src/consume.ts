@@ -14,6 +14,12 @@ export interface ConsumeOptions<S extends z.ZodType> {
   /** Delay before a retryable failure is redelivered. */
   retryDelayMs?: number;
   handler: (value: z.infer<S>, msg: JsMsg) => Promise<void>;
+  /**
+   * Handle up to `concurrency` messages at once, in order within a lane: two
+   * messages with the same key (e.g. facts about one session) never overlap.
+   * Without it, messages are handled one at a time.
+   */
+  lanes?: { concurrency: number; keyOf: (msg: JsMsg) => string };
   /** Messages to ack without decoding (e.g. KV delete markers on a change feed). */
   skip?: (msg: JsMsg) => boolean;
 }
@@ -36,10 +42,8 @@ export async function consumeTyped<S extends z.ZodType>(
 ): Promise<ConsumerHandle> {
   const consumer = await js.consumers.get(opts.stream, opts.consumer);
   const messages: ConsumerMessages = await consumer.consume({ max_messages: 256 });
-  const done = (async () => {
-    for await (const msg of messages) {
-      await handleOne(msg, opts);
-    }
+  const done = opts.lanes ? consumeInLanes(messages, opts, opts.lanes) : (async () => {
+    for await (const msg of messages) await handleOne(msg, opts);
   })();
   return {
     stop: async () => {
@@ -48,6 +52,30 @@ export async function consumeTyped<S extends z.ZodType>(
     },
     done,
   };
+}
+
+async function consumeInLanes<S extends z.ZodType>(
+  messages: ConsumerMessages,
+  opts: ConsumeOptions<S>,
+  lanes: { concurrency: number; keyOf: (msg: JsMsg) => string },
+): Promise<void> {
+  const tails = new Map<string, Promise<void>>();
+  let inflight = 0;
+  const slotFreed: Array<() => void> = [];
+  for await (const msg of messages) {
+    while (inflight >= lanes.concurrency) await new Promise<void>((r) => slotFreed.push(r));
+    inflight++;
+    const key = lanes.keyOf(msg);
+    const run: Promise<void> = (tails.get(key) ?? Promise.resolve())
+      .then(() => handleOne(msg, opts))
+      .finally(() => {
+        inflight--;
+        slotFreed.shift()?.();
+        if (tails.get(key) === run) tails.delete(key);
+      });
+    tails.set(key, run);
+  }
+  await Promise.all(tails.values());
 }
 
 async function handleOne<S extends z.ZodType>(msg: JsMsg, opts: ConsumeOptions<S>): Promise<void> {
