@@ -63,6 +63,20 @@ export function eventsTable(events: readonly AuditEvent[]): string {
   );
 }
 
+const EVENT_COLUMNS = [19, 13, 11, 28, 16] as const;
+
+function eventCells(cells: readonly string[]): string {
+  return cells.map((c, i) => (i < EVENT_COLUMNS.length ? c.padEnd(EVENT_COLUMNS[i] ?? 0) : c)).join("  ").trimEnd() + "\n";
+}
+
+/** Header of `events --follow`: the events table's columns at fixed widths, since rows arrive one by one. */
+export const EVENT_LINE_HEADER = eventCells(["AT", "ACTION", "KIND", "RESOURCE", "ACTOR", "GEN"]);
+
+/** One row of `events --follow`. */
+export function eventLine(e: AuditEvent): string {
+  return eventCells([time(e.at), e.action, e.resource.kind, e.resource.id, e.actorId, String(e.placementGeneration)]);
+}
+
 export function environmentsTable(environments: readonly Environment[]): string {
   return table(
     ["ID", "NAME", "IMAGE", "EGRESS", "SECRETS", "UPDATED"],

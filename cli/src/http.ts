@@ -49,6 +49,22 @@ export class ApiClient {
   }
 
   /**
+   * Sends a streamed body (chunked; never held in memory) and returns the
+   * successful response; an error answer is thrown as its ApiError.
+   */
+  async upload(method: string, path: string, body: ReadableStream<Uint8Array>, opts: { query?: Query; contentType?: string } = {}): Promise<Response> {
+    const headers = { authorization: this.authHeader, accept: "application/json", "content-type": opts.contentType ?? "application/octet-stream" };
+    let res: Response;
+    try {
+      res = await fetch(this.url(path, opts.query), { method, headers, body, duplex: "half" } as RequestInit);
+    } catch (err) {
+      throw unreachable(this.baseUrl, err);
+    }
+    if (!res.ok) throw await errorOf(res);
+    return res;
+  }
+
+  /**
    * Walks every page of a list endpoint by nextCursor, up to max items. The
    * next page is asked for with query parameter cursorParam (`cursor` for
    * sessions and runners; `since` for events, whose cursor is a stream position).

@@ -15,7 +15,7 @@ export type CliStdout = Writable & { isTTY?: boolean; columns?: number; rows?: n
 export interface CliIo {
   stdin: CliStdin;
   stdout: CliStdout;
-  stderr: Writable;
+  stderr: Writable & { isTTY?: boolean; columns?: number };
   env: CliEnv;
   /** Where SIGWINCH is observed; absent in tests, which never resize. */
   signals?: { on(signal: "SIGWINCH", fn: () => void): unknown; off(signal: "SIGWINCH", fn: () => void): unknown };

@@ -6,6 +6,8 @@ import { envCommand } from "./commands/environments.ts";
 import { createCommand, recycleCommand, restartCommand, resumeCommand, snapshotCommand, suspendCommand } from "./commands/lifecycle.ts";
 import { eventsCommand, getCommand, lsCommand, rmCommand } from "./commands/records.ts";
 import { runnerCommand, runnersCommand } from "./commands/runners.ts";
+import { tokenCommand } from "./commands/tokens.ts";
+import { cpCommand, diffCommand } from "./commands/workspace.ts";
 import { loadCliConfig } from "./config.ts";
 import { ApiError, ExitCode, UsageError, type CliIo } from "./io.ts";
 
@@ -26,6 +28,9 @@ export const commands: readonly Command[] = [
   runnersCommand,
   runnerCommand,
   eventsCommand,
+  cpCommand,
+  diffCommand,
+  tokenCommand,
 ];
 
 export function topHelp(): string {

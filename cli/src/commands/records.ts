@@ -1,6 +1,6 @@
-import { Api } from "@paddock/contracts";
+import { Api, AuditEvent, describeZodError } from "@paddock/contracts";
 import { apiOf, EventList, parseCommand, positionals, SessionAnswer, type Command } from "../command.ts";
-import { eventsTable, json, keyValues, sessionsTable } from "../format.ts";
+import { eventLine, EVENT_LINE_HEADER, eventsTable, json, keyValues, sessionsTable } from "../format.ts";
 import { ApiError, ExitCode, write } from "../io.ts";
 
 const sessionPath = (id: string) => `/v1/sessions/${encodeURIComponent(id)}`;
@@ -78,15 +78,24 @@ prints the id of each one deleted. Exits 1 if any deletion failed.
 
 export const eventsCommand: Command = {
   name: "events",
-  summary: "list audit events",
-  help: `usage: paddock events [--session ID] [--json]
+  summary: "list or follow audit events",
+  help: `usage: paddock events [--session ID] [--follow] [--json]
 
 Lists the workspace's audit events (every page), optionally of one session.
+  --session ID   only the events of session ID
+  -f, --follow   after the existing events, keep printing new ones as they
+                 are recorded, until interrupted (Ctrl-C)
+  --json         print a JSON array; with --follow, one JSON event per line
 `,
   async run(ctx, argv) {
-    const args = parseCommand(ctx, this, argv, { session: { type: "string" }, json: { type: "boolean" } });
+    const args = parseCommand(ctx, this, argv, {
+      session: { type: "string" },
+      follow: { type: "boolean", short: "f" },
+      json: { type: "boolean" },
+    });
     if (!args) return ExitCode.ok;
     positionals(this, args.positionals, []);
+    if (args.flags.follow) return followEvents(ctx, args.flags.session, args.flags.json === true);
     const events = await apiOf(ctx).listAll("/v1/events", EventList, (p) => p.events, {
       query: { sessionId: args.flags.session },
       cursorParam: "since",
@@ -95,3 +104,43 @@ Lists the workspace's audit events (every page), optionally of one session.
     return ExitCode.ok;
   },
 };
+
+/**
+ * Prints the NDJSON stream of GET /v1/events?follow=true line by line. It
+ * only ends when the gateway closes it (a restart): that is reported and
+ * exits 1, since events may follow that this run did not print.
+ */
+async function followEvents(ctx: Parameters<Command["run"]>[0], sessionId: string | undefined, asJson: boolean): Promise<number> {
+  const res = await apiOf(ctx).raw("GET", "/v1/events", { query: { sessionId, follow: true } });
+  if (!res.body) throw new ApiError("internal", "GET /v1/events: the gateway answered without a body");
+  if (!asJson) await write(ctx.io.stdout, EVENT_LINE_HEADER);
+  const decoder = new TextDecoder();
+  let buf = "";
+  const emit = async (line: string) => {
+    if (line.trim() === "") return;
+    let data: unknown;
+    try {
+      data = JSON.parse(line);
+    } catch {
+      throw new ApiError("internal", "GET /v1/events: the stream carried a line that is not JSON");
+    }
+    const parsed = AuditEvent.safeParse(data);
+    if (!parsed.success) throw new ApiError("internal", `GET /v1/events: unexpected event: ${describeZodError(parsed.error)}`);
+    await write(ctx.io.stdout, asJson ? JSON.stringify(parsed.data) + "\n" : eventLine(parsed.data));
+  };
+  try {
+    for await (const chunk of res.body) {
+      buf += decoder.decode(chunk as Uint8Array, { stream: true });
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) !== -1) {
+        await emit(buf.slice(0, nl));
+        buf = buf.slice(nl + 1);
+      }
+    }
+  } catch (err) {
+    if (err instanceof ApiError) throw err;
+    throw new ApiError("unavailable", "the connection to the gateway was lost while following events");
+  }
+  await emit(buf);
+  throw new ApiError("unavailable", "the gateway closed the event stream");
+}

@@ -41,6 +41,10 @@ export interface FakeGateway {
   /** The query of every terminal attach, in order. */
   readonly attaches: URLSearchParams[];
   readonly events: AuditEvent[];
+  /** Queries of every `GET /v1/events?follow=true`. */
+  readonly follows: URLSearchParams[];
+  /** Raw text the follow stream ends with (to test a malformed line). */
+  followTail: string;
   /** Every authenticated request with its parsed JSON body (undefined when empty). */
   readonly requests: Array<{ method: string; path: string; body: unknown }>;
   readonly environments: FakeEnvironments;
@@ -94,6 +98,8 @@ export async function startFakeGateway(): Promise<FakeGateway> {
     terminals,
     attaches,
     events: [],
+    follows: [],
+    followTail: "",
     requests: [],
     environments: new Map(),
     runners: new Map(),
@@ -140,6 +146,21 @@ export async function startFakeGateway(): Promise<FakeGateway> {
     if (req.method === "GET" && url.pathname === "/v1/events") {
       // Like the gateway: `since` is the cursor, and the query is strict.
       if (url.searchParams.has("cursor")) return fail(res, 400, { code: "invalid", message: "query: unknown key cursor" });
+      const followParam = url.searchParams.get("follow");
+      if (followParam !== null && followParam !== "true" && followParam !== "false") {
+        return fail(res, 400, { code: "invalid", message: 'query: follow: must be "true" or "false"' });
+      }
+      if (followParam === "true") {
+        if (url.searchParams.has("limit")) return fail(res, 400, { code: "invalid", message: "query: limit does not apply with follow=true" });
+        const sid = url.searchParams.get("sessionId");
+        if (sid !== null && !/^[A-Za-z0-9_-]{1,64}$/.test(sid)) return fail(res, 400, { code: "invalid", message: "query: sessionId: bad id" });
+        gw.follows.push(url.searchParams);
+        // NDJSON of the events so far, then the stream ends (as when the gateway restarts).
+        res.writeHead(200, { "content-type": "application/x-ndjson" });
+        for (const e of gw.events) if (sid === null || e.resource.id === sid) res.write(JSON.stringify(e) + "\n");
+        res.end(gw.followTail);
+        return;
+      }
       const from = Number(url.searchParams.get("since") ?? "0");
       const next = from + gw.pageSize < gw.events.length ? String(from + gw.pageSize) : undefined;
       return send(res, 200, { events: gw.events.slice(from, from + gw.pageSize), nextCursor: next });

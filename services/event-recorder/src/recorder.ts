@@ -1,18 +1,23 @@
-import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JsMsg } from "@nats-io/jetstream";
+import {
+  AckPolicy,
+  DeliverPolicy,
+  JetStreamError,
+  jetstream,
+  jetstreamManager,
+  type DirectBatchOptions,
+  type JetStreamClient,
+  type JetStreamManager,
+  type JsMsg,
+  type StoredMsg,
+} from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Counter, type Registry } from "prom-client";
-import {
-  AuditActionSchema,
-  AuditEvent,
-  Buckets,
-  kvStreamName,
-  Session,
-  Subjects,
-  ZERO_USAGE,
-  PaddockError,
-} from "@paddock/contracts";
-import { consumeTyped, encodeJson, type BusMetrics, type ConsumerHandle } from "@paddock/bus";
+import { AuditEvent, Buckets, Environment, kvStreamName, Runner, Session, Streams, Subjects } from "@paddock/contracts";
+import { consumeTyped, decodeJson, encodeJson, type BusMetrics, type ConsumerHandle } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
+import { environmentEvent, runnerEvent, sessionEvent } from "./derive.ts";
+
+export { environmentEvent, FLEET_WORKSPACE, runnerEvent, runnerEventId, sessionEvent } from "./derive.ts";
 
 export interface RecorderDeps {
   nc: NatsConnection;
@@ -21,38 +26,21 @@ export interface RecorderDeps {
   registry: Registry;
 }
 
-/** The durable all recorder replicas share on the sessions change feed. */
-export const SESSIONS_FEED_CONSUMER = "event-recorder";
-
 /**
- * The audit event a session revision commits. The record carries its own
- * fact (lastFact), so the event is derived from one write, never a second
- * independent one that could be lost.
+ * The durable all recorder replicas share, on each change feed (the stream of
+ * KV `sessions`, `environments` and `runners`). One name per stream: replicas
+ * pull from the same consumer, so each revision is handled by one of them at a time.
  */
-export function auditEventOf(s: Session): AuditEvent {
-  const action = AuditActionSchema.safeParse(s.lastFact.action);
-  if (!action.success) throw new PaddockError("invalid", "record carries an unknown action");
-  return {
-    id: s.lastFact.eventId,
-    workspaceId: s.workspaceId,
-    actorId: s.lastFact.actorId,
-    action: action.data,
-    resource: { kind: "session", workspaceId: s.workspaceId, id: s.id, creatorId: s.creatorId },
-    at: s.lastFact.at,
-    usage: ZERO_USAGE,
-    placementGeneration: s.placementGeneration,
-  };
-}
+export const FEED_CONSUMER = "event-recorder";
 
-function isDeleteMarker(msg: JsMsg): boolean {
+function isDeleteMarker(msg: { headers?: { get(k: string): string } | undefined; data: Uint8Array }): boolean {
   const op = msg.headers?.get("KV-Operation");
   return op === "DEL" || op === "PURGE" || msg.data.length === 0;
 }
 
-async function ensureFeedConsumer(nc: NatsConnection): Promise<void> {
-  const jsm = await jetstreamManager(nc);
-  await jsm.consumers.add(kvStreamName(Buckets.sessions), {
-    durable_name: SESSIONS_FEED_CONSUMER,
+async function ensureFeedConsumer(jsm: JetStreamManager, bucket: string): Promise<void> {
+  await jsm.consumers.add(kvStreamName(bucket), {
+    durable_name: FEED_CONSUMER,
     ack_policy: AckPolicy.Explicit,
     deliver_policy: DeliverPolicy.All,
     ack_wait: 30_000_000_000,
@@ -61,29 +49,161 @@ async function ensureFeedConsumer(nc: NatsConnection): Promise<void> {
   });
 }
 
+/** The KV subject of a key in a bucket (what the bucket's stream stores it under). */
+function kvSubject(bucket: string, key: string): string {
+  return `$KV.${bucket}.${key}`;
+}
+
 /**
- * Turns every revision of every session record into exactly one audit event:
- * published with the fact's event id as message id (AUDIT dedupes a republish
- * after a crash between publish and ack), and acked only after the publish is.
+ * The revision of `key` just before `revision`, undefined when none is
+ * retained or it is a delete marker: one direct "last for subject up to
+ * sequence" get on the bucket's stream.
+ */
+async function previousRunner(jsm: JetStreamManager, key: string, revision: number): Promise<Runner | undefined> {
+  if (revision <= 1) return undefined;
+  let iter;
+  try {
+    iter = await jsm.direct.getLastMessagesFor(kvStreamName(Buckets.runners), {
+      multi_last: [kvSubject(Buckets.runners, key)],
+      up_to_seq: revision - 1,
+    });
+    for await (const m of iter) {
+      if (isDeleteMarker({ headers: m.header, data: m.data })) return undefined;
+      const decoded = decodeJson(Runner, m.data);
+      return decoded.ok ? decoded.value : undefined;
+    }
+  } catch (err) {
+    if (err instanceof JetStreamError && (err as JetStreamError & { code?: unknown }).code === 404) return undefined;
+    throw err;
+  }
+  return undefined;
+}
+
+/** The time the server stored a message at, in ms: the same on every redelivery. */
+function storedAtMs(msg: JsMsg): number {
+  return Math.floor(Number(msg.info.timestampNanos) / 1_000_000);
+}
+
+/** How far the AUDIT server's clock may trail the KV server's (in a cluster they can differ). */
+const CLOCK_SKEW_MS = 60_000;
+
+/**
+ * Whether AUDIT already holds the event: its resource's subject is scanned
+ * from the time the revision was stored (the event was published after it).
+ * Only asked on a redelivery, where a crash between publish and ack may have
+ * left the event published — and the redelivery may come after AUDIT's 1 h
+ * duplicate window (a recorder down for longer), which alone would not drop it.
+ */
+async function alreadyRecorded(jsm: JetStreamManager, subject: string, id: string, sinceMs: number): Promise<boolean> {
+  let start: Date | number = new Date(Math.max(0, sinceMs - CLOCK_SKEW_MS));
+  for (;;) {
+    let count = 0;
+    try {
+      const opts: DirectBatchOptions = typeof start === "number" ? { seq: start, batch: 256, next_by_subj: subject } : { start_time: start, batch: 256, next_by_subj: subject };
+      const batch: AsyncIterable<StoredMsg> = await jsm.direct.getBatch(Streams.audit, opts);
+      for await (const m of batch) {
+        count += 1;
+        start = m.seq + 1;
+        const decoded = decodeJson(AuditEvent, m.data);
+        if (decoded.ok && decoded.value.id === id) return true;
+      }
+    } catch (err) {
+      if (count === 0 && err instanceof JetStreamError && (err as JetStreamError & { code?: unknown }).code === 404) return false;
+      throw err;
+    }
+    if (count < 256) return false;
+  }
+}
+
+async function publish(js: JetStreamClient, jsm: JetStreamManager, event: AuditEvent, msg: JsMsg): Promise<void> {
+  const subject = Subjects.audit(event.workspaceId, event.resource.kind, event.resource.id);
+  if (msg.info.deliveryCount > 1 && (await alreadyRecorded(jsm, subject, event.id, storedAtMs(msg)))) return;
+  // The event id is the message id: a republish after a crash between publish
+  // and ack is dropped by AUDIT's duplicate window.
+  await js.publish(subject, encodeJson(AuditEvent, event), { msgID: event.id });
+}
+
+/**
+ * Turns every committed fact into exactly one audit event. Each change feed
+ * (the stream behind a KV bucket) is the outbox: a session or environment
+ * revision carries its own fact (lastFact); a runner revision's fact is
+ * derived from it and the previous revision. Published with a deterministic
+ * id, acked only after the publish is.
  */
 export async function createRecorder(deps: RecorderDeps): Promise<{ stop(): Promise<void> }> {
   const js = jetstream(deps.nc);
-  const recorded = new Counter({ name: "paddock_audit_events_total", help: "Audit events published", registers: [deps.registry] });
-  await ensureFeedConsumer(deps.nc);
-  const handle: ConsumerHandle = await consumeTyped(js, {
-    stream: kvStreamName(Buckets.sessions),
-    consumer: SESSIONS_FEED_CONSUMER,
-    schema: Session,
-    metrics: deps.bus,
-    log: deps.log,
-    skip: isDeleteMarker,
-    handler: async (session) => {
-      const event = auditEventOf(session);
-      await js.publish(Subjects.audit(event.workspaceId, event.resource.kind, event.resource.id), encodeJson(AuditEvent, event), {
-        msgID: event.id,
-      });
-      recorded.inc();
-    },
+  const jsm = await jetstreamManager(deps.nc);
+  const recorded = new Counter({
+    name: "paddock_audit_events_total",
+    help: "Audit events published (including republishes AUDIT deduplicated)",
+    labelNames: ["kind"],
+    registers: [deps.registry],
   });
-  return { stop: () => handle.stop() };
+  const gaps = new Counter({
+    name: "paddock_audit_runner_gaps_total",
+    help: "Runner revisions whose previous revision was no longer retained, so no event could be derived",
+    registers: [deps.registry],
+  });
+  for (const bucket of [Buckets.sessions, Buckets.environments, Buckets.runners]) await ensureFeedConsumer(jsm, bucket);
+
+  const handles: ConsumerHandle[] = [];
+  try {
+    handles.push(
+      await consumeTyped(js, {
+        stream: kvStreamName(Buckets.sessions),
+        consumer: FEED_CONSUMER,
+        schema: Session,
+        metrics: deps.bus,
+        log: deps.log,
+        skip: isDeleteMarker,
+        // Revisions of one record stay in order (one lane per key); records are independent.
+        lanes: { concurrency: 64, keyOf: (msg) => msg.subject },
+        handler: async (session, msg) => {
+          await publish(js, jsm, sessionEvent(session), msg);
+          recorded.inc({ kind: "session" });
+        },
+      }),
+    );
+    handles.push(
+      await consumeTyped(js, {
+        stream: kvStreamName(Buckets.environments),
+        consumer: FEED_CONSUMER,
+        schema: Environment,
+        metrics: deps.bus,
+        log: deps.log,
+        skip: isDeleteMarker,
+        handler: async (env, msg) => {
+          await publish(js, jsm, environmentEvent(env), msg);
+          recorded.inc({ kind: "environment" });
+        },
+      }),
+    );
+    handles.push(
+      await consumeTyped(js, {
+        stream: kvStreamName(Buckets.runners),
+        consumer: FEED_CONSUMER,
+        schema: Runner,
+        metrics: deps.bus,
+        log: deps.log,
+        skip: isDeleteMarker,
+        handler: async (runner, msg) => {
+          const key = msg.subject.slice(`$KV.${Buckets.runners}.`.length);
+          const prev = await previousRunner(jsm, key, msg.seq);
+          const derived = runnerEvent(prev, runner, msg.seq, storedAtMs(msg));
+          if (derived.kind === "gap") {
+            gaps.inc();
+            deps.log.warn({ runnerId: runner.id, poolId: runner.poolId, revision: msg.seq }, "runner revision without a retained predecessor: no event");
+            return;
+          }
+          if (derived.kind === "none") return;
+          await publish(js, jsm, derived.event, msg);
+          recorded.inc({ kind: "runner" });
+        },
+      }),
+    );
+  } catch (err) {
+    await Promise.all(handles.map((h) => h.stop()));
+    throw err;
+  }
+  return { stop: async () => void (await Promise.all(handles.map((h) => h.stop()))) };
 }

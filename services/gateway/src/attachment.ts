@@ -4,6 +4,7 @@ import type { RawData, WebSocket } from "ws";
 import {
   type AttachMode,
   ClientFrame,
+  CLOSE_REVOKED,
   CLOSE_SLOW_CLIENT,
   CLOSE_SUPERSEDED,
   encodeOutputFrame,
@@ -18,8 +19,11 @@ import {
   type SessionState,
 } from "@paddock/contracts";
 import { encodeJson } from "@paddock/bus";
+import type { Principal } from "./auth.ts";
 import type { GatewayContext } from "./context.ts";
+import { FrameBudget } from "./limits.ts";
 import type { Watcher } from "./presence.ts";
+import type { Revocable } from "./revocation.ts";
 import { ScreenEmulator } from "./snapshot.ts";
 import { exitCodeOf, firstSeqOf, placementGenerationOf } from "./termlog.ts";
 
@@ -78,6 +82,8 @@ export class ClaimWatch {
 export interface AttachGrant {
   /** Who attached; status refreshes read the record with it. */
   scope: Scope;
+  /** The token the socket lives by: revoked or expired, the socket is closed (4003). */
+  principal: Principal;
   session: Session;
   app: string;
   mode: AttachMode;
@@ -92,10 +98,12 @@ export interface AttachGrant {
 type Outcome = { kind: "exit"; code: number | null } | { kind: "stopped" };
 
 /** One terminal WebSocket: hello, replay + live output, controller input, supersede, status. */
-export class Attachment implements Watcher {
+export class Attachment implements Watcher, Revocable {
   readonly sessionId: string;
   readonly workspaceId: string;
   readonly scope: Scope;
+  readonly tokenHash: string;
+  private readonly budget: FrameBudget;
   state: SessionState;
   private closed = false;
   private superseded = false;
@@ -114,6 +122,8 @@ export class Attachment implements Watcher {
     this.sessionId = grant.session.id;
     this.workspaceId = grant.session.workspaceId;
     this.scope = grant.scope;
+    this.tokenHash = grant.principal.tokenHash;
+    this.budget = new FrameBudget(ctx.deps.config.wsInputFramesPerSecond, ctx.deps.now);
     this.state = grant.session.state;
     this.inputSubject = Subjects.input(grant.session.id, grant.app);
     this.termSubject = Subjects.term(grant.session.id, grant.app);
@@ -165,6 +175,13 @@ export class Attachment implements Watcher {
   /** The session's state changed while attached. */
   sendStatus(state: SessionState): void {
     this.sendFrame({ type: "status", state });
+  }
+
+  /** The token this socket was opened with was revoked or expired: tell the client, close with 4003. */
+  revoke(reason: string): void {
+    if (this.closed) return;
+    this.sendFrame({ type: "error", code: "unauthenticated", message: reason });
+    this.close(CLOSE_REVOKED, reason);
   }
 
   /** Closes the socket (1001) because the gateway stops. */
@@ -262,6 +279,16 @@ export class Attachment implements Watcher {
     const { metrics } = this.ctx.deps;
     if (this.closed || this.superseded) {
       metrics.inputDropped.inc({ reason: "closed" });
+      return;
+    }
+    // Every frame counts, text or binary, viewer or controller; the excess is dropped, the socket stays.
+    const budget = this.budget.take();
+    if (budget !== "ok") {
+      metrics.inputDropped.inc({ reason: "rate_limited" });
+      if (budget === "warn") {
+        const perSecond = this.ctx.deps.config.wsInputFramesPerSecond;
+        this.sendFrame({ type: "error", code: "rate_limited", message: `more than ${perSecond} input frames per second: the excess is dropped` });
+      }
       return;
     }
     const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);

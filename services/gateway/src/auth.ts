@@ -46,6 +46,14 @@ export function lazyKv(nc: NatsConnection, bucket: string): () => Promise<KV> {
 
 const BEARER = /^Bearer ([\x21-\x7e]{1,4096})$/;
 
+/** An authenticated caller: the scope sent to the scheduler, plus what the gateway keeps to itself. */
+export interface Principal {
+  scope: Scope;
+  /** KV `tokens` key of the token: rate limits and revocation of open sockets are keyed by it. */
+  tokenHash: string;
+  expiresAt?: number | undefined;
+}
+
 /**
  * Resolves an Authorization header to a scope. Missing, malformed, unknown and
  * expired tokens are all the same `unauthenticated` (no oracle on which).
@@ -55,17 +63,31 @@ export async function authenticate(
   authorization: string | undefined,
   now: () => number,
 ): Promise<Scope> {
+  return (await authenticatePrincipal(tokens, authorization, now)).scope;
+}
+
+export async function authenticatePrincipal(
+  tokens: () => Promise<KV>,
+  authorization: string | undefined,
+  now: () => number,
+): Promise<Principal> {
   const m = authorization === undefined ? null : BEARER.exec(authorization);
   const token = m?.[1];
   if (!token) throw new UnauthenticatedError();
-  const entry = await (await tokens()).get(hashToken(token));
+  return principalOfHash(tokens, hashToken(token), now);
+}
+
+/** The principal of a token hash as KV holds it NOW: revoked (deleted), unknown and expired are unauthenticated. */
+export async function principalOfHash(tokens: () => Promise<KV>, tokenHash: string, now: () => number): Promise<Principal> {
+  const entry = await (await tokens()).get(tokenHash);
   if (!entry || entry.operation !== "PUT") throw new UnauthenticatedError();
   const decoded = decodeJson(TokenRecord, entry.value);
   if (!decoded.ok) throw new UnauthenticatedError();
   const record = decoded.value;
   if (record.expiresAt !== undefined && record.expiresAt <= now()) throw new UnauthenticatedError("token expired");
   // A session's own service token: the scheduler makes this principal's creates children of it.
-  return { workspaceId: record.workspaceId, actor: record.actor, ...(record.sessionId !== undefined ? { sessionId: record.sessionId } : {}) };
+  const scope: Scope = { workspaceId: record.workspaceId, actor: record.actor, ...(record.sessionId !== undefined ? { sessionId: record.sessionId } : {}) };
+  return { scope, tokenHash, expiresAt: record.expiresAt };
 }
 
 /**
@@ -85,6 +107,12 @@ export const Action = {
   attachViewer: "session.attach_viewer",
   attachController: "session.attach_controller",
   readLog: "session.read_log",
+  /** Write files into the sandbox (PUT /workspace): the creator or an admin. */
+  pushWorkspace: "session.workspace_push",
+  /** Read files out of the sandbox (GET /workspace): any member. */
+  pullWorkspace: "session.workspace_pull",
+  /** Read the per-repository diff (GET /diff): any member. */
+  readDiff: "session.diff",
   readEvents: "events.read",
   listRunners: "runner.list",
   getRunner: "runner.get",
@@ -94,6 +122,11 @@ export const Action = {
   getEnvironment: "environment.get",
   updateEnvironment: "environment.update",
   deleteEnvironment: "environment.delete",
+  /** Mint an API token for oneself (users only; a service principal never). */
+  createToken: "token.create",
+  listTokens: "token.list",
+  /** Revoke a token: its own actor, or a workspace admin. */
+  revokeToken: "token.revoke",
 } as const;
 export type Action = (typeof Action)[keyof typeof Action];
 
@@ -101,7 +134,8 @@ export type Action = (typeof Action)[keyof typeof Action];
 export type Resource =
   | { kind: "workspace"; workspaceId: string }
   | { kind: "session"; workspaceId: string; id: string; creatorId: string }
-  | { kind: "environment"; workspaceId: string; id: string };
+  | { kind: "environment"; workspaceId: string; id: string }
+  | { kind: "token"; workspaceId: string; id: string; creatorId: string };
 
 /** Actions only the resource's creator or a workspace admin may take. */
 const ownerActions: ReadonlySet<Action> = new Set([
@@ -112,7 +146,12 @@ const ownerActions: ReadonlySet<Action> = new Set([
   Action.snapshotSession,
   Action.recycleSession,
   Action.restartApp,
+  Action.pushWorkspace,
+  Action.revokeToken,
 ]);
+
+/** Actions a service principal (a session's token, a runner) may never take, whatever its membership. */
+const userOnlyActions: ReadonlySet<Action> = new Set([Action.createToken]);
 
 /** Actions only a workspace admin may take (environments have no creator; runners are the fleet's). */
 const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment, Action.setRunnerState]);
@@ -138,6 +177,9 @@ export class Authorizer {
     if (resource.workspaceId !== scope.workspaceId) {
       throw new NotFoundError(resource.kind === "workspace" ? "workspace" : resource.kind);
     }
+    if (userOnlyActions.has(action) && (scope.actor.kind !== "user" || scope.sessionId !== undefined)) {
+      throw new ForbiddenError(`${action} is not allowed to a service principal`);
+    }
     if (sessionPrincipalMay(scope, action, resource)) return;
     const entry = await (await this.members()).get(memberKey(scope.workspaceId, scope.actor.id));
     const decoded = entry && entry.operation === "PUT" ? decodeJson(Membership, entry.value) : undefined;
@@ -148,7 +190,7 @@ export class Authorizer {
     if (membership.role === "admin") return;
     if (adminActions.has(action)) throw new ForbiddenError(`${action} needs a workspace admin`);
     if (!ownerActions.has(action)) return;
-    if (resource.kind === "session" && resource.creatorId === scope.actor.id) return;
+    if ((resource.kind === "session" || resource.kind === "token") && resource.creatorId === scope.actor.id) return;
     throw new ForbiddenError(`${action} needs the resource's creator or a workspace admin`);
   }
 }

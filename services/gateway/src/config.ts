@@ -20,8 +20,27 @@ export const GatewayEnv = z.object({
   PADDOCK_WS_SEND_BUFFER_BYTES: bytes.default(8 * 1024 * 1024),
   /** Timeout of each gateway → scheduler request. */
   PADDOCK_RPC_TIMEOUT_MS: envSchemas.positiveMs.default(5_000),
+  /** Largest gzipped tar a workspace PUT may send; more is 413 too_large (reading stops). */
+  PADDOCK_MAX_UPLOAD_BYTES: bytes.default(1024 * 1024 * 1024),
+  /** Timeout of a workspace push, pull or diff on the runner (it extracts or packs the whole archive). */
+  PADDOCK_WORKSPACE_RPC_TIMEOUT_MS: envSchemas.positiveMs.default(120_000),
   /** Presence heartbeat period per session while terminal clients are attached here. */
   PADDOCK_PRESENCE_INTERVAL_MS: envSchemas.positiveMs.default(5_000),
+  /**
+   * Browser origins allowed to open the terminal WebSocket (comma list, exact
+   * `scheme://host[:port]`). An upgrade with any other Origin is 403; empty allows
+   * none. Clients that send no Origin (CLI, services) are not affected.
+   */
+  PADDOCK_ALLOWED_ORIGINS: z
+    .string()
+    .default("")
+    .transform((v) => v.split(",").map((o) => o.trim().toLowerCase()).filter((o) => o !== "")),
+  /** Input frames (binary or text) a terminal socket may send per second; the excess is dropped with a `rate_limited` frame. */
+  PADDOCK_WS_INPUT_FRAMES_PER_SECOND: z.coerce.number().int().positive().default(200),
+  /** Terminal sockets one session may have open through one gateway replica; more is 429 before the upgrade. */
+  PADDOCK_MAX_ATTACH_PER_SESSION: z.coerce.number().int().positive().default(32),
+  /** Creates (sessions and tokens) per minute per token, per replica; more is 429 `rate_limited` with Retry-After. */
+  PADDOCK_CREATES_PER_MINUTE: z.coerce.number().int().positive().default(600),
 });
 
 export interface GatewayConfig {
@@ -42,6 +61,12 @@ export interface GatewayConfig {
   wsSendBufferBytes: number;
   rpcTimeoutMs: number;
   presenceIntervalMs: number;
+  maxUploadBytes: number;
+  workspaceRpcTimeoutMs: number;
+  allowedOrigins: string[];
+  wsInputFramesPerSecond: number;
+  maxAttachPerSession: number;
+  createsPerMinute: number;
 }
 
 export function loadConfig(env: Record<string, string | undefined>): GatewayConfig {
@@ -64,6 +89,12 @@ export function loadConfig(env: Record<string, string | undefined>): GatewayConf
     wsSendBufferBytes: e.PADDOCK_WS_SEND_BUFFER_BYTES,
     rpcTimeoutMs: e.PADDOCK_RPC_TIMEOUT_MS,
     presenceIntervalMs: e.PADDOCK_PRESENCE_INTERVAL_MS,
+    maxUploadBytes: e.PADDOCK_MAX_UPLOAD_BYTES,
+    workspaceRpcTimeoutMs: e.PADDOCK_WORKSPACE_RPC_TIMEOUT_MS,
+    allowedOrigins: e.PADDOCK_ALLOWED_ORIGINS,
+    wsInputFramesPerSecond: e.PADDOCK_WS_INPUT_FRAMES_PER_SECOND,
+    maxAttachPerSession: e.PADDOCK_MAX_ATTACH_PER_SESSION,
+    createsPerMinute: e.PADDOCK_CREATES_PER_MINUTE,
   };
 }
 

@@ -18,8 +18,9 @@ import {
   type Session,
 } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
-import { authenticate, Authorizer, lazyKv, type Resource } from "./auth.ts";
+import { authenticatePrincipal, Authorizer, lazyKv, principalOfHash, type Principal, type Resource } from "./auth.ts";
 import type { GatewayConfig } from "./config.ts";
+import { WindowLimiter } from "./limits.ts";
 import type { GatewayMetrics } from "./metrics.ts";
 import { parseWith } from "./http.ts";
 
@@ -33,9 +34,19 @@ export interface GatewayDeps {
   newId: () => string;
   /** Runs fn every ms until the returned stop is called (presence heartbeats); default: an unref'd setInterval. */
   every?: Every;
+  /** Runs fn once after ms unless the returned cancel is called (token expiry on open sockets); default: an unref'd setTimeout. */
+  after?: After;
 }
 
 export type Every = (ms: number, fn: () => void) => () => void;
+export type After = (ms: number, fn: () => void) => () => void;
+
+export const realAfter: After = (ms, fn) => {
+  // setTimeout caps at 2^31-1 ms; a longer wait fires early and the caller re-checks the clock.
+  const timer = setTimeout(fn, Math.min(ms, 2 ** 31 - 1));
+  timer.unref();
+  return () => clearTimeout(timer);
+};
 
 export const realEvery: Every = (ms, fn) => {
   const timer = setInterval(fn, ms);
@@ -46,12 +57,17 @@ export const realEvery: Every = (ms, fn) => {
 /** Shared by every route: the deps plus authentication, the Authorizer and the scheduler calls. */
 export class GatewayContext {
   readonly authorizer: Authorizer;
-  private readonly tokens: () => Promise<KV>;
+  readonly tokens: () => Promise<KV>;
+  /** Creates (sessions, tokens) per minute per token. */
+  readonly creates: WindowLimiter;
+  readonly after: After;
   private jsmOpening: Promise<JetStreamManager> | undefined;
 
   constructor(readonly deps: GatewayDeps) {
     this.tokens = lazyKv(deps.nc, Buckets.tokens);
     this.authorizer = new Authorizer(lazyKv(deps.nc, Buckets.members));
+    this.creates = new WindowLimiter(deps.config.createsPerMinute, 60_000, deps.now);
+    this.after = deps.after ?? realAfter;
   }
 
   /** The JetStream manager, created once (direct gets read TERM and AUDIT). */
@@ -63,8 +79,18 @@ export class GatewayContext {
     return this.jsmOpening;
   }
 
-  authenticate(req: IncomingMessage): Promise<Scope> {
-    return authenticate(this.tokens, req.headers.authorization, this.deps.now);
+  async authenticate(req: IncomingMessage): Promise<Scope> {
+    return (await this.principal(req)).scope;
+  }
+
+  /** The caller with its token hash (rate limits, revocation of open sockets). */
+  principal(req: IncomingMessage): Promise<Principal> {
+    return authenticatePrincipal(this.tokens, req.headers.authorization, this.deps.now);
+  }
+
+  /** The principal of a token hash as KV holds it now (re-checks at ticket use and on token changes). */
+  principalOfHash(tokenHash: string): Promise<Principal> {
+    return principalOfHash(this.tokens, tokenHash, this.deps.now);
   }
 
   call<R extends Rpc<z.ZodType, z.ZodType>>(rpc: R, request: z.input<R["request"]>): Promise<z.infer<R["result"]>> {

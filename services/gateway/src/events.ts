@@ -1,7 +1,8 @@
 import type { ServerResponse } from "node:http";
 import { z } from "zod";
+import { DeliverPolicy, jetstream, type ConsumerMessages } from "@nats-io/jetstream";
 import { decodeJson } from "@paddock/bus";
-import { AuditEvent, Id, Streams, Subjects, type Scope } from "@paddock/contracts";
+import { AuditEvent, Id, InvalidError, Streams, Subjects, type Scope } from "@paddock/contracts";
 import { Action } from "./auth.ts";
 import { resolveApp, sessionResource, workspaceResource, type GatewayContext } from "./context.ts";
 import { parseWith, queryObject, route, type Route } from "./http.ts";
@@ -14,7 +15,15 @@ const QuerySeq = z
   .transform(Number)
   .default(0);
 
-export const EventsQuery = z.object({ sessionId: Id.optional(), since: QuerySeq, limit: QueryLimit }).strict();
+/** `follow=true`: stream NDJSON from `since`, then live, until the client goes away. */
+const QueryFollow = z.enum(["true", "false"], { message: 'must be "true" or "false"' }).transform((v) => v === "true").default(false);
+
+export const EventsQuery = z
+  .object({ sessionId: Id.optional(), since: QuerySeq, limit: QueryLimit, follow: QueryFollow })
+  .strict();
+
+/** Content type of `GET /v1/events?follow=true`: one AuditEvent JSON object per line. */
+export const NDJSON = "application/x-ndjson";
 export const LogQuery = z.object({ app: Id.optional(), since: QuerySeq }).strict();
 
 /** Response header of the log route: the cursor of the last chunk included (resume with ?since). */
@@ -45,11 +54,58 @@ export function eventRoutes(ctx: GatewayContext): Route[] {
     return Subjects.audit(scope.workspaceId, "session", session.id);
   };
 
+  const decodeEvent = (scope: Scope, m: { seq: number; subject: string; data: Uint8Array }): AuditEvent | undefined => {
+    const decoded = decodeJson(AuditEvent, m.data);
+    if (!decoded.ok || decoded.value.workspaceId !== scope.workspaceId) {
+      metrics.bus.invalidMessages.inc({ subject: Streams.audit });
+      log.warn({ seq: m.seq, subject: m.subject }, "audit event skipped: breaks its contract");
+      return undefined;
+    }
+    return decoded.value;
+  };
+
+  /**
+   * Streams the caller's events after `since` and then live, as NDJSON, until
+   * the client disconnects (or the gateway stops): an ordered consumer on
+   * AUDIT filtered to the subject the visibility check allowed. Everything
+   * that can fail with a typed error (auth, query, consumer creation) has
+   * happened before the 200 is written.
+   */
+  const followEvents = async (scope: Scope, subject: string, since: number, res: ServerResponse): Promise<void> => {
+    const consumer = await jetstream(ctx.deps.nc).consumers.get(Streams.audit, {
+      filter_subjects: [subject],
+      ...(since > 0 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: since + 1 } : { deliver_policy: DeliverPolicy.All }),
+    });
+    const messages: ConsumerMessages = await consumer.consume({ max_messages: 256 });
+    const stop = () => void messages.close();
+    res.once("close", stop);
+    try {
+      res.writeHead(200, { "content-type": NDJSON, "cache-control": "no-store", "x-content-type-options": "nosniff" });
+      res.flushHeaders();
+      for await (const m of messages) {
+        if (res.destroyed) break;
+        const event = decodeEvent(scope, m);
+        if (!event) continue;
+        if (!res.write(JSON.stringify(event) + "\n")) await drainOrClose(res);
+      }
+    } finally {
+      res.off("close", stop);
+      await messages.close();
+      if (!res.destroyed) res.end();
+    }
+  };
+
   return [
     route("GET", "/v1/events", async ({ req, res, query }) => {
       const scope = await ctx.authenticate(req);
-      const q = parseWith(EventsQuery, queryObject(query), "query");
+      const raw = queryObject(query);
+      const q = parseWith(EventsQuery, raw, "query");
+      if (q.follow && raw.limit !== undefined) throw new InvalidError("query: limit does not apply with follow=true");
       const subject = await auditSubject(scope, q.sessionId);
+      if (q.follow) {
+        await followEvents(scope, subject, q.since, res);
+        return;
+      }
       const jsm = await ctx.jsm();
       const events: AuditEvent[] = [];
       let lastSeq = 0;
@@ -60,13 +116,8 @@ export function eventRoutes(ctx: GatewayContext): Route[] {
           break;
         }
         lastSeq = m.seq;
-        const decoded = decodeJson(AuditEvent, m.data);
-        if (!decoded.ok || decoded.value.workspaceId !== scope.workspaceId) {
-          metrics.bus.invalidMessages.inc({ subject: Streams.audit });
-          log.warn({ seq: m.seq, subject: m.subject }, "audit event skipped: breaks its contract");
-          continue;
-        }
-        events.push(decoded.value);
+        const event = decodeEvent(scope, m);
+        if (event) events.push(event);
       }
       const body = { events, ...(more ? { nextCursor: String(lastSeq) } : {}) };
       const text = JSON.stringify(body);

@@ -6,9 +6,12 @@ import { environmentRoutes } from "./environments.ts";
 import { eventRoutes } from "./events.ts";
 import { matchRoute, sendError, sendJson, type Route } from "./http.ts";
 import { lifecycleRoutes } from "./lifecycle.ts";
+import { RateLimitedError } from "./limits.ts";
 import { runnerRoutes } from "./runners.ts";
 import { sessionRoutes } from "./sessions.ts";
+import { tokenRoutes } from "./tokens.ts";
 import { TerminalHub } from "./terminal.ts";
+import { workspaceRoutes } from "./workspace.ts";
 
 export interface Gateway {
   /** Binds the public API; resolves with the bound port (useful with port 0). */
@@ -27,7 +30,7 @@ export interface Gateway {
  */
 export function createGateway(deps: GatewayDeps): Gateway {
   const ctx = new GatewayContext(deps);
-  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx)];
+  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx), ...workspaceRoutes(ctx), ...tokenRoutes(ctx)];
   const terminals = new TerminalHub(ctx);
   const { log, metrics, nc } = deps;
   let listening = false;
@@ -62,7 +65,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     } catch (err) {
       if (!(err instanceof PaddockError)) log.error({ err, reqId, route: routeName }, "request failed");
       // A body we refused to read fully: close the connection rather than drain it.
-      sendError(res, err, err instanceof TooLargeError ? { connection: "close" } : {});
+      sendError(res, err, err instanceof TooLargeError ? { connection: "close" } : err instanceof RateLimitedError ? { "retry-after": String(err.retryAfterS) } : {});
     } finally {
       metrics.httpRequests.inc({ route: routeName, status: String(res.statusCode) });
       log.debug(

@@ -34,10 +34,12 @@ export function sessionRoutes(ctx: GatewayContext): Route[] {
   const { config } = ctx.deps;
   return [
     route("POST", "/v1/sessions", async ({ req, res, query }) => {
-      const scope = await ctx.authenticate(req);
+      const { scope, tokenHash } = await ctx.principal(req);
       parseWith(NoQuery, queryObject(query), "query");
       await ctx.authorizer.authorize(scope, Action.createSession, workspaceResource(scope));
       const body = parseWith(CreateSessionBody, await readJsonBody(req, config.maxBodyBytes), "body");
+      // Counted once the create is valid and allowed: a refused request spends nothing.
+      ctx.creates.check(tokenHash, "session creates");
       const { session, replayed } = await ctx.call(Api.createSession, { scope, body });
       sendJson(res, replayed ? 200 : 201, session);
     }),

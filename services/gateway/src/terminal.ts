@@ -2,12 +2,28 @@ import { STATUS_CODES, type IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { headers } from "@nats-io/transport-node";
 import { WebSocketServer } from "ws";
-import { Api, AttachQuery, Headers, NotFoundError, PaddockError, Streams, Subjects } from "@paddock/contracts";
-import { Action } from "./auth.ts";
+import {
+  Api,
+  AttachQuery,
+  ForbiddenError,
+  Headers,
+  Id,
+  InvalidError,
+  NotFoundError,
+  PaddockError,
+  Streams,
+  Subjects,
+  type AttachMode,
+  type Session,
+} from "@paddock/contracts";
+import { Action, type Principal } from "./auth.ts";
 import { Attachment, ClaimWatch, type AttachGrant } from "./attachment.ts";
 import { resolveApp, sessionResource, type GatewayContext } from "./context.ts";
 import { errorResponse, parseWith, queryObject } from "./http.ts";
+import { RateLimitedError } from "./limits.ts";
 import { PresenceTracker } from "./presence.ts";
+import { TokenGuard } from "./revocation.ts";
+import { consumeTicket } from "./tokens.ts";
 import { lastSeqOf } from "./termlog.ts";
 
 const KEEPALIVE_MS = 30_000;
@@ -19,10 +35,14 @@ export class TerminalHub {
   private readonly attachments = new Set<Attachment>();
   private readonly pending = new Set<Duplex>();
   private readonly keepalive: NodeJS.Timeout;
+  /** Sockets per session, open or being prepared (the per-session attach limit). */
+  private readonly slots = new Map<string, number>();
   readonly presence: PresenceTracker;
+  readonly guard: TokenGuard;
 
   constructor(private readonly ctx: GatewayContext) {
     this.presence = new PresenceTracker(ctx);
+    this.guard = new TokenGuard(ctx);
     this.wss = new WebSocketServer({ noServer: true, maxPayload: ctx.deps.config.wsMaxPayloadBytes, clientTracking: false });
     // Dead peers (no close, no FIN) would hold a consumer forever: ping, and drop the silent.
     this.keepalive = setInterval(() => {
@@ -40,17 +60,21 @@ export class TerminalHub {
         this.pending.delete(socket);
         if (socket.destroyed) {
           grant.claims?.stop();
+          this.release(grant.session.id);
           return;
         }
-        this.ctx.deps.metrics.wsAttaches.inc({ mode, outcome: "ok" });
+        this.ctx.deps.metrics.wsAttaches.inc({ mode: grant.mode, outcome: "ok" });
         this.wss.handleUpgrade(req, socket, head, (ws) => {
           const a = new Attachment(this.ctx, ws, grant, (done) => {
             this.attachments.delete(done);
             this.presence.leave(done);
+            this.guard.remove(done);
+            this.release(done.sessionId);
           });
           this.attachments.add(a);
           this.presence.join(a);
           a.start();
+          this.guard.add(a, grant.principal.expiresAt);
         });
       },
       (err: unknown) => {
@@ -67,14 +91,73 @@ export class TerminalHub {
     const url = new URL(req.url ?? "/", "http://gateway");
     const m = TERMINAL_PATH.exec(url.pathname);
     if (!m || req.method !== "GET") throw new NotFoundError("endpoint");
-    const scope = await this.ctx.authenticate(req);
-    const query = parseWith(AttachQuery, queryObject(url.searchParams), "query");
+    // A browser page may only open a terminal from an allowed origin (the cookie-less
+    // ticket still must not be usable from any site that gets hold of one).
+    const origin = req.headers.origin;
+    if (origin !== undefined && !this.ctx.deps.config.allowedOrigins.includes(origin.toLowerCase())) {
+      throw new ForbiddenError("origin not allowed");
+    }
+    const raw = queryObject(url.searchParams);
+    if ("token" in raw || "access_token" in raw) {
+      throw new InvalidError("query: never put a token in a URL: send the Authorization header, or use an attach ticket (?ticket=)");
+    }
+    // From here on a token change must reach this socket: the watch runs before authentication.
+    await this.guard.ready();
+    let principal: Principal;
+    let query: AttachQuery;
+    let mode: AttachMode;
+    if (raw.ticket !== undefined) {
+      if (req.headers.authorization !== undefined) throw new InvalidError("give the Authorization header or ?ticket=, not both");
+      // Validate before spending the ticket: a typo must not burn it.
+      query = parseWith(AttachQuery, raw, "query");
+      const t = await consumeTicket(this.ctx, raw.ticket, parseWith(Id, m[1], "session id"));
+      if (raw.mode !== undefined && raw.mode !== t.mode) throw new InvalidError(`query: mode: the ticket is for ${t.mode}`);
+      principal = t.principal;
+      mode = t.mode;
+    } else {
+      principal = await this.ctx.principal(req);
+      query = parseWith(AttachQuery, raw, "query");
+      mode = query.mode;
+    }
+    const { scope } = principal;
+    // Re-checked here even with a ticket: the policy at use decides, not the one at issue.
     const current = await this.ctx.getSession(scope, m[1]);
-    const action = query.mode === "controller" ? Action.attachController : Action.attachViewer;
+    const action = mode === "controller" ? Action.attachController : Action.attachViewer;
     await this.ctx.authorizer.authorize(scope, action, sessionResource(current));
+    this.reserve(current.id);
+    try {
+      return { ...(await this.grantFor(principal, current, query, mode)), principal };
+    } catch (err) {
+      this.release(current.id);
+      throw err;
+    }
+  }
+
+  /** Takes one of the session's attach slots, or refuses (429) when all are taken. */
+  private reserve(sessionId: string): void {
+    const used = this.slots.get(sessionId) ?? 0;
+    if (used >= this.ctx.deps.config.maxAttachPerSession) {
+      throw new RateLimitedError(`at most ${this.ctx.deps.config.maxAttachPerSession} terminal connections per session`, 1);
+    }
+    this.slots.set(sessionId, used + 1);
+  }
+
+  private release(sessionId: string): void {
+    const used = (this.slots.get(sessionId) ?? 0) - 1;
+    if (used > 0) this.slots.set(sessionId, used);
+    else this.slots.delete(sessionId);
+  }
+
+  private async grantFor(
+    principal: Principal,
+    current: Session,
+    query: AttachQuery,
+    mode: AttachMode,
+  ): Promise<Omit<AttachGrant, "principal">> {
+    const { scope } = principal;
     const app = resolveApp(current, query.app);
     const jsm = await this.ctx.jsm();
-    if (query.mode === "viewer") {
+    if (mode === "viewer") {
       return {
         scope,
         session: current,
@@ -113,6 +196,7 @@ export class TerminalHub {
   /** Closes every terminal socket (1001) and refuses pending upgrades. */
   close(): void {
     clearInterval(this.keepalive);
+    this.guard.stop();
     for (const a of [...this.attachments]) a.shutdown();
     for (const s of this.pending) s.destroy();
     this.wss.close();

@@ -13,7 +13,7 @@ import { silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { seedMember, seedToken } from "./auth.ts";
 import { defaultConfig, type GatewayConfig } from "./config.ts";
-import type { Every } from "./context.ts";
+import type { After, Every } from "./context.ts";
 import { createGateway, type Gateway } from "./gateway.ts";
 import { createGatewayMetrics, type GatewayMetrics } from "./metrics.ts";
 import { FakeScheduler, NOW } from "./fake-scheduler.ts";
@@ -37,6 +37,27 @@ export const TOKENS = {
 
 /** The session the `svc` token acts for. */
 export const SVC_SESSION = "parent1";
+
+/** An injectable `after` (token expiry timers): fires only when a test calls fire(). */
+export class ManualAfter {
+  private readonly pending = new Set<{ ms: number; fn: () => void }>();
+  readonly after: After = (ms, fn) => {
+    const t = { ms, fn };
+    this.pending.add(t);
+    return () => this.pending.delete(t);
+  };
+
+  /** Runs every armed timer once (each re-checks the clock and may re-arm). */
+  fire(): void {
+    const due = [...this.pending];
+    this.pending.clear();
+    for (const t of due) t.fn();
+  }
+
+  get armed(): number[] {
+    return [...this.pending].map((t) => t.ms);
+  }
+}
 
 /** An injectable `every`: intervals fire only when a test calls tick(). */
 export class ManualEvery {
@@ -71,7 +92,7 @@ export interface Harness {
 }
 
 export async function startHarness(
-  opts: { termMaxMsgsPerSubject?: number; config?: Partial<GatewayConfig>; every?: Every } = {},
+  opts: { termMaxMsgsPerSubject?: number; config?: Partial<GatewayConfig>; every?: Every; now?: () => number; after?: After } = {},
 ): Promise<Harness> {
   const nats = await startNatsServer();
   const nc = await connect({ servers: nats.url });
@@ -109,9 +130,10 @@ export async function startHarness(
       config,
       log: silentLogger(),
       metrics,
-      now: () => NOW,
+      now: opts.now ?? (() => NOW),
       newId: randomUUID,
       ...(opts.every ? { every: opts.every } : {}),
+      ...(opts.after ? { after: opts.after } : {}),
     });
   const metrics = createGatewayMetrics();
   const gateway = build(nc, metrics);
@@ -216,9 +238,15 @@ export class WsClient {
 
 export type OpenResult = { ok: true; client: WsClient } | { ok: false; status: number; body: string };
 
-export function openTerminal(wsUrl: string, sessionId: string, query: string, token?: string): Promise<OpenResult> {
+export function openTerminal(
+  wsUrl: string,
+  sessionId: string,
+  query: string,
+  token?: string,
+  extraHeaders: Record<string, string> = {},
+): Promise<OpenResult> {
   const ws = new WebSocket(`${wsUrl}/v1/sessions/${sessionId}/terminal${query ? `?${query}` : ""}`, {
-    headers: token ? { authorization: `Bearer ${token}` } : {},
+    headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...extraHeaders },
   });
   const client = new WsClient(ws);
   return new Promise((resolve, reject) => {

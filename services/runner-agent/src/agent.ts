@@ -5,7 +5,7 @@ import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import { Buckets, DispatchCommand, Runner, RunnerState, runnerKey, Streams, type RegisterRunnerReply, type RunnerResources } from "@paddock/contracts";
 import { consumeTyped, decodeJson, type ConsumerHandle } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
-import type { RunnerConfig } from "./config.ts";
+import type { RunnerConfig, WorkspaceLimits } from "./config.ts";
 import { createFactPublisher } from "./facts.ts";
 import { readGeneration, writeGeneration } from "./generation-store.ts";
 import { startLeaseRenewer, type LeaseRenewer } from "./lease.ts";
@@ -16,6 +16,7 @@ import type { HeldSession } from "./types.ts";
 import { createCheckpointStore } from "./checkpoint.ts";
 import { noSecrets, type SecretResolver } from "./secrets.ts";
 import { SessionManager } from "./sessions.ts";
+import { serveWorkspaceOps, type WorkspaceOps } from "./workspace-ops.ts";
 
 export type AgentConfig = Pick<
   RunnerConfig,
@@ -38,6 +39,8 @@ export type AgentConfig = Pick<
 > & {
   /** PATH of session processes. */
   childPath: string;
+  /** Bounds of workspace push and diff; defaults when absent. */
+  workspace?: WorkspaceLimits;
 };
 
 export interface RunnerAgentDeps {
@@ -90,6 +93,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
   let stopped = false;
   let ready = false;
   let consumer: ConsumerHandle | undefined;
+  let workspaceOps: WorkspaceOps | undefined;
   let lease: LeaseRenewer | undefined;
   let runners: KV | undefined;
   let statusWatch: AsyncIterator<unknown> | undefined;
@@ -260,6 +264,17 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       log,
     });
     for (const held of reply.destroy) sessions.dispatch({ type: "destroy", ...held, runnerGeneration: generation });
+    workspaceOps = serveWorkspaceOps({
+      nc,
+      poolId: config.poolId,
+      runnerId: config.runnerId,
+      session: (id) => requireSessions().get(id),
+      serving: () => !stopped && !fenced && registering === undefined,
+      ...(config.workspace ? { limits: config.workspace } : {}),
+      childPath: config.childPath,
+      metrics,
+      log,
+    });
     consumer = await consumeTyped(js, { stream: Streams.dispatch, consumer: consumerName, schema: DispatchCommand, metrics, log, handler: handleDispatch });
     watchReconnects();
     ready = true;
@@ -269,6 +284,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
 
   const stop = async () => {
     ready = false;
+    workspaceOps?.stop();
     void statusWatch?.return?.();
     await consumer?.stop();
     // Bounded: with the bus gone, writers and facts would retry forever.

@@ -6,9 +6,10 @@ import { ObjectStores, type Checkpoint } from "@paddock/contracts";
 import { ARCHIVE_FORMAT, extractArchive, packDirectory } from "./archive.ts";
 import { ArchiveRefusedError, CheckpointError } from "./errors.ts";
 
-export type StoreName = (typeof ObjectStores)[keyof typeof ObjectStores];
+/** The stores a checkpoint may live in (not `transfers`, which only holds archives in transit). */
+export type StoreName = typeof ObjectStores.checkpoints | typeof ObjectStores.envSnapshots;
 
-const storeNames: ReadonlySet<string> = new Set(Object.values(ObjectStores));
+const storeNames: ReadonlySet<string> = new Set([ObjectStores.checkpoints, ObjectStores.envSnapshots]);
 
 /** A session checkpoint's object name: one per placement and request. */
 export function checkpointObjectName(workspaceId: string, sessionId: string, placementGeneration: number, requestId: string): string {

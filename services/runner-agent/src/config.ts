@@ -43,6 +43,13 @@ const RunnerEnv = z
     /** Watch mode: at most this many reloads per session per window; further changes are ignored. */
     PADDOCK_RUNNER_WATCH_MAX_RELOADS: z.coerce.number().int().positive().max(10_000).default(10),
     PADDOCK_RUNNER_WATCH_WINDOW_MS: envSchemas.positiveMs.default(60_000),
+    /** Workspace push: most entries and uncompressed bytes one archive may hold (more is too_large). */
+    PADDOCK_RUNNER_WORKSPACE_MAX_ENTRIES: z.coerce.number().int().positive().default(100_000),
+    PADDOCK_RUNNER_WORKSPACE_MAX_BYTES: z.coerce.number().int().positive().default(2 * 1024 * 1024 * 1024),
+    /** Workspace diff: bytes kept per repository and in total (a reply must fit a NATS message), and most repositories. */
+    PADDOCK_RUNNER_DIFF_MAX_REPO_BYTES: z.coerce.number().int().positive().default(256 * 1024),
+    PADDOCK_RUNNER_DIFF_MAX_BYTES: z.coerce.number().int().positive().max(768 * 1024).default(512 * 1024),
+    PADDOCK_RUNNER_DIFF_MAX_REPOS: z.coerce.number().int().positive().max(256).default(32),
     /** Handed to session processes (their env is otherwise minimal). */
     PATH: z.string().default("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
   })
@@ -77,7 +84,25 @@ export interface RunnerConfig {
   watchDebounceMs: number;
   watchMaxReloads: number;
   watchWindowMs: number;
+  workspace: WorkspaceLimits;
 }
+
+/** Bounds of the workspace operations (push, diff). */
+export interface WorkspaceLimits {
+  maxEntries: number;
+  maxBytes: number;
+  diffMaxRepoBytes: number;
+  diffMaxBytes: number;
+  diffMaxRepos: number;
+}
+
+export const defaultWorkspaceLimits: WorkspaceLimits = {
+  maxEntries: 100_000,
+  maxBytes: 2 * 1024 * 1024 * 1024,
+  diffMaxRepoBytes: 256 * 1024,
+  diffMaxBytes: 512 * 1024,
+  diffMaxRepos: 32,
+};
 
 /** The only reader of the environment; everything else takes a RunnerConfig. */
 export function loadConfig(env: Record<string, string | undefined>): RunnerConfig {
@@ -107,5 +132,12 @@ export function loadConfig(env: Record<string, string | undefined>): RunnerConfi
     watchDebounceMs: e.PADDOCK_RUNNER_WATCH_DEBOUNCE_MS,
     watchMaxReloads: e.PADDOCK_RUNNER_WATCH_MAX_RELOADS,
     watchWindowMs: e.PADDOCK_RUNNER_WATCH_WINDOW_MS,
+    workspace: {
+      maxEntries: e.PADDOCK_RUNNER_WORKSPACE_MAX_ENTRIES,
+      maxBytes: e.PADDOCK_RUNNER_WORKSPACE_MAX_BYTES,
+      diffMaxRepoBytes: e.PADDOCK_RUNNER_DIFF_MAX_REPO_BYTES,
+      diffMaxBytes: e.PADDOCK_RUNNER_DIFF_MAX_BYTES,
+      diffMaxRepos: e.PADDOCK_RUNNER_DIFF_MAX_REPOS,
+    },
   };
 }

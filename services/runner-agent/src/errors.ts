@@ -8,6 +8,7 @@ export const RunnerErrorCode = {
   checkpointFailed: "checkpoint_failed",
   bootFailed: "boot_failed",
   commandRefused: "command_refused",
+  workspaceTooLarge: "workspace_too_large",
 } as const;
 export type RunnerErrorCode = (typeof RunnerErrorCode)[keyof typeof RunnerErrorCode];
 
@@ -56,6 +57,14 @@ export class ArchiveRefusedError extends RunnerError {
   constructor(reason: string) {
     super(RunnerErrorCode.archiveRefused, `archive refused: ${reason}`);
     this.name = "ArchiveRefusedError";
+  }
+}
+
+/** An archive pushed into a workspace has more entries or bytes than allowed; message is client-safe. */
+export class WorkspaceTooLargeError extends RunnerError {
+  constructor(reason: string) {
+    super(RunnerErrorCode.workspaceTooLarge, `archive refused: ${reason}`);
+    this.name = "WorkspaceTooLargeError";
   }
 }
 

@@ -206,6 +206,24 @@ export class SessionRuntime {
     await this.emit({ type: "checkpointed", requestId, checkpoint }, requestId);
   }
 
+  /**
+   * Runs a workspace operation (push, pull, diff) after every earlier command,
+   * while the sandbox is live (running or warm-suspended); refused otherwise.
+   */
+  workspaceTask<T>(fn: (workspace: string) => Promise<T>): Promise<T> {
+    return this.run(async () => {
+      this.require("running", "frozen");
+      return fn(this.workspace);
+    });
+  }
+
+  /** After a push: a running watch session reloads (debounced with the watcher, rate limited); false otherwise. */
+  requestReload(): boolean {
+    if (this.mode !== "watch" || this.phase !== "running") return false;
+    this.watcher?.poke();
+    return true;
+  }
+
   /** Stops the app's current generation (if any) and starts the next with trigger. */
   async restartApp(app: string, trigger: RunTrigger): Promise<void> {
     this.require("running");

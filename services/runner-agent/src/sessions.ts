@@ -33,6 +33,11 @@ export class SessionManager {
     return [...this.sessions.values()].map((s) => s.held);
   }
 
+  /** The runtime holding a session here, if any. */
+  get(sessionId: string): SessionRuntime | undefined {
+    return this.sessions.get(sessionId);
+  }
+
   sessionsDir(): string {
     return join(this.opts.dataDir, "sessions");
   }

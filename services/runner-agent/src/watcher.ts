@@ -2,6 +2,8 @@ import { watch, type FSWatcher } from "node:fs";
 
 export interface WorkspaceWatcher {
   close(): void;
+  /** Counts as a change now (a workspace push): one reload per burst, together with what the watcher itself saw. */
+  poke(): void;
 }
 
 /** Paths whose changes never reload the apps (version control bookkeeping). */
@@ -24,17 +26,25 @@ export function watchWorkspace(dir: string, debounceMs: number, onChange: () => 
     clearTimeout(timer);
     fsw?.close();
   };
+  const changed = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      if (!closed) onChange();
+    }, debounceMs);
+  };
   try {
     fsw = watch(dir, { recursive: true, persistent: false }, (_event, file) => {
       if (closed || (typeof file === "string" && ignoredChange(file))) return;
-      clearTimeout(timer);
-      timer = setTimeout(() => {
-        if (!closed) onChange();
-      }, debounceMs);
+      changed();
     });
     fsw.on("error", close);
   } catch {
     closed = true;
   }
-  return { close };
+  return {
+    close,
+    poke: () => {
+      if (!closed) changed();
+    },
+  };
 }

@@ -10,7 +10,7 @@ import {
 import { Kvm, type KvOptions } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Buckets, kvStreamName, ObjectStores, Streams, Subjects } from "@paddock/contracts";
+import { Buckets, kvStreamName, ObjectStores, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
 
 const NS_PER_MS = 1_000_000;
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -135,5 +135,9 @@ export async function provision(nc: NatsConnection, opts: ProvisionOptions): Pro
   for (const cfg of streamConfigs(opts)) await ensureStream(jsm, cfg, explicit[cfg.name] ?? []);
   for (const [name, kvOpts] of bucketOptions(opts)) await ensureBucket(nc, jsm, name, kvOpts);
   const objm = new Objm(nc);
-  for (const name of Object.values(ObjectStores)) await objm.create(name, { replicas: opts.replicas });
+  for (const name of Object.values(ObjectStores)) {
+    // Transfers are deleted after each use; the TTL only sweeps what a crash left behind.
+    const ttl = name === ObjectStores.transfers ? { ttl: TRANSFER_TTL_MS * NS_PER_MS } : {};
+    await objm.create(name, { replicas: opts.replicas, ...ttl });
+  }
 }

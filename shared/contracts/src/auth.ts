@@ -26,6 +26,8 @@ export type Scope = z.infer<typeof Scope>;
 /** A token record in KV `tokens` under the hex sha256 of the token; the token itself is never stored. */
 export const TokenRecord = z
   .object({
+    /** Set for tokens minted by POST /v1/tokens: listed and revoked by this id. */
+    id: Id.optional(),
     workspaceId: Id,
     actor: Actor,
     /** For a session's service token: the session it acts for. */

@@ -9,3 +9,5 @@ export * from "./terminal.ts";
 export * from "./api.ts";
 export * from "./environment.ts";
 export * from "./requirements.ts";
+export * from "./workspace.ts";
+export * from "./tokens.ts";

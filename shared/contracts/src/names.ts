@@ -20,7 +20,15 @@ export const Buckets = {
   members: "members",
 } as const;
 
-export const ObjectStores = { checkpoints: "checkpoints", envSnapshots: "env-snapshots" } as const;
+export const ObjectStores = {
+  checkpoints: "checkpoints",
+  envSnapshots: "env-snapshots",
+  /** Workspace archives in transit (push/pull); deleted after each transfer, and expired after TRANSFER_TTL_MS. */
+  transfers: "transfers",
+} as const;
+
+/** A transfer object left behind by a crashed gateway or runner is removed by the store after this long. */
+export const TRANSFER_TTL_MS = 60 * 60 * 1000;
 
 /** The stream that backs a KV bucket; its change feed is what the recorder consumes. */
 export function kvStreamName(bucket: string): string {

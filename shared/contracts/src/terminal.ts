@@ -11,6 +11,8 @@ export const AttachQuery = z
     app: Id.optional(),
     mode: AttachMode.default("viewer"),
     since: z.union([z.literal("all"), z.literal("screen"), z.string().regex(/^\d{1,15}$/)]).default("screen"),
+    /** A single-use attach ticket (POST /v1/sessions/:id/attach-ticket) instead of the Authorization header. */
+    ticket: z.string().min(1).max(256).optional(),
   })
   .strict();
 export type AttachQuery = z.infer<typeof AttachQuery>;
@@ -19,6 +21,8 @@ export type AttachQuery = z.infer<typeof AttachQuery>;
 export const CLOSE_SUPERSEDED = 4001;
 /** Close code for a client whose send buffer overflowed; it may resume from its cursor. */
 export const CLOSE_SLOW_CLIENT = 4008;
+/** Close code when the token the socket was opened with is revoked or expires. */
+export const CLOSE_REVOKED = 4003;
 /** Close code when the session is gone or the app ended and the log is complete. */
 export const CLOSE_ENDED = 4000;
 

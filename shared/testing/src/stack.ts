@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { startNatsServer, type NatsServerHandle } from "./nats-server.ts";
 import { startService, type ServiceProcess } from "./process.ts";
+import { ControlPlaneUsers, natsAuthConfig, runnerUser, type RunnerPrincipal } from "./nats-auth.ts";
 
 export interface Stack {
   nats: NatsServerHandle;
@@ -18,6 +19,11 @@ export interface Stack {
   dataDir: string;
   /** Env every service of this stack shares (NATS URL, log level, ...). */
   commonEnv: Record<string, string>;
+  /**
+   * With `isolated`: user → password of every NATS principal (the services,
+   * each declared runner, and `provisioner`, the storage admin tests connect as).
+   */
+  natsUsers?: Record<string, string>;
   /** Starts one more runner-agent process on this stack. */
   addRunner(opts?: { runnerId?: string; poolId?: string; capacity?: number }): Promise<ServiceProcess>;
   stop(): Promise<void>;
@@ -28,6 +34,13 @@ export interface StackOptions {
   runnerCapacity?: number;
   /** Extra env per service name. */
   env?: Partial<Record<"scheduler" | "event-recorder" | "gateway" | "runner-agent", Record<string, string>>>;
+  /**
+   * Per-service NATS credentials (deploy/nats/README-isolation.md): the server
+   * gets the `natsAuthConfig` users and each service connects as its own user.
+   * Runners must be declared up front (default: `runner-1..N` of pool
+   * `default`); `addRunner` of an undeclared one fails. Off by default.
+   */
+  isolated?: boolean | { runners?: RunnerPrincipal[]; extraConfig?: string };
 }
 
 /**
@@ -35,13 +48,21 @@ export interface StackOptions {
  * nats-server: scheduler, event-recorder, gateway and N runner-agents.
  */
 export async function startStack(opts: StackOptions = {}): Promise<Stack> {
-  const nats = await startNatsServer();
+  const isolation = opts.isolated ? isolationOf(opts.isolated, opts.runners ?? 1) : undefined;
+  const nats = await startNatsServer(isolation ? { extraConfig: isolation.config } : {});
   const dataDir = mkdtempSync(join(tmpdir(), "paddock-stack-"));
   const token = `pdk_dev_${randomBytes(18).toString("hex")}`;
   const commonEnv = { PADDOCK_NATS_URL: nats.url, PADDOCK_LOG_LEVEL: "info", PADDOCK_OPS_PORT: "0" };
   const started: ServiceProcess[] = [];
+  const credentials = (user: string): Record<string, string> => {
+    if (!isolation) return {};
+    const pass = isolation.passwords[user];
+    if (pass === undefined) throw new Error(`isolated stack: no NATS user ${user} (declare the runner in isolated.runners)`);
+    return { PADDOCK_NATS_USER: user, PADDOCK_NATS_PASS: pass };
+  };
   const start = async (name: "scheduler" | "event-recorder" | "gateway" | "runner-agent", env: Record<string, string>) => {
-    const svc = await startService(name, { ...commonEnv, ...opts.env?.[name], ...env });
+    const user = name === "runner-agent" ? runnerUser(env.PADDOCK_POOL_ID ?? "default", env.PADDOCK_RUNNER_ID ?? "") : name;
+    const svc = await startService(name, { ...commonEnv, ...opts.env?.[name], ...env, ...credentials(user) });
     started.push(svc);
     return svc;
   };
@@ -59,9 +80,11 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     });
   };
   try {
+    if (isolation) await provisionAs(nats.url, ControlPlaneUsers.provisioner, isolation.passwords[ControlPlaneUsers.provisioner] ?? "");
     const scheduler = await start("scheduler", { PADDOCK_SESSION_TOKEN_SECRET: randomBytes(24).toString("hex") });
     const recorder = await start("event-recorder", {});
-    const gateway = await start("gateway", { PADDOCK_HTTP_PORT: "0", PADDOCK_DEV_TOKEN: token });
+    // Test workloads create far faster than a person; a test of the limit sets its own.
+    const gateway = await start("gateway", { PADDOCK_CREATES_PER_MINUTE: "1000000", ...opts.env?.gateway, PADDOCK_HTTP_PORT: "0", PADDOCK_DEV_TOKEN: token });
     gatewayUrl = `http://127.0.0.1:${String(gateway.ready.httpPort)}`;
     const runners: ServiceProcess[] = [];
     for (let i = 0; i < (opts.runners ?? 1); i++) runners.push(await addRunner());
@@ -75,6 +98,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       runners,
       dataDir,
       commonEnv,
+      ...(isolation ? { natsUsers: isolation.passwords } : {}),
       addRunner,
       stop: async () => {
         await Promise.all(started.map((s) => s.stop()));
@@ -86,5 +110,26 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     await Promise.all(started.map((s) => s.kill()));
     await nats.stop();
     throw err;
+  }
+}
+
+function isolationOf(isolated: true | { runners?: RunnerPrincipal[]; extraConfig?: string }, count: number) {
+  const declared = isolated === true ? undefined : isolated.runners;
+  const runners = declared ?? Array.from({ length: count }, (_, i) => ({ poolId: "default", runnerId: `runner-${String(i + 1)}` }));
+  const names = [...Object.values(ControlPlaneUsers), ...runners.map((r) => runnerUser(r.poolId, r.runnerId))];
+  const passwords = Object.fromEntries(names.map((n) => [n, randomBytes(18).toString("hex")]));
+  const extra = isolated === true ? "" : (isolated.extraConfig ?? "");
+  return { passwords, config: natsAuthConfig({ runners, passwords, provisioner: true }) + extra };
+}
+
+/** In isolated mode storage is created once by the provisioner, before any service starts. */
+async function provisionAs(url: string, user: string, pass: string): Promise<void> {
+  const { connect } = await import("@nats-io/transport-node");
+  const { provision } = await import("@paddock/bus");
+  const nc = await connect({ servers: url, user, pass });
+  try {
+    await provision(nc, { replicas: 1 });
+  } finally {
+    await nc.close();
   }
 }

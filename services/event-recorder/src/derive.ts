@@ -1,0 +1,123 @@
+import { createHash } from "node:crypto";
+import {
+  AuditActionSchema,
+  PaddockError,
+  ZERO_USAGE,
+  type AuditEvent,
+  type Environment,
+  type Runner,
+  type Session,
+  type SessionFact,
+} from "@paddock/contracts";
+
+/**
+ * The pseudo-workspace runner (fleet) events are filed under: runners belong
+ * to no workspace. Their subject is `paddock.audit.fleet.runner.<runnerId>`.
+ * The id "fleet" is therefore reserved and must not be used as a workspace.
+ */
+export const FLEET_WORKSPACE = "fleet";
+
+/** The actor of fleet facts the scheduler decides by itself (lost, drain/cordon state as recorded). */
+export const FLEET_ACTOR = "scheduler";
+
+function actionOf(fact: SessionFact): AuditEvent["action"] {
+  const action = AuditActionSchema.safeParse(fact.action);
+  if (!action.success) throw new PaddockError("invalid", "record carries an unknown action");
+  return action.data;
+}
+
+/**
+ * The audit event a session revision commits. The record carries its own
+ * fact (lastFact), so the event is derived from one write, never a second
+ * independent one that could be lost. Only the fixed fields are copied.
+ */
+export function sessionEvent(s: Session): AuditEvent {
+  return {
+    id: s.lastFact.eventId,
+    workspaceId: s.workspaceId,
+    actorId: s.lastFact.actorId,
+    action: actionOf(s.lastFact),
+    resource: { kind: "session", workspaceId: s.workspaceId, id: s.id, creatorId: s.creatorId },
+    at: s.lastFact.at,
+    usage: ZERO_USAGE,
+    placementGeneration: s.placementGeneration,
+  };
+}
+
+/**
+ * The audit event an environment revision commits. An environment has no
+ * creator of its own (it belongs to its workspace), so `creatorId` is the
+ * workspace id. Setup, init, secret names, connectors and egress are never copied.
+ */
+export function environmentEvent(e: Environment): AuditEvent {
+  return {
+    id: e.lastFact.eventId,
+    workspaceId: e.workspaceId,
+    actorId: e.lastFact.actorId,
+    action: actionOf(e.lastFact),
+    resource: { kind: "environment", workspaceId: e.workspaceId, id: e.id, creatorId: e.workspaceId },
+    at: e.lastFact.at,
+    usage: ZERO_USAGE,
+    placementGeneration: 0,
+  };
+}
+
+/**
+ * The deterministic event id of one revision of a runner record: the KV
+ * revision (the bucket stream's sequence, unique across the bucket) plus a
+ * digest of the key, so a redelivered revision republishes the same id and
+ * AUDIT drops it. Always a valid Id (≤ 64 of [A-Za-z0-9_-]).
+ */
+export function runnerEventId(poolId: string, runnerId: string, revision: number): string {
+  const digest = createHash("sha256").update(`${poolId}\0${runnerId}`).digest("hex").slice(0, 16);
+  return `evt_runner_${String(revision)}_${digest}`;
+}
+
+export type RunnerDerivation =
+  | { kind: "event"; event: AuditEvent }
+  /** A revision that commits no fact (capacity, reservation or repair only). */
+  | { kind: "none" }
+  /** The previous revision is no longer retained, so what changed cannot be told. */
+  | { kind: "gap" };
+
+/**
+ * What a revision of a runner record commits, from it and the previous
+ * revision of the same key (undefined: none retained, or a delete marker):
+ * - generation increased (or the first record of the key) → `register`
+ *   (a re-registration fences the older generation; a refused stale claim
+ *   writes nothing, so it is no revision and no event);
+ * - state became `lost` → `lose`;
+ * - state became active, draining or cordoned → `update`;
+ * - anything else (capacity, reservation, repair) → no event.
+ * `writtenAt` is the revision's stream timestamp (the record keeps no time of
+ * its own for state changes), so a redelivery derives the same event.
+ */
+export function runnerEvent(prev: Runner | undefined, cur: Runner, revision: number, writtenAt: number): RunnerDerivation {
+  let action: AuditEvent["action"] | undefined;
+  let actorId = FLEET_ACTOR;
+  if (!prev) {
+    // No retained previous revision: the key's first record is the first
+    // registration (registeredAt and lastSeenAt are set from one clock read).
+    if (cur.registeredAt !== cur.lastSeenAt) return { kind: "gap" };
+    action = "register";
+  } else if (cur.generation > prev.generation) {
+    action = "register";
+  } else if (cur.state !== prev.state) {
+    action = cur.state === "lost" ? "lose" : "update";
+  }
+  if (!action) return { kind: "none" };
+  if (action === "register") actorId = cur.id;
+  return {
+    kind: "event",
+    event: {
+      id: runnerEventId(cur.poolId, cur.id, revision),
+      workspaceId: FLEET_WORKSPACE,
+      actorId,
+      action,
+      resource: { kind: "runner", workspaceId: FLEET_WORKSPACE, id: cur.id, creatorId: FLEET_ACTOR },
+      at: writtenAt,
+      usage: ZERO_USAGE,
+      placementGeneration: 0,
+    },
+  };
+}

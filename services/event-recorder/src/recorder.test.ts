@@ -1,0 +1,209 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { Kvm, type KV } from "@nats-io/kv";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Registry } from "prom-client";
+import {
+  AuditEvent,
+  Buckets,
+  NO_REQUIREMENTS,
+  Streams,
+  type Environment,
+  type Runner,
+  type Session,
+} from "@paddock/contracts";
+import { createBusMetrics, provision } from "@paddock/bus";
+import { silentLogger } from "@paddock/logging";
+import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { FEED_CONSUMER, createRecorder, runnerEvent, runnerEventId, sessionEvent } from "./recorder.ts";
+
+const NOW = 1_700_000_000_000;
+let seq = 0;
+const evt = () => `evt_t${String(++seq)}`;
+
+function session(p: Partial<Session> = {}): Session {
+  return {
+    id: "s1",
+    workspaceId: "ws1",
+    creatorId: "alice",
+    state: "queued",
+    spec: { cmd: ["sh", "-c", "echo marker"] },
+    mode: "run",
+    oneShot: false,
+    placementGeneration: 0,
+    controllerGeneration: 0,
+    childExitCode: null,
+    error: "raw error text",
+    createdAt: NOW,
+    updatedAt: NOW,
+    lastFact: { eventId: evt(), action: "create", actorId: "alice", at: NOW },
+    ...p,
+  };
+}
+
+function environment(p: Partial<Environment> = {}): Environment {
+  return {
+    id: "env1",
+    workspaceId: "ws1",
+    name: "base",
+    setup: "echo SETUP_MARKER",
+    setupHash: "0".repeat(64),
+    egressAllow: [],
+    secretRefs: ["API_KEY"],
+    connectors: [],
+    requirements: NO_REQUIREMENTS,
+    createdAt: NOW,
+    updatedAt: NOW,
+    lastFact: { eventId: evt(), action: "create", actorId: "boss", at: NOW },
+    ...p,
+  };
+}
+
+function runner(p: Partial<Runner> = {}): Runner {
+  return {
+    id: "r1",
+    poolId: "p1",
+    state: "active",
+    generation: 1,
+    capacityUsed: 0,
+    capacityTotal: 4,
+    capabilities: [],
+    registeredAt: NOW,
+    lastSeenAt: NOW,
+    ...p,
+  };
+}
+
+describe("runnerEvent (pure)", () => {
+  const r1 = runner();
+  it("derives register, lose and update; capacity-only revisions commit nothing", () => {
+    expect(runnerEvent(undefined, r1, 5, 9)).toMatchObject({ kind: "event", event: { action: "register", actorId: "r1", at: 9 } });
+    expect(runnerEvent(r1, { ...r1, capacityUsed: 1, reservedAt: NOW + 1 }, 6, 9)).toEqual({ kind: "none" });
+    expect(runnerEvent(r1, { ...r1, state: "draining" }, 7, 9)).toMatchObject({ kind: "event", event: { action: "update", actorId: "scheduler" } });
+    expect(runnerEvent(r1, { ...r1, state: "lost", capacityUsed: 0 }, 8, 9)).toMatchObject({ kind: "event", event: { action: "lose" } });
+    expect(runnerEvent({ ...r1, state: "lost" }, { ...r1, generation: 2, lastSeenAt: NOW + 5 }, 9, 9)).toMatchObject({
+      kind: "event",
+      event: { action: "register", resource: { kind: "runner", workspaceId: "fleet", id: "r1" }, workspaceId: "fleet" },
+    });
+    // The previous revision is gone and this one is not a first registration: cannot tell.
+    expect(runnerEvent(undefined, { ...r1, lastSeenAt: NOW + 5 }, 10, 9)).toEqual({ kind: "gap" });
+  });
+
+  it("event ids are deterministic, distinct per key and revision, and valid ids even for the longest keys", () => {
+    const long = "x".repeat(64);
+    const a = runnerEventId(long, long, 123456789);
+    expect(AuditEvent.shape.id.safeParse(a).success).toBe(true);
+    expect(runnerEventId(long, long, 123456789)).toBe(a);
+    expect(runnerEventId("a_b", "c", 1)).not.toBe(runnerEventId("a", "b_c", 1));
+    expect(runnerEventId("p", "r", 1)).not.toBe(runnerEventId("p", "r", 2));
+  });
+
+  it("session events carry only the fixed fields", () => {
+    const e = sessionEvent(session());
+    expect(AuditEvent.strict().parse(e)).toEqual(e);
+    expect(JSON.stringify(e)).not.toMatch(/marker|raw error/);
+  });
+});
+
+describe("recorder against a real nats-server", () => {
+  let nats: NatsServerHandle;
+  let nc: NatsConnection;
+  let sessions: KV;
+  let environments: KV;
+  let runners: KV;
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    nc = await connect({ servers: nats.url });
+    await provision(nc, { replicas: 1 });
+    const kvm = new Kvm(nc);
+    [sessions, environments, runners] = await Promise.all([kvm.open(Buckets.sessions), kvm.open(Buckets.environments), kvm.open(Buckets.runners)]);
+  });
+  afterAll(async () => {
+    await nc.drain();
+    await nats.stop();
+  });
+
+  async function auditEvents(count: number): Promise<Array<{ subject: string; event: AuditEvent }>> {
+    const consumer = await jetstream(nc).consumers.get(Streams.audit, { deliver_policy: DeliverPolicy.All });
+    const out: Array<{ subject: string; event: AuditEvent }> = [];
+    if (count === 0) return out;
+    for await (const m of await consumer.consume()) {
+      out.push({ subject: m.subject, event: AuditEvent.strict().parse(m.json()) });
+      if (out.length === count) break;
+    }
+    return out;
+  }
+
+  async function pendingOf(bucket: string): Promise<{ pending: number; ackPending: number }> {
+    const info = await (await jetstreamManager(nc)).consumers.info(`KV_${bucket}`, FEED_CONSUMER);
+    return { pending: info.num_pending, ackPending: info.num_ack_pending };
+  }
+
+  /** Resolves once both replicas have acked everything on the three feeds (watching the consumers' state). */
+  async function drained(): Promise<void> {
+    for (let i = 0; i < 2000; i++) {
+      const all = await Promise.all([Buckets.sessions, Buckets.environments, Buckets.runners].map(pendingOf));
+      if (all.every((p) => p.pending === 0 && p.ackPending === 0)) return;
+      await new Promise((r) => setImmediate(r));
+    }
+    throw new Error("feeds not drained");
+  }
+
+  it("two replicas turn sessions, environments and runner facts into one event each, and a full replay adds none", async () => {
+    const mk = async () => {
+      const registry = new Registry();
+      return createRecorder({ nc: await connect({ servers: nats.url }), log: silentLogger(), bus: createBusMetrics(registry), registry });
+    };
+    const [a, b] = [await mk(), await mk()];
+
+    const s0 = session();
+    const rev = await sessions.create("ws1.s1", JSON.stringify(s0));
+    const s1 = session({ state: "creating", placementGeneration: 1, lastFact: { eventId: evt(), action: "place", actorId: "scheduler", at: NOW + 1 } });
+    await sessions.update("ws1.s1", JSON.stringify(s1), rev);
+    await sessions.delete("ws1.s1"); // a delete marker commits no fact
+
+    const e0 = environment();
+    const erev = await environments.create("ws1.env1", JSON.stringify(e0));
+    await environments.update("ws1.env1", JSON.stringify(environment({ lastFact: { eventId: evt(), action: "update", actorId: "boss", at: NOW + 2 } })), erev);
+
+    const r0 = runner();
+    let rrev = await runners.create("p1.r1", JSON.stringify(r0)); // register
+    rrev = await runners.update("p1.r1", JSON.stringify({ ...r0, capacityUsed: 1, reservedAt: NOW + 3 }), rrev); // nothing
+    rrev = await runners.update("p1.r1", JSON.stringify({ ...r0, capacityUsed: 2, reservedAt: NOW + 4 }), rrev); // nothing
+    rrev = await runners.update("p1.r1", JSON.stringify({ ...r0, state: "cordoned", capacityUsed: 2 }), rrev); // update
+    rrev = await runners.update("p1.r1", JSON.stringify({ ...r0, state: "lost", capacityUsed: 0, lostReason: "lease expired" }), rrev); // lose
+    await runners.update("p1.r1", JSON.stringify({ ...r0, generation: 2, lastSeenAt: NOW + 9 }), rrev); // register
+    await runners.create("p2.r1", JSON.stringify(runner({ poolId: "p2" }))); // same runner id, another pool: register
+
+    await drained();
+    const events = await auditEvents(9);
+    const summary = events.map(({ subject, event }) => `${subject} ${event.action}`);
+    expect(summary).toEqual(
+      expect.arrayContaining([
+        "paddock.audit.ws1.session.s1 create",
+        "paddock.audit.ws1.session.s1 place",
+        "paddock.audit.ws1.environment.env1 create",
+        "paddock.audit.ws1.environment.env1 update",
+        "paddock.audit.fleet.runner.r1 register",
+        "paddock.audit.fleet.runner.r1 update",
+        "paddock.audit.fleet.runner.r1 lose",
+      ]),
+    );
+    expect(summary.filter((s) => s.endsWith("runner.r1 register"))).toHaveLength(3);
+    expect(new Set(events.map((e) => e.event.id)).size).toBe(9);
+    expect(JSON.stringify(events)).not.toMatch(/SETUP_MARKER|API_KEY|marker|raw error|lease expired/);
+    const env = events.find((e) => e.event.resource.kind === "environment")?.event;
+    expect(env).toMatchObject({ workspaceId: "ws1", resource: { workspaceId: "ws1", id: "env1", creatorId: "ws1" }, placementGeneration: 0 });
+
+    // Replay every feed from the start (as after a lost ack): the same ids, so AUDIT keeps 9.
+    await a.stop();
+    await b.stop();
+    const jsm = await jetstreamManager(nc);
+    for (const bucket of [Buckets.sessions, Buckets.environments, Buckets.runners]) await jsm.consumers.delete(`KV_${bucket}`, FEED_CONSUMER);
+    const c = await mk();
+    await drained();
+    await c.stop();
+    expect((await jsm.streams.info(Streams.audit)).state.messages).toBe(9);
+  });
+});

@@ -1,0 +1,154 @@
+import { spawn } from "node:child_process";
+import { lstat, readdir } from "node:fs/promises";
+import { join, relative } from "node:path";
+import type { RepoDiff, WorkspaceDiffReply } from "@paddock/contracts";
+
+export interface DiffBounds {
+  /** JSON-encoded bytes of one repository's diff at most. */
+  maxRepoBytes: number;
+  /** JSON-encoded bytes of all diffs at most. */
+  maxBytes: number;
+  maxRepos: number;
+  /** How deep under the workspace repositories are looked for. */
+  maxDepth?: number;
+  /** How long one git may run. */
+  timeoutMs?: number;
+  /** PATH to find git on. */
+  pathEnv: string;
+}
+
+/** Directories never searched for repositories. */
+const SKIP: ReadonlySet<string> = new Set([".git", "node_modules"]);
+
+/**
+ * The git repositories of a workspace: directories holding a `.git` (a
+ * directory, or a file for worktrees and submodules), breadth first, without
+ * following symlinks, up to maxRepos + 1 (one more says "there are more").
+ */
+export async function findRepos(workspace: string, maxRepos: number, maxDepth = 4): Promise<string[]> {
+  const repos: string[] = [];
+  let level = [workspace];
+  let visited = 0;
+  for (let depth = 0; depth <= maxDepth && level.length > 0 && repos.length <= maxRepos; depth++) {
+    const next: string[] = [];
+    for (const dir of level) {
+      if (++visited > 10_000) return repos;
+      let entries;
+      try {
+        entries = await readdir(dir, { withFileTypes: true });
+      } catch {
+        continue;
+      }
+      if (entries.some((e) => e.name === ".git" && (e.isDirectory() || e.isFile()))) {
+        repos.push(dir);
+        if (repos.length > maxRepos) return repos;
+      }
+      for (const e of entries) if (e.isDirectory() && !SKIP.has(e.name)) next.push(join(dir, e.name));
+    }
+    level = next;
+  }
+  return repos;
+}
+
+interface GitOutput {
+  text: string;
+  truncated: boolean;
+  code: number | null;
+  stderr: string;
+}
+
+/**
+ * Runs git in dir and keeps at most maxBytes of stdout (then kills it).
+ * The repository's own configuration is the sandbox's, so what could run a
+ * program on the runner's behalf is switched off (external diff, textconv,
+ * fsmonitor, hooks); optional locks are not taken.
+ */
+export function runGit(dir: string, args: string[], maxBytes: number, timeoutMs: number, pathEnv: string): Promise<GitOutput> {
+  return new Promise((resolve) => {
+    const child = spawn(
+      "git",
+      ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "diff.external=", "--no-optional-locks", ...args],
+      {
+        cwd: dir,
+        stdio: ["ignore", "pipe", "pipe"],
+        env: { PATH: pathEnv, GIT_CONFIG_NOSYSTEM: "1", GIT_TERMINAL_PROMPT: "0", HOME: dir, LANG: "C.UTF-8" },
+      },
+    );
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let truncated = false;
+    let stderr = "";
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    child.stdout.on("data", (chunk: Buffer) => {
+      if (truncated) return;
+      const room = maxBytes - size;
+      if (chunk.length > room) {
+        chunks.push(chunk.subarray(0, room));
+        size = maxBytes;
+        truncated = true;
+        child.kill("SIGKILL");
+        return;
+      }
+      chunks.push(chunk);
+      size += chunk.length;
+    });
+    child.stderr.on("data", (chunk: Buffer) => {
+      if (stderr.length < 512) stderr += chunk.toString("utf8");
+    });
+    const finish = (code: number | null) => {
+      clearTimeout(timer);
+      resolve({ text: Buffer.concat(chunks).toString("utf8"), truncated, code, stderr: stderr.slice(0, 512) });
+    };
+    child.once("error", () => finish(-1));
+    child.once("close", (code) => finish(code));
+  });
+}
+
+/** Cuts text so that its JSON encoding is at most limit bytes. */
+function fitJson(text: string, limit: number): { text: string; cut: boolean } {
+  let out = text;
+  let cut = false;
+  for (let size = Buffer.byteLength(JSON.stringify(out)); size > limit && out.length > 0; size = Buffer.byteLength(JSON.stringify(out))) {
+    out = out.slice(0, Math.max(0, out.length - Math.max(1, Math.ceil((size - limit) / 2))));
+    cut = true;
+  }
+  return { text: out, cut };
+}
+
+/**
+ * `git diff HEAD` of every repository in the workspace, bounded per
+ * repository and in total (by JSON-encoded size, so the reply fits a message).
+ */
+export async function workspaceDiff(workspace: string, bounds: DiffBounds): Promise<WorkspaceDiffReply> {
+  const timeoutMs = bounds.timeoutMs ?? 20_000;
+  const found = await findRepos(workspace, bounds.maxRepos, bounds.maxDepth);
+  let truncated = found.length > bounds.maxRepos;
+  const repos: RepoDiff[] = [];
+  let budget = bounds.maxBytes;
+  for (const dir of found.slice(0, bounds.maxRepos)) {
+    const path = relative(workspace, dir) || ".";
+    // A .git that is a symlink could point at another repository on the host.
+    const dotGit = await lstat(join(dir, ".git")).catch(() => undefined);
+    if (!dotGit || dotGit.isSymbolicLink()) continue;
+    if (budget <= 2) {
+      truncated = true;
+      repos.push({ path, diff: "", truncated: true });
+      continue;
+    }
+    const head = await runGit(dir, ["rev-parse", "--verify", "--quiet", "HEAD"], 256, timeoutMs, bounds.pathEnv);
+    if (head.code !== 0) {
+      repos.push({ path, diff: "", truncated: false, error: "no commit yet (HEAD does not exist)" });
+      continue;
+    }
+    const limit = Math.min(bounds.maxRepoBytes, budget);
+    const out = await runGit(dir, ["diff", "HEAD", "--no-color", "--no-ext-diff", "--no-textconv"], limit, timeoutMs, bounds.pathEnv);
+    if (!out.truncated && out.code !== 0) {
+      repos.push({ path, diff: "", truncated: false, error: `git diff failed${out.stderr ? `: ${out.stderr.trim()}` : ""}`.slice(0, 512) });
+      continue;
+    }
+    const fitted = fitJson(out.text, limit);
+    budget -= Buffer.byteLength(JSON.stringify(fitted.text));
+    repos.push({ path, diff: fitted.text, truncated: out.truncated || fitted.cut });
+  }
+  return { repos, truncated };
+}

@@ -1,0 +1,141 @@
+import { Readable } from "node:stream";
+import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
+import { Objm, type ObjectStore } from "@nats-io/obj";
+import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import { relativeSegments, resolveInside, UnsafePathError } from "@paddock/archive";
+import { serveRpc, type BusMetrics } from "@paddock/bus";
+import {
+  ConflictError,
+  InvalidError,
+  NotFoundError,
+  ObjectStores,
+  TooLargeError,
+  transferObjectName,
+  UnavailableError,
+  workspaceRpcs,
+  type WorkspaceDiffReply,
+  type WorkspacePullReply,
+  type WorkspacePushReply,
+} from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+import { extractArchive, packTarget } from "./archive.ts";
+import { defaultWorkspaceLimits, type WorkspaceLimits } from "./config.ts";
+import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "./errors.ts";
+import { workspaceDiff } from "./git-diff.ts";
+import type { SessionRuntime } from "./session-runtime.ts";
+
+export interface WorkspaceOpsDeps {
+  nc: NatsConnection;
+  poolId: string;
+  runnerId: string;
+  /** The runtime of a session held here. */
+  session: (sessionId: string) => SessionRuntime | undefined;
+  /** False while the runner is fenced: it must not act on sessions it may no longer hold. */
+  serving: () => boolean;
+  limits?: Partial<WorkspaceLimits>;
+  childPath: string;
+  metrics: BusMetrics;
+  log: Logger;
+}
+
+interface Target {
+  sessionId: string;
+  workspaceId: string;
+  placementGeneration: number;
+}
+
+export interface WorkspaceOps {
+  stop(): void;
+}
+
+/**
+ * Serves push, pull and diff for the sessions this runner holds. Each
+ * request names the placement generation it was made for; another one (an
+ * older placement, or one moved elsewhere) is a conflict, never acted on.
+ * Archives move through object store `transfers`: a push reads the gateway's
+ * object, a pull writes one the gateway then streams out and deletes.
+ */
+export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
+  const limits = { ...defaultWorkspaceLimits, ...deps.limits };
+  const rpcs = workspaceRpcs(deps.poolId, deps.runnerId);
+  let store: Promise<ObjectStore> | undefined;
+  const transfers = (): Promise<ObjectStore> => {
+    store ??= new Objm(deps.nc).open(ObjectStores.transfers).catch((err: unknown) => {
+      store = undefined;
+      throw err;
+    });
+    return store;
+  };
+
+  const held = (t: Target): SessionRuntime => {
+    if (!deps.serving()) throw new UnavailableError("runner is re-registering; retry");
+    const runtime = deps.session(t.sessionId);
+    if (!runtime || runtime.held.workspaceId !== t.workspaceId) throw new ConflictError("session has no live sandbox on this runner");
+    if (runtime.held.placementGeneration !== t.placementGeneration) throw new ConflictError("session is held at another placement generation");
+    return runtime;
+  };
+
+  const opts = { queue: `workspace-${deps.runnerId}`, metrics: deps.metrics, log: deps.log };
+  const subs: Subscription[] = [
+    serveRpc(deps.nc, rpcs.push, (req) =>
+      translate(async (): Promise<WorkspacePushReply> => {
+        const runtime = held(req);
+        const segments = relativeSegments(req.path);
+        const result = await runtime.workspaceTask(async (workspace) => {
+          const got = await (await transfers()).get(transferObjectName(req.workspaceId, req.sessionId, req.transferId));
+          if (!got) throw new NotFoundError("transfer");
+          const { path } = await resolveInside(workspace, segments, { create: true });
+          const source = Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>);
+          const extracted = await extractArchive(source, path, limits);
+          if (await got.error) throw new InvalidError("archive is corrupt in the transfer store");
+          return extracted;
+        });
+        const reload = runtime.requestReload();
+        deps.log.info({ sessionId: req.sessionId, entries: result.entries, bytes: result.bytes, reload }, "workspace pushed");
+        return { ...result, reload };
+      }),
+    opts),
+    serveRpc(deps.nc, rpcs.pull, (req) =>
+      translate(async (): Promise<WorkspacePullReply> => {
+        const runtime = held(req);
+        const segments = relativeSegments(req.path);
+        return runtime.workspaceTask(async (workspace) => {
+          const target = await resolveInside(workspace, segments, { create: false });
+          const info = await (await transfers()).put({ name: transferObjectName(req.workspaceId, req.sessionId, req.transferId) }, packTarget(target.path, target.kind));
+          return { size: info.size };
+        });
+      }),
+    opts),
+    serveRpc(deps.nc, rpcs.diff, (req) =>
+      translate(async (): Promise<WorkspaceDiffReply> => {
+        const runtime = held(req);
+        return runtime.workspaceTask((workspace) =>
+          workspaceDiff(workspace, {
+            maxRepoBytes: limits.diffMaxRepoBytes,
+            maxBytes: limits.diffMaxBytes,
+            maxRepos: limits.diffMaxRepos,
+            pathEnv: deps.childPath,
+          }),
+        );
+      }),
+    opts),
+  ];
+  return {
+    stop: () => {
+      for (const s of subs) s.unsubscribe();
+    },
+  };
+}
+
+/** The runner's own errors as the public vocabulary (everything else stays internal, with no detail). */
+async function translate<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (err instanceof WorkspaceTooLargeError) throw new TooLargeError(err.message);
+    if (err instanceof ArchiveRefusedError) throw new InvalidError(err.message);
+    if (err instanceof UnsafePathError) throw err.missing ? new NotFoundError("path") : new InvalidError(err.message);
+    if (err instanceof CommandRefusedError) throw new ConflictError(err.message);
+    throw err;
+  }
+}

@@ -1,0 +1,182 @@
+import { basename, dirname, posix } from "node:path";
+import { Transform, type Readable, type TransformCallback } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { createGunzip } from "node:zlib";
+import * as tar from "tar";
+import { ArchiveRejectedError } from "./errors.ts";
+
+/** The only archive format Paddock writes and reads. */
+export const ARCHIVE_FORMAT = "tar+gzip";
+
+/** Entry types an archive may contain; devices, FIFOs and anything else are refused. */
+const allowedTypes: ReadonlySet<string> = new Set(["File", "OldFile", "ContiguousFile", "Directory", "SymbolicLink", "Link"]);
+const packedTypes: ReadonlySet<string> = new Set(["File", "Directory", "SymbolicLink"]);
+
+/** Bounds of one extraction: entries and total file bytes (uncompressed). */
+export interface ExtractLimits {
+  maxEntries: number;
+  maxBytes: number;
+}
+
+export interface ExtractResult {
+  entries: number;
+  bytes: number;
+}
+
+export interface PackOptions {
+  /** gzip the tar (default true); false yields a plain tar (the CLI gzips it itself to measure progress). */
+  gzip?: boolean;
+}
+
+/**
+ * A gzipped tar of everything under dir, as a pull-based web stream: the
+ * archive is produced as the consumer reads it and never held in memory.
+ * Only regular files, directories and symlinks (not followed) are packed;
+ * uid/gid and other host specifics are left out (portable).
+ */
+export function packDirectory(dir: string, opts: PackOptions = {}): ReadableStream<Uint8Array> {
+  return packEntries(dir, ["."], opts);
+}
+
+/**
+ * A tar of one path: a directory's contents (as `./…`), or a single file under
+ * its own name. The caller has checked that target is where it should be.
+ */
+export function packTarget(target: string, kind: "directory" | "file", opts: PackOptions = {}): ReadableStream<Uint8Array> {
+  return kind === "directory" ? packEntries(target, ["."], opts) : packEntries(dirname(target), [basename(target)], opts);
+}
+
+function packEntries(cwd: string, entries: string[], opts: PackOptions): ReadableStream<Uint8Array> {
+  const pack = tar.c(
+    {
+      gzip: opts.gzip ?? true,
+      cwd,
+      portable: true,
+      follow: false,
+      filter: (_path, stat) => "isFile" in stat && packedTypes.has(statType(stat)),
+    },
+    entries,
+  );
+  const chunks = pack[Symbol.asyncIterator]();
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        const next = await chunks.next();
+        if (next.done) controller.close();
+        else controller.enqueue(new Uint8Array(next.value.buffer, next.value.byteOffset, next.value.byteLength));
+      },
+      async cancel() {
+        await chunks.return?.();
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+function statType(stat: { isFile(): boolean; isDirectory(): boolean; isSymbolicLink(): boolean }): string {
+  if (stat.isFile()) return "File";
+  if (stat.isDirectory()) return "Directory";
+  if (stat.isSymbolicLink()) return "SymbolicLink";
+  return "Other";
+}
+
+function pathViolation(raw: string): string | undefined {
+  const path = raw.replaceAll("\\", "/");
+  if (path.startsWith("/") || /^[A-Za-z]:/.test(path)) return "absolute path";
+  if (path.split("/").includes("..")) return "path contains ..";
+  if (path.includes("\0")) return "path contains NUL";
+  return undefined;
+}
+
+/**
+ * Why an entry may not be extracted under the target directory, or undefined
+ * when it is fine. Pure string checks on the raw header, before node-tar's
+ * own (stricter-than-default) checks run as a second line.
+ */
+export function entryViolation(entry: { path: string; type: string; linkpath?: string | undefined }): string | undefined {
+  if (!allowedTypes.has(entry.type)) return `unsupported entry type ${entry.type}`;
+  const bad = pathViolation(entry.path);
+  if (bad) return bad;
+  if (entry.type === "SymbolicLink" || entry.type === "Link") {
+    const link = (entry.linkpath ?? "").replaceAll("\\", "/");
+    if (link === "") return "empty link target";
+    if (link.startsWith("/")) return "absolute link target";
+    // A symlink resolves from its own directory, a hard link from the archive root.
+    const base = entry.type === "SymbolicLink" ? posix.dirname(entry.path.replaceAll("\\", "/")) : ".";
+    const resolved = posix.normalize(posix.join(base, link));
+    if (resolved === ".." || resolved.startsWith("../")) return "link escapes the workspace";
+  }
+  return undefined;
+}
+
+/** Counts decompressed bytes and fails past a cap: a decompression bomb stops here, whatever its entries say. */
+class ByteCap extends Transform {
+  private seen = 0;
+  constructor(
+    private readonly cap: number,
+    private readonly onExceeded: () => ArchiveRejectedError,
+  ) {
+    super();
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+    this.seen += chunk.length;
+    if (this.seen > this.cap) cb(this.onExceeded());
+    else cb(null, chunk);
+  }
+}
+
+/**
+ * Extracts a gzipped tar from source into dir (which must exist). Refuses the
+ * whole archive on the first entry that is absolute, climbs out with `..`,
+ * links outside dir or is not a file, directory or link, and (with limits) on
+ * the entry that goes past maxEntries or maxBytes: that entry is never
+ * written, extraction stops at once, and the call rejects with
+ * ArchiveRejectedError. Owners are never applied, even as root; node-tar
+ * refuses to write through a symlink already in dir.
+ */
+export async function extractArchive(source: Readable, dir: string, limits?: ExtractLimits): Promise<ExtractResult> {
+  let refused: ArchiveRejectedError | undefined;
+  let entries = 0;
+  let bytes = 0;
+  const stop = new AbortController();
+  const refuse = (err: ArchiveRejectedError): false => {
+    refused ??= err;
+    stop.abort();
+    return false;
+  };
+  const extractor = tar.x({
+    cwd: dir,
+    strict: true,
+    preserveOwner: false,
+    noChmod: false,
+    filter: (_path, entry) => {
+      if (refused !== undefined) return false;
+      if (!("type" in entry)) return false;
+      const reason =
+        entryViolation({ path: entry.path, type: entry.type, linkpath: entry.linkpath }) ??
+        entryViolation({ path: entry.header.path ?? entry.path, type: entry.type, linkpath: entry.header.linkpath ?? entry.linkpath });
+      if (reason !== undefined) return refuse(new ArchiveRejectedError(reason));
+      entries += 1;
+      bytes += entry.size ?? 0;
+      if (limits && entries > limits.maxEntries) return refuse(new ArchiveRejectedError(`more than ${limits.maxEntries} entries`, true));
+      if (limits && bytes > limits.maxBytes) return refuse(new ArchiveRejectedError(`more than ${limits.maxBytes} bytes`, true));
+      return true;
+    },
+  });
+  // Headers, padding and pax records on top of the file bytes; generous, but finite.
+  const cap = limits ? limits.maxBytes + limits.maxEntries * 3072 + (1 << 20) : Number.POSITIVE_INFINITY;
+  const capper = new ByteCap(cap, () => {
+    refused ??= new ArchiveRejectedError("archive expands past the byte limit", true);
+    return refused;
+  });
+  try {
+    await pipeline(source, createGunzip(), capper, extractor, { signal: stop.signal });
+  } catch (err) {
+    if (refused !== undefined) throw refused;
+    const code = (err as { tarCode?: unknown; code?: unknown }).tarCode ?? (err as { code?: unknown }).code;
+    throw new ArchiveRejectedError(typeof code === "string" ? `invalid archive (${code})` : "invalid archive");
+  }
+  if (refused !== undefined) throw refused;
+  return { entries, bytes };
+}

@@ -1,0 +1,3 @@
+export * from "./archive.ts";
+export * from "./errors.ts";
+export * from "./paths.ts";

@@ -1,0 +1,112 @@
+import { z } from "zod";
+import { Generation, Id } from "./ids.ts";
+import type { Rpc } from "./api.ts";
+
+/**
+ * Workspace transfer between the gateway and the runner that holds a session
+ * (issue 5, item 7). Request/reply on `paddock.workspace.<pool>.<runner>.<op>`
+ * (not under `paddock.runner.>`: that is the RUNNER stream, which would store
+ * a request and answer it with a publish ack). Archive bytes never travel in
+ * a message: they go through object store `transfers` in chunks, under
+ * `transferObjectName(...)`, and whoever created the object deletes it.
+ */
+
+/** Longest `?path=` accepted. */
+export const MAX_WORKSPACE_PATH = 1024;
+
+/**
+ * A workspace-relative path: "" (or ".") is the workspace itself. No leading
+ * `/`, no `..` segment, no backslash or NUL. Checked again by the runner, which
+ * also refuses a path through a symlink.
+ */
+export const WorkspacePath = z
+  .string()
+  .max(MAX_WORKSPACE_PATH)
+  .refine((p) => !p.startsWith("/"), "must be relative to the workspace")
+  .refine((p) => !p.split("/").includes(".."), "must not contain ..")
+  .refine((p) => !/[\\\0]/.test(p), "must not contain a backslash or NUL");
+export type WorkspacePath = z.infer<typeof WorkspacePath>;
+
+/** Which placement of which session an operation is for; the runner refuses a generation it does not hold. */
+const Target = {
+  sessionId: Id,
+  workspaceId: Id,
+  placementGeneration: Generation.min(1),
+};
+
+export const WorkspacePushRequest = z
+  .object({ ...Target, path: WorkspacePath, transferId: Id })
+  .strict();
+export type WorkspacePushRequest = z.infer<typeof WorkspacePushRequest>;
+
+export const WorkspacePushReply = z
+  .object({
+    entries: z.number().int().nonnegative(),
+    /** Uncompressed file bytes written. */
+    bytes: z.number().int().nonnegative(),
+    /** True when the session is a watch session and its reload was requested. */
+    reload: z.boolean(),
+  })
+  .strict();
+export type WorkspacePushReply = z.infer<typeof WorkspacePushReply>;
+
+export const WorkspacePullRequest = z
+  .object({ ...Target, path: WorkspacePath, transferId: Id })
+  .strict();
+export type WorkspacePullRequest = z.infer<typeof WorkspacePullRequest>;
+
+export const WorkspacePullReply = z
+  .object({
+    /** Size of the gzipped tar stored under the transfer's object name. */
+    size: z.number().int().nonnegative(),
+  })
+  .strict();
+export type WorkspacePullReply = z.infer<typeof WorkspacePullReply>;
+
+export const WorkspaceDiffRequest = z.object(Target).strict();
+export type WorkspaceDiffRequest = z.infer<typeof WorkspaceDiffRequest>;
+
+export const RepoDiff = z
+  .object({
+    /** The repository's directory, relative to the workspace ("." for the workspace itself). */
+    path: z.string().max(MAX_WORKSPACE_PATH),
+    /** `git diff HEAD` output, cut at the runner's bounds. */
+    diff: z.string(),
+    truncated: z.boolean(),
+    /** Why there is no diff (no commit yet, git failed); absent when the diff is complete or cut. */
+    error: z.string().max(512).optional(),
+  })
+  .strict();
+export type RepoDiff = z.infer<typeof RepoDiff>;
+
+/** Also the body of `GET /v1/sessions/:id/diff`. */
+export const WorkspaceDiffReply = z
+  .object({
+    repos: z.array(RepoDiff).max(256),
+    /** True when repositories were left out (too many, or the total bound was reached). */
+    truncated: z.boolean(),
+  })
+  .strict();
+export type WorkspaceDiffReply = z.infer<typeof WorkspaceDiffReply>;
+
+export const WorkspaceOps = ["push", "pull", "diff"] as const;
+export type WorkspaceOp = (typeof WorkspaceOps)[number];
+
+/** The subject a runner serves one workspace operation on. */
+export function workspaceSubject(poolId: string, runnerId: string, op: WorkspaceOp): string {
+  return `paddock.workspace.${poolId}.${runnerId}.${op}`;
+}
+
+/** The object (store `transfers`) a transfer's archive lives in while it moves. */
+export function transferObjectName(workspaceId: string, sessionId: string, transferId: string): string {
+  return `${workspaceId}/${sessionId}/${transferId}`;
+}
+
+/** The rpcs of one runner: bind them to the runner that holds the session. */
+export function workspaceRpcs(poolId: string, runnerId: string) {
+  return {
+    push: { subject: workspaceSubject(poolId, runnerId, "push"), request: WorkspacePushRequest, result: WorkspacePushReply },
+    pull: { subject: workspaceSubject(poolId, runnerId, "pull"), request: WorkspacePullRequest, result: WorkspacePullReply },
+    diff: { subject: workspaceSubject(poolId, runnerId, "diff"), request: WorkspaceDiffRequest, result: WorkspaceDiffReply },
+  } satisfies Record<WorkspaceOp, Rpc<z.ZodType, z.ZodType>>;
+}

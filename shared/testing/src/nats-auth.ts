@@ -1,0 +1,252 @@
+/**
+ * Per-service NATS credentials (issue 7, item 4): nats-server `authorization`
+ * config giving each service a user with only the subjects it needs, and each
+ * runner a user that can publish and consume only its own subjects.
+ *
+ * The permission lists follow ARCHITECTURE.md (Subjects, Storage) and the
+ * JetStream API subjects nats.js 3.x uses (see deploy/nats/README-isolation.md
+ * for the derivation and for what subject permissions cannot scope).
+ */
+import { Buckets, kvStreamName, ObjectStores, Streams, Subjects } from "@paddock/contracts";
+
+export interface RunnerPrincipal {
+  poolId: string;
+  runnerId: string;
+}
+
+export interface NatsAuthOptions {
+  runners: RunnerPrincipal[];
+  /** Password per user name (`scheduler`, `gateway`, `event-recorder`, `runner-<pool>-<runner>`, `provisioner`). */
+  passwords: Record<string, string>;
+  /** Also emit the `provisioner` user (full JetStream API, no application subjects). Default true when it has a password. */
+  provisioner?: boolean;
+}
+
+export interface Permissions {
+  publish: { allow: string[]; deny?: string[] };
+  subscribe: { allow: string[]; deny?: string[] };
+  /** Lets the user answer requests it received (reply subjects only, once, for a short while). */
+  allowResponses?: boolean;
+}
+
+export const ControlPlaneUsers = { scheduler: "scheduler", gateway: "gateway", recorder: "event-recorder", provisioner: "provisioner" } as const;
+
+/** The user (and DISPATCH durable) name of a runner. */
+export function runnerUser(poolId: string, runnerId: string): string {
+  return `runner-${poolId}-${runnerId}`;
+}
+
+const API = "$JS.API";
+const kvStream = (b: string) => kvStreamName(b);
+const objStream = (o: string) => `OBJ_${o}`;
+const kvSubject = (b: string, key = ">") => `$KV.${b}.${key}`;
+
+const allStreams = [
+  ...Object.values(Streams),
+  ...Object.values(Buckets).map(kvStream),
+  ...Object.values(ObjectStores).map(objStream),
+];
+
+/**
+ * What `provision()` calls (every service runs it at start): JetStream account
+ * info, create (idempotent when the config is identical) and info of exactly
+ * the Paddock streams. `withUpdate` adds STREAM.UPDATE, needed only when a
+ * stream drifted (a different replica count or retention); runners never get it.
+ */
+function provisioning(withUpdate: boolean): string[] {
+  return [
+    `${API}.INFO`,
+    ...allStreams.flatMap((s) => [`${API}.STREAM.CREATE.${s}`, `${API}.STREAM.INFO.${s}`, ...(withUpdate ? [`${API}.STREAM.UPDATE.${s}`] : [])]),
+  ];
+}
+
+/** Read a KV bucket: direct gets (per key or by sequence), and watches (ordered consumers). */
+function kvRead(bucket: string): string[] {
+  const s = kvStream(bucket);
+  return [
+    `${API}.DIRECT.GET.${s}`,
+    `${API}.DIRECT.GET.${s}.>`,
+    `${API}.STREAM.MSG.GET.${s}`,
+    `${API}.CONSUMER.CREATE.${s}`,
+    `${API}.CONSUMER.CREATE.${s}.>`,
+    `${API}.CONSUMER.INFO.${s}.>`,
+    `${API}.CONSUMER.DELETE.${s}.>`,
+    `${API}.CONSUMER.MSG.NEXT.${s}.>`,
+  ];
+}
+
+/** Read, write (put/create/update/delete) a KV bucket. */
+function kvReadWrite(bucket: string): string[] {
+  return [...kvRead(bucket), kvSubject(bucket)];
+}
+
+/** A durable pull consumer by name: create/update it (optionally only with one filter), read it, pull, ack. */
+function durable(stream: string, name: string, filter?: string): string[] {
+  return [
+    ...(filter ? [`${API}.CONSUMER.CREATE.${stream}.${name}.${filter}`] : [`${API}.CONSUMER.CREATE.${stream}.${name}`, `${API}.CONSUMER.CREATE.${stream}.${name}.>`, `${API}.CONSUMER.DURABLE.CREATE.${stream}.${name}`]),
+    `${API}.CONSUMER.INFO.${stream}.${name}`,
+    `${API}.CONSUMER.MSG.NEXT.${stream}.${name}`,
+    `$JS.ACK.${stream}.${name}.>`,
+  ];
+}
+
+/** Read a stream without a durable: direct gets, ordered (ephemeral) consumers. */
+function streamRead(stream: string): string[] {
+  return [
+    `${API}.DIRECT.GET.${stream}`,
+    `${API}.DIRECT.GET.${stream}.>`,
+    `${API}.STREAM.MSG.GET.${stream}`,
+    `${API}.CONSUMER.CREATE.${stream}`,
+    `${API}.CONSUMER.CREATE.${stream}.>`,
+    `${API}.CONSUMER.INFO.${stream}.>`,
+    `${API}.CONSUMER.DELETE.${stream}.>`,
+    `${API}.CONSUMER.MSG.NEXT.${stream}.>`,
+  ];
+}
+
+/** Put, get and delete objects of an object store (chunks + meta subjects, purge of replaced chunks, ordered push consumer). */
+function objectStore(store: string): string[] {
+  const s = objStream(store);
+  return [`$O.${store}.>`, `${API}.STREAM.PURGE.${s}`, ...streamRead(s), "$JS.FC.>"];
+}
+
+const inbox = "_INBOX.>";
+
+export function schedulerPermissions(): Permissions {
+  const owned = [Buckets.sessions, Buckets.runners, Buckets.names, Buckets.idempotency, Buckets.tokens, Buckets.environments];
+  return {
+    publish: {
+      allow: [
+        ...provisioning(true),
+        ...owned.flatMap(kvReadWrite),
+        ...kvRead(Buckets.runnerLeases),
+        ...durable(Streams.runner, "scheduler"),
+        Subjects.dispatchAll,
+        ...objectStore(ObjectStores.checkpoints),
+        ...objectStore(ObjectStores.envSnapshots),
+      ],
+    },
+    subscribe: { allow: ["paddock.api.v1.>", Subjects.register, Subjects.presenceAll, inbox] },
+    allowResponses: true,
+  };
+}
+
+export function gatewayPermissions(): Permissions {
+  return {
+    publish: {
+      allow: [
+        ...provisioning(true),
+        ...kvReadWrite(Buckets.tokens),
+        ...kvReadWrite(Buckets.members),
+        ...streamRead(Streams.term),
+        ...streamRead(Streams.audit),
+        "paddock.api.v1.>",
+        "paddock.input.>",
+        "paddock.presence.>",
+        "paddock.workspace.>",
+        ...objectStore(ObjectStores.transfers),
+      ],
+    },
+    subscribe: { allow: ["paddock.input.>", Subjects.auditAll, inbox] },
+  };
+}
+
+export function recorderPermissions(): Permissions {
+  const feeds = [Buckets.sessions, Buckets.environments, Buckets.runners];
+  return {
+    publish: {
+      allow: [
+        ...provisioning(true),
+        ...feeds.flatMap((b) => durable(kvStream(b), "event-recorder")),
+        `${API}.DIRECT.GET.${kvStream(Buckets.runners)}`,
+        `${API}.DIRECT.GET.${kvStream(Buckets.runners)}.>`,
+        `${API}.DIRECT.GET.${Streams.audit}`,
+        `${API}.DIRECT.GET.${Streams.audit}.>`,
+        Subjects.auditAll,
+      ],
+    },
+    subscribe: { allow: [inbox] },
+  };
+}
+
+export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal): Permissions {
+  const name = runnerUser(poolId, runnerId);
+  const key = `${poolId}.${runnerId}`;
+  return {
+    publish: {
+      allow: [
+        ...provisioning(false),
+        Subjects.runnerEvents(poolId, runnerId),
+        kvSubject(Buckets.runnerLeases, key),
+        // Its own runner record, read by key only (fence check after each renewal).
+        `${API}.DIRECT.GET.${kvStream(Buckets.runners)}.${kvSubject(Buckets.runners, key)}`,
+        // ...but Kvm.open() binds without stream info, so get() uses STREAM.MSG.GET, whose
+        // subject carries no key: any runner record is readable (not sessions, tokens, ...).
+        `${API}.STREAM.MSG.GET.${kvStream(Buckets.runners)}`,
+        // Its own DISPATCH durable, creatable only with its own filter subject.
+        ...durable(Streams.dispatch, name, Subjects.dispatch(poolId, runnerId)),
+        Subjects.register,
+        // TERM: any session (not scopable by subject); the last chunk is read to resume the cursor.
+        Subjects.termAll,
+        `${API}.STREAM.MSG.GET.${Streams.term}`,
+        ...objectStore(ObjectStores.checkpoints),
+        ...objectStore(ObjectStores.envSnapshots),
+        ...objectStore(ObjectStores.transfers),
+      ],
+      deny: [
+        "$KV.sessions.>",
+        Subjects.auditAll,
+        `${API}.STREAM.UPDATE.>`,
+        `${API}.STREAM.DELETE.>`,
+        `${API}.STREAM.PURGE.${Streams.audit}`,
+        Subjects.dispatchAll,
+      ],
+    },
+    subscribe: {
+      allow: ["paddock.input.*.*", `paddock.workspace.${poolId}.${runnerId}.>`, inbox],
+    },
+    allowResponses: true,
+  };
+}
+
+/**
+ * The provisioner / storage admin: the whole JetStream API and direct KV and
+ * object writes, no application subjects. Run once before the services (and
+ * by operators); no service connects as it.
+ */
+export function provisionerPermissions(): Permissions {
+  return { publish: { allow: [`${API}.>`, "$KV.>", "$O.>", "$JS.ACK.>", "$JS.FC.>"] }, subscribe: { allow: [inbox] } };
+}
+
+/** Every user and its permissions. */
+export function natsPrincipals(opts: Pick<NatsAuthOptions, "runners"> & { provisioner?: boolean }): Record<string, Permissions> {
+  const users: Record<string, Permissions> = {
+    [ControlPlaneUsers.scheduler]: schedulerPermissions(),
+    [ControlPlaneUsers.gateway]: gatewayPermissions(),
+    [ControlPlaneUsers.recorder]: recorderPermissions(),
+  };
+  for (const r of opts.runners) users[runnerUser(r.poolId, r.runnerId)] = runnerPermissions(r);
+  if (opts.provisioner) users[ControlPlaneUsers.provisioner] = provisionerPermissions();
+  return users;
+}
+
+const q = (s: string) => JSON.stringify(s);
+const list = (xs: string[]) => `[${xs.map(q).join(", ")}]`;
+
+function renderPermissions(p: Permissions, indent: string): string {
+  const lines = [`${indent}publish = { allow = ${list(p.publish.allow)}${p.publish.deny ? `, deny = ${list(p.publish.deny)}` : ""} }`];
+  lines.push(`${indent}subscribe = { allow = ${list(p.subscribe.allow)}${p.subscribe.deny ? `, deny = ${list(p.subscribe.deny)}` : ""} }`);
+  if (p.allowResponses) lines.push(`${indent}allow_responses = { max: 1, expires: "1m" }`);
+  return lines.join("\n");
+}
+
+/** nats-server config text: an `authorization { users = [...] }` block, one user per service and per runner. */
+export function natsAuthConfig(opts: NatsAuthOptions): string {
+  const users = natsPrincipals({ runners: opts.runners, provisioner: opts.provisioner ?? opts.passwords[ControlPlaneUsers.provisioner] !== undefined });
+  const blocks = Object.entries(users).map(([user, perms]) => {
+    const pass = opts.passwords[user];
+    if (pass === undefined) throw new Error(`no password for NATS user ${user}`);
+    return [`    {`, `      user: ${q(user)}`, `      password: ${q(pass)}`, `      permissions: {`, renderPermissions(perms, "        "), `      }`, `    }`].join("\n");
+  });
+  return [`authorization {`, `  users = [`, blocks.join("\n"), `  ]`, `}`, ""].join("\n");
+}

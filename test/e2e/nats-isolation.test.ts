@@ -1,0 +1,289 @@
+/**
+ * NATS isolation (issue 7, item 4) against a real nats-server running the
+ * generated `natsAuthConfig`: every denial a runner (and a control-plane
+ * service) must hit, shown explicitly as a permissions violation, every
+ * allowed path working, and the whole stack running one session end to end
+ * with per-service credentials and no violation in the server log.
+ */
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { provision } from "@paddock/bus";
+import { ControlPlaneUsers, natsAuthConfig, runnerUser, startNatsServer, startStack, type NatsServerHandle, type Stack } from "@paddock/testing";
+import { api, sessionOf, Terminal, waitForAuditEvents } from "./helpers.ts";
+
+const R1 = { poolId: "default", runnerId: "r1" };
+const R2 = { poolId: "default", runnerId: "r2" };
+const users = [...Object.values(ControlPlaneUsers), runnerUser(R1.poolId, R1.runnerId), runnerUser(R2.poolId, R2.runnerId)];
+const passwords = Object.fromEntries(users.map((u) => [u, randomBytes(12).toString("hex")]));
+
+/**
+ * Runs `action` and resolves with the permissions violation the server
+ * reported for `subject`: either the action's own rejection (a request, a
+ * JetStream publish) or the async error on the connection's status stream
+ * (a plain publish or subscribe). Never a sleep: whichever comes first.
+ */
+async function denied(nc: NatsConnection, subject: string, action: () => Promise<unknown> | unknown): Promise<string> {
+  const status = (async () => {
+    for await (const s of nc.status()) {
+      if (s.type === "error" && /permissions violation/i.test(String(s.error)) && String(s.error).includes(subject)) return String(s.error);
+    }
+    return "connection closed";
+  })();
+  const acted = (async () => {
+    try {
+      await action();
+    } catch (err) {
+      const text = `${String(err)} ${String((err as { cause?: unknown }).cause ?? "")}`;
+      if (/permission/i.test(text)) return text;
+      return status; // e.g. a timeout after the violation: the status event carries it
+    }
+    return status;
+  })();
+  return Promise.race([status, acted]);
+}
+
+describe("NATS permissions per principal", () => {
+  let server: NatsServerHandle;
+  const conns: Record<string, NatsConnection> = {};
+  const as = (user: string) => {
+    const nc = conns[user];
+    if (!nc) throw new Error(`not connected as ${user}`);
+    return nc;
+  };
+  const r1 = () => as(runnerUser(R1.poolId, R1.runnerId));
+  const admin = () => as(ControlPlaneUsers.provisioner);
+
+  beforeAll(async () => {
+    server = await startNatsServer({ extraConfig: natsAuthConfig({ runners: [R1, R2], passwords }) });
+    for (const u of users) conns[u] = await connect({ servers: server.url, user: u, pass: passwords[u] ?? "", name: u });
+    await provision(admin(), { replicas: 1 });
+    // Each runner creates its own durable, filtered to its own subject (what registration.ts does).
+    for (const r of [R1, R2]) {
+      await (await jetstreamManager(as(runnerUser(r.poolId, r.runnerId)))).consumers.add("DISPATCH", {
+        durable_name: runnerUser(r.poolId, r.runnerId),
+        filter_subject: `paddock.dispatch.${r.poolId}.${r.runnerId}`,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.New,
+      });
+    }
+  });
+  afterAll(async () => {
+    for (const nc of Object.values(conns)) await nc.close();
+    await server?.stop();
+  });
+
+  it("refuses a connection without credentials or with a wrong password", async () => {
+    await expect(connect({ servers: server.url })).rejects.toThrow(/authorization/i);
+    await expect(connect({ servers: server.url, user: "scheduler", pass: "wrong" })).rejects.toThrow(/authorization/i);
+  });
+
+  describe("a runner", () => {
+    it("cannot write another runner's lease", async () => {
+      const subject = "$KV.runner-leases.default.r2";
+      const err = await denied(r1(), subject, () => jetstream(r1()).publish(subject, "{}", { timeout: 5_000 }));
+      expect(err).toMatch(/permissions violation/i);
+      const leases = await new Kvm(admin()).open("runner-leases");
+      expect(await leases.get("default.r2")).toBeNull();
+    });
+
+    it("cannot write a session record", async () => {
+      const kv = await new Kvm(r1()).open("sessions"); // open = STREAM.INFO, granted to every provisioner
+      const err = await denied(r1(), "$KV.sessions.default.s1", () => kv.put("default.s1", "{}", { timeout: 5_000 }));
+      expect(err).toMatch(/permissions violation/i);
+      expect(await (await new Kvm(admin()).open("sessions")).get("default.s1")).toBeNull();
+    });
+
+    it("cannot read or watch the sessions, tokens or members buckets, nor direct-get another runner's record", async () => {
+      for (const bucket of ["sessions", "tokens", "members"]) {
+        const kv = await new Kvm(r1()).open(bucket);
+        expect(await denied(r1(), `$JS.API.STREAM.MSG.GET.KV_${bucket}`, () => kv.get("default.s1"))).toMatch(/permissions violation/i);
+        expect(await denied(r1(), `$JS.API.CONSUMER.CREATE.KV_${bucket}`, () => kv.watch())).toMatch(/permissions violation/i);
+      }
+      const direct = await new Kvm(r1()).open("runners", { allow_direct: true });
+      expect(await denied(r1(), "$JS.API.DIRECT.GET.KV_runners.$KV.runners.default.r2", () => direct.get("default.r2"))).toMatch(/permissions violation/i);
+      const runners = await new Kvm(r1()).open("runners");
+      expect(await denied(r1(), "$JS.API.CONSUMER.CREATE.KV_runners", () => runners.watch())).toMatch(/permissions violation/i);
+    });
+
+    it("cannot mint an API token", async () => {
+      const subject = "$KV.tokens.deadbeef";
+      expect(await denied(r1(), subject, () => jetstream(r1()).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
+    });
+
+    it("cannot publish to the audit stream", async () => {
+      const subject = "paddock.audit.default.session.s1";
+      expect(await denied(r1(), subject, () => jetstream(r1()).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), subject, () => r1().publish(subject, "{}"))).toMatch(/permissions violation/i);
+      expect((await (await jetstreamManager(admin())).streams.info("AUDIT")).state.messages).toBe(0);
+    });
+
+    it("cannot publish facts as another runner", async () => {
+      const subject = "paddock.runner.default.r2.events";
+      expect(await denied(r1(), subject, () => jetstream(r1()).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
+    });
+
+    it("cannot publish dispatch commands or listen on DISPATCH subjects", async () => {
+      const subject = "paddock.dispatch.default.r1";
+      expect(await denied(r1(), subject, () => jetstream(r1()).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), "paddock.dispatch.>", () => r1().subscribe("paddock.dispatch.>"))).toMatch(/permissions violation/i);
+    });
+
+    it("cannot consume another runner's dispatch durable", async () => {
+      const durable = "runner-default-r2";
+      expect(await denied(r1(), `$JS.API.CONSUMER.INFO.DISPATCH.${durable}`, () => jetstream(r1()).consumers.get("DISPATCH", durable))).toMatch(
+        /permissions violation/i,
+      );
+      const next = `$JS.API.CONSUMER.MSG.NEXT.DISPATCH.${durable}`;
+      expect(await denied(r1(), next, () => r1().request(next, JSON.stringify({ batch: 1, expires: 1_000_000_000 }), { timeout: 5_000 }))).toMatch(
+        /permissions violation/i,
+      );
+    });
+
+    it("cannot point its own durable (or an ephemeral consumer) at another runner's dispatch subject", async () => {
+      const jsm = await jetstreamManager(r1());
+      const own = `$JS.API.CONSUMER.CREATE.DISPATCH.runner-default-r1.paddock.dispatch.default.r2`;
+      const retarget = () =>
+        jsm.consumers.add("DISPATCH", { durable_name: "runner-default-r1", filter_subject: "paddock.dispatch.default.r2", ack_policy: AckPolicy.Explicit });
+      expect(await denied(r1(), own, retarget)).toMatch(/permissions violation/i);
+      const ephemeral = "$JS.API.CONSUMER.CREATE.DISPATCH";
+      expect(await denied(r1(), ephemeral, () => jsm.consumers.add("DISPATCH", { filter_subject: "paddock.dispatch.default.r2" }))).toMatch(
+        /permissions violation/i,
+      );
+      expect(await denied(r1(), "$JS.API.DIRECT.GET.DISPATCH", () => jsm.direct.getMessage("DISPATCH", { last_by_subj: "paddock.dispatch.default.r2" }))).toMatch(
+        /permissions violation/i,
+      );
+    });
+
+    it("cannot change, purge or delete streams", async () => {
+      const jsm = await jetstreamManager(r1());
+      expect(await denied(r1(), "$JS.API.STREAM.UPDATE.AUDIT", () => jsm.streams.update("AUDIT", { max_age: 1_000_000_000 }))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), "$JS.API.STREAM.DELETE.KV_sessions", () => jsm.streams.delete("KV_sessions"))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), "$JS.API.STREAM.PURGE.TERM", () => jsm.streams.purge("TERM"))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), "$JS.API.STREAM.CREATE.EVIL", () => jsm.streams.add({ name: "EVIL", subjects: ["evil.>"] }))).toMatch(/permissions violation/i);
+    });
+
+    it("cannot serve another runner's workspace requests", async () => {
+      const subject = "paddock.workspace.default.r2.pull";
+      expect(await denied(r1(), subject, () => r1().subscribe(subject, { queue: "workspace-r2" }))).toMatch(/permissions violation/i);
+    });
+
+    it("writes its own lease (with a per-message TTL) and its own facts, and reads its own record", async () => {
+      const js = jetstream(r1());
+      await js.publish("$KV.runner-leases.default.r1", JSON.stringify({ runnerId: "r1" }), { ttl: "10s" });
+      expect((await (await new Kvm(admin()).open("runner-leases")).get("default.r1"))?.string()).toContain("r1");
+      const ack = await js.publish("paddock.runner.default.r1.events", "{}", { msgID: "s1-1-running" });
+      expect(ack.stream).toBe("RUNNER");
+      await (await new Kvm(admin()).open("runners")).put("default.r1", JSON.stringify({ id: "r1", generation: 3 }));
+      expect((await (await new Kvm(r1()).open("runners")).get("default.r1"))?.json()).toEqual({ id: "r1", generation: 3 });
+      const term = await js.publish("paddock.term.s1.main", "hello");
+      expect(term.stream).toBe("TERM");
+    });
+
+    it("consumes and acks its own dispatch durable", async () => {
+      await jetstream(as(ControlPlaneUsers.scheduler)).publish("paddock.dispatch.default.r1", JSON.stringify({ type: "start" }));
+      const consumer = await jetstream(r1()).consumers.get("DISPATCH", "runner-default-r1");
+      const m = await consumer.next({ expires: 5_000 });
+      expect(m?.subject).toBe("paddock.dispatch.default.r1");
+      expect(await m?.ackAck()).toBe(true);
+      const info = await (await jetstreamManager(admin())).consumers.info("DISPATCH", "runner-default-r1");
+      expect(info.num_ack_pending).toBe(0);
+    });
+
+    it("runs provision against existing storage without needing STREAM.UPDATE", async () => {
+      await provision(r1(), { replicas: 1 });
+    });
+  });
+
+  describe("control-plane services", () => {
+    it("the gateway cannot write session records, dispatch, or publish audit events", async () => {
+      const gw = as(ControlPlaneUsers.gateway);
+      for (const subject of ["$KV.sessions.default.s1", "paddock.dispatch.default.r1", "paddock.audit.default.session.s1", "paddock.runner.default.r1.events"]) {
+        expect(await denied(gw, subject, () => jetstream(gw).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
+      }
+    });
+
+    it("the event-recorder cannot write any KV bucket or dispatch", async () => {
+      const rec = as(ControlPlaneUsers.recorder);
+      for (const subject of ["$KV.sessions.default.s1", "$KV.tokens.x", "paddock.dispatch.default.r1"]) {
+        expect(await denied(rec, subject, () => jetstream(rec).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
+      }
+    });
+
+    it("the scheduler cannot publish audit events, terminal output or runner facts", async () => {
+      const s = as(ControlPlaneUsers.scheduler);
+      for (const subject of ["paddock.audit.default.session.s1", "paddock.term.s1.main", "paddock.runner.default.r1.events"]) {
+        expect(await denied(s, subject, () => jetstream(s).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
+      }
+    });
+  });
+});
+
+describe("the whole stack with per-service credentials", () => {
+  let stack: Stack;
+  let nc: NatsConnection;
+  let logDir: string;
+  const logFile = () => join(logDir, "nats.log");
+
+  beforeAll(async () => {
+    logDir = mkdtempSync(join(tmpdir(), "paddock-nats-log-"));
+    stack = await startStack({ isolated: { runners: [{ poolId: "default", runnerId: "runner-1" }], extraConfig: `log_file: ${JSON.stringify(join(logDir, "nats.log"))}\n` } });
+    const users = stack.natsUsers ?? {};
+    nc = await connect({ servers: stack.nats.url, user: ControlPlaneUsers.provisioner, pass: users[ControlPlaneUsers.provisioner] ?? "" });
+  });
+  afterAll(async () => {
+    await nc?.close();
+    await stack?.stop();
+    rmSync(logDir, { recursive: true, force: true });
+  });
+
+  it("runs a session end to end", async () => {
+    const created = await api(stack.url, stack.token, "POST", "/v1/sessions", {
+      spec: { cmd: ["sh", "-c", "printf 'ready\\n'; read line; printf 'got:%s\\n' \"$line\"; exit 7"] },
+    });
+    expect(created.status).toBe(201);
+    const session = sessionOf(created);
+    const controller = await Terminal.open(stack.url, stack.token, session.id, "mode=controller&since=all");
+    await controller.until((t) => t.output().includes("ready"));
+    controller.ws.send(Buffer.from("hello\n"));
+    await controller.until((t) => t.textFrames().some((f) => f.type === "exit"));
+    expect(controller.output()).toContain("got:hello");
+    await controller.closed;
+    await waitForAuditEvents(nc, "default", session.id, (evs) => evs.some((e) => e.action === "exit"));
+    const dead = sessionOf(await api(stack.url, stack.token, "GET", `/v1/sessions/${session.id}`));
+    expect(dead).toMatchObject({ state: "dead", childExitCode: 7, runnerId: "runner-1" });
+    const replay = await Terminal.open(stack.url, stack.token, session.id, "since=all");
+    await replay.closed;
+    expect(replay.output()).toBe(controller.output());
+    const events = await api(stack.url, stack.token, "GET", `/v1/events?sessionId=${session.id}`);
+    expect(events.status).toBe(200);
+  });
+
+  it("cold-suspends into the checkpoint store and resumes with the workspace restored", async () => {
+    const script = "if [ -f state ]; then echo restored:$(cat state); else echo first > state; echo wrote; fi; exec sleep 600";
+    const s = sessionOf(await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", script] } }));
+    const before = await Terminal.open(stack.url, stack.token, s.id, "mode=viewer&since=all");
+    await before.until((t) => t.output().includes("wrote"));
+    before.ws.close();
+    const suspended = await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/suspend`, { warm: false });
+    expect(sessionOf(suspended)).toMatchObject({ state: "suspended_cold", checkpoint: { format: "tar+gzip" } });
+    const resumed = await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/resume`, {});
+    expect(sessionOf(resumed)).toMatchObject({ state: "running", placementGeneration: 2 });
+    const after = await Terminal.open(stack.url, stack.token, s.id, "mode=viewer&since=all");
+    await after.until((t) => t.output().includes("restored:first"));
+    after.ws.close();
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
+  });
+
+  it("needed no permission it was not granted (server log)", () => {
+    const violations = readFileSync(logFile(), "utf8")
+      .split("\n")
+      .filter((l) => /violation/i.test(l));
+    expect(violations).toEqual([]);
+  });
+});
