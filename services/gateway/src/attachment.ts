@@ -24,7 +24,6 @@ import type { GatewayContext } from "./context.ts";
 import { FrameBudget } from "./limits.ts";
 import type { Watcher } from "./presence.ts";
 import type { Revocable } from "./revocation.ts";
-import { ScreenEmulator } from "./snapshot.ts";
 import { exitCodeOf, firstSeqOf, placementGenerationOf } from "./termlog.ts";
 
 /**
@@ -109,7 +108,6 @@ export class Attachment implements Watcher, Revocable {
   private superseded = false;
   private alive = true;
   private messages: ConsumerMessages | undefined;
-  private emulator: ScreenEmulator | undefined;
   private readonly inputSubject: string;
   private readonly termSubject: string;
 
@@ -208,6 +206,14 @@ export class Attachment implements Watcher, Revocable {
         }
       }
     }
+    if (snapshot) {
+      // One frame with the screen as of the hello cursor (from the incrementally
+      // fed emulator), then every chunk after it.
+      const screen = await this.ctx.screens.snapshot(this.termSubject, helloCursor, session.placementGeneration);
+      if (this.closed) return { kind: "stopped" };
+      await this.sendOutput(screen.cursor, screen.bytes, true);
+      startSeq = screen.cursor + 1;
+    }
     if (this.closed) return { kind: "stopped" };
     const consumer = await jetstream(nc).consumers.get(Streams.term, {
       filter_subjects: [this.termSubject],
@@ -221,36 +227,16 @@ export class Attachment implements Watcher, Revocable {
       await this.messages.close();
       return { kind: "stopped" };
     }
-
-    // Screen mode: chunks up to helloCursor go into the emulator, then one snapshot frame.
-    let emulating = snapshot;
-    let snapCursor = 0;
-    if (snapshot) this.emulator = new ScreenEmulator();
-    const flush = async () => {
-      emulating = false;
-      const bytes = (await this.emulator?.snapshot()) ?? Buffer.alloc(0);
-      this.emulator?.dispose();
-      this.emulator = undefined;
-      if (!this.closed) await this.sendOutput(snapCursor, bytes, true);
-    };
-    if (emulating && helloCursor === 0) await flush();
-
     for await (const m of this.messages) {
       if (this.closed) return { kind: "stopped" };
-      if (emulating && m.seq > helloCursor) await flush();
       const exit = exitCodeOf(m.headers);
       if (placementGenerationOf(m.headers) < session.placementGeneration) {
         metrics.staleChunks.inc();
       } else if (exit !== undefined) {
-        if (emulating) await flush();
         return { kind: "exit", code: exit };
-      } else if (emulating) {
-        this.emulator?.write(m.data);
       } else {
         await this.sendOutput(m.seq, m.data, m.seq <= helloCursor);
       }
-      if (emulating) snapCursor = m.seq;
-      if (emulating && m.seq >= helloCursor) await flush();
       if (this.closed) return { kind: "stopped" };
     }
     return { kind: "stopped" };
@@ -340,8 +326,6 @@ export class Attachment implements Watcher, Revocable {
     this.closed = true;
     this.ctx.deps.metrics.wsOpen.dec({ mode: this.grant.mode });
     this.grant.claims?.stop();
-    this.emulator?.dispose();
-    this.emulator = undefined;
     const messages = this.messages;
     this.messages = undefined;
     if (messages) {

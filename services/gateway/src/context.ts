@@ -1,3 +1,4 @@
+import { ScreenCache } from "./screens.ts";
 import type { IncomingMessage } from "node:http";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
@@ -61,6 +62,8 @@ export class GatewayContext {
   /** Creates (sessions, tokens) per minute per token. */
   readonly creates: WindowLimiter;
   readonly after: After;
+  /** Headless screens per session app, fed incrementally for `since=screen`. */
+  readonly screens: ScreenCache;
   private jsmOpening: Promise<JetStreamManager> | undefined;
 
   constructor(readonly deps: GatewayDeps) {
@@ -68,6 +71,7 @@ export class GatewayContext {
     this.authorizer = new Authorizer(lazyKv(deps.nc, Buckets.members));
     this.creates = new WindowLimiter(deps.config.createsPerMinute, 60_000, deps.now);
     this.after = deps.after ?? realAfter;
+    this.screens = new ScreenCache(deps.nc);
   }
 
   /** The JetStream manager, created once (direct gets read TERM and AUDIT). */

@@ -15,8 +15,11 @@ const SchedulerEnv = z.object({
   PADDOCK_CREATING_TIMEOUT_MS: ms.default(120_000),
   /** A suspend, warm resume or snapshot the runner has not answered after this is abandoned. */
   PADDOCK_PENDING_TIMEOUT_MS: ms.default(60_000),
-  /** How long a suspend/resume/snapshot request waits for the runner before answering. */
-  PADDOCK_OPERATION_WAIT_MS: ms.default(30_000),
+  /**
+   * How long a suspend/resume/snapshot request waits for the runner before
+   * answering with the pending record; below the gateway's request timeout (5 s).
+   */
+  PADDOCK_OPERATION_WAIT_MS: ms.default(4_000),
   /** Terminal records are deleted after this. */
   PADDOCK_TERMINAL_TTL_MS: ms.default(7 * 24 * 60 * 60_000),
   /** Cold-suspended sessions are destroyed after this. */

@@ -101,7 +101,10 @@ export function transition(
   patch: Partial<Session> = {},
 ): Session {
   if (!canTransition(s.state, to)) throw new ConflictError(`session ${s.id} cannot go from ${s.state} to ${to}`);
-  return withFact(ctx, { ...s, ...patch, state: to }, action, actorId);
+  const next = withFact(ctx, { ...s, ...patch, state: to }, action, actorId);
+  // Nothing is pending on a session that has ended: its runner will not answer.
+  if (isTerminal(to)) delete next.pending;
+  return next;
 }
 
 /** A new revision that commits `action` without changing state (e.g. a controller attach). */

@@ -1,6 +1,7 @@
 import {
   appsOf,
   ConflictError,
+  isTerminal,
   NotFoundError,
   UnavailableError,
   type Checkpoint,
@@ -41,7 +42,7 @@ function withPending(ctx: SchedulerContext, s: Session, op: PendingOp["op"], act
 }
 
 function waitSettled(ctx: SchedulerContext, s: Session, requestId: string): Promise<Session | undefined> {
-  return ctx.waiters.wait(ctx.sessions.keyOf(s), s, (x) => x.pending?.requestId !== requestId, ctx.config.operationWaitMs);
+  return ctx.waiters.wait(ctx.sessions.keyOf(s), s, (x) => x.pending?.requestId !== requestId || isTerminal(x.state), ctx.config.operationWaitMs);
 }
 
 /**
