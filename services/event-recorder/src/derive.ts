@@ -39,8 +39,9 @@ export function sessionEvent(s: Session): AuditEvent {
     action: actionOf(s.lastFact),
     resource: { kind: "session", workspaceId: s.workspaceId, id: s.id, creatorId: s.creatorId },
     at: s.lastFact.at,
-    usage: ZERO_USAGE,
-    placementGeneration: s.placementGeneration,
+    // Usage rides on the one fact that ends a generation, so summing events never counts it twice.
+    usage: s.lastFact.usage ?? ZERO_USAGE,
+    placementGeneration: s.lastFact.usage ? (s.usageGeneration ?? s.placementGeneration) : s.placementGeneration,
   };
 }
 

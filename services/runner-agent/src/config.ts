@@ -29,10 +29,6 @@ const RunnerEnv = z
      * expires at second granularity, so it is rounded up.
      */
     PADDOCK_RUNNER_LEASE_TTL_MS: envSchemas.positiveMs.min(1_000).default(10_000),
-    /** Terminal log kept per session app, in bytes (bounds the chunk count: chunks are ≤ 32 KiB). */
-    PADDOCK_TERM_MAX_BYTES_PER_APP: z.coerce.number().int().min(32 * 1024).default(320 * 1024 * 1024),
-    /** How long terminal chunks are kept. */
-    PADDOCK_TERM_MAX_AGE_MS: envSchemas.positiveMs.default(7 * 24 * 60 * 60 * 1000),
     /** Resources one session may use here; defaults: every core, all memory, the free disk of the data dir. */
     PADDOCK_RUNNER_CPU_MILLIS: z.coerce.number().int().nonnegative().optional(),
     PADDOCK_RUNNER_MEMORY_BYTES: z.coerce.number().int().nonnegative().optional(),
@@ -77,10 +73,6 @@ export interface RunnerConfig {
   capabilities: string[];
   leaseRenewMs: number;
   leaseTtlMs: number;
-  /** Retention of the TERM log per session app: at most this many chunks (each ≤ 32 KiB) … */
-  termMaxMsgsPerApp: number;
-  /** … kept at most this long. */
-  termMaxAgeMs: number;
   cpuMillis: number;
   memoryBytes: number;
   /** Undefined: the free space of the data dir, measured at each registration. */
@@ -130,8 +122,6 @@ export function loadConfig(env: Record<string, string | undefined>): RunnerConfi
     capabilities: e.PADDOCK_RUNNER_CAPABILITIES,
     leaseRenewMs: e.PADDOCK_RUNNER_LEASE_RENEW_MS,
     leaseTtlMs: e.PADDOCK_RUNNER_LEASE_TTL_MS,
-    termMaxMsgsPerApp: Math.ceil(e.PADDOCK_TERM_MAX_BYTES_PER_APP / (32 * 1024)),
-    termMaxAgeMs: e.PADDOCK_TERM_MAX_AGE_MS,
     cpuMillis: e.PADDOCK_RUNNER_CPU_MILLIS ?? Math.max(1, cpus().length) * 1000,
     memoryBytes: e.PADDOCK_RUNNER_MEMORY_BYTES ?? totalmem(),
     diskBytes: e.PADDOCK_RUNNER_DISK_BYTES,

@@ -14,17 +14,6 @@ describe("config", () => {
     expect(c).toMatchObject({ runnerId: "r1", poolId: "default", capacityTotal: 8, capabilities: ["gpu", "process"], leaseRenewMs: 2_000 });
   });
 
-  it("bounds the terminal log per app by bytes and age", () => {
-    const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
-    expect(loadConfig({ ...base, PADDOCK_TERM_MAX_BYTES_PER_APP: String(100 * 1024), PADDOCK_TERM_MAX_AGE_MS: "60000" })).toMatchObject({
-      termMaxMsgsPerApp: 4,
-      termMaxAgeMs: 60_000,
-    });
-    expect(loadConfig(base)).toMatchObject({ termMaxMsgsPerApp: 10_240 });
-    expect(() => loadConfig({ ...base, PADDOCK_TERM_MAX_BYTES_PER_APP: "100" })).toThrow(ConfigError);
-    expect(() => loadConfig({ ...base, PADDOCK_TERM_MAX_AGE_MS: "-1" })).toThrow(ConfigError);
-  });
-
   it("refuses a missing runner id or an id that is not one subject token", () => {
     expect(() => loadConfig({ PADDOCK_RUNNER_DATA_DIR: "/tmp/x" })).toThrow(ConfigError);
     expect(() => loadConfig({ PADDOCK_RUNNER_ID: "a.b", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" })).toThrow(ConfigError);

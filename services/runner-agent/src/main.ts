@@ -11,8 +11,7 @@ const log = createLogger({ service: "runner-agent", level: config.logLevel });
 
 runMain(log, async () => {
   const nc = await connectBus({ servers: config.natsUrl, name: `runner-agent-${config.runnerId}`, user: config.natsUser, pass: config.natsPass }, log);
-  // The runner writes TERM, so it owns its retention settings.
-  await provision(nc, { replicas: config.replicas, termMaxMsgsPerSubject: config.termMaxMsgsPerApp, termMaxAgeMs: config.termMaxAgeMs });
+  await provision(nc, { replicas: config.replicas });
   const metrics = createRunnerMetrics();
   const agent = createRunnerAgent({ nc, config, log, metrics, now: Date.now, newId: randomUUID });
   const { generation } = await agent.start();

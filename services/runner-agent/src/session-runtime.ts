@@ -1,8 +1,9 @@
+import { UsageMeter } from "./usage.ts";
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { appsOf, type Checkpoint, type DispatchCommand, type RunTrigger } from "@paddock/contracts";
+import { appsOf, type Checkpoint, type DispatchCommand, type RunTrigger, type Usage } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { AppSlot, type GenerationEnd, type GenerationStart } from "./app-slot.ts";
 import { bootEnvironment } from "./boot.ts";
@@ -40,6 +41,8 @@ export interface SessionRuntimeDeps {
   /** Handed to apps as PADDOCK_URL with a session token. */
   gatewayUrl: string | undefined;
   watch: WatchSettings;
+  /** How often a session's CPU and memory are sampled for its usage. */
+  usageSampleMs?: number;
 }
 
 /** booting → running ⇄ frozen; running → exited (run mode); any → ending (destroy, cold suspend, shutdown). */
@@ -50,6 +53,9 @@ export type Phase = "booting" | "running" | "frozen" | "exited" | "ending";
  * their generations, and the facts it reports (in order, through one chain).
  * Commands run one at a time through run().
  */
+/** Sampling interval of a session's CPU and memory. */
+const DEFAULT_USAGE_SAMPLE_MS = 5_000;
+
 export class SessionRuntime {
   readonly held: HeldSession;
   readonly workspace: string;
@@ -69,6 +75,8 @@ export class SessionRuntime {
   private silenced = false;
   /** The runner generation the exited fact was produced under, once it was. */
   private exitedUnder: number | undefined;
+  /** Measures this placement generation's usage from running until it ends. */
+  private meter: UsageMeter | undefined;
 
   constructor(
     private readonly deps: SessionRuntimeDeps,
@@ -79,6 +87,21 @@ export class SessionRuntime {
     this.workspace = join(dir, "workspace");
     this.mode = cmd.mode;
     this.limiter = new SlidingWindowLimiter(deps.watch.maxReloads, deps.watch.windowMs, deps.now);
+  }
+
+  /**
+   * Ends this generation's usage measurement and answers its totals, once:
+   * later calls (exit after teardown, or the reverse) answer undefined.
+   */
+  async finishUsage(): Promise<Usage | undefined> {
+    const meter = this.meter;
+    this.meter = undefined;
+    return meter?.finish(this.workspace);
+  }
+
+  /** The process groups of the apps running now (each app leads its own). */
+  private appGroups(): number[] {
+    return [...this.slots.values()].flatMap((slot) => (slot.proc ? [slot.proc.pid] : []));
   }
 
   /** Runs fn after every earlier command of this session. */
@@ -139,6 +162,8 @@ export class SessionRuntime {
         starts.push([slot, started]);
       }
       this.phase = "running";
+      this.meter = new UsageMeter(() => this.appGroups(), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS);
+      this.meter.start();
       this.input = subscribeInput({ ...this.deps, sessionId: this.held.sessionId, gate: new ControllerGate(), app: (name) => this.slots.get(name)?.proc });
       if (this.mode === "watch") this.watcher = watchWorkspace(this.workspace, this.deps.watch.debounceMs, () => this.onWorkspaceChange());
       void this.emit({ type: "running" });
@@ -193,10 +218,12 @@ export class SessionRuntime {
     }
     this.phase = "ending";
     this.detach();
+    // The sandbox goes away: this generation's usage ends here.
+    const usage = await this.finishUsage();
     await this.killAll();
     await Promise.all([...this.slots.values()].map((s) => s.closeLog()));
     await rm(this.dir, { recursive: true, force: true });
-    await this.emit({ type: "suspended", warm: false, checkpoint }, requestId);
+    await this.emit({ type: "suspended", warm: false, checkpoint, ...(usage ? { usage } : {}) }, requestId);
     this.deps.log.info(this.ids(), "session suspended cold");
   }
 
@@ -336,7 +363,8 @@ export class SessionRuntime {
 
   private async reportExited(key?: string): Promise<void> {
     const first = [...this.slots.values()][0]?.lastExit ?? { exitCode: null, signal: undefined };
-    await this.emit({ type: "exited", exitCode: first.exitCode, ...(first.signal ? { signal: first.signal } : {}) }, key);
+    const usage = await this.finishUsage();
+    await this.emit({ type: "exited", exitCode: first.exitCode, ...(first.signal ? { signal: first.signal } : {}), ...(usage ? { usage } : {}) }, key);
     this.deps.log.info({ ...this.ids(), exitCode: first.exitCode, signal: first.signal }, "session exited");
   }
 

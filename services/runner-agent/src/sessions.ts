@@ -84,13 +84,15 @@ export class SessionManager {
     const existing = this.sessions.get(target.sessionId);
     if (existing && existing.held.placementGeneration > target.placementGeneration) return; // for an older placement
     if ((this.ended.get(target.sessionId) ?? 0) > target.placementGeneration) return;
+    // Measured before the sandbox goes; undefined when the exit already reported it.
+    const usage = existing ? await existing.finishUsage() : undefined;
     if (existing) await this.teardown(existing);
     else {
       await this.closing.get(target.sessionId);
       await rm(join(this.sessionsDir(), target.sessionId), { recursive: true, force: true });
     }
     this.remember(target);
-    await this.opts.facts.publish(target, { type: "destroyed" });
+    await this.opts.facts.publish(target, { type: "destroyed", ...(usage ? { usage } : {}) });
   }
 
   /**

@@ -37,6 +37,14 @@ const SchedulerEnv = z.object({
   /** A runner's capacity count is recomputed from its sessions only after this long without a placement on it. */
   PADDOCK_CAPACITY_REPAIR_QUIET_MS: ms.default(30_000),
   /**
+   * Terminal log kept per session app, in bytes (bounds the chunk count:
+   * chunks are ≤ 32 KiB). The scheduler owns TERM retention; runners may not
+   * change stream configs.
+   */
+  PADDOCK_TERM_MAX_BYTES_PER_APP: z.coerce.number().int().min(32 * 1024).default(320 * 1024 * 1024),
+  /** How long terminal chunks are kept. */
+  PADDOCK_TERM_MAX_AGE_MS: ms.default(7 * 24 * 60 * 60_000),
+  /**
    * Key that derives each session's service token (HMAC of session and
    * placement generation). Every scheduler replica needs the same one.
    */
@@ -62,6 +70,8 @@ export function loadConfig(env: Record<string, string | undefined>) {
     maxSessionsPerWorkspace: e.PADDOCK_MAX_SESSIONS_PER_WORKSPACE,
     sessionTokenSecret: e.PADDOCK_SESSION_TOKEN_SECRET,
     leaseTtlMs: e.PADDOCK_RUNNER_LEASE_TTL_MS,
+    termMaxMsgsPerApp: Math.ceil(e.PADDOCK_TERM_MAX_BYTES_PER_APP / (32 * 1024)),
+    termMaxAgeMs: e.PADDOCK_TERM_MAX_AGE_MS,
     lostGraceMs: e.PADDOCK_RUNNER_LOST_GRACE_MS,
     capacityRepairQuietMs: e.PADDOCK_CAPACITY_REPAIR_QUIET_MS,
   };

@@ -1,4 +1,4 @@
-import { canTransition, occupiesSlot, runnerKey, sessionKey, type RunnerFact, type Session } from "@paddock/contracts";
+import { canTransition, occupiesSlot, runnerKey, sessionKey, type RunnerFact, type Session, type Usage } from "@paddock/contracts";
 import { transition, withFact, writeSession, type SchedulerContext } from "./context.ts";
 import { releaseSlot } from "./slots.ts";
 import { CasConflictError } from "./store.ts";
@@ -10,13 +10,28 @@ function withoutPending(s: Session): Session {
   return rest;
 }
 
+/**
+ * Puts a generation's usage on the fact that ends it, once: a repeated report
+ * (redelivery, or exit and teardown both reporting) is not counted again.
+ */
+function withUsage(next: Session, prev: Session, fact: { usage?: Usage | undefined; placementGeneration: number }): Session {
+  if (!fact.usage || (prev.usageGeneration ?? 0) >= fact.placementGeneration) return next;
+  return { ...next, usageGeneration: fact.placementGeneration, lastFact: { ...next.lastFact, usage: fact.usage } };
+}
+
+/** A teardown report after the record already ended: only its usage is new. */
+function onDestroyed(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "destroyed" }>): Session | undefined {
+  if (!fact.usage || (s.usageGeneration ?? 0) >= fact.placementGeneration) return undefined;
+  return withUsage(withFact(ctx, s, "usage", fact.runnerId), s, fact);
+}
+
 function onExited(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "exited" }>): Session | "illegal" | undefined {
   if (!canTransition(s.state, "dead")) return s.state === "dead" || s.state === "destroyed" ? undefined : "illegal";
   const error = fact.signal ? `process killed by ${fact.signal}` : undefined;
   const patch = { childExitCode: fact.exitCode, ...(error ? { error } : {}) };
   // A one-shot session is released as soon as its command exits (seed 002).
   const to = s.oneShot ? "destroyed" : "dead";
-  return transition(ctx, withoutPending(s), to, "exit", fact.runnerId, patch);
+  return withUsage(transition(ctx, withoutPending(s), to, "exit", fact.runnerId, patch), s, fact);
 }
 
 function onSuspended(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "suspended" }>): Session | "illegal" | undefined {
@@ -24,7 +39,9 @@ function onSuspended(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact
   if (s.state === to) return undefined;
   if (!canTransition(s.state, to)) return "illegal";
   const checkpoint = fact.checkpoint ? { checkpoint: fact.checkpoint, checkpointedAt: fact.at } : {};
-  return transition(ctx, withoutPending(s), to, "suspend", fact.runnerId, checkpoint);
+  const next = transition(ctx, withoutPending(s), to, "suspend", fact.runnerId, checkpoint);
+  // A cold suspend ends the generation (the sandbox is gone); a warm one does not.
+  return fact.warm ? next : withUsage(next, s, fact);
 }
 
 function onApp(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "app" }>): Session | undefined {
@@ -52,7 +69,7 @@ function nextFor(ctx: SchedulerContext, s: Session, fact: RunnerFact): Session |
       return transition(ctx, withoutPending(s), "failed", "fail", actor, { error: fact.reason });
     case "destroyed":
       // Teardown confirmed; the record already left the slot when it was deleted.
-      return undefined;
+      return onDestroyed(ctx, s, fact);
     case "suspended":
       return onSuspended(ctx, s, fact);
     case "resumed":

@@ -312,3 +312,30 @@ describe("one-shot, recycle, children, apps", () => {
     expect(after.lastFact.action).toBe("run.started");
   });
 });
+
+describe("usage", () => {
+  const usage = { cpuTimeSeconds: 1.5, memoryByteSeconds: 1000, storageBytes: 42, networkBytes: 0, agentTokenCount: 0 };
+
+  it("rides on the one fact that ends a generation and is never counted twice", async () => {
+    await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 2 });
+    const { session, start } = await runningSession(h.nc, "r1", inbox);
+    await publishFact(h.nc, factFor("r1", start, { type: "exited", exitCode: 0, usage }));
+    const dead = await waitForState(h.nc, session.id, "dead");
+    expect(dead.lastFact).toMatchObject({ action: "exit", usage });
+    expect(dead.usageGeneration).toBe(1);
+    // A teardown report of the same generation carries the same usage again: ignored.
+    await publishFact(h.nc, factFor("r1", start, { type: "destroyed", usage }));
+
+    // Deleted while running: the runner's teardown report brings the usage, recorded once.
+    const { session: other, start: start2 } = await runningSession(h.nc, "r1", inbox);
+    await callRpc(h.nc, Api.deleteSession, { scope: alice, sessionId: other.id });
+    await publishFact(h.nc, factFor("r1", start2, { type: "destroyed", usage }));
+    await publishFact(h.nc, factFor("r1", start2, { type: "destroyed", usage }));
+    const withUsage = await waitForRecord(h.nc, other.id, (s) => s.lastFact.action === "usage");
+    expect(withUsage).toMatchObject({ state: "destroyed", usageGeneration: 1, lastFact: { usage } });
+    // The first session got no second usage revision.
+    expect((await get(h.nc, alice, session.id)).lastFact.action).toBe("exit");
+  });
+});

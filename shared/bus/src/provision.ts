@@ -44,7 +44,8 @@ export function streamConfigs(opts: ProvisionOptions): Array<Partial<StreamConfi
       ...base,
       name: Streams.term,
       subjects: [Subjects.termAll],
-      max_msgs_per_subject: opts.termMaxMsgsPerSubject ?? 10_000,
+      // 10,240 chunks of at most 32 KiB: 320 MiB per session app.
+      max_msgs_per_subject: opts.termMaxMsgsPerSubject ?? 10_240,
       max_age: (opts.termMaxAgeMs ?? 7 * DAY_MS) * NS_PER_MS,
       duplicate_window: 60_000 * NS_PER_MS,
     },
@@ -109,7 +110,10 @@ async function ensureStream(
     for (const field of RETENTION_FIELDS) {
       if (!explicit.includes(field)) (next as Record<string, unknown>)[field] = existing[field];
     }
-    await jsm.streams.update(name, next);
+    // Nothing this caller owns differs: leave the stream alone (a caller without
+    // update permission, such as a runner, must not need it).
+    const differs = Object.entries(next).some(([k, v]) => JSON.stringify(existing[k as keyof StreamConfig]) !== JSON.stringify(v));
+    if (differs) await jsm.streams.update(name, next);
   }
 }
 

@@ -30,6 +30,8 @@ export const AuditAction = {
   timeout: "timeout",
   expire: "expire",
   evict: "evict",
+  /** A generation's usage reported after the record had already ended (teardown after a delete). */
+  usage: "usage",
   register: "register",
   lose: "lose",
   fence: "fence",

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { EpochMs, Generation, Id } from "./ids.ts";
+import { Usage } from "./audit.ts";
 import { BootEnvironment } from "./environment.ts";
 import { AppRun, Checkpoint, PortableSpec, RunTrigger, SessionMode } from "./session.ts";
 
@@ -106,12 +107,14 @@ export const RunnerFact = z.discriminatedUnion("type", [
       exitCode: z.number().int().nullable(),
       /** Signal name when the process was killed by one. */
       signal: z.string().max(32).optional(),
+      /** What this placement generation used, measured by the runner. */
+      usage: Usage.optional(),
     })
     .strict(),
   z.object({ type: z.literal("failed"), ...factBase, reason: z.string().max(512) }).strict(),
-  z.object({ type: z.literal("destroyed"), ...factBase }).strict(),
+  z.object({ type: z.literal("destroyed"), ...factBase, usage: Usage.optional() }).strict(),
   /** Warm: processes stopped in place. Cold: workspace checkpointed, sandbox removed. */
-  z.object({ type: z.literal("suspended"), ...factBase, warm: z.boolean(), checkpoint: Checkpoint.optional() }).strict(),
+  z.object({ type: z.literal("suspended"), ...factBase, warm: z.boolean(), checkpoint: Checkpoint.optional(), usage: Usage.optional() }).strict(),
   /** A warm-suspended sandbox continues. */
   z.object({ type: z.literal("resumed"), ...factBase }).strict(),
   /** A checkpoint of a running sandbox (snapshot or periodic), answering `checkpoint`. */

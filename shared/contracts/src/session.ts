@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { EpochMs, Generation, Id } from "./ids.ts";
 import { Requirements } from "./requirements.ts";
+import { Usage } from "./audit.ts";
 
 /** The session lifecycle vocabulary of the control contract. */
 export const SessionState = {
@@ -124,6 +125,11 @@ export const SessionFact = z
     action: z.string().min(1).max(32),
     actorId: Id,
     at: EpochMs,
+    /**
+     * Usage of the placement generation this fact ends (exit, cold suspend,
+     * teardown), carried by exactly one fact per generation.
+     */
+    usage: Usage.optional(),
   })
   .strict();
 export type SessionFact = z.infer<typeof SessionFact>;
@@ -206,6 +212,8 @@ export const Session = z
     pending: PendingOp.optional(),
     /** Per-app generations, by app name. */
     apps: z.record(z.string(), AppRun).optional(),
+    /** The last placement generation whose usage was recorded (a repeated report is not counted twice). */
+    usageGeneration: Generation.optional(),
     /** When the session last became idle (no attached client); watch sessions suspend after idleMs. */
     idleSince: EpochMs.optional(),
     createdAt: EpochMs,

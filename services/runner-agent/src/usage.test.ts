@@ -1,0 +1,37 @@
+import { spawn } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { describe, expect, it } from "vitest";
+import { storageBytes, UsageMeter } from "./usage.ts";
+
+describe("usage meter", () => {
+  it("measures CPU and memory of the app's process group and the workspace's storage", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "paddock-usage-"));
+    writeFileSync(join(dir, "blob"), Buffer.alloc(123_456));
+    // A process group that burns CPU, says so, then idles.
+    const child = spawn("sh", ["-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo burnt; exec sleep 600"], { detached: true });
+    let clock = 1_000;
+    const meter = new UsageMeter(() => (child.pid ? [child.pid] : []), () => clock, 60_000);
+    await meter.sample();
+    await new Promise<void>((resolve) => createInterface({ input: child.stdout }).on("line", (l) => l === "burnt" && resolve()));
+    clock += 10_000;
+    const usage = await meter.finish(dir);
+    process.kill(-(child.pid ?? 0), "SIGKILL");
+    expect(usage.cpuTimeSeconds).toBeGreaterThan(0);
+    expect(usage.memoryByteSeconds).toBeGreaterThan(0);
+    expect(usage.storageBytes).toBe(123_456);
+    expect(usage.networkBytes).toBe(0);
+  });
+
+  it("counts regular files only, without following links", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "paddock-usage-"));
+    writeFileSync(join(dir, "a"), "12345");
+    const { symlinkSync, mkdirSync } = await import("node:fs");
+    mkdirSync(join(dir, "sub"));
+    writeFileSync(join(dir, "sub", "b"), "123");
+    symlinkSync("/etc/passwd", join(dir, "link"));
+    expect(await storageBytes(dir)).toBe(8);
+  });
+});

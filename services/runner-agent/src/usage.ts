@@ -1,0 +1,119 @@
+import { readdir, readFile, lstat } from "node:fs/promises";
+import { join } from "node:path";
+import type { Now, Usage } from "@paddock/contracts";
+
+/** Linux /proc accounting units: clock ticks per second and the page size (the kernel defaults here). */
+const CLOCK_TICKS_PER_SECOND = 100;
+const PAGE_BYTES = 4096;
+/** Bounds the workspace walk that measures storage. */
+const MAX_WALKED_ENTRIES = 200_000;
+
+interface ProcStat {
+  pid: number;
+  pgid: number;
+  /** utime + stime + cutime + cstime, in clock ticks. */
+  cpuTicks: number;
+  rssBytes: number;
+}
+
+function parseStat(text: string): ProcStat | undefined {
+  // The command name (field 2) may contain spaces and parentheses: split after the last ")".
+  const close = text.lastIndexOf(")");
+  if (close < 0) return undefined;
+  const head = text.slice(0, text.indexOf(" "));
+  const f = text.slice(close + 2).split(" ");
+  // f[0] is field 3 (state); field n is f[n - 3].
+  const num = (n: number) => Number(f[n - 3] ?? 0);
+  return { pid: Number(head), pgid: num(5), cpuTicks: num(14) + num(15) + num(16) + num(17), rssBytes: num(24) * PAGE_BYTES };
+}
+
+/** Every process in the given process groups (each app leads its own group). */
+async function processesIn(groups: ReadonlySet<number>): Promise<ProcStat[]> {
+  if (groups.size === 0) return [];
+  const out: ProcStat[] = [];
+  for (const name of await readdir("/proc").catch(() => [] as string[])) {
+    if (!/^\d+$/.test(name)) continue;
+    const stat = parseStat(await readFile(`/proc/${name}/stat`, "utf8").catch(() => ""));
+    if (stat && groups.has(stat.pgid)) out.push(stat);
+  }
+  return out;
+}
+
+/** Bytes of regular files under dir (bounded walk; links are not followed). */
+export async function storageBytes(dir: string): Promise<number> {
+  let total = 0;
+  let seen = 0;
+  const stack = [dir];
+  while (stack.length > 0 && seen < MAX_WALKED_ENTRIES) {
+    const current = stack.pop() ?? "";
+    for (const entry of await readdir(current, { withFileTypes: true }).catch(() => [])) {
+      seen++;
+      const path = join(current, entry.name);
+      if (entry.isDirectory()) stack.push(path);
+      else if (entry.isFile()) total += (await lstat(path).catch(() => undefined))?.size ?? 0;
+    }
+  }
+  return total;
+}
+
+/**
+ * Samples what one placement generation of a session uses: CPU time and
+ * memory byte-seconds of its apps' process groups, every sampleMs. A process
+ * is only seen while alive, so the last interval of one that exits between
+ * samples is not counted (documented as the sampling error). Network bytes
+ * are not measurable per sandbox with the process backend and stay 0.
+ */
+export class UsageMeter {
+  private readonly lastTicks = new Map<number, number>();
+  private cpuTicks = 0;
+  private memoryByteSeconds = 0;
+  private lastSampleAt: number;
+  private timer: NodeJS.Timeout | undefined;
+  private sampling: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly groups: () => number[],
+    private readonly now: Now,
+    private readonly sampleMs: number,
+  ) {
+    this.lastSampleAt = now();
+  }
+
+  start(): void {
+    this.timer ??= setInterval(() => void this.sample(), this.sampleMs);
+    this.timer.unref();
+  }
+
+  /** One sample now (serialised with the periodic ones). */
+  sample(): Promise<void> {
+    this.sampling = this.sampling.then(async () => {
+      const procs = await processesIn(new Set(this.groups()));
+      const at = this.now();
+      const seconds = Math.max(0, at - this.lastSampleAt) / 1000;
+      this.lastSampleAt = at;
+      let rss = 0;
+      for (const p of procs) {
+        const before = this.lastTicks.get(p.pid) ?? 0;
+        if (p.cpuTicks > before) this.cpuTicks += p.cpuTicks - before;
+        this.lastTicks.set(p.pid, p.cpuTicks);
+        rss += p.rssBytes;
+      }
+      this.memoryByteSeconds += Math.round(rss * seconds);
+    });
+    return this.sampling;
+  }
+
+  /** Stops sampling and answers the generation's totals (with a last sample and the workspace size). */
+  async finish(workspace: string): Promise<Usage> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    await this.sample();
+    return {
+      cpuTimeSeconds: this.cpuTicks / CLOCK_TICKS_PER_SECOND,
+      memoryByteSeconds: this.memoryByteSeconds,
+      storageBytes: await storageBytes(workspace),
+      networkBytes: 0,
+      agentTokenCount: 0,
+    };
+  }
+}

@@ -1,0 +1,16 @@
+import { describe, expect, it } from "vitest";
+import { ConfigError } from "@paddock/config";
+import { loadConfig } from "./config.ts";
+
+describe("scheduler config", () => {
+  it("bounds the terminal log per app by bytes and age", () => {
+    expect(loadConfig({ PADDOCK_TERM_MAX_BYTES_PER_APP: String(100 * 1024), PADDOCK_TERM_MAX_AGE_MS: "60000" })).toMatchObject({
+      termMaxMsgsPerApp: 4,
+      termMaxAgeMs: 60_000,
+    });
+    expect(loadConfig({})).toMatchObject({ termMaxMsgsPerApp: 10_240, creatingTimeoutMs: 120_000, leaseTtlMs: 10_000, lostGraceMs: 20_000 });
+    expect(() => loadConfig({ PADDOCK_TERM_MAX_BYTES_PER_APP: "100" })).toThrow(ConfigError);
+    expect(() => loadConfig({ PADDOCK_TERM_MAX_AGE_MS: "-1" })).toThrow(ConfigError);
+    expect(() => loadConfig({ PADDOCK_SESSION_TOKEN_SECRET: "short" })).toThrow(ConfigError);
+  });
+});
