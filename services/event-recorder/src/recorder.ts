@@ -1,3 +1,4 @@
+import type { z } from "zod";
 import {
   AckPolicy,
   DeliverPolicy,
@@ -148,36 +149,24 @@ export async function createRecorder(deps: RecorderDeps): Promise<{ stop(): Prom
 
   const handles: ConsumerHandle[] = [];
   try {
-    handles.push(
-      await consumeTyped(js, {
-        stream: kvStreamName(Buckets.sessions),
+    // Records whose revisions carry their own fact: one event per revision.
+    const recordFeed = <S extends typeof Session | typeof Environment>(bucket: string, schema: S, toEvent: (value: z.infer<S>) => AuditEvent, kind: string) =>
+      consumeTyped(js, {
+        stream: kvStreamName(bucket),
         consumer: FEED_CONSUMER,
-        schema: Session,
+        schema,
         metrics: deps.bus,
         log: deps.log,
         skip: isDeleteMarker,
         // Revisions of one record stay in order (one lane per key); records are independent.
         lanes: { concurrency: 64, keyOf: (msg) => msg.subject },
-        handler: async (session, msg) => {
-          await publish(js, jsm, sessionEvent(session), msg);
-          recorded.inc({ kind: "session" });
+        handler: async (value, msg) => {
+          await publish(js, jsm, toEvent(value as z.infer<S>), msg);
+          recorded.inc({ kind });
         },
-      }),
-    );
-    handles.push(
-      await consumeTyped(js, {
-        stream: kvStreamName(Buckets.environments),
-        consumer: FEED_CONSUMER,
-        schema: Environment,
-        metrics: deps.bus,
-        log: deps.log,
-        skip: isDeleteMarker,
-        handler: async (env, msg) => {
-          await publish(js, jsm, environmentEvent(env), msg);
-          recorded.inc({ kind: "environment" });
-        },
-      }),
-    );
+      });
+    handles.push(await recordFeed(Buckets.sessions, Session, sessionEvent, "session"));
+    handles.push(await recordFeed(Buckets.environments, Environment, environmentEvent, "environment"));
     handles.push(
       await consumeTyped(js, {
         stream: kvStreamName(Buckets.runners),

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { commonEnv, envSchemas, parseEnv } from "@paddock/config";
+import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
 import { Id } from "@paddock/contracts";
 
 const bytes = z.coerce.number().int().positive();
@@ -72,13 +72,7 @@ export interface GatewayConfig {
 export function loadConfig(env: Record<string, string | undefined>): GatewayConfig {
   const e = parseEnv(GatewayEnv, env);
   return {
-    natsUrl: e.PADDOCK_NATS_URL,
-    natsUser: e.PADDOCK_NATS_USER,
-    natsPass: e.PADDOCK_NATS_PASS,
-    replicas: e.PADDOCK_REPLICAS,
-    logLevel: e.PADDOCK_LOG_LEVEL,
-    opsHost: e.PADDOCK_OPS_HOST,
-    opsPort: e.PADDOCK_OPS_PORT,
+    ...commonConfig(e),
     httpHost: e.PADDOCK_HTTP_HOST,
     httpPort: e.PADDOCK_HTTP_PORT,
     devToken: e.PADDOCK_DEV_TOKEN,

@@ -1,7 +1,7 @@
 import { cpus, totalmem } from "node:os";
 import { z } from "zod";
 import { Id } from "@paddock/contracts";
-import { commonEnv, envSchemas, parseEnv } from "@paddock/config";
+import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
 
 const capabilities = z
   .string()
@@ -108,13 +108,7 @@ export const defaultWorkspaceLimits: WorkspaceLimits = {
 export function loadConfig(env: Record<string, string | undefined>): RunnerConfig {
   const e = parseEnv(RunnerEnv, env);
   return {
-    natsUrl: e.PADDOCK_NATS_URL,
-    natsUser: e.PADDOCK_NATS_USER,
-    natsPass: e.PADDOCK_NATS_PASS,
-    replicas: e.PADDOCK_REPLICAS,
-    logLevel: e.PADDOCK_LOG_LEVEL,
-    opsPort: e.PADDOCK_OPS_PORT,
-    opsHost: e.PADDOCK_OPS_HOST,
+    ...commonConfig(e),
     runnerId: e.PADDOCK_RUNNER_ID,
     poolId: e.PADDOCK_POOL_ID,
     capacityTotal: e.PADDOCK_RUNNER_CAPACITY,
