@@ -141,6 +141,13 @@ describe("paddock cp", () => {
     const down = await runCli(["cp", `${s.id}:up`, dst], cli);
     expect(down).toMatchObject({ code: 0, stderr: "" });
     expect(files(dst)).toEqual(files(src));
+    // Each transfer is a committed fact: one push and one pull event so far (the member's pull below is another).
+    const kv = await new Kvm(nc).open("sessions");
+    const history = await kv.history({ key: `default.${s.id}` });
+    const actions: string[] = [];
+    for await (const e of history) if (e.operation === "PUT") actions.push(e.json<Session>().lastFact.action);
+    expect(actions.filter((a) => a === "push")).toHaveLength(1);
+    expect(actions.filter((a) => a === "pull")).toHaveLength(1);
 
     // A viewer-only member may read but not write; a session without a sandbox is a conflict.
     expect((await fetch(`${stack.url}/v1/sessions/${s.id}/workspace?path=up`, { headers: { authorization: `Bearer ${MEMBER_TOKEN}` } })).status).toBe(200);

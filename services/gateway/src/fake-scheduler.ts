@@ -112,6 +112,7 @@ export class FakeScheduler {
         const generation = (s.apps?.[req.app]?.generation ?? 1) + 1;
         return { session: this.put({ ...s, apps: { ...s.apps, [req.app]: { generation, phase: "running", trigger: "manual", startedAt: NOW } } }) };
       }),
+      serve("recordTransfer", Api.recordTransfer, (req) => ({ session: get(req.scope, req.sessionId) })),
       serve("createEnvironment", Api.createEnvironment, (req) => ({
         environment: this.putEnv(
           patchEnvironment(makeEnvironment({ id: `env${++this.n}`, workspaceId: req.scope.workspaceId, name: req.body.name }), req.body, NOW),

@@ -6,6 +6,7 @@ import { Objm, type ObjectStore } from "@nats-io/obj";
 import { z } from "zod";
 import { callRpc } from "@paddock/bus";
 import {
+  Api,
   ConflictError,
   Id,
   ObjectStores,
@@ -116,6 +117,8 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
       try {
         await (await transfers()).put({ name }, boundedBody(rc.req, config.maxUploadBytes));
         const reply = await callRpc(ctx.deps.nc, rpcs.push, { ...target(session), path, transferId }, rpcOpts);
+        // The push is a fact: committed on the record (one audit event) before the client is told.
+        await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "push" }, { timeoutMs: config.rpcTimeoutMs });
         sendJson(rc.res, 200, reply);
       } finally {
         await removeQuietly(name);
@@ -131,6 +134,7 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
         const { size } = await callRpc(ctx.deps.nc, rpcs.pull, { ...target(session), path, transferId }, rpcOpts);
         const got = await (await transfers()).get(name);
         if (!got) throw new UnavailableError("the runner's archive is gone; retry");
+        await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "pull" }, { timeoutMs: config.rpcTimeoutMs });
         rc.res.writeHead(200, { "content-type": "application/gzip", "content-length": String(size), "cache-control": "no-store" });
         await pipeline(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), rc.res);
         // A digest mismatch is only known at the end: the client must not keep a corrupt archive.

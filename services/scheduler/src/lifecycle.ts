@@ -129,3 +129,9 @@ export async function restartApp(ctx: SchedulerContext, scope: Scope, sessionId:
   await sendCommand(ctx, after, { type: "restart_app", requestId: after.lastFact.eventId, app, trigger: "manual" });
   return after;
 }
+
+/** A workspace push or pull happened: one revision commits it (and so one audit event). */
+export async function recordTransfer(ctx: SchedulerContext, scope: Scope, sessionId: string, direction: "push" | "pull"): Promise<Session> {
+  const { after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => withFact(ctx, s, direction, scope.actor.id));
+  return after;
+}

@@ -114,7 +114,8 @@ export async function attachSession(
     const current = await getSession(ctx, scope, sessionId);
     if (mode === "viewer") return current.value;
     if (isTerminal(current.value.state)) throw new ConflictError(`session has ended (${current.value.state})`);
-    const next = withFact(ctx, current.value, "attach", scope.actor.id);
+    // A controller attach after an earlier one supersedes it (that controller is closed with 4001).
+    const next = withFact(ctx, current.value, current.value.controllerGeneration > 0 ? "supersede" : "attach", scope.actor.id);
     next.controllerGeneration = current.value.controllerGeneration + 1;
     try {
       await writeSession(ctx, current, next);

@@ -26,7 +26,7 @@ import { createPlacer } from "./placement.ts";
 import { attachSession, deleteSession, getSession, listRunners, listSessions } from "./queries.ts";
 import { RunnerRecords, SessionRecords } from "./store.ts";
 import { KvView } from "./view.ts";
-import { recycleSession, restartApp, resumeSession, snapshotSession, suspendSession } from "./lifecycle.ts";
+import { recordTransfer, recycleSession, restartApp, resumeSession, snapshotSession, suspendSession } from "./lifecycle.ts";
 import { PresenceTracker } from "./presence.ts";
 import { LeaseTracker } from "./liveness.ts";
 import { sweep } from "./sweeper.ts";
@@ -144,6 +144,7 @@ function serveApi(ctx: SchedulerContext): Subscription[] {
     serveRpc(ctx.nc, Api.resumeSession, async (req) => ({ session: await resumeSession(ctx, req.scope, req.sessionId) }), opts),
     serveRpc(ctx.nc, Api.snapshotSession, (req) => snapshotSession(ctx, req.scope, req.sessionId), opts),
     serveRpc(ctx.nc, Api.recycleSession, (req) => recycleSession(ctx, req.scope, req.sessionId), opts),
+    serveRpc(ctx.nc, Api.recordTransfer, async (req) => ({ session: await recordTransfer(ctx, req.scope, req.sessionId, req.direction) }), opts),
     serveRpc(ctx.nc, Api.restartApp, async (req) => ({ session: await restartApp(ctx, req.scope, req.sessionId, req.app) }), opts),
   ];
 }

@@ -104,6 +104,13 @@ export const Api = {
     z.object({ scope: Scope, sessionId: Id }).strict(),
     z.object({ released: Session, session: Session }).strict(),
   ),
+  /** Commits that the workspace was pushed or pulled (the audit fact of a transfer). */
+  recordTransfer: rpc(
+    "sessions",
+    "record_transfer",
+    z.object({ scope: Scope, sessionId: Id, direction: z.enum(["push", "pull"]) }).strict(),
+    z.object({ session: Session }).strict(),
+  ),
   /** Starts the next generation of one app. */
   restartApp: rpc(
     "sessions",
