@@ -127,6 +127,11 @@ export const Action = {
   listTokens: "token.list",
   /** Revoke a token: its own actor, or a workspace admin. */
   revokeToken: "token.revoke",
+  /** Store or replace a secret value: admins only. */
+  putSecret: "secret.put",
+  /** List secret names (never values): any member. */
+  listSecrets: "secret.list",
+  deleteSecret: "secret.delete",
 } as const;
 export type Action = (typeof Action)[keyof typeof Action];
 
@@ -151,10 +156,13 @@ const ownerActions: ReadonlySet<Action> = new Set([
 ]);
 
 /** Actions a service principal (a session's token, a runner) may never take, whatever its membership. */
+/** A session's own token never touches the secret store (its sandbox holds the values it was given). */
+const secretActions: ReadonlySet<Action> = new Set([Action.putSecret, Action.listSecrets, Action.deleteSecret]);
+
 const userOnlyActions: ReadonlySet<Action> = new Set([Action.createToken]);
 
 /** Actions only a workspace admin may take (environments have no creator; runners are the fleet's). */
-const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment, Action.setRunnerState]);
+const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment, Action.setRunnerState, Action.putSecret, Action.deleteSecret]);
 
 /**
  * What a session's own service principal may do without a membership: create
@@ -179,6 +187,9 @@ export class Authorizer {
     }
     if (userOnlyActions.has(action) && (scope.actor.kind !== "user" || scope.sessionId !== undefined)) {
       throw new ForbiddenError(`${action} is not allowed to a service principal`);
+    }
+    if (secretActions.has(action) && scope.sessionId !== undefined) {
+      throw new ForbiddenError(`${action} is not allowed to a session principal`);
     }
     if (sessionPrincipalMay(scope, action, resource)) return;
     const entry = await (await this.members()).get(memberKey(scope.workspaceId, scope.actor.id));

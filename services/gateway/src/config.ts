@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
+import { SecretsKeySetting } from "@paddock/bus";
 import { Id } from "@paddock/contracts";
 
 const bytes = z.coerce.number().int().positive();
@@ -41,6 +42,8 @@ export const GatewayEnv = z.object({
   PADDOCK_MAX_ATTACH_PER_SESSION: z.coerce.number().int().positive().default(32),
   /** Creates (sessions and tokens) per minute per token, per replica; more is 429 `rate_limited` with Retry-After. */
   PADDOCK_CREATES_PER_MINUTE: z.coerce.number().int().positive().default(600),
+  /** AES-256-GCM key sealing secret values in KV `secrets` (64 hex chars or base64 of 32 bytes); unset stores them as is. */
+  PADDOCK_SECRETS_KEY: SecretsKeySetting,
 });
 
 export interface GatewayConfig {
@@ -67,6 +70,8 @@ export interface GatewayConfig {
   wsInputFramesPerSecond: number;
   maxAttachPerSession: number;
   createsPerMinute: number;
+  /** Seals secret values at rest; undefined stores them unencrypted (see ARCHITECTURE.md, Secrets). */
+  secretsKey?: Buffer | undefined;
 }
 
 export function loadConfig(env: Record<string, string | undefined>): GatewayConfig {
@@ -89,6 +94,7 @@ export function loadConfig(env: Record<string, string | undefined>): GatewayConf
     wsInputFramesPerSecond: e.PADDOCK_WS_INPUT_FRAMES_PER_SECOND,
     maxAttachPerSession: e.PADDOCK_MAX_ATTACH_PER_SESSION,
     createsPerMinute: e.PADDOCK_CREATES_PER_MINUTE,
+    secretsKey: e.PADDOCK_SECRETS_KEY,
   };
 }
 

@@ -8,6 +8,7 @@ import { matchRoute, sendError, sendJson, type Route } from "./http.ts";
 import { lifecycleRoutes } from "./lifecycle.ts";
 import { RateLimitedError } from "./limits.ts";
 import { runnerRoutes } from "./runners.ts";
+import { secretRoutes } from "./secrets.ts";
 import { sessionRoutes } from "./sessions.ts";
 import { tokenRoutes } from "./tokens.ts";
 import { TerminalHub } from "./terminal.ts";
@@ -30,7 +31,7 @@ export interface Gateway {
  */
 export function createGateway(deps: GatewayDeps): Gateway {
   const ctx = new GatewayContext(deps);
-  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx), ...workspaceRoutes(ctx), ...tokenRoutes(ctx)];
+  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx), ...workspaceRoutes(ctx), ...tokenRoutes(ctx), ...secretRoutes(ctx)];
   const terminals = new TerminalHub(ctx);
   const { log, metrics, nc } = deps;
   let listening = false;

@@ -2,6 +2,7 @@ import { cpus, totalmem } from "node:os";
 import { z } from "zod";
 import { Id } from "@paddock/contracts";
 import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
+import { SecretsKeySetting } from "@paddock/bus";
 
 const capabilities = z
   .string()
@@ -50,6 +51,8 @@ const RunnerEnv = z
     PADDOCK_RUNNER_DIFF_MAX_REPO_BYTES: z.coerce.number().int().positive().default(256 * 1024),
     PADDOCK_RUNNER_DIFF_MAX_BYTES: z.coerce.number().int().positive().max(768 * 1024).default(512 * 1024),
     PADDOCK_RUNNER_DIFF_MAX_REPOS: z.coerce.number().int().positive().max(256).default(32),
+    /** Opens secret values sealed by the gateway (same key); unset reads them unencrypted. */
+    PADDOCK_SECRETS_KEY: SecretsKeySetting,
     /** Handed to session processes (their env is otherwise minimal). */
     PATH: z.string().default("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
   })
@@ -85,6 +88,8 @@ export interface RunnerConfig {
   watchMaxReloads: number;
   watchWindowMs: number;
   workspace: WorkspaceLimits;
+  /** Key of the secret store (KvSecretResolver); never logged. */
+  secretsKey?: Buffer | undefined;
 }
 
 /** Bounds of the workspace operations (push, diff). */
@@ -133,5 +138,6 @@ export function loadConfig(env: Record<string, string | undefined>): RunnerConfi
       diffMaxBytes: e.PADDOCK_RUNNER_DIFF_MAX_BYTES,
       diffMaxRepos: e.PADDOCK_RUNNER_DIFF_MAX_REPOS,
     },
+    secretsKey: e.PADDOCK_SECRETS_KEY,
   };
 }

@@ -8,6 +8,7 @@ import type { Logger } from "@paddock/logging";
 import { AppSlot, type GenerationEnd, type GenerationStart } from "./app-slot.ts";
 import { bootEnvironment } from "./boot.ts";
 import { checkpointObjectName, type CheckpointStore } from "./checkpoint.ts";
+import { egressEnv, egressRefusals, startEgressProxy, type EgressProxy } from "./egress.ts";
 import { BootError, CheckpointError, CommandRefusedError, RunnerError } from "./errors.ts";
 import type { FactBody, FactPublisher } from "./facts.ts";
 import { ControllerGate, subscribeInput } from "./input.ts";
@@ -77,6 +78,8 @@ export class SessionRuntime {
   private exitedUnder: number | undefined;
   /** Measures this placement generation's usage from running until it ends. */
   private meter: UsageMeter | undefined;
+  /** Egress: this session's proxy (egressAllow), from boot until the session ends. */
+  private egress: EgressProxy | undefined;
 
   constructor(
     private readonly deps: SessionRuntimeDeps,
@@ -138,13 +141,16 @@ export class SessionRuntime {
       const env = cmd.environment;
       const secrets = env ? await this.deps.secrets.resolve(env.secretRefs, { workspaceId: this.held.workspaceId, sessionId: this.held.sessionId, environmentId: env.environmentId }) : {};
       const appEnv = { ...this.baseEnv(), ...secrets, ...this.tokenEnv() };
+      // Egress: setup, init and the apps reach the network through the session's proxy (last: nothing overrides it).
+      const proxyEnv = await this.startEgress();
+      Object.assign(appEnv, proxyEnv);
       if (env) {
         const built = await bootEnvironment({
           environment: env,
           workspaceId: this.held.workspaceId,
           workspace: this.workspace,
           restored: cmd.restore !== undefined,
-          setupEnv: this.baseEnv(),
+          setupEnv: { ...this.baseEnv(), ...proxyEnv },
           initEnv: appEnv,
           checkpoints: this.deps.checkpoints,
           signal: this.abort.signal,
@@ -174,6 +180,7 @@ export class SessionRuntime {
       if (this.abort.signal.aborted) return false;
       this.phase = "ending";
       await this.killAll();
+      this.stopEgress();
       for (const slot of this.slots.values()) slot.abortLog();
       await rm(this.dir, { recursive: true, force: true });
       const reason = err instanceof RunnerError ? err.message : "session could not start";
@@ -395,6 +402,26 @@ export class SessionRuntime {
     this.input = undefined;
     this.watcher?.close();
     this.watcher = undefined;
+    this.stopEgress();
+  }
+
+  /** Egress: starts this session's proxy for its egressAllow; answers the env that points apps at it. */
+  private async startEgress(): Promise<Record<string, string>> {
+    const proxy = await startEgressProxy({
+      allow: this.cmd.spec.egressAllow ?? [],
+      log: this.deps.log,
+      refused: egressRefusals(this.deps.metrics.registry),
+      logFields: this.ids(),
+    });
+    // Ended while the proxy was starting: nothing will stop it later.
+    if (this.phase === "ending") void proxy.close();
+    else this.egress = proxy;
+    return egressEnv(proxy.url);
+  }
+
+  private stopEgress(): void {
+    void this.egress?.close();
+    this.egress = undefined;
   }
 
   private require(...phases: Phase[]): void {

@@ -158,7 +158,7 @@ export function testAgent(
   nc: NatsConnection,
   overrides: Partial<AgentConfig> = {},
   log: Logger = silentLogger(),
-  extra: Pick<RunnerAgentDeps, "onRegistered"> = {},
+  extra: Pick<RunnerAgentDeps, "onRegistered" | "secrets"> = {},
 ): TestAgent {
   counter += 1;
   const config: AgentConfig = {

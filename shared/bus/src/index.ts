@@ -5,3 +5,4 @@ export * from "./errors.ts";
 export * from "./metrics.ts";
 export * from "./provision.ts";
 export * from "./rpc.ts";
+export * from "./secret-box.ts";

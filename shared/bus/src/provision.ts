@@ -75,6 +75,8 @@ function bucketOptions(opts: ProvisionOptions): Array<[string, Partial<KvOptions
     [Buckets.names, { ...r, history: 1 }],
     [Buckets.tokens, { ...r, history: 1 }],
     [Buckets.members, { ...r, history: 1 }],
+    // One revision: a replaced or deleted value leaves no history behind.
+    [Buckets.secrets, { ...r, history: 1 }],
   ];
 }
 

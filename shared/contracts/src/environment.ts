@@ -7,7 +7,7 @@ import { Checkpoint, SessionFact } from "./session.ts";
 export const Connector = z.object({ type: z.string().min(1).max(64), raw: z.unknown() }).strict();
 
 /** A secret's name; values live in a secret store and never in a record. */
-const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "secret names are env-var style");
+export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "secret names are env-var style");
 const Host = z.string().min(1).max(253);
 const Script = z.string().max(64 * 1024);
 
@@ -86,3 +86,25 @@ export function environmentKey(workspaceId: string, environmentId: string): stri
   return `${workspaceId}.${environmentId}`;
 }
 
+
+/** Largest secret value in UTF-8 bytes (the PUT body is capped at SECRET_BODY_MAX_BYTES). */
+export const SECRET_VALUE_MAX_BYTES = 32 * 1024;
+export const SECRET_BODY_MAX_BYTES = 64 * 1024;
+
+/** Body of PUT /v1/secrets/:name. The value is never echoed, logged or put in a record. */
+export const PutSecretBody = z
+  .object({
+    value: z
+      .string()
+      .min(1)
+      .refine((v) => Buffer.byteLength(v, "utf8") <= SECRET_VALUE_MAX_BYTES, `value: at most ${SECRET_VALUE_MAX_BYTES} bytes`)
+      // An env var cannot hold NUL; refusing it here keeps spawn errors (which may quote env) off the boot path.
+      .refine((v) => !v.includes("\0"), "value: must not contain NUL"),
+  })
+  .strict();
+export type PutSecretBody = z.infer<typeof PutSecretBody>;
+
+/** The KV `secrets` key of a secret (workspace and name are both single KV tokens). */
+export function secretKey(workspaceId: string, name: string): string {
+  return `${workspaceId}.${name}`;
+}

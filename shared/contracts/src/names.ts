@@ -18,6 +18,8 @@ export const Buckets = {
   names: "names",
   tokens: "tokens",
   members: "members",
+  /** Secret values under `<workspace>.<name>` (a SecretBox envelope); gateway writes, runners read by key. */
+  secrets: "secrets",
 } as const;
 
 export const ObjectStores = {

@@ -138,6 +138,8 @@ export function gatewayPermissions(): Permissions {
         ...provisioning(true),
         ...kvReadWrite(Buckets.tokens),
         ...kvReadWrite(Buckets.members),
+        // Secret store: put, purge, key listing (names) and the existence check of DELETE.
+        ...kvReadWrite(Buckets.secrets),
         ...streamRead(Streams.term),
         ...streamRead(Streams.audit),
         "paddock.api.v1.>",
@@ -186,6 +188,11 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal): Permis
         // Its own DISPATCH durable, creatable only with its own filter subject.
         ...durable(Streams.dispatch, name, Subjects.dispatch(poolId, runnerId)),
         Subjects.register,
+        // Secrets: get by key only (no consumer, so no listing or watching). Any workspace's key is
+        // readable: a shared runner serves every workspace, and subject permissions cannot tie a
+        // read to the session a runner holds (see deploy/nats/README-isolation.md).
+        `${API}.DIRECT.GET.${kvStream(Buckets.secrets)}.${kvSubject(Buckets.secrets)}`,
+        `${API}.STREAM.MSG.GET.${kvStream(Buckets.secrets)}`,
         // TERM: any session (not scopable by subject); the last chunk is read to resume the cursor.
         Subjects.termAll,
         `${API}.STREAM.MSG.GET.${Streams.term}`,
@@ -195,6 +202,7 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal): Permis
       ],
       deny: [
         "$KV.sessions.>",
+        kvSubject(Buckets.secrets),
         Subjects.auditAll,
         `${API}.STREAM.UPDATE.>`,
         `${API}.STREAM.DELETE.>`,

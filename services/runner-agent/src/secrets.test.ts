@@ -1,0 +1,127 @@
+import { createHash, randomBytes } from "node:crypto";
+import { Writable } from "node:stream";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Kvm, type KV } from "@nats-io/kv";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { provision, SecretBox } from "@paddock/bus";
+import { Buckets, secretKey, type BootEnvironment, type DispatchCommand } from "@paddock/contracts";
+import { createLogger } from "@paddock/logging";
+import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { BootError } from "./errors.ts";
+import { KvSecretResolver } from "./secrets.ts";
+import { collectFacts, collectTerm, dispatchTo, fakeScheduler, testAgent, type TestAgent } from "./test-support.ts";
+
+const KEY = randomBytes(32);
+const box = new SecretBox(KEY);
+let server: NatsServerHandle;
+let nc: NatsConnection;
+let kv: KV;
+const agents: TestAgent[] = [];
+const ctx = (workspaceId: string) => ({ workspaceId, sessionId: "s1", environmentId: "env1" });
+const store = (ws: string, name: string, value: string) => kv.put(secretKey(ws, name), new SecretBox(KEY).seal(secretKey(ws, name), value));
+
+beforeAll(async () => {
+  server = await startNatsServer();
+  nc = await connect({ servers: server.url });
+  await provision(nc, { replicas: 1 });
+  kv = await new Kvm(nc).open(Buckets.secrets);
+});
+afterAll(async () => {
+  for (const t of agents) await t.agent.stop();
+  await nc.drain();
+  await server.stop();
+});
+
+describe("KvSecretResolver", () => {
+  it("resolves refs of the session's workspace only", async () => {
+    await store("wsA", "TOKEN", "value-a");
+    await store("wsB", "TOKEN", "value-b");
+    await store("wsA", "OTHER", "other-a");
+    const r = new KvSecretResolver(nc, KEY);
+    expect(await r.resolve(["TOKEN", "OTHER"], ctx("wsA"))).toEqual({ TOKEN: "value-a", OTHER: "other-a" });
+    expect(await r.resolve(["TOKEN"], ctx("wsB"))).toEqual({ TOKEN: "value-b" });
+    expect(await r.resolve([], ctx("wsB"))).toEqual({});
+  });
+
+  it("fails with the name only: missing, deleted, undecryptable, moved across workspaces, bad names", async () => {
+    const r = new KvSecretResolver(nc, KEY);
+    const reason = async (refs: string[], ws = "wsA") => {
+      const err = await r.resolve(refs, ctx(ws)).then(() => undefined, (e: unknown) => e);
+      expect(err).toBeInstanceOf(BootError);
+      return (err as Error).message;
+    };
+    expect(await reason(["OTHER", "MISSING"])).toBe("secret MISSING is not set");
+    await store("wsA", "GONE", "gone-value");
+    await kv.purge(secretKey("wsA", "GONE"));
+    expect(await reason(["GONE"])).toBe("secret GONE is not set");
+    // A record sealed for wsA copied under wsC does not open (the key is bound as AAD).
+    await kv.put(secretKey("wsC", "TOKEN"), box.seal(secretKey("wsA", "TOKEN"), "value-a"));
+    expect(await reason(["TOKEN"], "wsC")).toBe("secret TOKEN could not be read");
+    // Plaintext planted by a writer without the key is refused when a key is configured.
+    await kv.put(secretKey("wsC", "PLAIN"), new SecretBox(undefined).seal(secretKey("wsC", "PLAIN"), "planted-value"));
+    expect(await reason(["PLAIN"], "wsC")).toBe("secret PLAIN could not be read");
+    // Wrong key.
+    const wrong = new KvSecretResolver(nc, randomBytes(32));
+    await expect(wrong.resolve(["TOKEN"], ctx("wsA"))).rejects.toThrow(/^secret TOKEN could not be read$/);
+    expect(await reason(["*"])).toBe("secret reference is not a valid name");
+    expect(await reason(["A.B"])).toBe("secret reference is not a valid name");
+  });
+
+  it("without a key stores and reads plain envelopes", async () => {
+    await kv.put(secretKey("wsP", "P"), new SecretBox(undefined).seal(secretKey("wsP", "P"), "plain-value"));
+    expect(await new KvSecretResolver(nc, undefined).resolve(["P"], ctx("wsP"))).toEqual({ P: "plain-value" });
+  });
+});
+
+describe("secrets at boot", () => {
+  const lines: string[] = [];
+  const log = createLogger({ service: "runner-agent", level: "debug", destination: new Writable({ write: (c: Buffer, _e, cb) => (lines.push(c.toString()), cb()) }) });
+
+  it("injects values into init and the apps (not setup), and a missing one fails the boot naming it", async () => {
+    const value = `s3cr3t-${randomBytes(8).toString("hex")}`;
+    await store("ws1", "API_KEY", value);
+    const scheduler = fakeScheduler(nc, 0);
+    const t = testAgent(nc, {}, log, { secrets: new KvSecretResolver(nc, KEY) });
+    agents.push(t);
+    const facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
+    await t.agent.start();
+    scheduler.sub.unsubscribe();
+    const env = (extra: Partial<BootEnvironment> = {}): BootEnvironment => ({
+      environmentId: `env-${randomBytes(4).toString("hex")}`,
+      setupHash: randomBytes(4).toString("hex"),
+      setup: 'echo "setup:${API_KEY:-unset}" > setup.txt',
+      init: 'printf %s "$API_KEY" | sha256sum > init.txt',
+      secretRefs: ["API_KEY"],
+      ...extra,
+    });
+    const start = (sessionId: string, environment: BootEnvironment) =>
+      dispatchTo(nc, t, {
+        type: "start",
+        sessionId,
+        workspaceId: "ws1",
+        runnerGeneration: t.agent.generation,
+        placementGeneration: 1,
+        spec: { cmd: ["sh", "-c", 'cat setup.txt; echo "init:$(cat init.txt)"; printf %s "$API_KEY" | sha256sum'] },
+        mode: "run",
+        trigger: "initial",
+        environment,
+      } as DispatchCommand);
+
+    const term = collectTerm(nc, "sec1", "main");
+    await start("sec1", env());
+    await facts.waitFor((f) => f.sessionId === "sec1" && f.type === "exited");
+    const digest = createHash("sha256").update(value).digest("hex");
+    const out = term.text();
+    expect(out).toContain("setup:unset");
+    expect(out).toContain(`init:${digest}`);
+    expect(out.split(digest).length - 1).toBe(2);
+    expect(out).not.toContain(value);
+
+    await start("sec2", env({ secretRefs: ["API_KEY", "NOT_THERE"] }));
+    const failed = await facts.waitFor((f) => f.sessionId === "sec2" && f.type === "failed");
+    expect(failed).toMatchObject({ type: "failed", reason: "secret NOT_THERE is not set" });
+    expect(JSON.stringify(facts.items)).not.toContain(value);
+    expect(lines.join("")).not.toContain(value);
+    expect(lines.join("")).toContain("secret NOT_THERE is not set");
+  });
+});
