@@ -150,6 +150,30 @@ describe("recorder against a real nats-server", () => {
     throw new Error("feeds not drained");
   }
 
+  it("a recorder started after one record had more revisions than the KV client's cap of 64 still records every one", async () => {
+    const key = "ws1.deep";
+    let revision = await sessions.put(key, JSON.stringify(session({ id: "deep" })));
+    const ids: string[] = [];
+    for (let i = 0; i < 150; i++) {
+      const s = session({ id: "deep", controllerGeneration: i + 1, lastFact: { eventId: `evt_deep_${i}`, action: "attach", actorId: "alice", at: NOW + i } });
+      ids.push(s.lastFact.eventId);
+      revision = await sessions.update(key, JSON.stringify(s), revision);
+    }
+    const registry = new Registry();
+    const recorder = await createRecorder({ nc, log: silentLogger(), bus: createBusMetrics(registry), registry });
+    const consumer = await jetstream(nc).consumers.get(Streams.audit, { filter_subjects: ["paddock.audit.ws1.session.deep"], deliver_policy: DeliverPolicy.All });
+    const seen = new Set<string>();
+    for await (const m of await consumer.consume()) {
+      seen.add(AuditEvent.parse(m.json()).id);
+      if (ids.every((id) => seen.has(id))) break;
+    }
+    expect(ids.filter((id) => !seen.has(id))).toEqual([]);
+    await recorder.stop();
+    // The other tests count events from a clean slate.
+    await (await jetstreamManager(nc)).streams.purge(Streams.audit);
+    await sessions.purge(key);
+  });
+
   it("two replicas turn sessions, environments and runner facts into one event each, and a full replay adds none", async () => {
     const mk = async () => {
       const registry = new Registry();

@@ -62,6 +62,14 @@ export function streamConfigs(opts: ProvisionOptions): Array<Partial<StreamConfi
   ];
 }
 
+/**
+ * Revisions kept per key of a change-feed bucket. The KV client caps the
+ * history it will create with at 64; the server does not, so the stream is
+ * raised to this after creation. It bounds how far behind one record a
+ * recorder may fall without losing a revision (see ARCHITECTURE.md, Audit).
+ */
+export const FEED_HISTORY = { [Buckets.sessions]: 1024, [Buckets.environments]: 256, [Buckets.runners]: 256 } as Record<string, number>;
+
 function bucketOptions(opts: ProvisionOptions): Array<[string, Partial<KvOptions>]> {
   const r = { replicas: opts.replicas };
   return [
@@ -122,7 +130,7 @@ async function ensureStream(
 async function ensureBucket(nc: NatsConnection, jsm: JetStreamManager, name: string, opts: Partial<KvOptions>): Promise<void> {
   await new Kvm(nc).create(name, opts);
   const info = await jsm.streams.info(kvStreamName(name));
-  const wantHistory = opts.history ?? 1;
+  const wantHistory = FEED_HISTORY[name] ?? opts.history ?? 1;
   if (info.config.num_replicas !== opts.replicas || info.config.max_msgs_per_subject !== wantHistory) {
     await jsm.streams.update(kvStreamName(name), {
       num_replicas: opts.replicas ?? 1,
