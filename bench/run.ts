@@ -6,6 +6,7 @@ import { parseArgs } from "node:util";
 import { repoRoot } from "@paddock/testing";
 import { lifecycleBench } from "./src/lifecycle.ts";
 import { formatTable, type Figure } from "./src/stats.ts";
+import { memoryBenches } from "./src/memory.ts";
 import { terminalBenches } from "./src/terminal.ts";
 
 const { values } = parseArgs({ options: { quick: { type: "boolean", default: false } }, strict: true });
@@ -15,6 +16,7 @@ async function main(): Promise<void> {
   const figures: Figure[] = [];
   figures.push(...(await lifecycleBench(quick ? { sessions: 500, runners: 20 } : { sessions: 10_000, runners: 500 })));
   figures.push(...(await terminalBenches(quick ? { latencySamples: 20, echoSamples: 100, megabytes: 5 } : { latencySamples: 200, echoSamples: 1000, megabytes: 200 })));
+  figures.push(...(await memoryBenches(quick ? { clients: 100, idleSessions: 20 } : { clients: 1000, idleSessions: 200 })));
   process.stdout.write(formatTable(figures) + "\n");
   const dir = join(repoRoot, "bench-results");
   mkdirSync(dir, { recursive: true });

@@ -5,6 +5,7 @@ import { Api, AuditEvent, type Scope, type Session } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
 import { startStack } from "@paddock/testing";
 import { ackedPublishesPerSec, kvCasOpsPerSec } from "./baselines.ts";
+import { rssMb } from "./memory.ts";
 import { startSimulatedRunner } from "./sim-runner.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
 
@@ -53,6 +54,7 @@ export async function lifecycleBench(opts: { sessions: number; runners: number }
       }
     })();
 
+    const schedulerIdle = rssMb(stack.scheduler.process.pid);
     log("creating");
     const start = performance.now();
     let next = 0;
@@ -68,6 +70,7 @@ export async function lifecycleBench(opts: { sessions: number; runners: number }
     await allRunning;
     log("all running");
     const seconds = (performance.now() - start) / 1000;
+    const schedulerRss = rssMb(stack.scheduler.process.pid);
     const sessionsPerSec = opts.sessions / seconds;
     // Each session commits create, place and start: wait for their events.
     const expected = opts.sessions * 3;
@@ -81,6 +84,7 @@ export async function lifecycleBench(opts: { sessions: number; runners: number }
     return [
       figure({ bench: "1 lifecycle", metric: `${opts.sessions} sessions → running, ${opts.runners} sim runners`, value: sessionsPerSec, unit: "sessions/s", baseline: { name: "KV CAS", value: casPerSec, unit: "ops/s" }, goal: "≥ 1,000 sessions/s", met: sessionsPerSec >= 1000 }),
       figure({ bench: "1 lifecycle", metric: "same run", value: sessionsPerSec, unit: "sessions/s", baseline: { name: "acked publish 256 B", value: pubPerSec, unit: "msgs/s" } }),
+      figure({ bench: "7 memory", metric: `scheduler RSS, ${opts.sessions} live sessions`, value: schedulerRss, unit: "MB", baseline: { name: "scheduler idle", value: schedulerIdle }, goal: "≤ 300 MB (10,000 sessions)", met: schedulerRss <= 300 }),
       figure({ bench: "6 audit", metric: "lag p99 commit → AUDIT", value: percentile(lags, 99), unit: "ms", baseline: { name: "lag p50", value: percentile(lags, 50) }, goal: "p99 ≤ 250 ms", met: percentile(lags, 99) <= 250 }),
       figure({ bench: "6 audit", metric: `recorder rate (${audited} events)`, value: audited / auditSeconds, unit: "events/s", baseline: { name: "acked publish 256 B", value: pubPerSec, unit: "msgs/s" }, goal: "≥ 5,000 events/s", met: audited / auditSeconds >= 5000 }),
     ];
