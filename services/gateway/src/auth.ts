@@ -1,4 +1,3 @@
-import { createHash } from "node:crypto";
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { decodeJson, encodeJson } from "@paddock/bus";
@@ -10,12 +9,11 @@ import {
   TokenRecord,
   UnauthenticatedError,
   type Scope,
+  tokenKey,
 } from "@paddock/contracts";
 
 /** The KV key of a token: hex sha256. The token itself is never stored or logged. */
-export function hashToken(token: string): string {
-  return createHash("sha256").update(token, "utf8").digest("hex");
-}
+export const hashToken = tokenKey;
 
 export function memberKey(workspaceId: string, actorId: string): string {
   return `${workspaceId}.${actorId}`;
