@@ -29,7 +29,7 @@ import { KvView } from "./view.ts";
 import { recordTransfer, recycleSession, restartApp, resumeSession, snapshotSession, suspendSession } from "./lifecycle.ts";
 import { PresenceTracker } from "./presence.ts";
 import { LeaseTracker } from "./liveness.ts";
-import { sweep } from "./sweeper.ts";
+import { newSweepMemory, sweep } from "./sweeper.ts";
 import { onSessionTerminal } from "./terminal.ts";
 import { SessionWaiters } from "./waiters.ts";
 import { applyEnvSnapshotFact, createEnvironmentApi, createEnvironmentStore } from "./environments.ts";
@@ -191,7 +191,8 @@ export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
   ctx.presence.start(deps.nc, deps.bus);
   const startedAt = deps.now();
   let sweeping: Promise<void> | undefined;
-  const runSweep = () => (sweeping ??= sweep(ctx, startedAt).finally(() => (sweeping = undefined)));
+  const memory = newSweepMemory();
+  const runSweep = () => (sweeping ??= sweep(ctx, startedAt, memory).finally(() => (sweeping = undefined)));
   // Placement is event driven; the tick retries what could not be placed (e.g. a
   // lost race) and runs the timeout and TTL policies.
   const tick = setInterval(() => {

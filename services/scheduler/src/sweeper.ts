@@ -18,7 +18,17 @@ type SweepStep =
   | { kind: "periodic_checkpoint"; requestId: string }
   | { kind: "redispatch" };
 
-function stepFor(ctx: SchedulerContext, s: Session, startedAt: number): SweepStep | undefined {
+/** What a replica's sweeps remember between passes. */
+export interface SweepMemory {
+  /** `<session>.<placementGeneration>` → the redispatch window last re-sent in. */
+  redispatched: Map<string, number>;
+}
+
+export function newSweepMemory(): SweepMemory {
+  return { redispatched: new Map() };
+}
+
+function stepFor(ctx: SchedulerContext, s: Session, startedAt: number, memory: SweepMemory): SweepStep | undefined {
   const now = ctx.now();
   const age = now - s.updatedAt;
   const c = ctx.config;
@@ -30,7 +40,15 @@ function stepFor(ctx: SchedulerContext, s: Session, startedAt: number): SweepSte
   }
   // A scheduler killed between placing and dispatching leaves a start unsent;
   // re-sending it is safe (same msg id; the runner dedupes by placement generation).
-  if (s.state === "creating" && age > c.redispatchAfterMs) return { kind: "redispatch" };
+  // Once per window, not on every tick: each re-send re-mints the token and publishes.
+  if (s.state === "creating" && age > c.redispatchAfterMs) {
+    const key = `${s.id}.${s.placementGeneration}`;
+    const window = Math.floor(age / c.redispatchAfterMs);
+    if (memory.redispatched.get(key) !== window) {
+      memory.redispatched.set(key, window);
+      return { kind: "redispatch" };
+    }
+  }
   if (s.pending && now - s.pending.requestedAt > c.pendingTimeoutMs) {
     return { kind: "clear_pending", reason: `${s.pending.op} not confirmed by the runner within ${Math.round(c.pendingTimeoutMs / SECOND_MS)} s` };
   }
@@ -106,16 +124,20 @@ async function apply(ctx: SchedulerContext, key: string, step: SweepStep): Promi
  * checkpoints. Every replica sweeps; each change is a compare-and-set, so a
  * race between replicas applies it once.
  */
-export async function sweep(ctx: SchedulerContext, startedAt: number): Promise<void> {
+export async function sweep(ctx: SchedulerContext, startedAt: number, memory: SweepMemory = newSweepMemory()): Promise<void> {
   for (const runner of lostRunners(ctx, startedAt)) {
     await markRunnerLost(ctx, runner).catch((err: unknown) => ctx.log.warn({ err, runnerId: runner.id }, "marking runner lost failed"));
   }
   await repairCapacity(ctx).catch((err: unknown) => ctx.log.warn({ err }, "capacity repair failed"));
   const due: Array<[string, SweepStep]> = [];
+  const creating = new Set<string>();
   for (const { value } of ctx.sessionView.values()) {
-    const step = stepFor(ctx, value, startedAt);
+    if (value.state === "creating") creating.add(`${value.id}.${value.placementGeneration}`);
+    const step = stepFor(ctx, value, startedAt, memory);
     if (step) due.push([ctx.sessions.keyOf(value), step]);
   }
+  // Forget placements that are no longer creating.
+  for (const key of memory.redispatched.keys()) if (!creating.has(key)) memory.redispatched.delete(key);
   for (const [key, step] of due) {
     try {
       await apply(ctx, key, step);

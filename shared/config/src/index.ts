@@ -36,12 +36,6 @@ export const commonEnv = {
 
 export const envSchemas = { port, positiveMs };
 
-/** Reads a boolean-ish environment value ("1", "true", "yes"). */
-export const envBool = z
-  .enum(["0", "1", "true", "false", "yes", "no", ""])
-  .optional()
-  .transform((v) => v === "1" || v === "true" || v === "yes");
-
 /** The shared settings, named as services use them. */
 export function commonConfig(e: {
   PADDOCK_NATS_URL: string;
