@@ -116,19 +116,26 @@ function expectOneToOne(committed: string[], events: AuditEvent[]): void {
   expect(ids.filter((id) => !committed.includes(id)), "events without a committed fact").toEqual([]);
 }
 
-/** Creates a session and deletes it (queued → canceled with no runner): two committed transitions when both succeed. */
-async function churn(s: Stack, n: number, concurrency: number, onOp?: (i: number) => Promise<void>): Promise<void> {
-  let next = 0;
+/**
+ * Creates sessions and deletes them (queued → canceled with no runner) until
+ * at least `transitions` of those calls committed: a create answered 201 and
+ * a delete answered 200 each committed one transition. Calls refused while a
+ * service is down are not counted, so the target holds whatever was killed.
+ * `onAttempt` runs before each create with the attempt's index.
+ */
+async function churn(s: Stack, transitions: number, concurrency: number, onAttempt?: (i: number) => Promise<void>): Promise<void> {
+  let attempts = 0;
+  let committed = 0;
   const worker = async () => {
-    for (;;) {
-      const i = next++;
-      if (i >= n) return;
-      await onOp?.(i);
+    while (committed < transitions) {
+      await onAttempt?.(attempts++);
       const created = await api(s.url, s.token, "POST", "/v1/sessions", { spec: { cmd: ["true"] } }).catch(() => undefined);
       if (created?.status !== 201) continue;
+      committed += 1;
       const id = (created.body as Session).id;
       for (let attempt = 0; attempt < 20; attempt++) {
         const del = await api(s.url, s.token, "DELETE", `/v1/sessions/${id}`).catch(() => undefined);
+        if (del?.status === 200) committed += 1;
         if (del && (del.status === 200 || del.status === 404 || del.status === 409)) break;
       }
     }
@@ -143,9 +150,9 @@ describe("audit: exactly one event per committed fact", () => {
       const { stack: s, nc: conn } = await up(0);
       let recorder: ServiceProcess = s.recorder;
       let scheduler: ServiceProcess = s.scheduler;
-      // Random kill points, ~every 25 sessions (≈ 50 transitions), alternating the victim.
+      // Random kill points, ~every 18 attempts (≈ 36 transitions), alternating the victim.
       const kills = new Map<number, "recorder" | "scheduler">();
-      for (let at = 10, k = 0; at < 490; at += 25 + Math.floor(Math.random() * 30), k++) kills.set(at, k % 2 === 0 ? "recorder" : "scheduler");
+      for (let at = 5, k = 0; at < 240; at += 12 + Math.floor(Math.random() * 15), k++) kills.set(at, k % 2 === 0 ? "recorder" : "scheduler");
       let restarting: Promise<void> = Promise.resolve();
       await churn(s, 500, 8, async (i) => {
         const victim = kills.get(i);
@@ -203,7 +210,7 @@ describe("audit: exactly one event per committed fact", () => {
       for await (const e of w) if (e.operation === "PUT" && e.json<Session>().state === "destroyed") break;
       w.stop();
       // More churn so the two replicas share work.
-      await churn(s, 40, 4);
+      await churn(s, 80, 4);
 
       // Collect the committed facts until no revision arrives while AUDIT catches up (a deleted session's sandbox teardown may still write).
       let sessionFacts: string[] = [];
@@ -243,11 +250,11 @@ describe("audit: exactly one event per committed fact", () => {
     "a recorder that was down while 100 transitions happened catches up exactly",
     async () => {
       const { stack: s, nc: conn } = await up(0);
-      await churn(s, 5, 2);
+      await churn(s, 10, 2);
       await auditUntil(conn, await committedFacts(conn, Buckets.sessions));
       await s.recorder.kill();
       const before = (await committedFacts(conn, Buckets.sessions)).length;
-      await churn(s, 50, 4);
+      await churn(s, 100, 4);
       const committed = await committedFacts(conn, Buckets.sessions);
       expect(committed.length - before).toBeGreaterThanOrEqual(100);
       await startRecorder(s);
