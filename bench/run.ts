@@ -1,27 +1,35 @@
-// `pnpm bench [--quick]`: every speed figure next to a baseline measured in the
-// same run, and their ratio; JSON under bench-results/.
+// `pnpm bench [--quick] [--only lifecycle,checkpoint,terminal,memory]`: every speed figure
+// next to a baseline measured in the same run, and their ratio; JSON under bench-results/.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { repoRoot } from "@paddock/testing";
+import { checkpointBench } from "./src/checkpoint.ts";
 import { lifecycleBench } from "./src/lifecycle.ts";
 import { formatTable, type Figure } from "./src/stats.ts";
 import { memoryBenches } from "./src/memory.ts";
 import { terminalBenches } from "./src/terminal.ts";
 
-const { values } = parseArgs({ options: { quick: { type: "boolean", default: false } }, strict: true });
+const { values } = parseArgs({
+  options: { quick: { type: "boolean", default: false }, only: { type: "string" } },
+  strict: true,
+});
 const quick = values.quick ?? false;
+const groups = ["lifecycle", "checkpoint", "terminal", "memory"] as const;
+const only = new Set(values.only?.split(",").map((s) => s.trim()) ?? groups);
+for (const g of only) if (!(groups as readonly string[]).includes(g)) throw new Error(`--only: unknown bench ${g}; expected ${groups.join(", ")}`);
 
 async function main(): Promise<void> {
   const figures: Figure[] = [];
-  figures.push(...(await lifecycleBench(quick ? { sessions: 500, runners: 20 } : { sessions: 10_000, runners: 500 })));
-  figures.push(...(await terminalBenches(quick ? { latencySamples: 20, echoSamples: 100, megabytes: 5 } : { latencySamples: 200, echoSamples: 1000, megabytes: 200 })));
-  figures.push(...(await memoryBenches(quick ? { clients: 100, idleSessions: 20 } : { clients: 1000, idleSessions: 200 })));
+  if (only.has("lifecycle")) figures.push(...(await lifecycleBench(quick ? { sessions: 500, runners: 20 } : { sessions: 10_000, runners: 500 })));
+  if (only.has("checkpoint")) figures.push(...(await checkpointBench({ megabytes: quick ? 10 : 100 })));
+  if (only.has("terminal")) figures.push(...(await terminalBenches(quick ? { latencySamples: 20, echoSamples: 100, megabytes: 5 } : { latencySamples: 200, echoSamples: 1000, megabytes: 200 })));
+  if (only.has("memory")) figures.push(...(await memoryBenches(quick ? { clients: 100, idleSessions: 20 } : { clients: 1000, idleSessions: 200 })));
   process.stdout.write(formatTable(figures) + "\n");
   const dir = join(repoRoot, "bench-results");
   mkdirSync(dir, { recursive: true });
   const file = join(dir, `bench-${quick ? "quick-" : ""}${new Date().toISOString().replace(/[:.]/g, "-")}.json`);
-  writeFileSync(file, JSON.stringify({ quick, at: new Date().toISOString(), figures }, null, 2));
+  writeFileSync(file, JSON.stringify({ quick, at: new Date().toISOString(), only: [...only], figures }, null, 2));
   process.stdout.write(`wrote ${file}\n`);
 }
 

@@ -152,8 +152,9 @@ function main() {
       [join(root, "node_modules", ".bin", "vitest"), ["run", ...rest]],
     ],
     bench: [[tsx, ["bench/run.ts", ...rest]]],
+    chaos: [[tsx, ["chaos/run.ts", ...rest]]],
   }[command];
-  if (!steps) throw new Error(`unknown command ${command}; expected up, test or bench`);
+  if (!steps) throw new Error(`unknown command ${command}; expected up, test, bench or chaos`);
   for (const [cmd, args] of steps) {
     const r = spawnSync(cmd, args, { stdio: "inherit", cwd: root, env });
     if (r.status !== 0) process.exit(r.status ?? 1);

@@ -1,10 +1,11 @@
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
-import { Api, AuditEvent, type Scope, type Session } from "@paddock/contracts";
+import { Api, AuditEvent, isTerminal, type Scope, type Session } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
 import { startStack } from "@paddock/testing";
 import { ackedPublishesPerSec, kvCasOpsPerSec } from "./baselines.ts";
+import { cpuMeter, cpuSeconds } from "./cpu.ts";
 import { rssMb } from "./memory.ts";
 import { startSimulatedRunner } from "./sim-runner.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
@@ -12,33 +13,68 @@ import { figure, percentile, type Figure } from "./stats.ts";
 const scope: Scope = { workspaceId: "bench", actor: { id: "bench", kind: "user" } };
 
 /**
+ * Creates the bench keeps in flight. More (256) finishes creating sooner but
+ * no more sessions reach running per second: the system is then CPU bound and
+ * only queues grow.
+ */
+const CREATES_IN_FLIGHT = 64;
+
+/**
  * Benchmarks 1 and 6: sessions reaching running per second against simulated
  * runners, with KV CAS and acked publishes on the same server as baselines;
  * and the audit lag (commit → AUDIT) and recorder rate under that load.
  */
 export async function lifecycleBench(opts: { sessions: number; runners: number }): Promise<Figure[]> {
+  // PADDOCK_BENCH_PROFILE_DIR=DIR writes V8 CPU profiles of the control-plane services there.
+  const profileDir = process.env.PADDOCK_BENCH_PROFILE_DIR;
+  const hook = new URL("./cpu-profile.mjs", import.meta.url).pathname;
+  const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
   const stack = await startStack({
     runners: 0,
-    env: { scheduler: { PADDOCK_MAX_SESSIONS_PER_WORKSPACE: String(opts.sessions * 2) } },
+    env: { scheduler: { ...prof, PADDOCK_MAX_SESSIONS_PER_WORKSPACE: String(opts.sessions * 2) }, "event-recorder": prof, gateway: prof },
   });
-  const nc = await connect({ servers: stack.nats.url });
+  const nc = await connect({ servers: stack.nats.url, noAsyncTraces: true });
   try {
     const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
     log("baselines");
-    const casPerSec = await kvCasOpsPerSec(nc, Math.min(20_000, opts.sessions * 2));
+    const casOps = Math.min(20_000, opts.sessions * 2);
+    const natsBefore = cpuSeconds(stack.nats.process.pid);
+    const casPerSec = await kvCasOpsPerSec(nc, casOps);
+    const natsCas = cpuSeconds(stack.nats.process.pid);
     const pubPerSec = await ackedPublishesPerSec(nc, Math.min(50_000, opts.sessions * 4));
+    const natsPerCasMs = ((natsCas - natsBefore) / casOps) * 1000;
     log("simulated runners");
     const perRunner = Math.ceil(opts.sessions / opts.runners) + 1;
-    const runners = await Promise.all(Array.from({ length: opts.runners }, (_, i) => startSimulatedRunner(nc, `sim-${i}`, perRunner)));
+    const startsAt = new Map<string, number>();
+    const runners = await Promise.all(Array.from({ length: opts.runners }, (_, i) => startSimulatedRunner(nc, `sim-${i}`, perRunner, startsAt)));
 
     const kv = await new Kvm(nc).open("sessions");
     const watch = await kv.watch({ key: "bench.>" });
     let running = 0;
     let resolveAll!: () => void;
     const allRunning = new Promise<void>((r) => (resolveAll = r));
+    // Where a session's time goes: queued → placed (creating) → running, from its own revisions.
+    const stages = { placeMs: [] as number[], startMs: [] as number[], dispatchMs: [] as number[], factMs: [] as number[] };
+    const placedAt = new Map<string, number>();
+    // A session that ends during the run (e.g. its runner declared lost) would make the figure a lie.
+    let ended = 0;
     void (async () => {
       for await (const e of watch) {
-        if (e.operation === "PUT" && e.json<Session>().state === "running" && ++running === opts.sessions) resolveAll();
+        if (e.operation !== "PUT") continue;
+        const s = e.json<Session>();
+        if (isTerminal(s.state)) ended++;
+        if (s.state === "creating") {
+          stages.placeMs.push(s.lastFact.at - s.createdAt);
+          placedAt.set(s.id, s.lastFact.at);
+        }
+        if (s.state !== "running") continue;
+        stages.startMs.push(s.lastFact.at - s.createdAt);
+        const received = startsAt.get(s.id);
+        if (received !== undefined) {
+          stages.dispatchMs.push(received - (placedAt.get(s.id) ?? received));
+          stages.factMs.push(s.lastFact.at - received);
+        }
+        if (++running === opts.sessions) resolveAll();
       }
     })();
 
@@ -56,22 +92,29 @@ export async function lifecycleBench(opts: { sessions: number; runners: number }
 
     const schedulerIdle = rssMb(stack.scheduler.process.pid);
     log("creating");
+    const cpu = cpuMeter({ nats: stack.nats.process.pid, scheduler: stack.scheduler.process.pid, recorder: stack.recorder.process.pid, gateway: stack.gateway.process.pid });
     const start = performance.now();
     let next = 0;
     await Promise.all(
-      Array.from({ length: 64 }, async () => {
+      Array.from({ length: CREATES_IN_FLIGHT }, async () => {
         while (next < opts.sessions) {
           next++;
           await callRpc(nc, Api.createSession, { scope, body: { spec: { cmd: ["true"] } } }, { timeoutMs: 30_000 });
         }
       }),
     );
+    log(`all created after ${((performance.now() - start) / 1000).toFixed(2)} s`);
     log("waiting for running");
     await allRunning;
-    log("all running");
     const seconds = (performance.now() - start) / 1000;
+    const used = cpu();
+    log(`all running; ${used.text}`);
+    if (ended > 0) log(`WARNING: ${ended} sessions ended during the run`);
+    log(`placed → start received p50 ${percentile(stages.dispatchMs, 50)} ms, p99 ${percentile(stages.dispatchMs, 99)} ms; start received → running p50 ${percentile(stages.factMs, 50)} ms, p99 ${percentile(stages.factMs, 99)} ms`);
+    log(`create → placed p50 ${percentile(stages.placeMs, 50)} ms, p99 ${percentile(stages.placeMs, 99)} ms; create → running p50 ${percentile(stages.startMs, 50)} ms, p99 ${percentile(stages.startMs, 99)} ms`);
     const schedulerRss = rssMb(stack.scheduler.process.pid);
     const sessionsPerSec = opts.sessions / seconds;
+    const perSession = (name: string) => (used.seconds[name] ?? 0) / opts.sessions;
     // Each session commits create, place and start: wait for their events.
     const expected = opts.sessions * 3;
     while (audited < expected && (performance.now() - auditStart) / 1000 < seconds * 10 + 30) {
@@ -84,6 +127,11 @@ export async function lifecycleBench(opts: { sessions: number; runners: number }
     return [
       figure({ bench: "1 lifecycle", metric: `${opts.sessions} sessions → running, ${opts.runners} sim runners`, value: sessionsPerSec, unit: "sessions/s", baseline: { name: "KV CAS", value: casPerSec, unit: "ops/s" }, goal: "≥ 1,000 sessions/s", met: sessionsPerSec >= 1000 }),
       figure({ bench: "1 lifecycle", metric: "same run", value: sessionsPerSec, unit: "sessions/s", baseline: { name: "acked publish 256 B", value: pubPerSec, unit: "msgs/s" } }),
+      // Where the time goes: CPU the control plane (server, scheduler, recorder, gateway) and the
+      // bench's own client spent per session, against the server's CPU for one KV CAS in the baseline.
+      figure({ bench: "1 lifecycle", metric: "control-plane CPU per session", value: (perSession("nats") + perSession("scheduler") + perSession("recorder") + perSession("gateway")) * 1000, unit: "ms", baseline: { name: "nats-server CPU per KV CAS", value: natsPerCasMs } }),
+      figure({ bench: "1 lifecycle", metric: "nats-server CPU per session", value: perSession("nats") * 1000, unit: "ms", baseline: { name: "nats-server CPU per KV CAS", value: natsPerCasMs } }),
+      figure({ bench: "1 lifecycle", metric: "bench client CPU per session (sim runners, watch, audit)", value: perSession("bench") * 1000, unit: "ms" }),
       figure({ bench: "7 memory", metric: `scheduler RSS, ${opts.sessions} live sessions`, value: schedulerRss, unit: "MB", baseline: { name: "scheduler idle", value: schedulerIdle }, goal: "≤ 300 MB (10,000 sessions)", met: schedulerRss <= 300 }),
       figure({ bench: "6 audit", metric: "lag p99 commit → AUDIT", value: percentile(lags, 99), unit: "ms", baseline: { name: "lag p50", value: percentile(lags, 50) }, goal: "p99 ≤ 250 ms", met: percentile(lags, 99) <= 250 }),
       figure({ bench: "6 audit", metric: `recorder rate (${audited} events)`, value: audited / auditSeconds, unit: "events/s", baseline: { name: "acked publish 256 B", value: pubPerSec, unit: "msgs/s" }, goal: "≥ 5,000 events/s", met: audited / auditSeconds >= 5000 }),

@@ -1,7 +1,10 @@
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
+  Buckets,
   DispatchCommand,
+  runnerKey,
+  RunnerLease,
   RegisterRunnerReply,
   RegisterRunnerRequest,
   RunnerFact,
@@ -16,7 +19,13 @@ import { decodeJson, encodeJson } from "@paddock/bus";
  * every `start` with a fenced `running` fact. Used to load the control plane
  * without paying for real processes.
  */
-export async function startSimulatedRunner(nc: NatsConnection, runnerId: string, capacity: number): Promise<{ stop(): Promise<void> }> {
+export async function startSimulatedRunner(
+  nc: NatsConnection,
+  runnerId: string,
+  capacity: number,
+  /** When each start arrived (session id → ms), for the bench's breakdown of where time goes. */
+  startsAt?: Map<string, number>,
+): Promise<{ stop(): Promise<void> }> {
   const poolId = "sim";
   const jsm = await jetstreamManager(nc);
   const durable = `runner-${poolId}-${runnerId}`;
@@ -31,12 +40,19 @@ export async function startSimulatedRunner(nc: NatsConnection, runnerId: string,
   if (!reply.ok || !reply.value.accepted) throw new Error(`simulated runner ${runnerId} was not accepted`);
   const generation = reply.value.generation;
   const js = jetstream(nc);
+  // The lease, renewed as a runner-agent does (every 2 s, 10 s TTL): without it
+  // the scheduler declares the runner lost 30 s after it started.
+  const renew = () =>
+    js.publish(`$KV.${Buckets.runnerLeases}.${runnerKey(poolId, runnerId)}`, encodeJson(RunnerLease, { runnerId, poolId, generation, renewedAt: Date.now() }), { ttl: "10s" });
+  await renew();
+  const leaseTimer = setInterval(() => void renew().catch(() => undefined), 2_000);
   const messages = await (await js.consumers.get(Streams.dispatch, durable)).consume({ max_messages: 512 });
   const done = (async () => {
     for await (const m of messages) {
       const cmd = decodeJson(DispatchCommand, m.data);
       m.ack();
       if (!cmd.ok || cmd.value.type !== "start") continue;
+      startsAt?.set(cmd.value.sessionId, Date.now());
       const fact: RunnerFact = {
         type: "running",
         runnerId,
@@ -52,6 +68,7 @@ export async function startSimulatedRunner(nc: NatsConnection, runnerId: string,
   })();
   return {
     stop: async () => {
+      clearInterval(leaseTimer);
       await messages.close();
       await done;
     },

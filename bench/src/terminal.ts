@@ -2,7 +2,7 @@ import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import WebSocket from "ws";
-import { decodeOutputFrame, type Session } from "@paddock/contracts";
+import { decodeOutputFrame, Subjects, type Session } from "@paddock/contracts";
 import { startStack, type Stack } from "@paddock/testing";
 import { barePtySpawnMs, startBridge } from "./baselines.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
@@ -58,9 +58,14 @@ async function echoSamples(ws: WebSocket, samples: number, framed: boolean): Pro
   for (let i = 0; i < samples; i++) {
     const ch = String.fromCharCode(97 + (i % 26));
     const start = performance.now();
-    await new Promise<void>((resolve) => {
+    await new Promise<void>((resolve, reject) => {
       const onMessage = (data: Buffer, isBinary: boolean) => {
-        if (!isBinary) return;
+        if (!isBinary) {
+          // An error frame (e.g. rate_limited: the keystroke was dropped) would leave this sample waiting forever.
+          const frame = JSON.parse(data.toString()) as { type?: string; code?: string };
+          if (frame.type === "error") reject(new Error(`echo sample ${i}: gateway answered ${frame.code ?? "an error"}`));
+          return;
+        }
         const bytes = framed ? Buffer.from(decodeOutputFrame(data).bytes) : data;
         if (!bytes.toString().includes(ch)) return;
         out.push(performance.now() - start);
@@ -117,7 +122,7 @@ async function outputAndReplay(stack: Stack, nc: NatsConnection, megabytes: numb
   const replay = await drain(await openWs(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?since=all`, { authorization: `Bearer ${stack.token}` }), true);
   const rawStart = performance.now();
   let rawBytes = 0;
-  const consumer = await jetstream(nc).consumers.get("TERM", { filter_subjects: [`paddock.term.${s.id}.main`], deliver_policy: DeliverPolicy.All });
+  const consumer = await jetstream(nc).consumers.get("TERM", { filter_subjects: [Subjects.termOfApp(s.id, "main")], deliver_policy: DeliverPolicy.All });
   let pending = (await consumer.info()).num_pending;
   for await (const m of await consumer.consume()) {
     rawBytes += m.data.byteLength;
@@ -137,7 +142,8 @@ async function outputAndReplay(stack: Stack, nc: NatsConnection, megabytes: numb
 }
 
 export async function terminalBenches(opts: { latencySamples: number; echoSamples: number; megabytes: number }): Promise<Figure[]> {
-  const stack = await startStack({ runnerCapacity: 64 });
+  // The bench measures the data path, not the per-socket input rate limit (200 frames/s by default).
+  const stack = await startStack({ runnerCapacity: 64, env: { gateway: { PADDOCK_WS_INPUT_FRAMES_PER_SECOND: "1000000" } } });
   const nc = await connect({ servers: stack.nats.url });
   try {
     return [

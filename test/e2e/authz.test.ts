@@ -3,11 +3,12 @@
  * route under /v1 and the terminal WebSocket (viewer and controller), walked
  * for each principal — the owner (creator of the resources), another member of
  * the workspace, a workspace admin, a member and an admin of ANOTHER workspace,
- * a revoked token of the owner, and no token — against a table written from
+ * a fleet operator, a revoked token of the owner, and no token — against a table written from
  * the policy (ARCHITECTURE.md, services/gateway/README.md):
  *   members read; the creator or an admin control; admins alone update/delete
- *   environments and change runner state (an admin of any workspace: runners are
- *   the fleet's); another workspace's resource is always 404, never 403, and its
+ *   environments; only a fleet operator (an admin of the reserved workspace
+ *   `fleet`, here a plain member of another workspace) changes runner state,
+ *   not any workspace's admin; another workspace's resource is always 404, never 403, and its
  *   404 is byte-for-byte the 404 of an id that does not exist; a revoked or
  *   missing token is 401.
  * Cells that change a resource run against a fresh one (made by the owner just
@@ -23,7 +24,7 @@ import { join } from "node:path";
 import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { packDirectory } from "@paddock/archive";
-import type { Session } from "@paddock/contracts";
+import { FLEET_WORKSPACE, type Session } from "@paddock/contracts";
 import { seedMember, seedToken } from "@paddock/gateway/auth";
 import { startStack, type Stack } from "@paddock/testing";
 import { api, sessionOf, type ApiAnswer } from "./helpers.ts";
@@ -31,7 +32,7 @@ import { openTerminal } from "./authz-helpers.ts";
 
 const WS = "default";
 const OTHER_WS = "other";
-const P = ["owner", "peer", "admin", "stranger", "strangerAdmin", "revoked", "none"] as const;
+const P = ["owner", "peer", "admin", "stranger", "strangerAdmin", "operator", "revoked", "none"] as const;
 type Principal = (typeof P)[number];
 const TOKENS: Record<Exclude<Principal, "revoked" | "none">, string> = {
   owner: "pdk_authz_owner_oscar_000000000001",
@@ -39,7 +40,10 @@ const TOKENS: Record<Exclude<Principal, "revoked" | "none">, string> = {
   admin: "pdk_authz_admin_ada_0000000000000003",
   stranger: "pdk_authz_stranger_olga_00000000004",
   strangerAdmin: "pdk_authz_stranger_admin_otto_00005",
+  operator: "pdk_authz_fleet_operator_fred_00006",
 };
+/** Principals of another workspace: everything of `default` is 404 to them. */
+const FOREIGN: ReadonlySet<Principal> = new Set(["stranger", "strangerAdmin", "operator"]);
 /** Ids of the owner's side that must never reach another workspace. */
 const OWNER_ACTORS = ["oscar-owner", "mia-peer", "ada-admin"];
 
@@ -147,12 +151,12 @@ type Kind =
   | "admin"
   /** Runner reads: every member of any workspace (runners are the fleet's). */
   | "fleetRead"
-  /** Runner state: an admin of any workspace. */
+  /** Runner state: a fleet operator (an admin of the reserved workspace `fleet`) only. */
   | "fleetAdmin";
 
 function expected(kind: Kind, p: Principal, ok: number): number {
   if (p === "revoked" || p === "none") return 401;
-  const foreign = p === "stranger" || p === "strangerAdmin";
+  const foreign = FOREIGN.has(p);
   switch (kind) {
     case "workspace":
     case "fleetRead":
@@ -164,7 +168,7 @@ function expected(kind: Kind, p: Principal, ok: number): number {
     case "admin":
       return foreign ? 404 : p === "admin" ? ok : 403;
     case "fleetAdmin":
-      return p === "admin" || p === "strangerAdmin" ? ok : 403;
+      return p === "operator" ? ok : 403;
   }
 }
 
@@ -342,6 +346,9 @@ beforeAll(async () => {
   await seed("admin", WS, "ada-admin", "admin");
   await seed("stranger", OTHER_WS, "olga", "member");
   await seed("strangerAdmin", OTHER_WS, "otto", "admin");
+  // A plain member of another workspace who runs the fleet: it drains runners, and sees nothing of `default`.
+  await seed("operator", OTHER_WS, "fred-operator", "member");
+  await seedMember(nc, { workspaceId: FLEET_WORKSPACE, actorId: "fred-operator", role: "admin" });
 
   scratch = mkdtempSync(join(tmpdir(), "paddock-authz-"));
   writeFileSync(join(scratch, "hello.txt"), "hello\n");
@@ -388,7 +395,7 @@ describe("the Authorizer matrix", () => {
       got[p] = answer.status;
       want[p] = expected(r.kind, p, r.ok);
       row[p] = got[p] === want[p] ? String(got[p]) : `${got[p]}≠${want[p]}`;
-      if (p === "stranger" || p === "strangerAdmin") {
+      if (FOREIGN.has(p)) {
         assertNoLeak(p, name, answer.body);
         // No existence oracle: the 404 of a real id is the 404 of an id that names nothing.
         if (answer.status === 404 && realId && probe) {
@@ -424,7 +431,7 @@ describe("nothing leaks to another workspace", () => {
     expect(JSON.stringify((await call("owner", "GET", "/v1/environments?limit=500")).body)).toContain(env2Id);
     expect(JSON.stringify((await call("owner", "GET", "/v1/events?limit=500")).body)).toContain(session.id);
 
-    for (const p of ["stranger", "strangerAdmin"] as const) {
+    for (const p of ["stranger", "strangerAdmin", "operator"] as const) {
       const paths = [
         "/v1/sessions?includeTerminal=true&limit=500",
         `/v1/sessions?includeTerminal=true&cursor=${encodeURIComponent(sessionCursor ?? "")}`,
@@ -470,7 +477,7 @@ describe("runner state changes (last: they touch the one runner everything runs 
       got[p] = r.status;
       want[p] = expected("fleetAdmin", p, 200);
       row[p] = got[p] === want[p] ? String(got[p]) : `${got[p]}≠${want[p]}`;
-      if (p === "stranger" || p === "strangerAdmin") assertNoLeak(p, verb, r.body);
+      if (FOREIGN.has(p)) assertNoLeak(p, verb, r.body);
     }
     matrix.push(row);
     expect(got).toEqual(want);

@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { DispatchCommand, Headers, type Session } from "@paddock/contracts";
+import { DispatchCommand, Headers, Subjects, type Session } from "@paddock/contracts";
 import { startNatsServer, startService, startStack, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal } from "./helpers.ts";
 
@@ -62,7 +62,7 @@ async function until(conn: NatsConnection, id: string, pred: (s: Session) => boo
 
 /** Every TERM message of one app in order, with the generation that wrote it. */
 async function termLog(conn: NatsConnection, sessionId: string): Promise<Array<{ seq: number; generation: number; text: string }>> {
-  const consumer = await jetstream(conn).consumers.get("TERM", { filter_subjects: [`paddock.term.${sessionId}.main`], deliver_policy: DeliverPolicy.All });
+  const consumer = await jetstream(conn).consumers.get("TERM", { filter_subjects: [Subjects.termOfApp(sessionId, "main")], deliver_policy: DeliverPolicy.All });
   const out: Array<{ seq: number; generation: number; text: string }> = [];
   const info = await consumer.info();
   let pending = info.num_pending;
@@ -136,6 +136,9 @@ describe("takeover", () => {
     // The old runner learns it was fenced, re-registers, and destroys its copy.
     await gone(join(s.dataDir, "runner-1", "sessions", session.id));
     await viewer.until((t) => (t.output().match(/tick\d+/g) ?? []).length > 0 && t.output().lastIndexOf("gen2-restored") < t.output().length - 40);
+    // Stop taking frames before reading the log, so every cursor the viewer saw is in it.
+    viewer.ws.close();
+    await viewer.closed;
 
     const log = await termLog(conn, session.id);
     const firstGen2 = log.findIndex((m) => m.generation === 2);
@@ -147,7 +150,6 @@ describe("takeover", () => {
     for (const f of viewer.frames) if (f.kind === "output" && f.cursor >= firstGen2Seq) expect(genAt.get(f.cursor)).toBe(2);
     const record = sessionOf(await api(s.url, s.token, "GET", `/v1/sessions/${session.id}`));
     expect(record).toMatchObject({ state: "running", placementGeneration: 2, runnerId: "runner-2" });
-    viewer.ws.close();
   });
 });
 

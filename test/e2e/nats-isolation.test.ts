@@ -12,9 +12,10 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { provision } from "@paddock/bus";
-import { ControlPlaneUsers, natsAuthConfig, runnerUser, startNatsServer, startStack, type NatsServerHandle, type Stack } from "@paddock/testing";
+import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
+import { callRpc, provision } from "@paddock/bus";
+import { FleetRpc, Headers, inboxPrefixOf, Subjects } from "@paddock/contracts";
+import { connectAs, ControlPlaneUsers, natsAuthConfig, runnerUser, startNatsServer, startStack, type NatsServerHandle, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal, waitForAuditEvents } from "./helpers.ts";
 
 const R1 = { poolId: "default", runnerId: "r1" };
@@ -61,7 +62,7 @@ describe("NATS permissions per principal", () => {
 
   beforeAll(async () => {
     server = await startNatsServer({ extraConfig: natsAuthConfig({ runners: [R1, R2], passwords }) });
-    for (const u of users) conns[u] = await connect({ servers: server.url, user: u, pass: passwords[u] ?? "", name: u });
+    for (const u of users) conns[u] = await connectAs(server.url, u, passwords[u] ?? "", { name: u });
     await provision(admin(), { replicas: 1 });
     // Each runner creates its own durable, filtered to its own subject (what registration.ts does).
     for (const r of [R1, R2]) {
@@ -99,8 +100,8 @@ describe("NATS permissions per principal", () => {
       expect(await (await new Kvm(admin()).open("sessions")).get("default.s1")).toBeNull();
     });
 
-    it("cannot read or watch the sessions, tokens or members buckets, nor direct-get another runner's record", async () => {
-      for (const bucket of ["sessions", "tokens", "members"]) {
+    it("cannot read or watch the sessions, tokens, members or secrets buckets, nor read another runner's record", async () => {
+      for (const bucket of ["sessions", "tokens", "members", "secrets"]) {
         const kv = await new Kvm(r1()).open(bucket);
         expect(await denied(r1(), `$JS.API.STREAM.MSG.GET.KV_${bucket}`, () => kv.get("default.s1"))).toMatch(/permissions violation/i);
         expect(await denied(r1(), `$JS.API.CONSUMER.CREATE.KV_${bucket}`, () => kv.watch())).toMatch(/permissions violation/i);
@@ -109,6 +110,33 @@ describe("NATS permissions per principal", () => {
       expect(await denied(r1(), "$JS.API.DIRECT.GET.KV_runners.$KV.runners.default.r2", () => direct.get("default.r2"))).toMatch(/permissions violation/i);
       const runners = await new Kvm(r1()).open("runners");
       expect(await denied(r1(), "$JS.API.CONSUMER.CREATE.KV_runners", () => runners.watch())).toMatch(/permissions violation/i);
+      // The get without a key in the subject (STREAM.MSG.GET) is not granted either: any record would be readable through it.
+      expect(await denied(r1(), "$JS.API.STREAM.MSG.GET.KV_runners", () => runners.get("default.r2"))).toMatch(/permissions violation/i);
+      const secrets = await new Kvm(r1()).open("secrets", { allow_direct: true });
+      expect(await denied(r1(), "$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.default.TOKEN", () => secrets.get("default.TOKEN"))).toMatch(/permissions violation/i);
+    });
+
+    it("cannot write another runner's terminal logs, nor read any log but its own", async () => {
+      const foreign = Subjects.term(R2.poolId, R2.runnerId, "s1", "main");
+      expect(await denied(r1(), foreign, () => jetstream(r1()).publish(foreign, "forged", { timeout: 5_000 }))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), foreign, () => r1().publish(foreign, "forged"))).toMatch(/permissions violation/i);
+      // A subject without runner tokens (the old layout) is nobody's.
+      expect(await denied(r1(), "paddock.term.s1.main", () => r1().publish("paddock.term.s1.main", "forged"))).toMatch(/permissions violation/i);
+      const jsm = await jetstreamManager(r1());
+      expect(await denied(r1(), `$JS.API.DIRECT.GET.TERM.${foreign}`, () => jsm.direct.getMessage("TERM", { last_by_subj: foreign }))).toMatch(/permissions violation/i);
+      const wildcard = Subjects.termOfApp("s1", "main");
+      expect(await denied(r1(), `$JS.API.DIRECT.GET.TERM.${wildcard}`, () => jsm.direct.getMessage("TERM", { last_by_subj: wildcard }))).toMatch(
+        /permissions violation/i,
+      );
+      expect(await denied(r1(), "$JS.API.STREAM.MSG.GET.TERM", () => jsm.streams.getMessage("TERM", { seq: 1 }))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), "$JS.API.CONSUMER.CREATE.TERM", () => jsm.consumers.add("TERM", { filter_subject: wildcard }))).toMatch(/permissions violation/i);
+      expect((await (await jetstreamManager(admin())).streams.info("TERM", { subjects_filter: ">" })).state.subjects?.[foreign]).toBeUndefined();
+    });
+
+    it("cannot listen to another runner's input, all input, or anyone else's replies", async () => {
+      for (const subject of [Subjects.inputOfRunner(R2.poolId, R2.runnerId), Subjects.inputAll, "paddock.input.*.*.s1.main", Subjects.claimAll, "_INBOX.>", `${inboxPrefixOf(runnerUser(R2.poolId, R2.runnerId))}.>`, `${inboxPrefixOf(ControlPlaneUsers.gateway)}.>`]) {
+        expect(await denied(r1(), subject, () => r1().subscribe(subject))).toMatch(/permissions violation/i);
+      }
     });
 
     it("cannot mint an API token", async () => {
@@ -135,7 +163,7 @@ describe("NATS permissions per principal", () => {
     });
 
     it("cannot consume another runner's dispatch durable", async () => {
-      const durable = "runner-default-r2";
+      const durable = runnerUser(R2.poolId, R2.runnerId);
       expect(await denied(r1(), `$JS.API.CONSUMER.INFO.DISPATCH.${durable}`, () => jetstream(r1()).consumers.get("DISPATCH", durable))).toMatch(
         /permissions violation/i,
       );
@@ -147,9 +175,9 @@ describe("NATS permissions per principal", () => {
 
     it("cannot point its own durable (or an ephemeral consumer) at another runner's dispatch subject", async () => {
       const jsm = await jetstreamManager(r1());
-      const own = `$JS.API.CONSUMER.CREATE.DISPATCH.runner-default-r1.paddock.dispatch.default.r2`;
-      const retarget = () =>
-        jsm.consumers.add("DISPATCH", { durable_name: "runner-default-r1", filter_subject: "paddock.dispatch.default.r2", ack_policy: AckPolicy.Explicit });
+      const mine = runnerUser(R1.poolId, R1.runnerId);
+      const own = `$JS.API.CONSUMER.CREATE.DISPATCH.${mine}.paddock.dispatch.default.r2`;
+      const retarget = () => jsm.consumers.add("DISPATCH", { durable_name: mine, filter_subject: "paddock.dispatch.default.r2", ack_policy: AckPolicy.Explicit });
       expect(await denied(r1(), own, retarget)).toMatch(/permissions violation/i);
       const ephemeral = "$JS.API.CONSUMER.CREATE.DISPATCH";
       expect(await denied(r1(), ephemeral, () => jsm.consumers.add("DISPATCH", { filter_subject: "paddock.dispatch.default.r2" }))).toMatch(
@@ -173,25 +201,31 @@ describe("NATS permissions per principal", () => {
       expect(await denied(r1(), subject, () => r1().subscribe(subject, { queue: "workspace-r2" }))).toMatch(/permissions violation/i);
     });
 
-    it("writes its own lease (with a per-message TTL) and its own facts, and reads its own record", async () => {
+    it("writes its own lease (with a per-message TTL), facts and terminal logs, reads its own record and last chunks, hears its own input", async () => {
       const js = jetstream(r1());
       await js.publish("$KV.runner-leases.default.r1", JSON.stringify({ runnerId: "r1" }), { ttl: "10s" });
       expect((await (await new Kvm(admin()).open("runner-leases")).get("default.r1"))?.string()).toContain("r1");
       const ack = await js.publish("paddock.runner.default.r1.events", "{}", { msgID: "s1-1-running" });
       expect(ack.stream).toBe("RUNNER");
       await (await new Kvm(admin()).open("runners")).put("default.r1", JSON.stringify({ id: "r1", generation: 3 }));
-      expect((await (await new Kvm(r1()).open("runners")).get("default.r1"))?.json()).toEqual({ id: "r1", generation: 3 });
-      const term = await js.publish("paddock.term.s1.main", "hello");
+      expect((await (await new Kvm(r1()).open("runners", { allow_direct: true })).get("default.r1"))?.json()).toEqual({ id: "r1", generation: 3 });
+      const own = Subjects.term(R1.poolId, R1.runnerId, "s1", "main");
+      const term = await js.publish(own, "hello", { expect: { lastSubjectSequence: 0, lastSubjectSequenceSubject: Subjects.termOfApp("s1", "main") } });
       expect(term.stream).toBe("TERM");
+      expect((await (await jetstreamManager(r1())).direct.getMessage("TERM", { last_by_subj: own }))?.seq).toBe(term.seq);
+      const input = r1().subscribe(Subjects.inputOfRunner(R1.poolId, R1.runnerId), { max: 1 });
+      await r1().flush();
+      as(ControlPlaneUsers.gateway).publish(Subjects.input(R1.poolId, R1.runnerId, "s1", "main"), "keys");
+      for await (const m of input) expect(m.string()).toBe("keys");
     });
 
     it("consumes and acks its own dispatch durable", async () => {
       await jetstream(as(ControlPlaneUsers.scheduler)).publish("paddock.dispatch.default.r1", JSON.stringify({ type: "start" }));
-      const consumer = await jetstream(r1()).consumers.get("DISPATCH", "runner-default-r1");
+      const consumer = await jetstream(r1()).consumers.get("DISPATCH", runnerUser(R1.poolId, R1.runnerId));
       const m = await consumer.next({ expires: 5_000 });
       expect(m?.subject).toBe("paddock.dispatch.default.r1");
       expect(await m?.ackAck()).toBe(true);
-      const info = await (await jetstreamManager(admin())).consumers.info("DISPATCH", "runner-default-r1");
+      const info = await (await jetstreamManager(admin())).consumers.info("DISPATCH", runnerUser(R1.poolId, R1.runnerId));
       expect(info.num_ack_pending).toBe(0);
     });
 
@@ -217,7 +251,7 @@ describe("NATS permissions per principal", () => {
 
     it("the scheduler cannot publish audit events, terminal output or runner facts", async () => {
       const s = as(ControlPlaneUsers.scheduler);
-      for (const subject of ["paddock.audit.default.session.s1", "paddock.term.s1.main", "paddock.runner.default.r1.events"]) {
+      for (const subject of ["paddock.audit.default.session.s1", Subjects.term(R1.poolId, R1.runnerId, "s1", "main"), "paddock.runner.default.r1.events"]) {
         expect(await denied(s, subject, () => jetstream(s).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
       }
     });
@@ -225,19 +259,24 @@ describe("NATS permissions per principal", () => {
 });
 
 describe("the whole stack with per-service credentials", () => {
+  const INTRUDER = { poolId: "default", runnerId: "intruder" };
   let stack: Stack;
   let nc: NatsConnection;
+  let intruder: NatsConnection;
   let logDir: string;
   const logFile = () => join(logDir, "nats.log");
 
   beforeAll(async () => {
     logDir = mkdtempSync(join(tmpdir(), "paddock-nats-log-"));
-    stack = await startStack({ isolated: { runners: [{ poolId: "default", runnerId: "runner-1" }], extraConfig: `log_file: ${JSON.stringify(join(logDir, "nats.log"))}\n` } });
+    // `intruder` is a declared runner with its own credentials that never runs an agent: the tests act as it.
+    stack = await startStack({ isolated: { runners: [{ poolId: "default", runnerId: "runner-1" }, INTRUDER], extraConfig: `log_file: ${JSON.stringify(join(logDir, "nats.log"))}\n` } });
     const users = stack.natsUsers ?? {};
-    nc = await connect({ servers: stack.nats.url, user: ControlPlaneUsers.provisioner, pass: users[ControlPlaneUsers.provisioner] ?? "" });
+    nc = await connectAs(stack.nats.url, ControlPlaneUsers.provisioner, users[ControlPlaneUsers.provisioner] ?? "");
+    intruder = await connectAs(stack.nats.url, runnerUser(INTRUDER.poolId, INTRUDER.runnerId), users[runnerUser(INTRUDER.poolId, INTRUDER.runnerId)] ?? "");
   });
   afterAll(async () => {
     await nc?.close();
+    await intruder?.close();
     await stack?.stop();
     rmSync(logDir, { recursive: true, force: true });
   });
@@ -248,6 +287,10 @@ describe("the whole stack with per-service credentials", () => {
     });
     expect(created.status).toBe(201);
     const session = sessionOf(created);
+    // Another runner writes into the session's log under its own subject, claiming the current generation.
+    const h = headers();
+    h.set(Headers.placementGeneration, "1");
+    await jetstream(intruder).publish(Subjects.term(INTRUDER.poolId, INTRUDER.runnerId, session.id, "main"), "FORGED-BY-INTRUDER\n", { headers: h });
     const controller = await Terminal.open(stack.url, stack.token, session.id, "mode=controller&since=all");
     await controller.until((t) => t.output().includes("ready"));
     controller.ws.send(Buffer.from("hello\n"));
@@ -260,6 +303,10 @@ describe("the whole stack with per-service credentials", () => {
     const replay = await Terminal.open(stack.url, stack.token, session.id, "since=all");
     await replay.closed;
     expect(replay.output()).toBe(controller.output());
+    expect(controller.output()).not.toContain("FORGED");
+    const log = await api(stack.url, stack.token, "GET", `/v1/sessions/${session.id}/log`);
+    expect(String(log.body)).toContain("got:hello");
+    expect(String(log.body)).not.toContain("FORGED");
     const events = await api(stack.url, stack.token, "GET", `/v1/events?sessionId=${session.id}`);
     expect(events.status).toBe(200);
   });
@@ -280,10 +327,23 @@ describe("the whole stack with per-service credentials", () => {
     expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
   });
 
+  it("another runner gets no secret of a session placed elsewhere, whatever it claims", async () => {
+    const s = sessionOf(await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", "exec sleep 600"] } }));
+    const ask = (runnerId: string) =>
+      callRpc(intruder, FleetRpc.sessionSecrets, { poolId: "default", runnerId, workspaceId: "default", sessionId: s.id, placementGeneration: 1, names: [] });
+    // Naming the holder: the answer would go to the intruder's inbox, not the holder's.
+    await expect(ask("runner-1")).rejects.toMatchObject({ code: "forbidden" });
+    // Naming itself: the record does not place the session there.
+    await expect(ask(INTRUDER.runnerId)).rejects.toMatchObject({ code: "not_found" });
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
+  });
+
   it("needed no permission it was not granted (server log)", () => {
     const violations = readFileSync(logFile(), "utf8")
       .split("\n")
-      .filter((l) => /violation/i.test(l));
+      .filter((l) => /violation/i.test(l))
+      // The intruder's own attempts are not the services'.
+      .filter((l) => !l.includes(runnerUser(INTRUDER.poolId, INTRUDER.runnerId)));
     expect(violations).toEqual([]);
   });
 });

@@ -9,10 +9,10 @@
 import { createHash, randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { Buckets, kvStreamName, secretKey, Streams } from "@paddock/contracts";
 import { Kvm } from "@nats-io/kv";
-import { ControlPlaneUsers, runnerUser, startStack, type Stack } from "@paddock/testing";
+import { connectAs, ControlPlaneUsers, runnerUser, startStack, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal, waitForAuditEvents } from "./helpers.ts";
 
 const VALUE = `s3cr3t-${randomBytes(12).toString("hex")}`;
@@ -27,7 +27,7 @@ const bodies: string[] = [];
 beforeAll(async () => {
   const env = { PADDOCK_SECRETS_KEY: KEY };
   stack = await startStack({ isolated: true, env: { gateway: env, "runner-agent": env } });
-  nc = await connect({ servers: stack.nats.url, user: ControlPlaneUsers.provisioner, pass: stack.natsUsers?.[ControlPlaneUsers.provisioner] ?? "" });
+  nc = await connectAs(stack.nats.url, ControlPlaneUsers.provisioner, stack.natsUsers?.[ControlPlaneUsers.provisioner] ?? "");
   jsm = await jetstreamManager(nc);
 });
 afterAll(async () => {
@@ -157,10 +157,10 @@ async function refused(conn: NatsConnection, action: () => Promise<unknown>): Pr
 }
 
 describe("who may touch the secret store (NATS permissions)", () => {
-  it("the gateway writes, a runner reads by key only, the scheduler and recorder not at all", async () => {
+  it("the gateway writes, the scheduler reads by key only, runners and the recorder not at all", async () => {
     expect((await call("PUT", "/v1/secrets/PERM_CHECK", { value: "perm-value" })).status).toBe(204);
     const key = secretKey("default", "PERM_CHECK");
-    const as = (user: string) => connect({ servers: stack.nats.url, user, pass: stack.natsUsers?.[user] ?? "", timeout: 2000 });
+    const as = (user: string) => connectAs(stack.nats.url, user, stack.natsUsers?.[user] ?? "", { timeout: 2000 });
     // A fresh connection per check: an async violation is attributed to that check only.
     const check = async (user: string, action: (kv: Awaited<ReturnType<Kvm["open"]>>) => Promise<unknown>): Promise<boolean> => {
       const conn = await as(user);
@@ -175,11 +175,12 @@ describe("who may touch the secret store (NATS permissions)", () => {
     const list = async (kv: Awaited<ReturnType<Kvm["open"]>>) => {
       for await (const k of await kv.keys()) void k;
     };
-    const runner = runnerUser("default", "runner-1");
-    expect(await check(runner, async (kv) => expect((await kv.get(key))?.operation).toBe("PUT"))).toBe(false);
-    expect(await check(runner, plant)).toBe(true);
-    expect(await check(runner, list)).toBe(true);
-    for (const user of [ControlPlaneUsers.scheduler, ControlPlaneUsers.recorder]) {
+    // The scheduler gets records by key to release them to the runner a session is placed on.
+    expect(await check(ControlPlaneUsers.scheduler, async (kv) => expect((await kv.get(key))?.operation).toBe("PUT"))).toBe(false);
+    expect(await check(ControlPlaneUsers.scheduler, plant)).toBe(true);
+    expect(await check(ControlPlaneUsers.scheduler, list)).toBe(true);
+    // A runner gets values only through FleetRpc.sessionSecrets (the boot test above), never from the store.
+    for (const user of [runnerUser("default", "runner-1"), ControlPlaneUsers.recorder]) {
       expect(await check(user, (kv) => kv.get(key))).toBe(true);
       expect(await check(user, plant)).toBe(true);
       expect(await check(user, list)).toBe(true);

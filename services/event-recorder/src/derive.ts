@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import {
   AuditActionSchema,
+  FLEET_WORKSPACE,
   PaddockError,
   ZERO_USAGE,
   type AuditEvent,
@@ -11,11 +12,10 @@ import {
 } from "@paddock/contracts";
 
 /**
- * The pseudo-workspace runner (fleet) events are filed under: runners belong
- * to no workspace. Their subject is `paddock.audit.fleet.runner.<runnerId>`.
- * The id "fleet" is therefore reserved and must not be used as a workspace.
+ * Runner (fleet) events are filed under the reserved FLEET_WORKSPACE: runners
+ * belong to no workspace. Their subject is `paddock.audit.fleet.runner.<runnerId>`.
  */
-export const FLEET_WORKSPACE = "fleet";
+export { FLEET_WORKSPACE };
 
 /** The actor of fleet facts the scheduler decides by itself (lost, drain/cordon state as recorded). */
 export const FLEET_ACTOR = "scheduler";

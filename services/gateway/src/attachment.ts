@@ -9,6 +9,7 @@ import {
   CLOSE_SUPERSEDED,
   encodeOutputFrame,
   Headers,
+  InputKind,
   ResizeInput,
   ServerFrame,
   Streams,
@@ -24,11 +25,12 @@ import type { GatewayContext } from "./context.ts";
 import { FrameBudget } from "./limits.ts";
 import type { Watcher } from "./presence.ts";
 import type { Revocable } from "./revocation.ts";
-import { exitCodeOf, firstSeqOf, placementGenerationOf } from "./termlog.ts";
+import { ChunkVerdict, exitCodeOf, firstSeqOf, judgeChunk, type Placement } from "./termlog.ts";
 
 /**
- * Watches the claims on an app's input subject. Subscribed BEFORE the attach
- * rpc, so a newer controller's claim (any replica) cannot slip in between.
+ * Watches the controller claims on an app (`Subjects.claim`). Subscribed
+ * BEFORE the attach rpc, so a newer controller's claim (any replica) cannot
+ * slip in between.
  */
 export class ClaimWatch {
   private myGeneration: number | undefined;
@@ -40,7 +42,7 @@ export class ClaimWatch {
   constructor(ctx: GatewayContext, subject: string) {
     this.sub = ctx.deps.nc.subscribe(subject, {
       callback: (err, msg) => {
-        if (err || msg.headers?.get(Headers.inputKind) !== "claim") return;
+        if (err || msg.headers?.get(Headers.inputKind) !== InputKind.claim) return;
         const raw = msg.headers.get(Headers.controllerGeneration);
         if (!/^\d{1,15}$/.test(raw)) return;
         this.maxSeen = Math.max(this.maxSeen, Number(raw));
@@ -103,13 +105,15 @@ export class Attachment implements Watcher, Revocable {
   readonly scope: Scope;
   readonly tokenHash: string;
   private readonly budget: FrameBudget;
-  state: SessionState;
+  private state: SessionState;
   private closed = false;
   private superseded = false;
   private alive = true;
   private messages: ConsumerMessages | undefined;
-  private readonly inputSubject: string;
-  private readonly termSubject: string;
+  /** Where the record places the session, as last read: input goes there, and only its chunks are shown. */
+  private placement: Placement;
+  /** The app's log across runners. */
+  private readonly termFilter: string;
 
   constructor(
     private readonly ctx: GatewayContext,
@@ -123,8 +127,8 @@ export class Attachment implements Watcher, Revocable {
     this.tokenHash = grant.principal.tokenHash;
     this.budget = new FrameBudget(ctx.deps.config.wsInputFramesPerSecond, ctx.deps.now);
     this.state = grant.session.state;
-    this.inputSubject = Subjects.input(grant.session.id, grant.app);
-    this.termSubject = Subjects.term(grant.session.id, grant.app);
+    this.placement = grant.session;
+    this.termFilter = Subjects.termOfApp(grant.session.id, grant.app);
   }
 
   start(): void {
@@ -170,9 +174,12 @@ export class Attachment implements Watcher, Revocable {
     this.ws.ping();
   }
 
-  /** The session's state changed while attached. */
-  sendStatus(state: SessionState): void {
-    this.sendFrame({ type: "status", state });
+  /** A fresh read of the record: follow its placement, and tell the client a new state. */
+  observe(session: Session): void {
+    if (session.placementGeneration >= this.placement.placementGeneration) this.placement = session;
+    if (session.state === this.state) return;
+    this.state = session.state;
+    this.sendFrame({ type: "status", state: session.state });
   }
 
   /** The token this socket was opened with was revoked or expired: tell the client, close with 4003. */
@@ -197,7 +204,7 @@ export class Attachment implements Watcher, Revocable {
     } else if (this.grant.since !== "all") {
       const cursor = Number(this.grant.since);
       if (cursor > 0) {
-        const first = await firstSeqOf(await this.ctx.jsm(), Streams.term, this.termSubject);
+        const first = await firstSeqOf(await this.ctx.jsm(), Streams.term, this.termFilter);
         if (first === undefined || first > cursor) {
           this.sendFrame({ type: "truncated", from: first ?? cursor + 1 });
           snapshot = true;
@@ -209,14 +216,14 @@ export class Attachment implements Watcher, Revocable {
     if (snapshot) {
       // One frame with the screen as of the hello cursor (from the incrementally
       // fed emulator), then every chunk after it.
-      const screen = await this.ctx.screens.snapshot(this.termSubject, helloCursor, session.placementGeneration);
+      const screen = await this.ctx.screens.snapshot(session.id, this.grant.app, helloCursor, this.placement);
       if (this.closed) return { kind: "stopped" };
       await this.sendOutput(screen.cursor, screen.bytes, true);
       startSeq = screen.cursor + 1;
     }
     if (this.closed) return { kind: "stopped" };
     const consumer = await jetstream(nc).consumers.get(Streams.term, {
-      filter_subjects: [this.termSubject],
+      filter_subjects: [this.termFilter],
       ...(startSeq === undefined
         ? { deliver_policy: DeliverPolicy.All }
         : { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: startSeq }),
@@ -229,17 +236,34 @@ export class Attachment implements Watcher, Revocable {
     }
     for await (const m of this.messages) {
       if (this.closed) return { kind: "stopped" };
-      const exit = exitCodeOf(m.headers);
-      if (placementGenerationOf(m.headers) < session.placementGeneration) {
-        metrics.staleChunks.inc();
-      } else if (exit !== undefined) {
-        return { kind: "exit", code: exit };
+      const verdict = await this.judge(m.subject, m.headers);
+      if (verdict !== ChunkVerdict.live) {
+        metrics.droppedChunks.inc({ reason: verdict });
       } else {
+        const exit = exitCodeOf(m.headers);
+        if (exit !== undefined) return { kind: "exit", code: exit };
         await this.sendOutput(m.seq, m.data, m.seq <= helloCursor);
       }
       if (this.closed) return { kind: "stopped" };
     }
     return { kind: "stopped" };
+  }
+
+  /**
+   * Judges a chunk against the placement; a chunk of a newer generation than
+   * the one known (the session moved while attached) re-reads the record
+   * once, so the new runner's output is shown and anyone else's is not.
+   */
+  private async judge(subject: string, h: Parameters<typeof judgeChunk>[1]): Promise<ChunkVerdict> {
+    const verdict = judgeChunk(subject, h, this.placement);
+    if (verdict !== ChunkVerdict.ahead) return verdict;
+    try {
+      this.observe(await this.ctx.getSession(this.scope, this.sessionId));
+    } catch {
+      return ChunkVerdict.foreign;
+    }
+    const again = judgeChunk(subject, h, this.placement);
+    return again === ChunkVerdict.ahead ? ChunkVerdict.foreign : again;
   }
 
   /**
@@ -292,10 +316,16 @@ export class Attachment implements Watcher, Revocable {
       this.sendFrame({ type: "error", code: "read_only", message: "viewers cannot send input" });
       return;
     }
+    const { poolId, runnerId } = this.placement;
+    if (poolId === undefined || runnerId === undefined) {
+      metrics.inputDropped.inc({ reason: "not_placed" });
+      return;
+    }
     const h = headers();
-    h.set(Headers.inputKind, resize ? "resize" : "data");
+    h.set(Headers.inputKind, resize ? InputKind.resize : InputKind.data);
     h.set(Headers.controllerGeneration, String(this.grant.controllerGeneration));
-    this.ctx.deps.nc.publish(this.inputSubject, resize ? encodeJson(ResizeInput, resize) : bytes, { headers: h });
+    const subject = Subjects.input(poolId, runnerId, this.sessionId, this.grant.app);
+    this.ctx.deps.nc.publish(subject, resize ? encodeJson(ResizeInput, resize) : bytes, { headers: h });
   }
 
   private supersede(generation: number): void {

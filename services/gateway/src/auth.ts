@@ -2,6 +2,7 @@ import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { decodeJson, encodeJson } from "@paddock/bus";
 import {
+  FLEET_WORKSPACE,
   Buckets,
   ForbiddenError,
   Membership,
@@ -159,8 +160,15 @@ const secretActions: ReadonlySet<Action> = new Set([Action.putSecret, Action.lis
 
 const userOnlyActions: ReadonlySet<Action> = new Set([Action.createToken]);
 
-/** Actions only a workspace admin may take (environments have no creator; runners are the fleet's). */
-const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment, Action.setRunnerState, Action.putSecret, Action.deleteSecret]);
+/** Actions only a workspace admin may take (environments have no creator). */
+const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment, Action.putSecret, Action.deleteSecret]);
+
+/**
+ * Actions on the fleet itself: only a fleet operator — a user who is an admin
+ * of the reserved FLEET_WORKSPACE — whatever workspace its token is for.
+ * Runners serve every workspace, so no workspace's admin may steer them.
+ */
+const fleetActions: ReadonlySet<Action> = new Set([Action.setRunnerState]);
 
 /**
  * What a session's own service principal may do without a membership: create
@@ -190,11 +198,12 @@ export class Authorizer {
       throw new ForbiddenError(`${action} is not allowed to a session principal`);
     }
     if (sessionPrincipalMay(scope, action, resource)) return;
-    const entry = await (await this.members()).get(memberKey(scope.workspaceId, scope.actor.id));
-    const decoded = entry && entry.operation === "PUT" ? decodeJson(Membership, entry.value) : undefined;
-    const membership = decoded?.ok ? decoded.value : undefined;
-    if (!membership || membership.workspaceId !== scope.workspaceId || membership.actorId !== scope.actor.id) {
-      throw new ForbiddenError("not a member of this workspace");
+    const membership = await this.membership(scope.workspaceId, scope.actor.id);
+    if (!membership) throw new ForbiddenError("not a member of this workspace");
+    if (fleetActions.has(action)) {
+      const operator = scope.actor.kind === "user" && scope.sessionId === undefined ? await this.membership(FLEET_WORKSPACE, scope.actor.id) : undefined;
+      if (operator?.role === "admin") return;
+      throw new ForbiddenError(`${action} needs a fleet operator (an admin of workspace ${FLEET_WORKSPACE})`);
     }
     if (membership.role === "admin") return;
     if (adminActions.has(action)) throw new ForbiddenError(`${action} needs a workspace admin`);
@@ -202,9 +211,17 @@ export class Authorizer {
     if ((resource.kind === "session" || resource.kind === "token") && resource.creatorId === scope.actor.id) return;
     throw new ForbiddenError(`${action} needs the resource's creator or a workspace admin`);
   }
+
+  /** The current membership of an actor in a workspace, read now (never cached). */
+  private async membership(workspaceId: string, actorId: string): Promise<Membership | undefined> {
+    const entry = await (await this.members()).get(memberKey(workspaceId, actorId));
+    const decoded = entry && entry.operation === "PUT" ? decodeJson(Membership, entry.value) : undefined;
+    const m = decoded?.ok ? decoded.value : undefined;
+    return m && m.workspaceId === workspaceId && m.actorId === actorId ? m : undefined;
+  }
 }
 
-/** Seeds the configured dev token: an admin of the dev workspace (never logged). */
+/** Seeds the configured dev token: an admin of the dev workspace and a fleet operator (never logged). */
 export async function seedDevToken(
   nc: NatsConnection,
   opts: { token: string; workspaceId: string; actorId: string; now: number },
@@ -216,4 +233,6 @@ export async function seedDevToken(
     createdAt: opts.now,
   });
   await seedMember(nc, { workspaceId: opts.workspaceId, actorId: opts.actorId, role: "admin" });
+  // One machine, one person: the developer also runs the fleet (drain, cordon, uncordon).
+  await seedMember(nc, { workspaceId: FLEET_WORKSPACE, actorId: opts.actorId, role: "admin" });
 }

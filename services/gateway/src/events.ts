@@ -7,7 +7,7 @@ import { Action } from "./auth.ts";
 import { resolveApp, sessionResource, workspaceResource, type GatewayContext } from "./context.ts";
 import { parseWith, queryObject, route, type Route } from "./http.ts";
 import { QueryLimit } from "./sessions.ts";
-import { exitCodeOf, lastSeqOf, placementGenerationOf, readRange } from "./termlog.ts";
+import { ChunkVerdict, exitCodeOf, judgeChunk, lastSeqOf, readRange } from "./termlog.ts";
 
 const QuerySeq = z
   .string()
@@ -131,19 +131,21 @@ export function eventRoutes(ctx: GatewayContext): Route[] {
       const session = await ctx.getSession(scope, params.id);
       await ctx.authorizer.authorize(scope, Action.readLog, sessionResource(session));
       const app = resolveApp(session, q.app);
-      const subject = Subjects.term(session.id, app);
+      const filter = Subjects.termOfApp(session.id, app);
       const jsm = await ctx.jsm();
       // The log as of now: every retained chunk after `since` up to the last one at this instant.
-      const upTo = await lastSeqOf(jsm, Streams.term, subject);
+      const upTo = await lastSeqOf(jsm, Streams.term, filter);
       res.writeHead(200, {
         "content-type": "application/octet-stream",
         "cache-control": "no-store",
         [LOG_CURSOR_HEADER]: String(Math.max(upTo, q.since)),
       });
       if (upTo > q.since) {
-        for await (const m of readRange(jsm, Streams.term, subject, q.since + 1, upTo)) {
-          if (placementGenerationOf(m.header) < session.placementGeneration) {
-            metrics.staleChunks.inc();
+        for await (const m of readRange(jsm, Streams.term, filter, q.since + 1, upTo)) {
+          // The record read above is the placement as of this request: later generations are not in this log yet.
+          const verdict = judgeChunk(m.subject, m.header, session);
+          if (verdict !== ChunkVerdict.live) {
+            if (verdict !== ChunkVerdict.ahead) metrics.droppedChunks.inc({ reason: verdict });
             continue;
           }
           if (exitCodeOf(m.header) !== undefined) break;

@@ -195,6 +195,8 @@ export function makeSession(p: Partial<Session> & Pick<Session, "id" | "workspac
     spec: {},
     mode: "run",
     oneShot: false,
+    poolId: RUNNER.poolId,
+    runnerId: RUNNER.id,
     placementGeneration: 1,
     controllerGeneration: 0,
     childExitCode: null,

@@ -65,7 +65,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       await match.route.handler({ req, res, params: match.params, query: url.searchParams });
     } catch (err) {
       if (!(err instanceof PaddockError)) log.error({ err, reqId, route: routeName }, "request failed");
-      // A body we refused to read fully: close the connection rather than drain it.
+      // A body we may not have read to the end: close the connection rather than reuse it.
       sendError(res, err, err instanceof TooLargeError ? { connection: "close" } : err instanceof RateLimitedError ? { "retry-after": String(err.retryAfterS) } : {});
     } finally {
       metrics.httpRequests.inc({ route: routeName, status: String(res.statusCode) });

@@ -84,7 +84,7 @@ describe("POST /v1/sessions", () => {
     expect(h.scheduler.calls).toEqual([]);
   });
 
-  it("answers too_large for a chunked body that grows over the limit, without reading the rest", async () => {
+  it("answers too_large for a chunked body that grows over the limit and never ends, without waiting for the rest", async () => {
     const status = await new Promise<{ status: number; text: string }>((resolve, reject) => {
       const u = new URL(`${h.url}/v1/sessions`);
       const req = httpRequest({ host: u.hostname, port: u.port, path: u.pathname, method: "POST", headers: { authorization: `Bearer ${TOKENS.alice}` } }, (res) => {
@@ -100,8 +100,27 @@ describe("POST /v1/sessions", () => {
     expect(h.scheduler.calls).toEqual([]);
   });
 
+  it("reads an oversized body to its end before answering, so a client still sending gets the 413 (not a reset)", async () => {
+    // 2 MiB: without draining, the server's close resets the connection mid-upload and fetch fails (EPIPE).
+    for (let i = 0; i < 5; i++) {
+      const res = await fetch(`${h.url}/v1/sessions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKENS.alice}`, "content-type": "application/json" },
+        body: JSON.stringify({ spec: { cmd: ["x".repeat(2 * 1024 * 1024)] } }),
+      });
+      expect(res.status).toBe(413);
+      expect(await res.json()).toMatchObject({ error: { code: "too_large" } });
+    }
+    expect(h.scheduler.calls).toEqual([]);
+  });
+
   it("refuses unknown query parameters", async () => {
     expectError(await api(h.url, "POST", "/v1/sessions?x=1", { token: TOKENS.alice, body: body({ spec: {} }) }), 400, "invalid");
+    expect(h.scheduler.calls).toEqual([]);
+  });
+
+  it("refuses a query parameter named __proto__ like any unknown one (it is not a prototype assignment)", async () => {
+    expectError(await api(h.url, "POST", "/v1/sessions?__proto__=x", { token: TOKENS.alice, body: body({ spec: { cmd: ["true"] } }) }), 400, "invalid");
     expect(h.scheduler.calls).toEqual([]);
   });
 

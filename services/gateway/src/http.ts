@@ -110,7 +110,9 @@ export function parseWith<S extends z.ZodType>(schema: S, value: unknown, what: 
 
 /** Query parameters as an object; a repeated parameter is invalid. */
 export function queryObject(query: URLSearchParams): Record<string, string> {
-  const out: Record<string, string> = {};
+  // No prototype: `?__proto__=x` must become a key (and be refused as unknown),
+  // not an ignored prototype assignment (found by `pnpm chaos`).
+  const out = Object.create(null) as Record<string, string>;
   for (const [k, v] of query) {
     if (Object.hasOwn(out, k)) throw new InvalidError(`query: ${k} given more than once`);
     out[k] = v;
@@ -119,12 +121,20 @@ export function queryObject(query: URLSearchParams): Record<string, string> {
 }
 
 /**
- * Reads a JSON body of at most maxBytes. A body announced or found larger is
- * too_large and reading stops at once (the connection is then closed).
+ * Reads a JSON body of at most maxBytes. A larger body is too_large. So that a
+ * client still sending gets the answer instead of a reset connection, the rest
+ * of an oversized body is read and discarded first — up to DISCARD_LIMIT_BYTES
+ * in all and for at most DISCARD_WINDOW_MS; past either, reading stops at once
+ * and the connection is closed.
  */
 export async function readJsonBody(req: IncomingMessage, maxBytes: number): Promise<unknown> {
   return parseJson(await readBodyText(req, maxBytes));
 }
+
+/** How much of an oversized body is read and thrown away before answering 413. */
+export const DISCARD_LIMIT_BYTES = 16 * 1024 * 1024;
+/** How long the rest of an oversized body is waited for (a client that never ends it is not waited on). */
+export const DISCARD_WINDOW_MS = 1_000;
 
 /** Like readJsonBody, but an empty body (no bytes) reads as `{}`: for POSTs that take no fields. */
 export async function readOptionalJsonBody(req: IncomingMessage, maxBytes: number): Promise<unknown> {
@@ -142,31 +152,35 @@ function parseJson(text: string): unknown {
 
 async function readBodyText(req: IncomingMessage, maxBytes: number): Promise<string> {
   const declared = req.headers["content-length"];
-  if (declared !== undefined && Number(declared) > maxBytes) {
-    throw new TooLargeError(`body exceeds ${maxBytes} bytes`);
-  }
+  const tooLarge = () => new TooLargeError(`body exceeds ${maxBytes} bytes`);
+  if (declared !== undefined && Number(declared) > DISCARD_LIMIT_BYTES) throw tooLarge();
   const chunks: Buffer[] = [];
   let size = 0;
   await new Promise<void>((resolve, reject) => {
+    let discarding: NodeJS.Timeout | undefined;
+    const refuse = () => {
+      cleanup();
+      req.pause();
+      reject(tooLarge());
+    };
     const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > maxBytes) {
-        cleanup();
-        req.pause();
-        reject(new TooLargeError(`body exceeds ${maxBytes} bytes`));
-        return;
-      }
-      chunks.push(chunk);
+      if (size > DISCARD_LIMIT_BYTES) return refuse();
+      if (size <= maxBytes) chunks.push(chunk);
+      // Past the limit: keep reading to the end (keeping nothing), but not for long.
+      else discarding ??= setTimeout(refuse, DISCARD_WINDOW_MS);
     };
     const onEnd = () => {
       cleanup();
-      resolve();
+      if (size > maxBytes) reject(tooLarge());
+      else resolve();
     };
     const onError = (err: Error) => {
       cleanup();
       reject(err);
     };
     const cleanup = () => {
+      clearTimeout(discarding);
       req.off("data", onData);
       req.off("end", onEnd);
       req.off("error", onError);

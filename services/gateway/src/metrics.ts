@@ -9,8 +9,8 @@ export interface GatewayMetrics {
   wsOpen: Gauge<"mode">;
   /** Clients closed with 4008 because their send buffer overflowed. */
   slowClients: Counter;
-  /** TERM chunks dropped because their placement generation is older than the record's. */
-  staleChunks: Counter;
+  /** TERM chunks not shown: `stale` (an older placement generation) or `foreign` (not the placed runner's subject). */
+  droppedChunks: Counter<"reason">;
   /** Controllers closed with 4001 by a newer controller. */
   superseded: Counter;
   /** Controller input refused: viewer input, or input after supersede. */
@@ -26,7 +26,12 @@ export function createGatewayMetrics(registry = new Registry()): GatewayMetrics 
     wsAttaches: new Counter({ name: "paddock_gateway_ws_attaches_total", help: "Terminal attach attempts by mode and outcome", labelNames: ["mode", "outcome"], registers: r }),
     wsOpen: new Gauge({ name: "paddock_gateway_ws_open", help: "Open terminal WebSockets", labelNames: ["mode"], registers: r }),
     slowClients: new Counter({ name: "paddock_gateway_ws_slow_clients_total", help: "Terminal clients closed for a full send buffer", registers: r }),
-    staleChunks: new Counter({ name: "paddock_gateway_stale_chunks_total", help: "TERM chunks dropped for an older placement generation", registers: r }),
+    droppedChunks: new Counter({
+      name: "paddock_gateway_dropped_chunks_total",
+      help: "TERM chunks not shown: an older placement generation (stale) or another runner's subject (foreign)",
+      labelNames: ["reason"],
+      registers: r,
+    }),
     superseded: new Counter({ name: "paddock_gateway_superseded_total", help: "Controllers superseded by a newer one", registers: r }),
     inputDropped: new Counter({ name: "paddock_gateway_input_dropped_total", help: "Terminal input not forwarded, by reason", labelNames: ["reason"], registers: r }),
   };

@@ -1,6 +1,6 @@
 import type { Subscription } from "@nats-io/transport-node";
 import { encodeJson } from "@paddock/bus";
-import { Api, PaddockError, Presence, Subjects, type Scope, type SessionState } from "@paddock/contracts";
+import { Api, PaddockError, Presence, Subjects, type Scope, type Session } from "@paddock/contracts";
 import { realEvery, type GatewayContext } from "./context.ts";
 
 /** One terminal client as presence and status tracking see it. */
@@ -8,10 +8,12 @@ export interface Watcher {
   readonly sessionId: string;
   readonly workspaceId: string;
   readonly scope: Scope;
-  /** The state the client was last told (the record at attach, then each status frame). */
-  state: SessionState;
-  /** Sends `{"type":"status","state"}`; a closed client ignores it. */
-  sendStatus(state: SessionState): void;
+  /**
+   * A fresh read of the record after one of its facts: the watcher follows
+   * the placement and sends `{"type":"status","state"}` when the state it last
+   * told its client changed; a closed client ignores it.
+   */
+  observe(session: Session): void;
 }
 
 /**
@@ -62,11 +64,7 @@ class SessionWatch {
       .call(Api.getSession, { scope: first.value.scope, sessionId: this.sessionId })
       .then(
         ({ session }) => {
-          for (const w of this.watchers) {
-            if (w.state === session.state) continue;
-            w.state = session.state;
-            w.sendStatus(session.state);
-          }
+          for (const w of this.watchers) w.observe(session);
         },
         (err: unknown) => {
           if (!(err instanceof PaddockError)) this.ctx.deps.log.warn({ err, sessionId: this.sessionId }, "status refresh failed");

@@ -1,8 +1,8 @@
 import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { MAX_PAGE_LIMIT } from "@paddock/contracts";
+import { FLEET_WORKSPACE, MAX_PAGE_LIMIT } from "@paddock/contracts";
 import { seedMember } from "./auth.ts";
-import { api, makeRunner, RUNNER, startHarness, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
+import { api, makeRunner, RUNNER, startHarness, SVC_SESSION, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
 
 let h: Harness;
 beforeAll(async () => {
@@ -84,21 +84,33 @@ describe("runner state changes: authorization", () => {
       expect(h.scheduler.runners.get(id)?.state).toBe("active");
     });
 
-    it(`${verb}: an admin of any workspace may (runners are fleet-wide, no not_found by workspace)`, async () => {
+    it(`${verb}: a fleet operator may, whatever workspace its token is for; a workspace admin who is not one may not`, async () => {
       expect((await api(h.url, "POST", `/v1/runners/${fresh()}/${verb}`, { token: TOKENS.admin })).status).toBe(200);
-      const r = await api(h.url, "POST", `/v1/runners/${fresh()}/${verb}`, { token: TOKENS.eve });
-      expect(r.status).toBe(200);
-      expect(stateCalls()[1]?.request).toMatchObject({ scope: { workspaceId: WS2, actor: { id: "eve" } } });
+      expectError(await api(h.url, "POST", `/v1/runners/${fresh()}/${verb}`, { token: TOKENS.eve }), 403, "forbidden");
+      await seedMember(h.nc, { workspaceId: FLEET_WORKSPACE, actorId: "eve", role: "admin" });
+      try {
+        const r = await api(h.url, "POST", `/v1/runners/${fresh()}/${verb}`, { token: TOKENS.eve });
+        expect(r.status).toBe(200);
+        expect(stateCalls()[1]?.request).toMatchObject({ scope: { workspaceId: WS2, actor: { id: "eve" } } });
+      } finally {
+        await seedMember(h.nc, { workspaceId: FLEET_WORKSPACE, actorId: "eve", role: "member" });
+      }
     });
   }
 
-  it("decides on the current membership: a demoted admin is forbidden at once", async () => {
+  it("decides on the current membership of the fleet: a demoted operator is forbidden at once", async () => {
     const id = fresh();
-    await seedMember(h.nc, { workspaceId: WS1, actorId: "bob", role: "admin" });
+    await seedMember(h.nc, { workspaceId: FLEET_WORKSPACE, actorId: "bob", role: "admin" });
     expect((await api(h.url, "POST", `/v1/runners/${id}/cordon`, { token: TOKENS.bob })).status).toBe(200);
-    await seedMember(h.nc, { workspaceId: WS1, actorId: "bob", role: "member" });
+    await seedMember(h.nc, { workspaceId: FLEET_WORKSPACE, actorId: "bob", role: "member" });
     expectError(await api(h.url, "POST", `/v1/runners/${id}/uncordon`, { token: TOKENS.bob }), 403, "forbidden");
     expect(stateCalls()).toHaveLength(1);
+  });
+
+  it("a fleet operator's session token is not an operator", async () => {
+    await seedMember(h.nc, { workspaceId: FLEET_WORKSPACE, actorId: `svc-${SVC_SESSION}`, role: "admin" });
+    expectError(await api(h.url, "POST", `/v1/runners/${fresh()}/drain`, { token: TOKENS.svc }), 403, "forbidden");
+    expect(stateCalls()).toEqual([]);
   });
 });
 

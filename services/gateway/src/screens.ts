@@ -1,13 +1,15 @@
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Streams } from "@paddock/contracts";
+import { Streams, Subjects } from "@paddock/contracts";
 import { ScreenEmulator } from "./snapshot.ts";
-import { exitCodeOf, placementGenerationOf } from "./termlog.ts";
+import { ChunkVerdict, exitCodeOf, judgeChunk, placementGenerationOf, type Placement } from "./termlog.ts";
 
 interface Screen {
   emulator: ScreenEmulator;
-  /** The TERM sequence of the last chunk fed into the emulator. */
+  /** The TERM sequence of the last chunk considered (fed, or skipped as not the log's). */
   lastSeq: number;
+  /** The placement generation whose output the emulator shows; a newer one starts a fresh screen. */
+  generation: number;
   /** Serialises catch-ups and snapshots of this screen. */
   lock: Promise<unknown>;
 }
@@ -26,14 +28,15 @@ export class ScreenCache {
   ) {}
 
   /**
-   * The screen of `subject` as of chunk `upTo` (catching up from where it was
-   * left), skipping chunks older than `minGeneration`. Resolves with the
-   * serialized screen and the cursor it stands for.
+   * The screen of one app as of chunk `upTo` (catching up from where it was
+   * left), fed only with chunks of the given placement (see judgeChunk).
+   * Resolves with the serialized screen and the cursor it stands for.
    */
-  snapshot(subject: string, upTo: number, minGeneration: number): Promise<{ cursor: number; bytes: Buffer }> {
-    const screen = this.screenOf(subject);
+  snapshot(sessionId: string, app: string, upTo: number, placement: Placement): Promise<{ cursor: number; bytes: Buffer }> {
+    const key = `${sessionId}.${app}`;
+    const screen = this.screenOf(key);
     const run = screen.lock.then(async () => {
-      if (upTo > screen.lastSeq) await this.catchUp(subject, screen, upTo, minGeneration);
+      if (upTo > screen.lastSeq) await this.catchUp(Subjects.termOfApp(sessionId, app), screen, upTo, placement);
       return { cursor: screen.lastSeq, bytes: await screen.emulator.snapshot() };
     });
     screen.lock = run.catch(() => undefined);
@@ -45,16 +48,16 @@ export class ScreenCache {
     this.screens.clear();
   }
 
-  private screenOf(subject: string): Screen {
-    const held = this.screens.get(subject);
+  private screenOf(key: string): Screen {
+    const held = this.screens.get(key);
     if (held) {
       // Most recently used last.
-      this.screens.delete(subject);
-      this.screens.set(subject, held);
+      this.screens.delete(key);
+      this.screens.set(key, held);
       return held;
     }
-    const screen: Screen = { emulator: new ScreenEmulator(), lastSeq: 0, lock: Promise.resolve() };
-    this.screens.set(subject, screen);
+    const screen: Screen = { emulator: new ScreenEmulator(), lastSeq: 0, generation: 0, lock: Promise.resolve() };
+    this.screens.set(key, screen);
     if (this.screens.size > this.maxScreens) {
       const [oldest] = this.screens.keys();
       if (oldest !== undefined) {
@@ -65,9 +68,9 @@ export class ScreenCache {
     return screen;
   }
 
-  private async catchUp(subject: string, screen: Screen, upTo: number, minGeneration: number): Promise<void> {
+  private async catchUp(filter: string, screen: Screen, upTo: number, placement: Placement): Promise<void> {
     const consumer = await jetstream(this.nc).consumers.get(Streams.term, {
-      filter_subjects: [subject],
+      filter_subjects: [filter],
       deliver_policy: DeliverPolicy.StartSequence,
       opt_start_seq: screen.lastSeq + 1,
     });
@@ -76,12 +79,27 @@ export class ScreenCache {
     const messages = await consumer.consume({ max_messages: 256 });
     try {
       for await (const m of messages) {
-        if (exitCodeOf(m.headers) === undefined && placementGenerationOf(m.headers) >= minGeneration) screen.emulator.write(m.data);
+        const verdict = judgeChunk(m.subject, m.headers, placement);
+        // A newer placement than the caller knows: stop before it; the attachment re-reads the record.
+        if (verdict === ChunkVerdict.ahead) break;
+        if (verdict === ChunkVerdict.live && exitCodeOf(m.headers) === undefined) this.feed(screen, placementGenerationOf(m.headers), m.data);
         screen.lastSeq = m.seq;
         if (m.seq >= upTo || --pending === 0) break;
       }
     } finally {
       await messages.close();
     }
+  }
+
+  /** A new placement is a new terminal: its screen starts blank, not on top of the old one's. */
+  private feed(screen: Screen, generation: number, bytes: Uint8Array): void {
+    if (generation > screen.generation) {
+      if (screen.generation !== 0) {
+        screen.emulator.dispose();
+        screen.emulator = new ScreenEmulator();
+      }
+      screen.generation = generation;
+    }
+    screen.emulator.write(bytes);
   }
 }

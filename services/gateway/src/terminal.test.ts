@@ -174,7 +174,7 @@ describe("output", () => {
     c.close();
   });
 
-  it("drops chunks from a placement generation older than the record's", async () => {
+  it("drops chunks from a placement generation older than the record's, and a newer one the record does not know", async () => {
     const id = newSession({ placementGeneration: 3 });
     await publishChunk(h.nc, id, "main", "stale", { placementGeneration: 2 });
     const fresh = await publishChunk(h.nc, id, "main", "fresh", { placementGeneration: 3 });
@@ -182,8 +182,54 @@ describe("output", () => {
     await c.nextText();
     expect(await c.nextBinary()).toEqual({ cursor: fresh, text: "fresh" });
     await publishChunk(h.nc, id, "main", "stale live", { placementGeneration: 2 });
-    const newer = await publishChunk(h.nc, id, "main", "newer", { placementGeneration: 4 });
-    expect(await c.nextBinary()).toEqual({ cursor: newer, text: "newer" });
+    // Generation 4 before any record says so: written by nobody the record placed.
+    await publishChunk(h.nc, id, "main", "unplaced", { placementGeneration: 4 });
+    const still = await publishChunk(h.nc, id, "main", "still 3", { placementGeneration: 3 });
+    expect(await c.nextBinary()).toEqual({ cursor: still, text: "still 3" });
+    c.close();
+  });
+
+  it("never shows a chunk written under another runner's subject, whatever generation it claims", async () => {
+    const id = newSession({ placementGeneration: 2 });
+    const intruder = { poolId: "default", runnerId: "r2" };
+    const before = (await h.metrics.droppedChunks.get()).values.find((v) => v.labels.reason === "foreign")?.value ?? 0;
+    await publishChunk(h.nc, id, "main", "FORGED-1", { placementGeneration: 2, runner: intruder });
+    const mine = await publishChunk(h.nc, id, "main", "mine", { placementGeneration: 2 });
+    const c = await openOk(h.wsUrl, id, "since=all", TOKENS.bob);
+    await c.nextText();
+    expect(await c.nextBinary()).toEqual({ cursor: mine, text: "mine" });
+    await publishChunk(h.nc, id, "main", "FORGED-2", { placementGeneration: 2, runner: intruder });
+    const after = await publishChunk(h.nc, id, "main", "after", { placementGeneration: 2 });
+    expect(await c.nextBinary()).toEqual({ cursor: after, text: "after" });
+    c.close();
+    // Nor in the log endpoint or a screen snapshot.
+    const log = await fetch(`${h.url}/v1/sessions/${id}/log`, { headers: { authorization: `Bearer ${TOKENS.bob}` } });
+    expect(await log.text()).toBe("mineafter");
+    const screen = await openOk(h.wsUrl, id, "since=screen", TOKENS.bob);
+    await screen.nextText();
+    const snapshot = await screen.nextBinary();
+    expect(snapshot.text).toContain("mineafter");
+    expect(snapshot.text).not.toContain("FORGED");
+    screen.close();
+    const dropped = (await h.metrics.droppedChunks.get()).values.find((v) => v.labels.reason === "foreign")?.value ?? 0;
+    expect(dropped - before).toBeGreaterThanOrEqual(3);
+  });
+
+  it("follows the session to its next placement: the new runner's output is shown and input goes to it", async () => {
+    const id = newSession({ placementGeneration: 1 });
+    const moved = { poolId: "default", runnerId: "r9" };
+    const c = await openOk(h.wsUrl, id, "mode=controller&since=all", TOKENS.alice);
+    await c.nextText();
+    const first = await publishChunk(h.nc, id, "main", "on r1", { placementGeneration: 1 });
+    expect(await c.nextBinary()).toEqual({ cursor: first, text: "on r1" });
+    // The session is resumed elsewhere: the record moves first, then the new runner writes.
+    h.scheduler.put({ ...h.scheduler.sessions.get(`${WS1}.${id}`)!, placementGeneration: 2, runnerId: moved.runnerId });
+    const second = await publishChunk(h.nc, id, "main", "on r9", { placementGeneration: 2, runner: moved });
+    expect(await c.nextBinary()).toEqual({ cursor: second, text: "on r9" });
+    const inputs = new Collector(h.nc, Subjects.input(moved.poolId, moved.runnerId, id, "main"));
+    c.ws.send(Buffer.from("to r9"));
+    expect((await inputs.next()).string()).toBe("to r9");
+    inputs.sub.unsubscribe();
     c.close();
   });
 
@@ -226,7 +272,7 @@ describe("output", () => {
 describe("input", () => {
   it("a viewer's input is refused with read_only and the socket stays open", async () => {
     const id = newSession();
-    const inputs = new Collector(h.nc, Subjects.input(id, "main"));
+    const inputs = new Collector(h.nc, Subjects.input("default", "r1", id, "main"));
     const c = await openOk(h.wsUrl, id, "since=all", TOKENS.bob);
     await c.nextText();
     c.ws.send(Buffer.from("rm -rf /\n"));
@@ -238,7 +284,7 @@ describe("input", () => {
     const s = await publishChunk(h.nc, id, "main", "still here");
     expect(await c.nextBinary()).toEqual({ cursor: s, text: "still here" });
     // Nothing but nothing reached the input subject: a sentinel is the first message seen.
-    h.nc.publish(Subjects.input(id, "main"), "sentinel");
+    h.nc.publish(Subjects.input("default", "r1", id, "main"), "sentinel");
     expect((await inputs.next()).string()).toBe("sentinel");
     inputs.sub.unsubscribe();
     c.close();
@@ -246,7 +292,7 @@ describe("input", () => {
 
   it("a controller claims, then its input and resizes reach the input subject with its generation", async () => {
     const id = newSession({ controllerGeneration: 4 });
-    const inputs = new Collector(h.nc, Subjects.input(id, "main"));
+    const inputs = new Collector(h.nc, Subjects.input("default", "r1", id, "main"));
     const c = await openOk(h.wsUrl, id, "mode=controller&since=all", TOKENS.alice);
     expect(await c.nextText()).toMatchObject({ type: "hello", mode: "controller", controllerGeneration: 5 });
     const claim = await inputs.next();
@@ -270,7 +316,7 @@ describe("input", () => {
   it("a newer controller on another replica supersedes the older: 4001, and its later input is never published", async () => {
     const id = newSession();
     const other = await h.addGateway();
-    const inputs = new Collector(h.nc, Subjects.input(id, "main"));
+    const inputs = new Collector(h.nc, Subjects.input("default", "r1", id, "main"));
     const first = await openOk(h.wsUrl, id, "mode=controller", TOKENS.alice);
     expect(await first.nextText()).toMatchObject({ type: "hello", controllerGeneration: 1 });
     first.ws.send(Buffer.from("early"));

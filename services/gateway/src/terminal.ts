@@ -8,6 +8,7 @@ import {
   ForbiddenError,
   Headers,
   Id,
+  InputKind,
   InvalidError,
   NotFoundError,
   PaddockError,
@@ -164,26 +165,30 @@ export class TerminalHub {
         app,
         mode: "viewer",
         since: query.since,
-        helloCursor: await lastSeqOf(jsm, Streams.term, Subjects.term(current.id, app)),
+        helloCursor: await lastSeqOf(jsm, Streams.term, Subjects.termOfApp(current.id, app)),
         controllerGeneration: current.controllerGeneration,
       };
     }
-    const inputSubject = Subjects.input(current.id, app);
-    const claims = new ClaimWatch(this.ctx, inputSubject);
+    const claimSubject = Subjects.claim(current.id, app);
+    const claims = new ClaimWatch(this.ctx, claimSubject);
     try {
       const { session } = await this.ctx.call(Api.attachSession, { scope, sessionId: current.id, mode: "controller" });
       claims.grant(session.controllerGeneration);
       const h = headers();
-      h.set(Headers.inputKind, "claim");
+      h.set(Headers.inputKind, InputKind.claim);
       h.set(Headers.controllerGeneration, String(session.controllerGeneration));
-      this.ctx.deps.nc.publish(inputSubject, new Uint8Array(0), { headers: h });
+      // Every gateway's older controllers, and the runner holding the session (it drops older input from now on).
+      this.ctx.deps.nc.publish(claimSubject, new Uint8Array(0), { headers: h });
+      if (session.poolId !== undefined && session.runnerId !== undefined) {
+        this.ctx.deps.nc.publish(Subjects.input(session.poolId, session.runnerId, session.id, app), new Uint8Array(0), { headers: h });
+      }
       return {
         scope,
         session,
         app,
         mode: "controller",
         since: query.since,
-        helloCursor: await lastSeqOf(jsm, Streams.term, Subjects.term(session.id, app)),
+        helloCursor: await lastSeqOf(jsm, Streams.term, Subjects.termOfApp(session.id, app)),
         controllerGeneration: session.controllerGeneration,
         claims,
       };

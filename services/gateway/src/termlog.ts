@@ -1,6 +1,6 @@
 import { JetStreamError, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
 import type { MsgHdrs } from "@nats-io/transport-node";
-import { Headers } from "@paddock/contracts";
+import { Headers, parseTermSubject, type Session } from "@paddock/contracts";
 
 const BATCH = 256;
 
@@ -65,4 +65,33 @@ export function exitCodeOf(h: MsgHdrs | undefined): number | null | undefined {
   if (!h?.has(Headers.exitCode)) return undefined;
   const raw = h.get(Headers.exitCode);
   return /^-?\d{1,10}$/.test(raw) ? Number(raw) : null;
+}
+
+/** Where the record places a session: whose terminal chunks are its log right now. */
+export type Placement = Pick<Session, "placementGeneration" | "poolId" | "runnerId">;
+
+export const ChunkVerdict = {
+  /** Written by the runner the record places this generation on: part of the log. */
+  live: "live",
+  /** From an older placement generation: superseded output. */
+  stale: "stale",
+  /** This generation, but under another runner's subject: forged, never shown. */
+  foreign: "foreign",
+  /** A newer generation than the placement the reader knows: re-read the record, then judge again. */
+  ahead: "ahead",
+} as const;
+export type ChunkVerdict = (typeof ChunkVerdict)[keyof typeof ChunkVerdict];
+
+/**
+ * Judges one TERM chunk against the session's placement. A runner may publish
+ * only under its own subject tokens (NATS permissions), but it chooses the
+ * generation header, so only a chunk whose subject names the placed runner
+ * and whose generation is the placement's counts.
+ */
+export function judgeChunk(subject: string, h: MsgHdrs | undefined, placement: Placement): ChunkVerdict {
+  const generation = placementGenerationOf(h);
+  if (generation < placement.placementGeneration) return ChunkVerdict.stale;
+  if (generation > placement.placementGeneration) return ChunkVerdict.ahead;
+  const from = parseTermSubject(subject);
+  return from !== undefined && from.poolId === placement.poolId && from.runnerId === placement.runnerId ? ChunkVerdict.live : ChunkVerdict.foreign;
 }

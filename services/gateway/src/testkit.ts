@@ -8,7 +8,7 @@ import { jetstream } from "@nats-io/jetstream";
 import { connect, headers, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import WebSocket from "ws";
 import { provision } from "@paddock/bus";
-import { decodeOutputFrame, Headers, Subjects } from "@paddock/contracts";
+import { decodeOutputFrame, FLEET_WORKSPACE, Headers, Subjects } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { seedMember, seedToken } from "./auth.ts";
@@ -16,7 +16,7 @@ import { defaultConfig, type GatewayConfig } from "./config.ts";
 import type { After, Every } from "./context.ts";
 import { createGateway, type Gateway } from "./gateway.ts";
 import { createGatewayMetrics, type GatewayMetrics } from "./metrics.ts";
-import { FakeScheduler, NOW } from "./fake-scheduler.ts";
+import { FakeScheduler, NOW, RUNNER } from "./fake-scheduler.ts";
 
 export { FakeScheduler, makeEnvironment, makeRunner, makeSession, NOW, RUNNER, type RpcCall } from "./fake-scheduler.ts";
 
@@ -114,6 +114,8 @@ export async function startHarness(
     });
     if (role) await seedMember(nc, { workspaceId: ws, actorId: actor, role });
   }
+  // "boss" also runs the fleet (drain, cordon, uncordon); eve, an admin of WS2, does not.
+  await seedMember(nc, { workspaceId: FLEET_WORKSPACE, actorId: "boss", role: "admin" });
   await seedToken(nc, TOKENS.svc, {
     workspaceId: WS1,
     actor: { id: `svc-${SVC_SESSION}`, kind: "service" },
@@ -166,18 +168,19 @@ export async function startHarness(
   };
 }
 
-/** Appends a TERM chunk as a runner would; resolves with its stream sequence. */
+/** Appends a TERM chunk as a runner would (by default the runner makeSession places sessions on); resolves with its stream sequence. */
 export async function publishChunk(
   nc: NatsConnection,
   sessionId: string,
   app: string,
   data: string | Uint8Array,
-  opts: { placementGeneration?: number; exitCode?: string } = {},
+  opts: { placementGeneration?: number; exitCode?: string; runner?: { poolId: string; runnerId: string } } = {},
 ): Promise<number> {
+  const runner = opts.runner ?? { poolId: RUNNER.poolId, runnerId: RUNNER.id };
   const h = headers();
   h.set(Headers.placementGeneration, String(opts.placementGeneration ?? 1));
   if (opts.exitCode !== undefined) h.set(Headers.exitCode, opts.exitCode);
-  const ack = await jetstream(nc).publish(Subjects.term(sessionId, app), opts.exitCode !== undefined ? new Uint8Array(0) : data, { headers: h });
+  const ack = await jetstream(nc).publish(Subjects.term(runner.poolId, runner.runnerId, sessionId, app), opts.exitCode !== undefined ? new Uint8Array(0) : data, { headers: h });
   return ack.seq;
 }
 

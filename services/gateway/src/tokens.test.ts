@@ -385,7 +385,7 @@ describe("limits (a harness with small ones)", () => {
 
   it("input frames per second: the excess is dropped with one rate_limited frame; the socket stays open", async () => {
     l.scheduler.put(makeSession({ id: "r1", workspaceId: WS1, creatorId: "alice" }));
-    const input = new Collector(l.nc, Subjects.input("r1", "main"));
+    const input = new Collector(l.nc, Subjects.input("default", "r1", "r1", "main"));
     const c = await openOk(l.wsUrl, "r1", "mode=controller", TOKENS.alice);
     expect(await c.nextText()).toMatchObject({ type: "hello" });
     for (const s of ["1", "2", "3", "4", "5"]) c.ws.send(Buffer.from(s), { binary: true });

@@ -39,11 +39,11 @@ function startCmd(t: TestAgent, sessionId: string, spec: PortableSpec, placement
   return { type: "start", sessionId, workspaceId: "ws1", runnerGeneration: t.agent.generation, placementGeneration, spec, mode: "run", trigger: "initial" };
 }
 
-function sendInput(sessionId: string, app: string, kind: string | undefined, generation: string | undefined, body: Uint8Array | string = "") {
+function sendInput(t: TestAgent, sessionId: string, app: string, kind: string | undefined, generation: string | undefined, body: Uint8Array | string = "") {
   const h = natsHeaders();
   if (kind !== undefined) h.set(Headers.inputKind, kind);
   if (generation !== undefined) h.set(Headers.controllerGeneration, generation);
-  nc.publish(Subjects.input(sessionId, app), body, { headers: h });
+  nc.publish(Subjects.input(t.config.poolId, t.config.runnerId, sessionId, app), body, { headers: h });
 }
 
 describe("registration", () => {
@@ -160,17 +160,17 @@ describe("sessions", () => {
     await facts.waitFor((f) => f.sessionId === sessionId && f.type === "running");
     const staleBefore = await counterValue(t.metrics.staleInput);
     const invalidBefore = await counterValue(t.metrics.invalidMessages);
-    sendInput(sessionId, "main", "claim", "2");
-    sendInput(sessionId, "main", "data", "2", "ping-current\r");
+    sendInput(t, sessionId, "main", "claim", "2");
+    sendInput(t, sessionId, "main", "data", "2", "ping-current\r");
     await term.waitFor(() => term.text().includes("ping-current"));
-    sendInput(sessionId, "main", "data", "1", "ping-stale\r");
+    sendInput(t, sessionId, "main", "data", "1", "ping-stale\r");
     // Malformed: no kind, no generation, bad resize, unknown app.
-    sendInput(sessionId, "main", undefined, "2", "bad-kind\r");
-    sendInput(sessionId, "main", "data", "x", "bad-gen\r");
-    sendInput(sessionId, "main", "resize", "2", '{"cols":"wide"}');
-    sendInput(sessionId, "nope", "data", "2", "bad-app\r");
-    sendInput(sessionId, "main", "resize", "3", JSON.stringify({ cols: 100, rows: 30 }));
-    sendInput(sessionId, "main", "data", "3", "ping-after\r");
+    sendInput(t, sessionId, "main", undefined, "2", "bad-kind\r");
+    sendInput(t, sessionId, "main", "data", "x", "bad-gen\r");
+    sendInput(t, sessionId, "main", "resize", "2", '{"cols":"wide"}');
+    sendInput(t, sessionId, "nope", "data", "2", "bad-app\r");
+    sendInput(t, sessionId, "main", "resize", "3", JSON.stringify({ cols: 100, rows: 30 }));
+    sendInput(t, sessionId, "main", "data", "3", "ping-after\r");
     await term.waitFor(() => term.text().includes("ping-after"));
     const text = term.text();
     for (const dropped of ["ping-stale", "bad-kind", "bad-gen", "bad-app"]) expect(text).not.toContain(dropped);

@@ -14,6 +14,7 @@ import { ensureDispatchConsumer, register } from "./registration.ts";
 import { StoppedError } from "./errors.ts";
 import type { HeldSession } from "./types.ts";
 import { createCheckpointStore } from "./checkpoint.ts";
+import { killLeftoverProcesses } from "./leftovers.ts";
 import { noSecrets, type SecretResolver } from "./secrets.ts";
 import { SessionManager } from "./sessions.ts";
 import { serveWorkspaceOps, type WorkspaceOps } from "./workspace-ops.ts";
@@ -103,6 +104,16 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
   let fenced = false;
   /** Bumped on every registration change, so a fence check that read the record before it is discarded. */
   let epoch = 0;
+  /**
+   * When the runner last saw its registration confirmed (registered, or its
+   * record read back unchanged after a renewal). A runner that was stopped
+   * (SIGSTOP, a long stall) past its lease may have lost its sessions to
+   * another runner without knowing yet: until a check confirms it again, it
+   * takes no controller input (nats-server delivers what was typed meanwhile
+   * the moment it wakes) and serves no workspace operation.
+   */
+  let confirmedAt = deps.now();
+  const confirmed = () => !stopped && !fenced && registering === undefined && deps.now() - confirmedAt <= config.leaseTtlMs;
   const facts = createFactPublisher({
     js,
     log,
@@ -184,6 +195,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
         generation = reply.generation;
         epoch += 1;
         fenced = false;
+        confirmedAt = deps.now();
         void lease?.renewNow();
         await requireSessions().discard(reply.destroy);
         requireSessions().restate();
@@ -212,6 +224,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     }
     if (stopped || registering || seen !== epoch) return;
     const reason = fenceReason(entry, generation, log);
+    if (!reason && !fenced) confirmedAt = deps.now();
     // Also when a refusal left the runner fenced: each renewal tries again.
     if (reason) void reregister(reason);
   };
@@ -231,6 +244,8 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
   const start = async () => {
     const jsm = await jetstreamManager(nc);
     sessions = new SessionManager({
+      runner: { poolId: config.poolId, runnerId: config.runnerId },
+      acceptingInput: confirmed,
       nc,
       js,
       jsm,
@@ -249,10 +264,12 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     await mkdir(config.dataDir, { recursive: true });
     await removeLeftoverSessions(sessions.sessionsDir(), log);
     const consumerName = await ensureDispatchConsumer(jsm, config.poolId, config.runnerId);
-    runners = await new Kvm(nc).open(Buckets.runners);
+    // Direct gets name the key in the subject, so a runner's permissions can confine it to its own record.
+    runners = await new Kvm(nc).open(Buckets.runners, { allow_direct: true });
     const reply = await registerOnce();
     generation = reply.generation;
     epoch += 1;
+    confirmedAt = deps.now();
     lease = await startLeaseRenewer({
       js,
       bucket: Buckets.runnerLeases,
@@ -269,7 +286,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       poolId: config.poolId,
       runnerId: config.runnerId,
       session: (id) => requireSessions().get(id),
-      serving: () => !stopped && !fenced && registering === undefined,
+      serving: confirmed,
       ...(config.workspace ? { limits: config.workspace } : {}),
       childPath: config.childPath,
       metrics,
@@ -348,8 +365,9 @@ async function freeDisk(dir: string, log: Logger): Promise<number> {
 }
 
 /**
- * A fresh process holds no sessions: the process backend's children died with
- * the previous one, so their directories are garbage.
+ * A fresh process holds no sessions: the previous one's sandboxes are gone
+ * with it (their processes are killed here: piped apps would survive it), so
+ * their directories are garbage.
  */
 async function removeLeftoverSessions(dir: string, log: Logger): Promise<void> {
   let entries: string[];
@@ -359,6 +377,7 @@ async function removeLeftoverSessions(dir: string, log: Logger): Promise<void> {
     return;
   }
   if (entries.length === 0) return;
+  await killLeftoverProcesses(dir, log);
   log.info({ count: entries.length }, "removing session directories left by a previous process");
   await rm(dir, { recursive: true, force: true });
 }

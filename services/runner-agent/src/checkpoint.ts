@@ -1,7 +1,7 @@
 import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Objm, type ObjectStore } from "@nats-io/obj";
+import { Objm, setSha256Backend, type ObjectStore } from "@nats-io/obj";
 import { ObjectStores, type Checkpoint } from "@paddock/contracts";
 import { ARCHIVE_FORMAT, extractArchive, packDirectory } from "./archive.ts";
 import { ArchiveRefusedError, CheckpointError } from "./errors.ts";
@@ -42,7 +42,17 @@ export interface CheckpointStore {
  * in memory: the tar is produced as the store reads it, and extracted as
  * chunks arrive.
  */
+/**
+ * Chunk size of a checkpoint object. Each chunk is one acknowledged publish
+ * and the store sends them one at a time, so fewer, larger chunks mean fewer
+ * round trips; half the default max_payload leaves room for any headers.
+ */
+const CHECKPOINT_CHUNK_BYTES = 512 * 1024;
+
 export function createCheckpointStore(nc: NatsConnection): CheckpointStore {
+  // The object store digests every chunk (put and get); its default is a
+  // pure-JS SHA-256, several times slower than node:crypto on large objects.
+  setSha256Backend("native");
   const objm = new Objm(nc);
   const opened = new Map<StoreName, Promise<ObjectStore>>();
   const open = (store: StoreName): Promise<ObjectStore> => {
@@ -59,7 +69,7 @@ export function createCheckpointStore(nc: NatsConnection): CheckpointStore {
     save: async (store, name, workspace) => {
       try {
         const os = await open(store);
-        await os.put({ name }, packDirectory(workspace));
+        await os.put({ name, options: { max_chunk_size: CHECKPOINT_CHUNK_BYTES } }, packDirectory(workspace));
       } catch {
         throw new CheckpointError("checkpoint could not be stored");
       }

@@ -2,5 +2,5 @@ export { createRunnerAgent, type RunnerAgent, type RunnerAgentDeps, type AgentCo
 export { loadConfig, type RunnerConfig } from "./config.ts";
 export { createRunnerMetrics, type RunnerMetrics } from "./metrics.ts";
 export { TermWriter, MAX_CHUNK_BYTES, STREAM_HEADER, OutputStream } from "./term-writer.ts";
-export { KvSecretResolver, noSecrets, type SecretResolver, type SecretContext } from "./secrets.ts";
+export { RpcSecretResolver, noSecrets, type SecretResolver, type SecretContext } from "./secrets.ts";
 export { dispatchConsumerName } from "./registration.ts";

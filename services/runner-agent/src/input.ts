@@ -1,12 +1,9 @@
 import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node";
-import { Headers, ResizeInput, Subjects } from "@paddock/contracts";
+import { Headers, InputKind, ResizeInput, Subjects } from "@paddock/contracts";
 import { decodeJson } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { AppProcess } from "./app-process.ts";
 import type { RunnerMetrics } from "./metrics.ts";
-
-export const InputKind = { data: "data", resize: "resize", claim: "claim" } as const;
-export type InputKind = (typeof InputKind)[keyof typeof InputKind];
 
 const kinds: ReadonlySet<string> = new Set(Object.values(InputKind));
 
@@ -32,7 +29,12 @@ export class ControllerGate {
 
 export interface InputOptions {
   nc: NatsConnection;
+  /** This runner: gateways address a session's input to the runner holding it. */
+  poolId: string;
+  runnerId: string;
   sessionId: string;
+  /** False while the runner may have lost the session without knowing (see agent.ts `confirmed`): input is dropped. */
+  accepting: () => boolean;
   gate: ControllerGate;
   app: (name: string) => AppProcess | undefined;
   metrics: Pick<RunnerMetrics, "invalidMessages" | "staleInput">;
@@ -41,7 +43,7 @@ export interface InputOptions {
 
 /** Subscribes to one session's input subjects (core NATS: keystrokes are never replayed). */
 export function subscribeInput(opts: InputOptions): Subscription {
-  const subject = Subjects.input(opts.sessionId, "*");
+  const subject = Subjects.input(opts.poolId, opts.runnerId, opts.sessionId, "*");
   return opts.nc.subscribe(subject, {
     callback: (err, msg) => {
       if (err) {
@@ -55,7 +57,8 @@ export function subscribeInput(opts: InputOptions): Subscription {
 
 function handleInput(opts: InputOptions, msg: Msg): void {
   const reject = (reason: string) => {
-    opts.metrics.invalidMessages.inc({ subject: Subjects.input(opts.sessionId, "*") });
+    // One label per runner, not per session: metric cardinality stays bounded.
+    opts.metrics.invalidMessages.inc({ subject: Subjects.inputOfRunner(opts.poolId, opts.runnerId) });
     // The subject and reason only: never the bytes.
     opts.log.debug({ subject: msg.subject, reason }, "invalid input dropped");
   };
@@ -68,7 +71,8 @@ function handleInput(opts: InputOptions, msg: Msg): void {
   if (!/^\d{1,15}$/.test(genText)) return reject("missing controller generation");
   const resize = kind === InputKind.resize ? decodeJson(ResizeInput, msg.data) : undefined;
   if (resize && !resize.ok) return reject(`bad resize: ${resize.reason}`);
-  if (!opts.gate.admit(Number(genText))) {
+  // Unconfirmed registration: the keystroke may be meant for a successor holding the session now.
+  if (!opts.accepting() || !opts.gate.admit(Number(genText))) {
     opts.metrics.staleInput.inc();
     return;
   }

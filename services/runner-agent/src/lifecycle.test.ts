@@ -64,11 +64,11 @@ function procState(pid: number): string {
   return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
 }
 
-function sendInput(sessionId: string, body: string, generation = "1") {
+function sendInput(t: TestAgent, sessionId: string, body: string, generation = "1") {
   const h = natsHeaders();
   h.set(Headers.inputKind, "data");
   h.set(Headers.controllerGeneration, generation);
-  nc.publish(Subjects.input(sessionId, "main"), body, { headers: h });
+  nc.publish(Subjects.input(t.config.poolId, t.config.runnerId, sessionId, "main"), body, { headers: h });
 }
 
 /**
@@ -142,7 +142,7 @@ describe("suspend, resume, checkpoint", () => {
     await h.send({ type: "checkpoint", sessionId, requestId: "snap1" });
     const snap = await h.fact(sessionId, "checkpointed");
     expect(snap).toMatchObject({ requestId: "snap1", checkpoint: { ref: `checkpoints/ws1/${sessionId}/1-snap1` } });
-    sendInput(sessionId, "still-here\r");
+    sendInput(h.t, sessionId, "still-here\r");
     await term.waitFor(() => term.text().includes("still-here"));
     expect(h.facts.items.some((f) => f.sessionId === sessionId && f.type === "exited")).toBe(false);
   });

@@ -2,10 +2,10 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm, type KvEntry } from "@nats-io/kv";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { Buckets, Headers, Runner, RunnerLease, runnerKey, Streams, Subjects, type DispatchCommand, type PortableSpec } from "@paddock/contracts";
+import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
+import { Buckets, DispatchCommand, Headers, InputKind, Runner, RunnerLease, runnerKey, Streams, Subjects, type PortableSpec } from "@paddock/contracts";
 import { decodeJson, encodeJson, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, startService, type NatsServerHandle } from "@paddock/testing";
@@ -177,7 +177,7 @@ describe("liveness", () => {
 
       // Nothing about the torn-down session: no exit marker at the end of its log, no exited or completed facts.
       const jsm = await jetstreamManager(nc);
-      const lastTerm = await jsm.streams.getMessage(Streams.term, { last_by_subj: Subjects.term(gone, "main") });
+      const lastTerm = await jsm.streams.getMessage(Streams.term, { last_by_subj: Subjects.termOfApp(gone, "main") });
       expect(lastTerm?.header.has(Headers.exitCode) ?? false).toBe(false);
       expect(goneTerm.items.some((m) => m.exitCode !== undefined)).toBe(false);
       const aboutGone = facts.items.filter((f) => f.sessionId === gone);
@@ -283,7 +283,7 @@ function processTree(pid: number): number[] {
 }
 
 describe("a stopped process", () => {
-  it("loses its lease while SIGSTOPped and re-registers after SIGCONT once the scheduler marked it lost", async () => {
+  it("loses its lease while SIGSTOPped and re-registers after SIGCONT once the scheduler marked it lost; input typed meanwhile never reaches the old copy", async () => {
     const server = await startNatsServer();
     const nc = await connect({ servers: server.url });
     await provision(nc, { replicas: 1, leaseMarkerTtlMs: 1_000 });
@@ -299,15 +299,43 @@ describe("a stopped process", () => {
     });
     expect(svc.ready).toMatchObject({ generation: 1 });
     await lease.entries.waitFor((e) => e.operation === "PUT");
+    // A session the controller types into: `cat` echoes every line it gets.
+    const sessionId = "typed1";
+    const facts = collectFacts(nc, "default", runnerId);
+    const term = collectTerm(nc, sessionId, "main");
+    const held = { sessionId, workspaceId: "ws1", placementGeneration: 1 };
+    await jetstream(nc).publish(
+      Subjects.dispatch("default", runnerId),
+      encodeJson(DispatchCommand, { type: "start", ...held, runnerGeneration: 1, spec: { cmd: ["cat"] }, mode: "run", trigger: "initial" }),
+    );
+    await facts.waitFor((f) => f.sessionId === sessionId && f.type === "running");
+    const type = (text: string) => {
+      const h = natsHeaders();
+      h.set(Headers.inputKind, InputKind.data);
+      h.set(Headers.controllerGeneration, "1");
+      nc.publish(Subjects.input("default", runnerId, sessionId, "main"), `${text}\r`, { headers: h });
+    };
+    type("typed-before");
+    await term.waitFor(() => term.text().includes("typed-before"));
     const tree = processTree(svc.process.pid!);
     for (const pid of tree) process.kill(pid, "SIGSTOP");
     await lease.entries.waitFor((e) => e.operation !== "PUT");
-    // What the scheduler does on the delete marker.
+    // What the scheduler does on the delete marker: the runner is lost, the session goes elsewhere.
     await markLost(nc, "default", runnerId);
+    scheduler.destroy = [held];
+    // Typed by the (still current) controller while the runner is stopped: nats-server holds it for the runner.
+    type("typed-while-stopped");
+    await nc.flush();
     for (const pid of tree) process.kill(pid, "SIGCONT");
     const req = await scheduler.requests.waitFor((r) => r.generation === 2);
     expect(req.runnerId).toBe(runnerId);
     await svc.waitForLog((l) => l.msg === "registered" && l.generation === 2);
+    // The old copy is torn down (silently: its log belongs to the successor), and it never got the keystrokes:
+    // they arrived before a fence check confirmed the registration, so they were dropped and counted.
+    await svc.waitForLog((l) => l.msg === "session discarded after re-registration" && l.sessionId === sessionId);
+    expect(term.text()).not.toContain("typed-while-stopped");
+    const metrics = await (await fetch(`http://127.0.0.1:${String(svc.ready.opsPort)}/metrics`)).text();
+    expect(Number(/^paddock_stale_input_total (\d+)/m.exec(metrics)?.[1] ?? 0)).toBeGreaterThanOrEqual(1);
     const renewed = await lease.entries.waitFor((e) => e.operation === "PUT" && decodeJson(RunnerLease, e.value).ok && (decodeJson(RunnerLease, e.value) as { value: RunnerLease }).value.generation === 2);
     expect(renewed.key).toBe(runnerKey("default", runnerId));
     expect(await svc.stop()).toBe(0);

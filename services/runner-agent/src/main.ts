@@ -5,7 +5,7 @@ import { runMain, startOpsServer } from "@paddock/service";
 import { createRunnerAgent } from "./agent.ts";
 import { loadConfig } from "./config.ts";
 import { createRunnerMetrics } from "./metrics.ts";
-import { KvSecretResolver } from "./secrets.ts";
+import { RpcSecretResolver } from "./secrets.ts";
 
 const config = loadConfig(process.env);
 const log = createLogger({ service: "runner-agent", level: config.logLevel });
@@ -14,7 +14,7 @@ runMain(log, async () => {
   const nc = await connectBus({ servers: config.natsUrl, name: `runner-agent-${config.runnerId}`, user: config.natsUser, pass: config.natsPass }, log);
   await provision(nc, { replicas: config.replicas });
   const metrics = createRunnerMetrics();
-  const agent = createRunnerAgent({ nc, config, log, metrics, now: Date.now, newId: randomUUID, secrets: new KvSecretResolver(nc, config.secretsKey) });
+  const agent = createRunnerAgent({ nc, config, log, metrics, now: Date.now, newId: randomUUID, secrets: new RpcSecretResolver(nc, config.secretsKey, { poolId: config.poolId, runnerId: config.runnerId }) });
   const { generation } = await agent.start();
   const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry: metrics.registry, isReady: agent.isReady });
   return {

@@ -36,7 +36,7 @@ export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
     }),
     staleInput: new Counter({
       name: "paddock_stale_input_total",
-      help: "Terminal input dropped because it carried an older controller generation",
+      help: "Terminal input dropped: an older controller generation, or the runner had not confirmed its registration since a stall",
       registers,
     }),
     staleDispatch: new Counter({

@@ -5,6 +5,7 @@ import {
   RegisterRunnerRequest,
   Streams,
   Subjects,
+  runnerNatsUser,
   type RunnerResources,
 } from "@paddock/contracts";
 import { decodeJson, encodeJson } from "@paddock/bus";
@@ -13,8 +14,9 @@ import type { z } from "zod";
 import { RegistrationRefusedError, StoppedError } from "./errors.ts";
 import type { HeldSession } from "./types.ts";
 
+/** The runner's DISPATCH durable: named like its NATS user, whose permissions name it. */
 export function dispatchConsumerName(poolId: string, runnerId: string): string {
-  return `runner-${poolId}-${runnerId}`;
+  return runnerNatsUser(poolId, runnerId);
 }
 
 /**

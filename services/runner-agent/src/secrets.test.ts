@@ -3,12 +3,12 @@ import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Kvm, type KV } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { provision, SecretBox } from "@paddock/bus";
-import { Buckets, secretKey, type BootEnvironment, type DispatchCommand } from "@paddock/contracts";
-import { createLogger } from "@paddock/logging";
+import { createBusMetrics, provision, SecretBox, serveRpc } from "@paddock/bus";
+import { Buckets, FleetRpc, ForbiddenError, secretKey, type BootEnvironment, type DispatchCommand } from "@paddock/contracts";
+import { createLogger, silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { BootError } from "./errors.ts";
-import { KvSecretResolver } from "./secrets.ts";
+import { RpcSecretResolver } from "./secrets.ts";
 import { collectFacts, collectTerm, dispatchTo, fakeScheduler, testAgent, type TestAgent } from "./test-support.ts";
 
 const KEY = randomBytes(32);
@@ -17,7 +17,8 @@ let server: NatsServerHandle;
 let nc: NatsConnection;
 let kv: KV;
 const agents: TestAgent[] = [];
-const ctx = (workspaceId: string) => ({ workspaceId, sessionId: "s1", environmentId: "env1" });
+const ctx = (workspaceId: string) => ({ workspaceId, sessionId: "s1", placementGeneration: 1, environmentId: "env1" });
+const RUNNER = { poolId: "default", runnerId: "r1" };
 const store = (ws: string, name: string, value: string) => kv.put(secretKey(ws, name), new SecretBox(KEY).seal(secretKey(ws, name), value));
 
 beforeAll(async () => {
@@ -25,6 +26,23 @@ beforeAll(async () => {
   nc = await connect({ servers: server.url });
   await provision(nc, { replicas: 1 });
   kv = await new Kvm(nc).open(Buckets.secrets);
+  // Stands in for the scheduler's FleetRpc.sessionSecrets (whose authorization is tested with the scheduler):
+  // hands out the stored envelopes, and refuses a session named "refused".
+  serveRpc(
+    nc,
+    FleetRpc.sessionSecrets,
+    async (req) => {
+      if (req.sessionId === "refused") throw new ForbiddenError("only secrets the session's environment references are released");
+      const secrets = await Promise.all(
+        req.names.map(async (name) => {
+          const e = await kv.get(secretKey(req.workspaceId, name));
+          return e?.operation === "PUT" ? { name, envelope: Buffer.from(e.value).toString("base64") } : { name };
+        }),
+      );
+      return { secrets };
+    },
+    { metrics: createBusMetrics(), log: silentLogger() },
+  );
 });
 afterAll(async () => {
   for (const t of agents) await t.agent.stop();
@@ -32,19 +50,19 @@ afterAll(async () => {
   await server.stop();
 });
 
-describe("KvSecretResolver", () => {
+describe("RpcSecretResolver", () => {
   it("resolves refs of the session's workspace only", async () => {
     await store("wsA", "TOKEN", "value-a");
     await store("wsB", "TOKEN", "value-b");
     await store("wsA", "OTHER", "other-a");
-    const r = new KvSecretResolver(nc, KEY);
+    const r = new RpcSecretResolver(nc, KEY, RUNNER);
     expect(await r.resolve(["TOKEN", "OTHER"], ctx("wsA"))).toEqual({ TOKEN: "value-a", OTHER: "other-a" });
     expect(await r.resolve(["TOKEN"], ctx("wsB"))).toEqual({ TOKEN: "value-b" });
     expect(await r.resolve([], ctx("wsB"))).toEqual({});
   });
 
   it("fails with the name only: missing, deleted, undecryptable, moved across workspaces, bad names", async () => {
-    const r = new KvSecretResolver(nc, KEY);
+    const r = new RpcSecretResolver(nc, KEY, RUNNER);
     const reason = async (refs: string[], ws = "wsA") => {
       const err = await r.resolve(refs, ctx(ws)).then(() => undefined, (e: unknown) => e);
       expect(err).toBeInstanceOf(BootError);
@@ -61,15 +79,20 @@ describe("KvSecretResolver", () => {
     await kv.put(secretKey("wsC", "PLAIN"), new SecretBox(undefined).seal(secretKey("wsC", "PLAIN"), "planted-value"));
     expect(await reason(["PLAIN"], "wsC")).toBe("secret PLAIN could not be read");
     // Wrong key.
-    const wrong = new KvSecretResolver(nc, randomBytes(32));
+    const wrong = new RpcSecretResolver(nc, randomBytes(32), RUNNER);
     await expect(wrong.resolve(["TOKEN"], ctx("wsA"))).rejects.toThrow(/^secret TOKEN could not be read$/);
     expect(await reason(["*"])).toBe("secret reference is not a valid name");
+    // A refusal by the scheduler names its reason, never a value.
+    const refused = await r.resolve(["TOKEN"], { ...ctx("wsA"), sessionId: "refused" }).then(() => undefined, (e: unknown) => e);
+    expect(refused).toBeInstanceOf(BootError);
+    expect((refused as Error).message).toBe("secrets refused: only secrets the session's environment references are released");
+
     expect(await reason(["A.B"])).toBe("secret reference is not a valid name");
   });
 
   it("without a key stores and reads plain envelopes", async () => {
     await kv.put(secretKey("wsP", "P"), new SecretBox(undefined).seal(secretKey("wsP", "P"), "plain-value"));
-    expect(await new KvSecretResolver(nc, undefined).resolve(["P"], ctx("wsP"))).toEqual({ P: "plain-value" });
+    expect(await new RpcSecretResolver(nc, undefined, RUNNER).resolve(["P"], ctx("wsP"))).toEqual({ P: "plain-value" });
   });
 });
 
@@ -81,7 +104,7 @@ describe("secrets at boot", () => {
     const value = `s3cr3t-${randomBytes(8).toString("hex")}`;
     await store("ws1", "API_KEY", value);
     const scheduler = fakeScheduler(nc, 0);
-    const t = testAgent(nc, {}, log, { secrets: new KvSecretResolver(nc, KEY) });
+    const t = testAgent(nc, {}, log, { secrets: new RpcSecretResolver(nc, KEY, RUNNER) });
     agents.push(t);
     const facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
     await t.agent.start();

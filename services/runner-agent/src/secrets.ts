@@ -1,13 +1,13 @@
-import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { SecretBox } from "@paddock/bus";
-import { Buckets, SecretName, secretKey } from "@paddock/contracts";
+import { callRpc, SecretBox } from "@paddock/bus";
+import { FleetRpc, PaddockError, SecretName, secretKey } from "@paddock/contracts";
 import { BootError } from "./errors.ts";
 
-/** Which session and environment asks, so a resolver can authorize the lookup. */
+/** Which placement of which session asks, so the scheduler can authorize the lookup. */
 export interface SecretContext {
   workspaceId: string;
   sessionId: string;
+  placementGeneration: number;
   environmentId: string;
 }
 
@@ -25,51 +25,48 @@ export const noSecrets: SecretResolver = {
 };
 
 /**
- * Reads secretRefs from KV `secrets` (`<workspace>.<name>`, a SecretBox
- * envelope) for the session's workspace, by key only: the runner's NATS user
- * may get secret records but not list or watch the bucket. Every ref must be
- * set; a missing one fails the boot naming it, never quoting any value. Any
- * other failure (NATS, a record that does not open) is a BootError with the
- * name only, so no error path carries a value into a log or a fact.
+ * Asks the scheduler for the session's secret envelopes
+ * (`FleetRpc.sessionSecrets`): it answers only while the record places the
+ * session on this runner at this generation, only names of the session's
+ * environment, and — with per-principal NATS credentials — only to this
+ * runner's own inbox, so a runner never reads another workspace's secrets.
+ * The envelopes open here with PADDOCK_SECRETS_KEY. Every ref must be set; a
+ * missing one fails the boot naming it, never quoting any value. Any other
+ * failure is a BootError with the name only, so no error path carries a
+ * value into a log or a fact.
  */
-export class KvSecretResolver implements SecretResolver {
+export class RpcSecretResolver implements SecretResolver {
   private readonly box: SecretBox;
-  private readonly kv: () => Promise<KV>;
 
-  constructor(nc: NatsConnection, key: Buffer | undefined) {
+  constructor(
+    private readonly nc: NatsConnection,
+    key: Buffer | undefined,
+    private readonly runner: { poolId: string; runnerId: string },
+    private readonly timeoutMs = 10_000,
+  ) {
     this.box = new SecretBox(key);
-    let opening: Promise<KV> | undefined;
-    this.kv = () => {
-      opening ??= new Kvm(nc).open(Buckets.secrets).catch((err: unknown) => {
-        opening = undefined;
-        throw err;
-      });
-      return opening;
-    };
   }
 
   async resolve(refs: readonly string[], ctx: SecretContext): Promise<Record<string, string>> {
     const out: Record<string, string> = {};
     if (refs.length === 0) return out;
-    let kv: KV;
+    // Names come validated from the environment record; re-check so a key can never span workspaces.
+    if (!refs.every((name) => SecretName.safeParse(name).success)) throw new BootError("secret reference is not a valid name");
+    let reply: Awaited<ReturnType<typeof callRpc<typeof FleetRpc.sessionSecrets>>>;
     try {
-      kv = await this.kv();
-    } catch {
+      const { environmentId: _environmentId, ...placement } = ctx;
+      reply = await callRpc(this.nc, FleetRpc.sessionSecrets, { ...this.runner, ...placement, names: [...refs] }, { timeoutMs: this.timeoutMs });
+    } catch (err) {
+      // The scheduler's reasons (no such placement, a name the environment does not reference) say nothing secret.
+      if (err instanceof PaddockError && err.code !== "unavailable") throw new BootError(`secrets refused: ${err.message}`);
       throw new BootError("secret store unavailable");
     }
+    const byName = new Map(reply.secrets.map((s) => [s.name, s.envelope]));
     for (const name of refs) {
-      // Names come validated from the environment record; re-check so a key can never span workspaces.
-      if (!SecretName.safeParse(name).success) throw new BootError("secret reference is not a valid name");
-      const key = secretKey(ctx.workspaceId, name);
-      let entry: Awaited<ReturnType<KV["get"]>>;
+      const envelope = byName.get(name);
+      if (envelope === undefined) throw new BootError(`secret ${name} is not set`);
       try {
-        entry = await kv.get(key);
-      } catch {
-        throw new BootError(`secret ${name} could not be read`);
-      }
-      if (!entry || entry.operation !== "PUT") throw new BootError(`secret ${name} is not set`);
-      try {
-        out[name] = this.box.open(key, entry.value);
+        out[name] = this.box.open(secretKey(ctx.workspaceId, name), Buffer.from(envelope, "base64"));
       } catch {
         throw new BootError(`secret ${name} could not be read`);
       }

@@ -3,7 +3,8 @@ import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { appsOf, type Checkpoint, type DispatchCommand, type RunTrigger, type Usage } from "@paddock/contracts";
+import { appsOf, FleetRpc, type Checkpoint, type DispatchCommand, type RunTrigger, type Usage } from "@paddock/contracts";
+import { callRpc } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import { AppSlot, type GenerationEnd, type GenerationStart } from "./app-slot.ts";
 import { bootEnvironment } from "./boot.ts";
@@ -28,6 +29,10 @@ export interface WatchSettings {
 }
 
 export interface SessionRuntimeDeps {
+  /** This runner: subjects of its terminal logs and input carry its pool and id. */
+  runner: { poolId: string; runnerId: string };
+  /** False while the runner's registration is unconfirmed (it may have been stopped past its lease): input is dropped. */
+  acceptingInput: () => boolean;
   nc: NatsConnection;
   js: JetStreamClient;
   jsm: JetStreamManager;
@@ -139,7 +144,7 @@ export class SessionRuntime {
       await mkdir(this.workspace, { recursive: true });
       if (cmd.restore) await this.deps.checkpoints.restore(cmd.restore, this.workspace).catch(rethrowAs("restore failed"));
       const env = cmd.environment;
-      const secrets = env ? await this.deps.secrets.resolve(env.secretRefs, { workspaceId: this.held.workspaceId, sessionId: this.held.sessionId, environmentId: env.environmentId }) : {};
+      const secrets = env ? await this.deps.secrets.resolve(env.secretRefs, { ...this.held, environmentId: env.environmentId }) : {};
       const appEnv = { ...this.baseEnv(), ...secrets, ...this.tokenEnv() };
       // Egress: setup, init and the apps reach the network through the session's proxy (last: nothing overrides it).
       const proxyEnv = await this.startEgress();
@@ -170,7 +175,14 @@ export class SessionRuntime {
       this.phase = "running";
       this.meter = new UsageMeter(() => this.appGroups(), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS);
       this.meter.start();
-      this.input = subscribeInput({ ...this.deps, sessionId: this.held.sessionId, gate: new ControllerGate(), app: (name) => this.slots.get(name)?.proc });
+      this.input = subscribeInput({
+        ...this.deps,
+        ...this.deps.runner,
+        accepting: this.deps.acceptingInput,
+        sessionId: this.held.sessionId,
+        gate: new ControllerGate(),
+        app: (name) => this.slots.get(name)?.proc,
+      });
       if (this.mode === "watch") this.watcher = watchWorkspace(this.workspace, this.deps.watch.debounceMs, () => this.onWorkspaceChange());
       void this.emit({ type: "running" });
       for (const [slot, started] of starts) void this.reportRun(slot, started.run);
@@ -440,6 +452,8 @@ export class SessionRuntime {
     const writer = new TermWriter({
       js: this.deps.js,
       jsm: this.deps.jsm,
+      ...this.deps.runner,
+      isCurrentPlacement: () => this.isCurrentPlacement(),
       sessionId: this.held.sessionId,
       app: spec.name,
       placementGeneration: this.held.placementGeneration,
@@ -454,6 +468,12 @@ export class SessionRuntime {
       killGraceMs: this.deps.killGraceMs,
       onEnded: (slot, end) => this.onAppEnded(slot, end),
     });
+  }
+
+  /** Asks the record (through the scheduler) whether this placement is still the session's current one. */
+  private async isCurrentPlacement(): Promise<boolean> {
+    const reply = await callRpc(this.deps.nc, FleetRpc.placementCheck, { ...this.deps.runner, ...this.held });
+    return reply.current;
   }
 
   /** A minimal environment: nothing of the agent's own (tokens, NATS credentials) leaks in. */

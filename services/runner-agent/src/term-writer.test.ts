@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
-import { Headers, Streams, Subjects } from "@paddock/contracts";
+import { Headers, parseTermSubject, Streams, Subjects } from "@paddock/contracts";
 import { provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
@@ -26,26 +26,54 @@ afterAll(async () => {
   await server.stop();
 });
 
-function writer(sessionId: string, placementGeneration: number, metrics: RunnerMetrics, app = "main"): TermWriter {
-  return new TermWriter({ js, jsm, sessionId, app, placementGeneration, metrics, log: silentLogger() });
+interface Who {
+  poolId: string;
+  runnerId: string;
+}
+const R1: Who = { poolId: "p", runnerId: "r1" };
+const R2: Who = { poolId: "p", runnerId: "r2" };
+
+/**
+ * A writer whose placement checks are answered by `current` (in the service
+ * the scheduler answers from the session record; see runner-rpc tests), and
+ * counted.
+ */
+function writer(who: Who, sessionId: string, placementGeneration: number, metrics: RunnerMetrics, current: () => boolean = () => true) {
+  const asked = { count: 0 };
+  const w = new TermWriter({
+    js,
+    jsm,
+    ...who,
+    sessionId,
+    app: "main",
+    placementGeneration,
+    metrics,
+    log: silentLogger(),
+    isCurrentPlacement: () => {
+      asked.count += 1;
+      return Promise.resolve(current());
+    },
+  });
+  return Object.assign(w, { asked });
 }
 
 interface Stored {
+  runner: string | undefined;
   body: Buffer;
   generation: string | undefined;
   exitCode: string | undefined;
 }
 
-/** Every message stored on one TERM subject, in order. */
-async function readSubject(subject: string): Promise<Stored[]> {
-  const info = await jsm.streams.info(Streams.term, { subjects_filter: subject });
-  const count = info.state.subjects?.[subject] ?? 0;
+/** Every message of one app's log, whichever runner wrote it, in order. */
+async function readLog(sessionId: string): Promise<Stored[]> {
+  const consumer = await js.consumers.get(Streams.term, { filter_subjects: [Subjects.termOfApp(sessionId, "main")] });
+  const count = (await consumer.info()).num_pending;
   if (count === 0) return [];
-  const consumer = await js.consumers.get(Streams.term, { filter_subjects: [subject] });
   const out: Stored[] = [];
   const messages = await consumer.fetch({ max_messages: count, expires: 10_000 });
   for await (const m of messages) {
     out.push({
+      runner: parseTermSubject(m.subject)?.runnerId,
       body: Buffer.from(m.data),
       generation: m.headers?.get(Headers.placementGeneration),
       exitCode: m.headers?.has(Headers.exitCode) ? m.headers.get(Headers.exitCode) : undefined,
@@ -56,20 +84,25 @@ async function readSubject(subject: string): Promise<Stored[]> {
 }
 
 const text = (s: string) => new TextEncoder().encode(s);
+const rows = (stored: Stored[]) => stored.map((m) => [m.runner, m.body.toString(), m.generation, m.exitCode]);
 
 describe("term writer fencing", () => {
-  it("latches shut once a successor generation has written, and never blocks close", async () => {
+  it("a successor on another runner steps over the predecessor's log; the predecessor latches shut on its next chunk", async () => {
     const metrics = createRunnerMetrics();
-    const old = writer("fence1", 1, metrics);
-    const successor = writer("fence1", 2, metrics);
+    let placed = 1;
+    const old = writer(R1, "fence1", 1, metrics, () => placed === 1);
     old.append(text("a"));
     await old.flush();
+    placed = 2;
+    const successor = writer(R2, "fence1", 2, metrics, () => placed === 2);
     successor.append(text("b"));
     await successor.flush();
+    expect(successor.asked.count).toBe(1); // its own subject was empty: the record decided
 
     old.append(text("c"));
     await old.flush();
     expect(old.fenced).toBe(true);
+    expect(old.asked.count).toBe(1);
     expect(await counterValue(metrics.termFenced)).toBe(1);
     old.append(text("d"));
     await old.flush();
@@ -78,52 +111,107 @@ describe("term writer fencing", () => {
     successor.append(text("e"));
     await successor.finish(0);
     expect(successor.fenced).toBe(false);
-    const stored = await readSubject(Subjects.term("fence1", "main"));
-    expect(stored.map((m) => [m.body.toString(), m.generation, m.exitCode])).toEqual([
-      ["a", "1", undefined],
-      ["b", "2", undefined],
-      ["e", "2", undefined],
-      ["", "2", "0"],
+    expect(rows(await readLog("fence1"))).toEqual([
+      ["r1", "a", "1", undefined],
+      ["r2", "b", "2", undefined],
+      ["r2", "e", "2", undefined],
+      ["r2", "", "2", "0"],
     ]);
     expect(await counterValue(metrics.termFenced)).toBe(1);
   });
 
-  it("continues after the existing log of the subject and steps over a predecessor's late write", async () => {
+  it("on the same runner the log's own headers settle it: no question to the record", async () => {
     const metrics = createRunnerMetrics();
-    const first = writer("fence2", 3, metrics);
+    const old = writer(R1, "fence-same", 1, metrics, () => false);
+    old.append(text("a"));
+    await old.flush();
+    const successor = writer(R1, "fence-same", 2, metrics);
+    successor.append(text("b"));
+    await successor.flush();
+    old.append(text("c"));
+    await old.flush();
+    expect(old.fenced).toBe(true);
+    expect(old.asked.count + successor.asked.count).toBe(0);
+    expect(rows(await readLog("fence-same"))).toEqual([
+      ["r1", "a", "1", undefined],
+      ["r1", "b", "2", undefined],
+    ]);
+  });
+
+  it("steps over a predecessor's late write on another runner's subject", async () => {
+    const metrics = createRunnerMetrics();
+    const first = writer(R2, "fence2", 3, metrics);
     first.append(text("x"));
     await first.flush();
-    // A predecessor (generation 2) lands a chunk behind the successor's back.
+    // A predecessor (generation 2, on r1) lands a chunk behind the successor's back.
     const h = natsHeaders();
     h.set(Headers.placementGeneration, "2");
-    await js.publish(Subjects.term("fence2", "main"), text("late"), { headers: h });
+    await js.publish(Subjects.term(R1.poolId, R1.runnerId, "fence2", "main"), text("late"), { headers: h });
     first.append(text("y"));
     await first.flush();
     expect(first.fenced).toBe(false);
-    // A later writer of the same generation line starts from the subject's last sequence.
-    const next = writer("fence2", 4, metrics);
+    // A later placement on the same runner starts from its own subject's last sequence.
+    const next = writer(R2, "fence2", 4, metrics);
     next.append(text("z"));
     await next.finish(null);
-    const stored = await readSubject(Subjects.term("fence2", "main"));
-    expect(stored.map((m) => [m.body.toString(), m.generation, m.exitCode])).toEqual([
-      ["x", "3", undefined],
-      ["late", "2", undefined],
-      ["y", "3", undefined],
-      ["z", "4", undefined],
-      ["", "4", ""],
+    expect(rows(await readLog("fence2"))).toEqual([
+      ["r2", "x", "3", undefined],
+      ["r1", "late", "2", undefined],
+      ["r2", "y", "3", undefined],
+      ["r2", "z", "4", undefined],
+      ["r2", "", "4", ""],
     ]);
     expect(await counterValue(metrics.termFenced)).toBe(0);
   });
 
+  it("a chunk forged under another runner's subject with the current generation cannot latch the placed writer", async () => {
+    const metrics = createRunnerMetrics();
+    const legit = writer(R2, "forged", 5, metrics);
+    legit.append(text("mine"));
+    await legit.flush();
+    const h = natsHeaders();
+    h.set(Headers.placementGeneration, "5");
+    await js.publish(Subjects.term(R1.poolId, R1.runnerId, "forged", "main"), text("forged"), { headers: h });
+    legit.append(text("still mine"));
+    await legit.flush();
+    expect(legit.fenced).toBe(false);
+    expect(rows(await readLog("forged")).filter((r) => r[0] === "r2").map((r) => r[1])).toEqual(["mine", "still mine"]);
+  });
+
+  it("retries a chunk while the record cannot be asked, then commits it", async () => {
+    const metrics = createRunnerMetrics();
+    const predecessor = writer(R1, "unasked", 1, metrics);
+    predecessor.append(text("old"));
+    await predecessor.flush();
+    let failures = 2;
+    const w = new TermWriter({
+      js,
+      jsm,
+      ...R2,
+      sessionId: "unasked",
+      app: "main",
+      placementGeneration: 2,
+      metrics,
+      log: silentLogger(),
+      retryDelayMs: 1,
+      isCurrentPlacement: () => (failures-- > 0 ? Promise.reject(new Error("no responders")) : Promise.resolve(true)),
+    });
+    w.append(text("new"));
+    await w.flush();
+    expect(w.fenced).toBe(false);
+    expect(await counterValue(metrics.termRetries)).toBeGreaterThanOrEqual(2);
+    expect(rows(await readLog("unasked")).map((r) => r[1])).toEqual(["old", "new"]);
+  });
+
   it("coalesces a burst into chunks of at most 32 KiB, bytes intact and in order", async () => {
     const metrics = createRunnerMetrics();
-    const w = writer("burst", 1, metrics);
+    const w = writer(R1, "burst", 1, metrics);
     const parts: Buffer[] = [];
     for (let i = 0; i < 200; i++) parts.push(Buffer.alloc(10_000, i % 251));
     parts.push(Buffer.alloc(100 * 1024, 7)); // one buffer larger than a chunk is split
     for (const p of parts) w.append(p);
     await w.flush();
-    const stored = await readSubject(Subjects.term("burst", "main"));
+    const stored = await readLog("burst");
     const total = parts.reduce((n, p) => n + p.byteLength, 0);
     expect(stored.every((m) => m.body.byteLength <= MAX_CHUNK_BYTES)).toBe(true);
     expect(Buffer.concat(stored.map((m) => m.body)).equals(Buffer.concat(parts))).toBe(true);

@@ -1,7 +1,7 @@
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { JetStreamClient, JetStreamManager, StoredMsg } from "@nats-io/jetstream";
 import { Headers, Streams, Subjects } from "@paddock/contracts";
-import { isNoMessage, isWrongLastSequence } from "@paddock/bus";
+import { isNoMessage, isWrongLastSequence, refusedAtSequence } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { RunnerMetrics } from "./metrics.ts";
 
@@ -22,9 +22,19 @@ export type OutputStream = (typeof OutputStream)[keyof typeof OutputStream];
 export interface TermWriterOptions {
   js: JetStreamClient;
   jsm: JetStreamManager;
+  /** This runner: its logs live under its own pool/runner subject tokens. */
+  poolId: string;
+  runnerId: string;
   sessionId: string;
   app: string;
   placementGeneration: number;
+  /**
+   * Asks the record whether this placement is still the session's current
+   * one. Called only when another runner's subject holds the app's last
+   * chunk (a runner may not read other runners' logs); throws when the
+   * answer cannot be had, and the chunk is retried.
+   */
+  isCurrentPlacement: () => Promise<boolean>;
   metrics: Pick<RunnerMetrics, "termFenced" | "termRetries">;
   log: Logger;
   maxChunkBytes?: number;
@@ -57,15 +67,19 @@ interface LastMessage {
 }
 
 /**
- * Appends one app's PTY output to its TERM subject, fenced by placement
- * generation. Every publish asserts the subject's last sequence, so once a
- * successor generation has written, this writer's next publish is refused and
- * it latches shut for good: retrying would mean re-reading the sequence and
+ * Appends one app's PTY output to its TERM subject (under this runner's own
+ * subject tokens), fenced by placement generation. Every publish asserts the
+ * last sequence of the app's log across every runner's subject
+ * (expected-last-subject-sequence over `termOfApp`), so once a successor
+ * generation has written, this writer's next publish is refused and it
+ * latches shut for good: retrying would mean re-reading the sequence and
  * overwriting the successor's log, which is exactly what fencing forbids.
  * One publish is in flight at a time; output arriving meanwhile is coalesced.
  */
 export class TermWriter {
   private readonly subject: string;
+  /** The app's log across runners: the fence is checked against its last sequence. */
+  private readonly fenceSubject: string;
   private readonly maxChunk: number;
   private pending: Pending[] = [];
   private pendingBytes = 0;
@@ -82,7 +96,8 @@ export class TermWriter {
   private wake: (() => void) | undefined;
 
   constructor(private readonly opts: TermWriterOptions) {
-    this.subject = Subjects.term(opts.sessionId, opts.app);
+    this.subject = Subjects.term(opts.poolId, opts.runnerId, opts.sessionId, opts.app);
+    this.fenceSubject = Subjects.termOfApp(opts.sessionId, opts.app);
     this.maxChunk = opts.maxChunkBytes ?? MAX_CHUNK_BYTES;
   }
 
@@ -222,14 +237,14 @@ export class TermWriter {
         this.lastSeq ??= (await this.readLast()).seq;
         const ack = await this.opts.js.publish(this.subject, chunk.body, {
           msgID,
-          expect: { lastSubjectSequence: this.lastSeq },
+          expect: { lastSubjectSequence: this.lastSeq, lastSubjectSequenceSubject: this.fenceSubject },
           headers: this.headersFor(chunk),
           timeout: this.opts.publishTimeoutMs ?? 5_000,
         });
         this.committedAt(ack.seq);
         return;
       } catch (err) {
-        if (isWrongLastSequence(err) && (await this.resolveRefusal(msgID))) return;
+        if (isWrongLastSequence(err) && (await this.resolveRefusal(msgID, refusedAtSequence(err)))) return;
         if (!this.isOpen()) return;
         this.opts.metrics.termRetries.inc();
         if (attempt === 0) this.opts.log.warn({ err, ...this.ids() }, "terminal publish failed; retrying");
@@ -239,24 +254,42 @@ export class TermWriter {
   }
 
   /**
-   * Decides what a refusal means. True when the chunk is settled (committed
-   * earlier under the same id, or the writer latched); false to retry. Only a
-   * predecessor's late write (older generation) is stepped over: this writer
-   * is the successor then, and the predecessor will be refused next.
+   * Decides what a refusal means, knowing the log's actual last sequence.
+   * True when the chunk is settled (committed earlier under the same id, or
+   * the writer latched); false to retry. Only a predecessor's late write
+   * (older generation) is stepped over: this writer is the successor then,
+   * and the predecessor will be refused next. When the last chunk is on this
+   * runner's own subject its header says whose it is; otherwise it is another
+   * runner's, and the session record decides.
    */
-  private async resolveRefusal(msgID: string): Promise<boolean> {
-    let last: LastMessage;
+  private async resolveRefusal(msgID: string, actualSeq: number | undefined): Promise<boolean> {
+    if (actualSeq === undefined) return false;
+    let own: LastMessage;
     try {
-      last = await this.readLast();
+      own = await this.readLast();
     } catch {
       return false;
     }
-    if (last.msgId === msgID) {
-      this.committedAt(last.seq);
+    if (own.seq === actualSeq) {
+      if (own.msgId === msgID) {
+        this.committedAt(own.seq);
+        return true;
+      }
+      if (own.generation < this.opts.placementGeneration) {
+        this.lastSeq = actualSeq;
+        return false;
+      }
+      this.latch();
       return true;
     }
-    if (last.generation < this.opts.placementGeneration) {
-      this.lastSeq = last.seq;
+    let current: boolean;
+    try {
+      current = await this.opts.isCurrentPlacement();
+    } catch {
+      return false;
+    }
+    if (current) {
+      this.lastSeq = actualSeq;
       return false;
     }
     this.latch();
@@ -276,11 +309,15 @@ export class TermWriter {
     this.opts.log.warn(this.ids(), "terminal writer fenced by a newer generation; latched shut");
   }
 
-  /** The subject's last message (seq 0 when it has none), read from the stream leader. */
+  /**
+   * The last message on this runner's own subject (seq 0 when it has none).
+   * A direct get, the only read a runner's permissions scope to its own
+   * subjects; a lagging replica at worst sends a refusal to the record.
+   */
   private async readLast(): Promise<LastMessage> {
     let msg: StoredMsg | null;
     try {
-      msg = await this.opts.jsm.streams.getMessage(Streams.term, { last_by_subj: this.subject });
+      msg = await this.opts.jsm.direct.getMessage(Streams.term, { last_by_subj: this.subject });
     } catch (err) {
       if (isNoMessage(err)) return { seq: 0, generation: 0, msgId: undefined };
       throw err;

@@ -10,6 +10,9 @@ import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node"
 import { Kvm } from "@nats-io/kv";
 import {
   Buckets,
+  PlacementCheckReply,
+  PlacementCheckRequest,
+  replyEnvelope,
   RegisterRunnerReply,
   RegisterRunnerRequest,
   Runner,
@@ -54,6 +57,9 @@ export interface FakeScheduler {
   /** The generation the stand-in treats as stored. */
   stored: number;
   destroy: HeldSession[];
+  /** Answers placement checks (terminal-log fence resolution); every placement is current unless a test says otherwise. */
+  isCurrent: (req: PlacementCheckRequest) => boolean;
+  /** One subscription for every fleet call (registration and placement checks). */
   sub: Subscription;
 }
 
@@ -63,9 +69,15 @@ export interface FakeScheduler {
  * as the scheduler does; the runner reads it on every lease renewal.
  */
 export function fakeScheduler(nc: NatsConnection, stored = 0): FakeScheduler {
-  const fake: FakeScheduler = { requests: new Collector(), stored, destroy: [], sub: undefined as never };
-  fake.sub = nc.subscribe(Subjects.register, {
+  const fake: FakeScheduler = { requests: new Collector(), stored, destroy: [], isCurrent: () => true, sub: undefined as never };
+  fake.sub = nc.subscribe("paddock.fleet.v1.>", {
     callback: (_err, msg) => {
+      if (msg.subject === Subjects.placementCheck) {
+        const check = decodeJson(PlacementCheckRequest, msg.data);
+        if (check.ok) msg.respond(encodeJson(replyEnvelope(PlacementCheckReply), { ok: true, result: { current: fake.isCurrent(check.value) } }));
+        return;
+      }
+      if (msg.subject !== Subjects.register) return;
       const req = decodeJson(RegisterRunnerRequest, msg.data);
       if (!req.ok) return;
       const accepted = req.value.generation > fake.stored;
@@ -133,7 +145,7 @@ export function collectTerm(nc: NatsConnection, sessionId: string, app: string):
       return Buffer.concat(term.items.map((m) => m.body)).toString("utf8");
     },
   });
-  nc.subscribe(Subjects.term(sessionId, app), {
+  nc.subscribe(Subjects.termOfApp(sessionId, app), {
     callback: (_err, msg: Msg) => {
       term.push({
         body: Buffer.from(msg.data),

@@ -25,6 +25,8 @@ import type { PresenceTracker } from "./presence.ts";
 import type { LeaseTracker } from "./liveness.ts";
 import type { EnvironmentStore } from "./environments.ts";
 import type { SessionWaiters } from "./waiters.ts";
+import type { SessionIndex } from "./session-index.ts";
+import type { CoalescedReads } from "./coalesce.ts";
 
 export interface SchedulerMetrics {
   /** Runner facts dropped because their generations do not match the record. */
@@ -32,6 +34,8 @@ export interface SchedulerMetrics {
   /** Runner facts that named a transition the state machine does not allow. */
   illegalFacts: Counter<"type">;
   placements: Counter;
+  /** Secret requests refused: not the holder's inbox, no such placement, or a name the environment does not reference. */
+  secretsRefused: Counter<"reason">;
 }
 
 export function createSchedulerMetrics(registry: Registry): SchedulerMetrics {
@@ -49,6 +53,12 @@ export function createSchedulerMetrics(registry: Registry): SchedulerMetrics {
       registers: [registry],
     }),
     placements: new Counter({ name: "paddock_placements_total", help: "Sessions placed on a runner", registers: [registry] }),
+    secretsRefused: new Counter({
+      name: "paddock_secrets_refused_total",
+      help: "Runner requests for session secrets that were refused",
+      labelNames: ["reason"],
+      registers: [registry],
+    }),
   };
 }
 
@@ -65,7 +75,11 @@ export interface SchedulerContext {
   sessions: SessionRecords;
   runners: RunnerRecords;
   sessionView: KvView<typeof Session>;
+  /** Per-workspace counts and the queued set, maintained by sessionView. */
+  sessionIndex: SessionIndex;
   runnerView: KvView<typeof Runner>;
+  /** Exact reads of runner records for the fact fence, shared by facts that arrive together. */
+  runnerReads: CoalescedReads<Versioned<Runner> | undefined>;
   names: KV;
   idempotency: KV;
   envs: EnvironmentStore;

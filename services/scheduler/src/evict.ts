@@ -28,9 +28,7 @@ function reclaimable(ctx: SchedulerContext, workspaceId: string): Session[] {
  * session is never evicted; when all are live, the create is refused.
  */
 export async function makeRoom(ctx: SchedulerContext, workspaceId: string): Promise<boolean> {
-  let count = 0;
-  for (const { value } of ctx.sessionView.values()) if (value.workspaceId === workspaceId) count++;
-  if (count < ctx.config.maxSessionsPerWorkspace) return true;
+  if (ctx.sessionIndex.countIn(workspaceId) < ctx.config.maxSessionsPerWorkspace) return true;
   for (const victim of reclaimable(ctx, workspaceId)) {
     const key = ctx.sessions.keyOf(victim);
     const current = await ctx.sessions.get(key);

@@ -1,4 +1,4 @@
-import { canTransition, occupiesSlot, runnerKey, sessionKey, type RunnerFact, type Session, type Usage } from "@paddock/contracts";
+import { canTransition, occupiesSlot, runnerKey, sessionKey, UnavailableError, type RunnerFact, type Session, type Usage } from "@paddock/contracts";
 import { transition, withFact, writeSession, type SchedulerContext } from "./context.ts";
 import { releaseSlot } from "./slots.ts";
 import { CasConflictError } from "./store.ts";
@@ -26,11 +26,18 @@ function onDestroyed(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact
 }
 
 function onExited(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "exited" }>): Session | "illegal" | undefined {
-  if (!canTransition(s.state, "dead")) return s.state === "dead" || s.state === "destroyed" ? undefined : "illegal";
-  const error = fact.signal ? `process killed by ${fact.signal}` : undefined;
-  const patch = { childExitCode: fact.exitCode, ...(error ? { error } : {}) };
   // A one-shot session is released as soon as its command exits (seed 002).
   const to = s.oneShot ? "destroyed" : "dead";
+  if (!canTransition(s.state, to)) {
+    // The exit overtook the start: the `running` fact was nak'd (a write lost
+    // to a broker failover) and comes back after this one. creating →
+    // destroyed is not a transition, so wait for it rather than terminate the
+    // exit and leave the record running forever (found by `pnpm chaos`).
+    if (s.state === "creating") throw new UnavailableError(`exit of ${s.id} before its start was applied`);
+    return s.state === "dead" || s.state === "destroyed" ? undefined : "illegal";
+  }
+  const error = fact.signal ? `process killed by ${fact.signal}` : undefined;
+  const patch = { childExitCode: fact.exitCode, ...(error ? { error } : {}) };
   return withUsage(transition(ctx, withoutPending(s), to, "exit", fact.runnerId, patch), s, fact);
 }
 
@@ -102,9 +109,13 @@ export async function applyRunnerFact(ctx: SchedulerContext, fact: RunnerFact): 
     await ctx.applyEnvSnapshot(fact);
     return "applied";
   }
-  for (;;) {
-    const current = await ctx.sessions.get(sessionKey(fact.workspaceId, fact.sessionId));
-    const runner = await ctx.runners.get(runnerKey(fact.poolId, fact.runnerId));
+  const key = sessionKey(fact.workspaceId, fact.sessionId);
+  for (let attempt = 0; ; attempt++) {
+    // First try on the revision the view holds (no read): the CAS below names
+    // it, so a stale view only loses the write. Nothing is ever dropped on the
+    // view's word: any outcome but a write is decided again on an exact read.
+    const fromView = attempt === 0 ? ctx.sessionView.get(key) : undefined;
+    const [current, runner] = await Promise.all([fromView ?? ctx.sessions.get(key), ctx.runnerReads.get(runnerKey(fact.poolId, fact.runnerId))]);
     const s = current?.value;
     if (
       !current ||
@@ -117,12 +128,21 @@ export async function applyRunnerFact(ctx: SchedulerContext, fact: RunnerFact): 
       s.placementGeneration !== fact.placementGeneration ||
       runner.value.generation !== fact.runnerGeneration
     ) {
+      if (fromView) continue;
       ctx.metrics.staleFacts.inc({ type: fact.type });
       return "stale";
     }
-    const next = nextFor(ctx, s, fact);
-    if (next === undefined) return "duplicate";
-    if (next === "illegal") {
+    let next: ReturnType<typeof nextFor>;
+    try {
+      next = nextFor(ctx, s, fact);
+    } catch (err) {
+      // A refusal to decide yet (e.g. an exit before its start) is also judged on an exact read.
+      if (fromView) continue;
+      throw err;
+    }
+    if (next === undefined || next === "illegal") {
+      if (fromView) continue;
+      if (next === undefined) return "duplicate";
       ctx.metrics.illegalFacts.inc({ type: fact.type });
       return "illegal";
     }

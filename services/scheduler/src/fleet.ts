@@ -10,7 +10,7 @@ import {
 } from "@paddock/contracts";
 import { SCHEDULER_ACTOR, transition, writeSession, type SchedulerContext } from "./context.ts";
 import { dispatchStart } from "./slots.ts";
-import { CasConflictError } from "./store.ts";
+import { CasConflictError, type Versioned } from "./store.ts";
 
 function sessionsPlacedOn(ctx: SchedulerContext, poolId: string, runnerId: string): Session[] {
   const placed: Session[] = [];
@@ -24,7 +24,10 @@ function sessionsPlacedOn(ctx: SchedulerContext, poolId: string, runnerId: strin
  * Stores the claim if it is newer than the stored generation, by create or
  * compare-and-set; a stale claim is refused with the authoritative generation.
  */
-async function claimRegistration(ctx: SchedulerContext, req: RegisterRunnerRequest): Promise<{ accepted: boolean; generation: number }> {
+async function claimRegistration(
+  ctx: SchedulerContext,
+  req: RegisterRunnerRequest,
+): Promise<{ accepted: boolean; generation: number; written?: Versioned<Runner> }> {
   const key = runnerKey(req.poolId, req.runnerId);
   for (;;) {
     const current = await ctx.runners.get(key);
@@ -47,7 +50,7 @@ async function claimRegistration(ctx: SchedulerContext, req: RegisterRunnerReque
     try {
       const written = current ? await ctx.runners.update(key, next, current.revision) : await ctx.runners.create(key, next);
       ctx.runnerView.apply(key, written);
-      return { accepted: true, generation: req.generation };
+      return { accepted: true, generation: req.generation, written };
     } catch (err) {
       if (!(err instanceof CasConflictError) && !(err instanceof Error && "code" in err && err.code === "conflict")) throw err;
     }
@@ -89,11 +92,20 @@ export async function registerRunner(ctx: SchedulerContext, req: RegisterRunnerR
   const claim = await claimRegistration(ctx, req);
   if (!claim.accepted) return { accepted: false, generation: claim.generation, destroy: [] };
   const destroy = await reconcile(ctx, req, claim.generation);
-  // Capacity may have changed; sessions that reconciliation ended free slots too.
-  await ctx.runners.mutate(runnerKey(req.poolId, req.runnerId), (r) => {
-    const used = sessionsPlacedOn(ctx, req.poolId, req.runnerId).length;
-    return r.generation === claim.generation && r.capacityUsed !== used ? { ...r, capacityUsed: used } : undefined;
-  });
+  // Sessions that reconciliation ended free their slots: recount, but only on
+  // the revision the claim wrote. A placement may already have reserved slots
+  // whose sessions are not creating yet; a recount over that would let the
+  // runner be filled past its capacity. If one did, the capacity repair
+  // recounts after its quiet period instead.
+  const used = sessionsPlacedOn(ctx, req.poolId, req.runnerId).length;
+  if (claim.written && claim.written.value.capacityUsed !== used) {
+    const key = runnerKey(req.poolId, req.runnerId);
+    try {
+      ctx.runnerView.apply(key, await ctx.runners.update(key, { ...claim.written.value, capacityUsed: used }, claim.written.revision));
+    } catch (err) {
+      if (!(err instanceof CasConflictError)) throw err;
+    }
+  }
   ctx.log.info({ runnerId: req.runnerId, poolId: req.poolId, generation: claim.generation, destroy: destroy.length }, "runner registered");
   ctx.requestPlacement();
   return { accepted: true, generation: claim.generation, destroy };

@@ -251,6 +251,21 @@ describe("one-shot, recycle, children, apps", () => {
     expect(await inbox.next()).toMatchObject({ type: "destroy", sessionId: session.id });
   });
 
+  it("a one-shot's exit that overtakes its running fact (redelivered after a lost write) waits for it instead of being dropped", async () => {
+    await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session } = await create(h.nc, alice, { spec: { cmd: ["true"] }, oneShot: true });
+    const start = await inbox.next();
+    await waitForState(h.nc, session.id, "creating");
+    await publishFact(h.nc, factFor("r1", start, { type: "exited", exitCode: 5 }));
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await get(h.nc, alice, session.id)).state).toBe("creating");
+    await publishFact(h.nc, factFor("r1", start, { type: "running" }));
+    const done = await waitForState(h.nc, session.id, "destroyed");
+    expect(done.childExitCode).toBe(5);
+  });
+
   it("recycle releases the session and creates a fresh one with the same spec and a new id", async () => {
     await h.start();
     const { session } = await create(h.nc, alice, { name: "worker", spec: { cmd: ["echo", "x"] } });

@@ -1,7 +1,7 @@
-import { environmentKey, sessionKey, type Requirements, type Runner, type Session } from "@paddock/contracts";
+import { environmentKey, runnerKey, sessionKey, type Requirements, type Runner, type Session } from "@paddock/contracts";
 import { overridesImage } from "./layering.ts";
 import { SCHEDULER_ACTOR, transition, writeSession, type SchedulerContext } from "./context.ts";
-import { dispatchStart, releaseSlot, reserveSlot } from "./slots.ts";
+import { dispatchStart, releaseSlot, reserveSlots } from "./slots.ts";
 import { CasConflictError } from "./store.ts";
 
 /** Whether a runner offers what the session requires: every capability, and at least the minimum resources. */
@@ -14,27 +14,28 @@ export function satisfies(runner: Runner, req: Requirements | undefined): boolea
 }
 
 /**
- * Runners that may take the session now: active (not draining, cordoned or
- * lost), with a free slot, meeting its requirements, in its pool once it has
- * one (a resume stays in its pool; a new session may go to any eligible pool).
+ * Tuning of one placement pass. Every write of a pass is in flight at once;
+ * a runner's share of a pass is reserved by one compare-and-set on its
+ * record, so a larger share means fewer runner writes and less spreading.
  */
-function eligibleRunners(ctx: SchedulerContext, s: Session): Runner[] {
-  const runners: Runner[] = [];
-  for (const { value } of ctx.runnerView.values()) {
-    if (s.poolId !== undefined && value.poolId !== s.poolId) continue;
-    if (value.state === "active" && value.capacityUsed < value.capacityTotal && satisfies(value, s.requirements)) runners.push(value);
-  }
-  // Most free capacity first spreads load; id breaks ties deterministically.
-  return runners.sort((a, b) => b.capacityTotal - b.capacityUsed - (a.capacityTotal - a.capacityUsed) || a.id.localeCompare(b.id));
+export interface PlacementLimits {
+  /** Sessions one pass places at most. */
+  passSessions: number;
+  /** Sessions one runner receives in one pass at most. */
+  perRunner: number;
+}
+
+export const DEFAULT_PLACEMENT_LIMITS: PlacementLimits = { passSessions: 256, perRunner: 8 };
+
+/** One runner's share of a pass: reserved together, placed together. */
+interface Share {
+  runner: Runner;
+  sessions: Session[];
 }
 
 function queuedOldestFirst(ctx: SchedulerContext): Session[] {
-  const queued: Session[] = [];
-  for (const { value } of ctx.sessionView.values()) if (value.state === "queued") queued.push(value);
-  return queued.sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id));
+  return [...ctx.sessionIndex.queued()].sort((a, b) => a.createdAt - b.createdAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
-
-type PlaceOutcome = "placed" | "no_capacity" | "lost_race" | "waiting";
 
 /** A fresh boot that would run its environment's setup (no valid snapshot, image not overridden). */
 function buildsSetup(ctx: SchedulerContext, s: Session): boolean {
@@ -44,111 +45,194 @@ function buildsSetup(ctx: SchedulerContext, s: Session): boolean {
   return !(env.snapshot && env.snapshotHash === env.setupHash && env.setupHash === s.setupHash);
 }
 
-/**
- * Setup runs once per setupHash: while one session of the environment is
- * building it (creating), the others wait queued and then boot from its
- * snapshot. If the builder fails, the next one builds; the queued timeout
- * bounds the wait.
- */
-function waitsForSetupBuild(ctx: SchedulerContext, s: Session): boolean {
-  if (!buildsSetup(ctx, s)) return false;
+function buildKey(s: Session): string {
+  return `${s.workspaceId}.${s.environmentId ?? ""}.${s.setupHash ?? ""}`;
+}
+
+/** Setup builds in progress: first placements of an environment's sessions that are still creating. */
+function buildsInProgress(ctx: SchedulerContext): Set<string> {
+  const builds = new Set<string>();
   for (const { value: t } of ctx.sessionView.values()) {
-    if (t.id !== s.id && t.state === "creating" && t.environmentId === s.environmentId && t.setupHash === s.setupHash && t.placementGeneration === 1) {
-      return true;
-    }
+    if (t.state === "creating" && t.environmentId !== undefined && t.placementGeneration === 1) builds.add(buildKey(t));
   }
-  return false;
+  return builds;
+}
+
+/** Sessions with the same pool and requirements can go to the same runners. */
+function classOf(s: Session): string {
+  const r = s.requirements;
+  return `${s.poolId ?? ""}|${r ? `${r.capabilities.join(",")}|${r.minCpuMillis}|${r.minMemoryBytes}|${r.minDiskBytes}` : ""}`;
 }
 
 /**
- * Places one queued session: reserve a slot on a runner (CAS on the runner),
- * then move the session to creating with the next placement generation (CAS on
- * the session), then dispatch. Losing the second CAS gives the slot back.
+ * Assigns queued sessions to runners, oldest first, against the free slots
+ * the runners view shows (counted down as the pass assigns them, so a younger
+ * session never takes the last slot an older one was given). A runner is
+ * filled up to `perRunner` before the next one is opened; the next is the
+ * eligible runner with the most free slots (id breaks ties), which spreads
+ * load. Setup runs once per setupHash: while one session of an environment
+ * is building it, the others wait queued and then boot from its snapshot.
  */
-async function placeOne(ctx: SchedulerContext, queued: Session, spread: number): Promise<PlaceOutcome> {
-  if (waitsForSetupBuild(ctx, queued)) return "waiting";
-  const eligible = eligibleRunners(ctx, queued);
-  // Concurrent placements start at different runners so their CASes rarely collide.
-  const offset = eligible.length > 0 ? spread % Math.min(eligible.length, 8) : 0;
-  for (const runner of [...eligible.slice(offset), ...eligible.slice(0, offset)]) {
-    const poolId = runner.poolId;
-    const runnerGeneration = await reserveSlot(ctx, poolId, runner.id);
-    if (runnerGeneration === undefined) continue;
-    // The view's revision is the CAS precondition: if it is stale the write loses and the slot goes back.
-    const current = ctx.sessionView.get(sessionKey(queued.workspaceId, queued.id));
-    if (!current || current.value.state !== "queued") {
-      await releaseSlot(ctx, poolId, runner.id);
-      return "lost_race";
+export function planPass(ctx: SchedulerContext, queue: Session[], limits: PlacementLimits): Share[] {
+  const active: Runner[] = [];
+  const byKey = new Map<string, Runner>();
+  const free = new Map<string, number>();
+  for (const { value } of ctx.runnerView.values()) {
+    const room = value.capacityTotal - value.capacityUsed;
+    if (value.state !== "active" || room <= 0) continue;
+    active.push(value);
+    byKey.set(runnerKey(value.poolId, value.id), value);
+    free.set(runnerKey(value.poolId, value.id), room);
+  }
+  const shares = new Map<string, Share>();
+  const open = new Map<string, string>();
+  let builds: Set<string> | undefined;
+  let planned = 0;
+  const hasRoom = (key: string) => (free.get(key) ?? 0) > 0 && (shares.get(key)?.sessions.length ?? 0) < limits.perRunner;
+  const pick = (s: Session): string | undefined => {
+    let best: Runner | undefined;
+    let bestFree = 0;
+    for (const r of active) {
+      const key = runnerKey(r.poolId, r.id);
+      if (!hasRoom(key) || (s.poolId !== undefined && r.poolId !== s.poolId) || !satisfies(r, s.requirements)) continue;
+      const f = free.get(key) ?? 0;
+      if (!best || f > bestFree || (f === bestFree && r.id < best.id)) {
+        best = r;
+        bestFree = f;
+      }
     }
-    const next = transition(ctx, current.value, "creating", "place", SCHEDULER_ACTOR, {
-      poolId,
-      runnerId: runner.id,
-      placementGeneration: current.value.placementGeneration + 1,
-    });
-    try {
-      await writeSession(ctx, current, next);
-    } catch (err) {
-      await releaseSlot(ctx, poolId, runner.id);
-      if (err instanceof CasConflictError) return "lost_race";
-      throw err;
+    return best ? runnerKey(best.poolId, best.id) : undefined;
+  };
+  for (const s of queue) {
+    if (planned >= limits.passSessions || active.length === 0) break;
+    const builder = buildsSetup(ctx, s);
+    if (builder) {
+      builds ??= buildsInProgress(ctx);
+      if (builds.has(buildKey(s))) continue;
+    }
+    const cls = classOf(s);
+    const current = open.get(cls);
+    const key = current !== undefined && hasRoom(current) ? current : pick(s);
+    if (key === undefined) continue;
+    open.set(cls, key);
+    const runner = byKey.get(key);
+    if (!runner) continue;
+    const share = shares.get(key) ?? { runner, sessions: [] };
+    share.sessions.push(s);
+    shares.set(key, share);
+    free.set(key, (free.get(key) ?? 0) - 1);
+    // Others of its environment wait for this one's build.
+    if (builder) builds?.add(buildKey(s));
+    planned++;
+  }
+  return [...shares.values()];
+}
+
+type Placed = { session: Session } | "lost" | "failed";
+
+/** Moves one queued session to creating on the runner (CAS on the revision the view holds). */
+async function placeSession(ctx: SchedulerContext, queued: Session, runner: Runner): Promise<Placed> {
+  // The view's revision is the CAS precondition: if it is stale the write loses and the slot goes back.
+  const current = ctx.sessionView.get(sessionKey(queued.workspaceId, queued.id));
+  if (!current || current.value.state !== "queued") return "lost";
+  const next = transition(ctx, current.value, "creating", "place", SCHEDULER_ACTOR, {
+    poolId: runner.poolId,
+    runnerId: runner.id,
+    placementGeneration: current.value.placementGeneration + 1,
+  });
+  try {
+    await writeSession(ctx, current, next);
+    return { session: next };
+  } catch (err) {
+    if (err instanceof CasConflictError) return "lost";
+    ctx.log.warn({ err, sessionId: queued.id }, "placement write failed");
+    return "failed";
+  }
+}
+
+/**
+ * Places one runner's share: reserve its slots in one CAS on the runner,
+ * move each session to creating with the next placement generation (one CAS
+ * each, all in flight together), give back the slots of the ones that lost
+ * their race, and hand the placed ones to `dispatch`.
+ */
+async function placeShare(ctx: SchedulerContext, share: Share, dispatch: (s: Session, runnerGeneration: number) => void): Promise<void> {
+  const { runner } = share;
+  const reserved = await reserveSlots(ctx, runner.poolId, runner.id, share.sessions.length);
+  if (!reserved) return;
+  const outcomes = await Promise.all(share.sessions.slice(0, reserved.count).map((s) => placeSession(ctx, s, runner)));
+  let unused = 0;
+  for (const o of outcomes) {
+    if (typeof o === "string") {
+      unused++;
+      continue;
     }
     ctx.metrics.placements.inc();
-    await dispatchStart(ctx, next, runnerGeneration);
-    return "placed";
+    dispatch(o.session, reserved.generation);
   }
-  return "no_capacity";
+  if (unused > 0) await releaseSlot(ctx, runner.poolId, runner.id, unused);
 }
 
-/** Placements one replica runs at once. */
-const PLACEMENT_LANES = 16;
-
-function freeSlots(ctx: SchedulerContext): number {
-  let free = 0;
-  for (const { value } of ctx.runnerView.values()) if (value.state === "active") free += Math.max(0, value.capacityTotal - value.capacityUsed);
-  return free;
+export interface Placer {
+  /** Asks for a placement pass soon (coalesced). */
+  request(): void;
+  /** No new passes; resolves when the running pass and its dispatches are done. */
+  stop(): Promise<void>;
 }
 
 /**
  * Serialises placement passes within one replica and coalesces requests made
- * while a pass runs into one more pass. Replicas race safely through CAS.
+ * while a pass runs into one more pass. Replicas race safely through CAS: a
+ * runner's slots by CAS on its record, a session's placement by CAS on its.
+ * A placed session's start is sent after its pass moves on (the session is
+ * creating, no later pass takes it); one that is never sent is re-sent by
+ * the sweep.
  */
-export function createPlacer(ctx: Omit<SchedulerContext, "requestPlacement">): () => void {
-  let running = false;
+export function createPlacer(ctx: Omit<SchedulerContext, "requestPlacement">, limits: PlacementLimits = DEFAULT_PLACEMENT_LIMITS): Placer {
+  let running: Promise<void> | undefined;
   let again = false;
+  let stopped = false;
   const full = ctx as SchedulerContext;
-  // Oldest first: sessions are taken in order, several at a time only while
-  // there are at least as many free slots as sessions in flight, so a younger
-  // session never takes the last slot from an older one.
+  const dispatches = new Set<Promise<void>>();
+  const dispatch = (s: Session, runnerGeneration: number) => {
+    const p = dispatchStart(full, s, runnerGeneration).catch((err: unknown) => ctx.log.warn({ err, sessionId: s.id }, "start not sent; the sweep re-sends it"));
+    dispatches.add(p);
+    void p.finally(() => dispatches.delete(p));
+  };
   const pass = async () => {
-    const queue = queuedOldestFirst(full);
-    let next = 0;
-    const worker = async () => {
-      for (let i = next++; i < queue.length; i = next++) {
-        const s = queue[i];
-        if (s) await placeOne(full, s, i);
-      }
-    };
-    const lanes = Math.max(1, Math.min(PLACEMENT_LANES, freeSlots(full), queue.length));
-    await Promise.all(Array.from({ length: lanes }, worker));
+    if (ctx.sessionIndex.queuedCount === 0) return;
+    const shares = planPass(full, queuedOldestFirst(full), limits);
+    await Promise.all(
+      shares.map((share) =>
+        placeShare(full, share, dispatch).catch((err: unknown) => ctx.log.warn({ err, runnerId: share.runner.id }, "placement on runner failed")),
+      ),
+    );
   };
   const request = () => {
+    if (stopped) return;
     if (running) {
       again = true;
       return;
     }
-    running = true;
-    void (async () => {
+    running = (async () => {
       try {
         do {
           again = false;
           await pass();
-        } while (again);
+        } while (again && !stopped);
       } catch (err) {
         ctx.log.error({ err }, "placement pass failed");
       } finally {
-        running = false;
+        running = undefined;
       }
     })();
   };
-  return request;
+  return {
+    request,
+    stop: async () => {
+      stopped = true;
+      await running;
+      await Promise.all(dispatches);
+    },
+  };
 }

@@ -7,21 +7,30 @@ import { CasConflictError } from "./store.ts";
 const MAX_CAS_ATTEMPTS = 20;
 
 /**
- * Takes one slot of a runner's capacity by compare-and-set on its record, so
- * two scheduler replicas can never both fill the last slot.
+ * Takes up to `wanted` slots of a runner's capacity by one compare-and-set on
+ * its record, so several scheduler replicas can never fill it past its
+ * capacity; answers the runner generation and how many were taken (fewer when
+ * fewer are free), or undefined when none could be.
  */
-export async function reserveSlot(ctx: SchedulerContext, poolId: string, runnerId: string): Promise<number | undefined> {
+export async function reserveSlots(
+  ctx: SchedulerContext,
+  poolId: string,
+  runnerId: string,
+  wanted: number,
+): Promise<{ generation: number; count: number } | undefined> {
   const key = runnerKey(poolId, runnerId);
   for (let i = 0; i < MAX_CAS_ATTEMPTS; i++) {
     // First try with the view's revision (no read); after a lost race read it exactly.
     const current = i === 0 ? ctx.runnerView.get(key) : await ctx.runners.get(key);
     if (!current) return undefined;
+    if (i > 0) ctx.runnerView.apply(key, current);
     const r = current.value;
-    if (r.state !== "active" || r.capacityUsed >= r.capacityTotal) return undefined;
+    const count = Math.min(wanted, r.capacityTotal - r.capacityUsed);
+    if (r.state !== "active" || count <= 0) return undefined;
     try {
-      const written = await ctx.runners.update(key, { ...r, capacityUsed: r.capacityUsed + 1, reservedAt: ctx.now() }, current.revision);
+      const written = await ctx.runners.update(key, { ...r, capacityUsed: r.capacityUsed + count, reservedAt: ctx.now() }, current.revision);
       ctx.runnerView.apply(key, written);
-      return r.generation;
+      return { generation: r.generation, count };
     } catch (err) {
       if (!(err instanceof CasConflictError)) throw err;
     }
@@ -29,11 +38,11 @@ export async function reserveSlot(ctx: SchedulerContext, poolId: string, runnerI
   return undefined;
 }
 
-/** Gives a slot back (never below zero). */
-export async function releaseSlot(ctx: SchedulerContext, poolId: string | undefined, runnerId: string | undefined): Promise<void> {
-  if (!poolId || !runnerId) return;
+/** Gives `count` slots back (never below zero). */
+export async function releaseSlot(ctx: SchedulerContext, poolId: string | undefined, runnerId: string | undefined, count = 1): Promise<void> {
+  if (!poolId || !runnerId || count <= 0) return;
   const written = await ctx.runners.mutate(runnerKey(poolId, runnerId), (r) =>
-    r.capacityUsed > 0 ? { ...r, capacityUsed: r.capacityUsed - 1 } : undefined,
+    r.capacityUsed > 0 ? { ...r, capacityUsed: Math.max(0, r.capacityUsed - count) } : undefined,
   );
   if (written) ctx.runnerView.apply(runnerKey(poolId, runnerId), written);
 }

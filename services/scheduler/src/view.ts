@@ -18,7 +18,11 @@ export class KvView<S extends z.ZodType> {
   private stopWatch: (() => void) | undefined;
   private onChange: ((key: string) => void) | undefined;
 
-  constructor(private readonly schema: S) {}
+  /** `onEntry` sees every change of the held value (before `onChange`): secondary indexes hang off it. */
+  constructor(
+    private readonly schema: S,
+    private readonly onEntry?: (key: string, prev: z.infer<S> | undefined, next: z.infer<S> | undefined) => void,
+  ) {}
 
   /** Resolves once the view holds every key that existed when it started. */
   async start(nc: NatsConnection, kv: KV, bucket: string, log: Logger, onChange?: (key: string) => void): Promise<void> {
@@ -32,6 +36,13 @@ export class KvView<S extends z.ZodType> {
     if (stored === 0) markReady();
     void (async () => {
       for await (const entry of watch) {
+        // Most revisions a replica sees are its own writes, already applied:
+        // skip decoding (and validating) them a second time.
+        const held = this.entries.get(entry.key);
+        if (held && held.revision >= entry.revision) {
+          if (entry.isUpdate || entry.delta === 0) markReady();
+          continue;
+        }
         if (entry.operation === "PUT") {
           const decoded = decodeJson(this.schema, entry.value);
           if (decoded.ok) this.apply(entry.key, { value: decoded.value, revision: entry.revision });
@@ -56,6 +67,7 @@ export class KvView<S extends z.ZodType> {
     const held = this.entries.get(key);
     if (held && held.revision >= v.revision) return;
     this.entries.set(key, v);
+    this.onEntry?.(key, held?.value, v.value);
     this.onChange?.(key);
   }
 
@@ -63,6 +75,7 @@ export class KvView<S extends z.ZodType> {
     const held = this.entries.get(key);
     if (held && held.revision > revision) return;
     this.entries.delete(key);
+    if (held) this.onEntry?.(key, held.value, undefined);
   }
 
   get(key: string): Versioned<z.infer<S>> | undefined {

@@ -6,6 +6,17 @@ export function isWrongLastSequence(err: unknown): boolean {
   return err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamWrongLastSequence;
 }
 
+/**
+ * The sequence the stream actually holds, from a "wrong last sequence: N"
+ * refusal (the server's text for error 10071); undefined for anything else.
+ * Lets a writer that may not read other subjects learn where the log stands.
+ */
+export function refusedAtSequence(err: unknown): number | undefined {
+  if (!isWrongLastSequence(err)) return undefined;
+  const m = /wrong last sequence:\s*(\d{1,15})/i.exec((err as Error).message);
+  return m?.[1] === undefined ? undefined : Number(m[1]);
+}
+
 export function isNoMessage(err: unknown): boolean {
   return err instanceof JetStreamApiError && err.code === JetStreamApiCodes.NoMessageFound;
 }
@@ -18,6 +29,9 @@ const BUS_UNAVAILABLE = new Set([
   "ConnectionError",
   "DrainingConnectionError",
   "RequestError",
+  // "no responders" to a JetStream request while a stream elects a new leader
+  // (a cluster node died): transient, not an internal error (found by `pnpm chaos`).
+  "JetStreamNotEnabled",
 ]);
 
 /**

@@ -114,7 +114,7 @@ async function ensureStream(
     // do not own a retention setting never fight over it. Several replicas
     // may race here; each update converges on the same config.
     if (!(err instanceof JetStreamApiError && err.code === 10058)) throw err;
-    const existing = (await jsm.streams.info(cfg.name)).config;
+    const existing = (await streamInfo(jsm, cfg.name)).config;
     const { name, ...rest } = cfg;
     const next: Partial<StreamConfig> = { ...rest };
     for (const field of RETENTION_FIELDS) {
@@ -127,9 +127,27 @@ async function ensureStream(
   }
 }
 
+/**
+ * Stream info right after the stream was created (by this caller or a racing
+ * replica). On a cluster the create is acknowledged before the new stream's
+ * RAFT group has a leader to answer info, which then says "stream not found"
+ * for a moment (found by `pnpm chaos`: services started together on a fresh
+ * 3-node cluster exited in provision); retried for a few seconds.
+ */
+async function streamInfo(jsm: JetStreamManager, name: string): Promise<Awaited<ReturnType<JetStreamManager["streams"]["info"]>>> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await jsm.streams.info(name);
+    } catch (err) {
+      if (!(err instanceof JetStreamApiError && err.code === 10059) || attempt >= 50) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}
+
 async function ensureBucket(nc: NatsConnection, jsm: JetStreamManager, name: string, opts: Partial<KvOptions>): Promise<void> {
   await new Kvm(nc).create(name, opts);
-  const info = await jsm.streams.info(kvStreamName(name));
+  const info = await streamInfo(jsm, kvStreamName(name));
   const wantHistory = FEED_HISTORY[name] ?? opts.history ?? 1;
   if (info.config.num_replicas !== opts.replicas || info.config.max_msgs_per_subject !== wantHistory) {
     await jsm.streams.update(kvStreamName(name), {
@@ -139,11 +157,30 @@ async function ensureBucket(nc: NatsConnection, jsm: JetStreamManager, name: str
   }
 }
 
+/** Errors of a JetStream API that is slow or electing leaders (a fresh or busy cluster): worth another try. */
+const TRANSIENT = new Set(["TimeoutError", "NoRespondersError", "JetStreamNotEnabled", "RequestError"]);
+
 /**
  * Creates or updates every stream, bucket and object store. Safe to run from
  * every service at start, concurrently: each step converges on the same config.
+ * A step that times out (R3 assets on a fresh cluster under load) is retried
+ * from the start, a few times with backoff, instead of failing the service's
+ * start (found by `pnpm chaos`: services started on a fresh 3-node cluster
+ * exited in provision).
  */
 export async function provision(nc: NatsConnection, opts: ProvisionOptions): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await provisionOnce(nc, opts);
+      return;
+    } catch (err) {
+      if (!(err instanceof Error && TRANSIENT.has(err.name)) || attempt >= 5) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 250 * 2 ** attempt));
+    }
+  }
+}
+
+async function provisionOnce(nc: NatsConnection, opts: ProvisionOptions): Promise<void> {
   const jsm = await jetstreamManager(nc);
   const explicit = retentionFieldsSet(opts);
   for (const cfg of streamConfigs(opts)) await ensureStream(jsm, cfg, explicit[cfg.name] ?? []);

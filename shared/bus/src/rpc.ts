@@ -13,8 +13,18 @@ import { decodeJson, encodeJson } from "./codec.ts";
 import { toPaddockError } from "./errors.ts";
 import type { BusMetrics } from "./metrics.ts";
 
+/** What the bus says about a request besides its body. */
+export interface RpcMeta {
+  /**
+   * The subject the answer goes to. With per-principal NATS credentials it
+   * starts with the asker's own inbox prefix, which only the asker may read.
+   */
+  reply: string | undefined;
+}
+
 export type RpcHandler<R extends Rpc<z.ZodType, z.ZodType>> = (
   request: z.infer<R["request"]>,
+  meta: RpcMeta,
 ) => Promise<z.input<R["result"]>>;
 
 export interface ServeRpcOptions {
@@ -54,7 +64,7 @@ export function serveRpc<R extends Rpc<z.ZodType, z.ZodType>>(
         replyError(msg, new PaddockError("invalid", decoded.reason));
         return;
       }
-      handler(decoded.value as z.infer<R["request"]>).then(
+      handler(decoded.value as z.infer<R["request"]>, { reply: msg.reply }).then(
         (result) => msg.respond(encodeJson(envelope, { ok: true, result })),
         (handlerErr: unknown) => {
           const mapped = toPaddockError(handlerErr);
@@ -64,6 +74,18 @@ export function serveRpc<R extends Rpc<z.ZodType, z.ZodType>>(
       );
     },
   });
+}
+
+/** Reply envelopes by result schema: building a zod schema costs far more than using one. */
+const envelopes = new WeakMap<z.ZodType, z.ZodType>();
+
+function envelopeOf(result: z.ZodType): z.ZodType {
+  let envelope = envelopes.get(result);
+  if (!envelope) {
+    envelope = replyEnvelope(result);
+    envelopes.set(result, envelope);
+  }
+  return envelope;
 }
 
 /** Calls an operation; a typed error reply is thrown as its PaddockError class. */
@@ -79,7 +101,7 @@ export async function callRpc<R extends Rpc<z.ZodType, z.ZodType>>(
   } catch (err) {
     throw new UnavailableError(`no answer from ${rpc.subject}: ${err instanceof Error ? err.message : String(err)}`);
   }
-  const decoded = decodeJson(replyEnvelope(rpc.result), reply.data);
+  const decoded = decodeJson(envelopeOf(rpc.result), reply.data);
   if (!decoded.ok) throw new UnavailableError(`malformed reply from ${rpc.subject}`);
   const env = decoded.value as { ok: true; result: z.infer<R["result"]> } | { ok: false; error: never };
   if (env.ok) return env.result;

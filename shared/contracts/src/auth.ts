@@ -10,6 +10,13 @@ export const Actor = z.object({ id: Id, kind: ActorKind }).strict();
 export type Actor = z.infer<typeof Actor>;
 
 export const WorkspaceRole = z.enum(["member", "admin"]);
+
+/**
+ * The reserved workspace of the fleet. Runner audit events are filed under
+ * it, and an admin of it is a fleet operator (drain, cordon, uncordon),
+ * whichever workspace the operator's token is for. No session lives in it.
+ */
+export const FLEET_WORKSPACE = "fleet";
 export type WorkspaceRole = z.infer<typeof WorkspaceRole>;
 
 /** The caller of an operation: who, in which workspace, and for a session's own token, which session. */

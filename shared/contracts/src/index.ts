@@ -11,3 +11,4 @@ export * from "./environment.ts";
 export * from "./requirements.ts";
 export * from "./workspace.ts";
 export * from "./tokens.ts";
+export * from "./fleet-rpc.ts";

@@ -42,16 +42,43 @@ export const Subjects = {
   runnerEventsAll: "paddock.runner.>",
   dispatch: (poolId: string, runnerId: string) => `paddock.dispatch.${poolId}.${runnerId}`,
   dispatchAll: "paddock.dispatch.>",
-  term: (sessionId: string, app: string) => `paddock.term.${sessionId}.${app}`,
+  /**
+   * One app's terminal log as written by one runner. The runner is in the
+   * subject so NATS permissions confine each runner to its own logs; readers
+   * take the app's log across runners with `termOfApp` and keep only chunks
+   * whose subject names the runner the record placed that generation on.
+   */
+  term: (poolId: string, runnerId: string, sessionId: string, app: string) => `paddock.term.${poolId}.${runnerId}.${sessionId}.${app}`,
+  /** Filter: one app's log whichever runner wrote it (also the expected-sequence fence subject). */
+  termOfApp: (sessionId: string, app: string) => `paddock.term.*.*.${sessionId}.${app}`,
+  /** Filter: every log one runner may write (its NATS permission). */
+  termOfRunner: (poolId: string, runnerId: string) => `paddock.term.${poolId}.${runnerId}.>`,
   termAll: "paddock.term.>",
-  /** Controller input for one app: core NATS, not durable (keystrokes are not replayed). */
-  input: (sessionId: string, app: string) => `paddock.input.${sessionId}.${app}`,
+  /**
+   * Controller input for one app, addressed to the runner holding the
+   * session: core NATS, not durable (keystrokes are not replayed).
+   */
+  input: (poolId: string, runnerId: string, sessionId: string, app: string) => `paddock.input.${poolId}.${runnerId}.${sessionId}.${app}`,
+  /** Filter: every input one runner may receive (its NATS permission). */
+  inputOfRunner: (poolId: string, runnerId: string) => `paddock.input.${poolId}.${runnerId}.>`,
+  inputAll: "paddock.input.>",
+  /**
+   * A new controller's claim on one app, gateway to gateway (core NATS): older
+   * controllers attached anywhere see it and are superseded. The claim is also
+   * sent to the runner holding the session, on its input subject.
+   */
+  claim: (sessionId: string, app: string) => `paddock.claim.${sessionId}.${app}`,
+  claimAll: "paddock.claim.>",
   audit: (workspaceId: string, kind: string, id: string) => `paddock.audit.${workspaceId}.${kind}.${id}`,
   auditWorkspace: (workspaceId: string) => `paddock.audit.${workspaceId}.>`,
   auditAll: "paddock.audit.>",
   /** Gateway → scheduler request/reply; schedulers serve it in one queue group. */
   api: (resource: string, verb: string) => `paddock.api.v1.${resource}.${verb}`,
   register: "paddock.fleet.v1.register",
+  /** Runner → scheduler: is this placement still the session's current one (terminal-log fence resolution). */
+  placementCheck: "paddock.fleet.v1.placement",
+  /** Runner → scheduler: the sealed secret values of a session it is booting (answered only to that runner's inbox). */
+  secrets: "paddock.fleet.v1.secrets",
   /** Gateway heartbeat while clients are attached to a session: core NATS, all schedulers listen. */
   presence: (sessionId: string) => `paddock.presence.${sessionId}`,
   presenceAll: "paddock.presence.*",
@@ -70,3 +97,29 @@ export const Headers = {
 } as const;
 
 export const QueueGroups = { scheduler: "scheduler" } as const;
+
+/** The parts of a TERM subject (`paddock.term.<pool>.<runner>.<session>.<app>`); undefined when it is not one. */
+export function parseTermSubject(subject: string): { poolId: string; runnerId: string; sessionId: string; app: string } | undefined {
+  const parts = subject.split(".");
+  if (parts.length !== 6 || parts[0] !== "paddock" || parts[1] !== "term") return undefined;
+  const [, , poolId, runnerId, sessionId, app] = parts as [string, string, string, string, string, string];
+  return { poolId, runnerId, sessionId, app };
+}
+
+/**
+ * The inbox prefix of a NATS user: each principal receives replies only under
+ * its own prefix (its NATS permissions allow nothing else), so a responder can
+ * tell from a reply subject which principal will read the answer.
+ */
+export function inboxPrefixOf(user: string): string {
+  return `_INBOX_${user}`;
+}
+
+/**
+ * The NATS user (and DISPATCH durable name) of a runner. Ids may contain `-`,
+ * so the pool id is length-prefixed: `runner-7-default-r1` can only be pool
+ * `default`, runner `r1`.
+ */
+export function runnerNatsUser(poolId: string, runnerId: string): string {
+  return `runner-${poolId.length}-${poolId}-${runnerId}`;
+}

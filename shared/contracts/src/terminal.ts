@@ -59,6 +59,17 @@ export const ClientFrame = z.discriminatedUnion("type", [
 ]);
 export type ClientFrame = z.infer<typeof ClientFrame>;
 
+/** The `Paddock-Input-Kind` header of a message on an input subject. */
+export const InputKind = {
+  /** Stdin bytes for the app's process. */
+  data: "data",
+  /** A `ResizeInput` JSON body. */
+  resize: "resize",
+  /** Empty: a new controller took over at the generation in `Paddock-Controller-Generation`. */
+  claim: "claim",
+} as const;
+export type InputKind = (typeof InputKind)[keyof typeof InputKind];
+
 /** Resize carried on the input subject (Paddock-Input-Kind: resize). */
 export const ResizeInput = z
   .object({ cols: z.number().int().min(1).max(1000), rows: z.number().int().min(1).max(1000) })

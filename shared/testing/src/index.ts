@@ -2,3 +2,4 @@ export * from "./nats-server.ts";
 export * from "./process.ts";
 export * from "./stack.ts";
 export * from "./nats-auth.ts";
+export * from "./nats-cluster.ts";

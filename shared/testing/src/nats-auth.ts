@@ -7,7 +7,8 @@
  * JetStream API subjects nats.js 3.x uses (see deploy/nats/README-isolation.md
  * for the derivation and for what subject permissions cannot scope).
  */
-import { Buckets, kvStreamName, ObjectStores, Streams, Subjects } from "@paddock/contracts";
+import { connect, type ConnectionOptions, type NatsConnection } from "@nats-io/transport-node";
+import { Buckets, inboxPrefixOf, kvStreamName, ObjectStores, runnerNatsUser, Streams, Subjects } from "@paddock/contracts";
 
 export interface RunnerPrincipal {
   poolId: string;
@@ -16,8 +17,13 @@ export interface RunnerPrincipal {
 
 export interface NatsAuthOptions {
   runners: RunnerPrincipal[];
-  /** Password per user name (`scheduler`, `gateway`, `event-recorder`, `runner-<pool>-<runner>`, `provisioner`). */
+  /** Password per user name (`scheduler`, `gateway`, `event-recorder`, `runner-<len(pool)>-<pool>-<runner>`, `provisioner`). */
   passwords: Record<string, string>;
+  /**
+   * Render `password: $<USER>_PASS` (a nats-server variable, resolved from the
+   * environment) instead of the literal passwords: for committed example configs.
+   */
+  passwordVariables?: boolean;
   /** Also emit the `provisioner` user (full JetStream API, no application subjects). Default true when it has a password. */
   provisioner?: boolean;
 }
@@ -32,9 +38,7 @@ export interface Permissions {
 export const ControlPlaneUsers = { scheduler: "scheduler", gateway: "gateway", recorder: "event-recorder", provisioner: "provisioner" } as const;
 
 /** The user (and DISPATCH durable) name of a runner. */
-export function runnerUser(poolId: string, runnerId: string): string {
-  return `runner-${poolId}-${runnerId}`;
-}
+export const runnerUser = runnerNatsUser;
 
 const API = "$JS.API";
 const kvStream = (b: string) => kvStreamName(b);
@@ -75,6 +79,12 @@ function kvRead(bucket: string): string[] {
   ];
 }
 
+/** Get KV records by key only: no consumers, so no listing or watching. */
+function kvGet(bucket: string): string[] {
+  const s = kvStream(bucket);
+  return [`${API}.DIRECT.GET.${s}.${kvSubject(bucket)}`, `${API}.STREAM.MSG.GET.${s}`];
+}
+
 /** Read, write (put/create/update/delete) a KV bucket. */
 function kvReadWrite(bucket: string): string[] {
   return [...kvRead(bucket), kvSubject(bucket)];
@@ -110,7 +120,8 @@ function objectStore(store: string): string[] {
   return [`$O.${store}.>`, `${API}.STREAM.PURGE.${s}`, ...streamRead(s), "$JS.FC.>"];
 }
 
-const inbox = "_INBOX.>";
+/** Replies a user may receive: only under its own inbox prefix (shared/bus connects with it). */
+const inbox = (user: string) => `${inboxPrefixOf(user)}.>`;
 
 export function schedulerPermissions(): Permissions {
   const owned = [Buckets.sessions, Buckets.runners, Buckets.names, Buckets.idempotency, Buckets.tokens, Buckets.environments];
@@ -122,11 +133,13 @@ export function schedulerPermissions(): Permissions {
         ...kvRead(Buckets.runnerLeases),
         ...durable(Streams.runner, "scheduler"),
         Subjects.dispatchAll,
+        // Secret records by key (no listing), released only to the runner a session is placed on (FleetRpc.sessionSecrets).
+        ...kvGet(Buckets.secrets),
         ...objectStore(ObjectStores.checkpoints),
         ...objectStore(ObjectStores.envSnapshots),
       ],
     },
-    subscribe: { allow: ["paddock.api.v1.>", Subjects.register, Subjects.presenceAll, inbox] },
+    subscribe: { allow: ["paddock.api.v1.>", Subjects.register, Subjects.placementCheck, Subjects.secrets, Subjects.presenceAll, inbox(ControlPlaneUsers.scheduler)] },
     allowResponses: true,
   };
 }
@@ -143,13 +156,15 @@ export function gatewayPermissions(): Permissions {
         ...streamRead(Streams.term),
         ...streamRead(Streams.audit),
         "paddock.api.v1.>",
-        "paddock.input.>",
+        // Input goes to whichever runner holds the session; claims go to every gateway.
+        Subjects.inputAll,
+        Subjects.claimAll,
         "paddock.presence.>",
         "paddock.workspace.>",
         ...objectStore(ObjectStores.transfers),
       ],
     },
-    subscribe: { allow: ["paddock.input.>", Subjects.auditAll, inbox] },
+    subscribe: { allow: [Subjects.claimAll, Subjects.auditAll, inbox(ControlPlaneUsers.gateway)] },
   };
 }
 
@@ -167,7 +182,7 @@ export function recorderPermissions(): Permissions {
         Subjects.auditAll,
       ],
     },
-    subscribe: { allow: [inbox] },
+    subscribe: { allow: [inbox(ControlPlaneUsers.recorder)] },
   };
 }
 
@@ -180,22 +195,17 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal): Permis
         ...provisioning(false),
         Subjects.runnerEvents(poolId, runnerId),
         kvSubject(Buckets.runnerLeases, key),
-        // Its own runner record, read by key only (fence check after each renewal).
+        // Its own runner record, by key only (fence check after each renewal; the runner opens the bucket with allow_direct).
         `${API}.DIRECT.GET.${kvStream(Buckets.runners)}.${kvSubject(Buckets.runners, key)}`,
-        // ...but Kvm.open() binds without stream info, so get() uses STREAM.MSG.GET, whose
-        // subject carries no key: any runner record is readable (not sessions, tokens, ...).
-        `${API}.STREAM.MSG.GET.${kvStream(Buckets.runners)}`,
         // Its own DISPATCH durable, creatable only with its own filter subject.
         ...durable(Streams.dispatch, name, Subjects.dispatch(poolId, runnerId)),
         Subjects.register,
-        // Secrets: get by key only (no consumer, so no listing or watching). Any workspace's key is
-        // readable: a shared runner serves every workspace, and subject permissions cannot tie a
-        // read to the session a runner holds (see deploy/nats/README-isolation.md).
-        `${API}.DIRECT.GET.${kvStream(Buckets.secrets)}.${kvSubject(Buckets.secrets)}`,
-        `${API}.STREAM.MSG.GET.${kvStream(Buckets.secrets)}`,
-        // TERM: any session (not scopable by subject); the last chunk is read to resume the cursor.
-        Subjects.termAll,
-        `${API}.STREAM.MSG.GET.${Streams.term}`,
+        // Fence resolution and boot secrets: answered from the session record, secrets only to this runner's inbox.
+        Subjects.placementCheck,
+        Subjects.secrets,
+        // Terminal logs: only under its own pool/runner tokens, and it reads back only those (last chunk per subject).
+        Subjects.termOfRunner(poolId, runnerId),
+        `${API}.DIRECT.GET.${Streams.term}.${Subjects.termOfRunner(poolId, runnerId)}`,
         ...objectStore(ObjectStores.checkpoints),
         ...objectStore(ObjectStores.envSnapshots),
         ...objectStore(ObjectStores.transfers),
@@ -211,7 +221,7 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal): Permis
       ],
     },
     subscribe: {
-      allow: ["paddock.input.*.*", `paddock.workspace.${poolId}.${runnerId}.>`, inbox],
+      allow: [Subjects.inputOfRunner(poolId, runnerId), `paddock.workspace.${poolId}.${runnerId}.>`, inbox(name)],
     },
     allowResponses: true,
   };
@@ -223,7 +233,7 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal): Permis
  * by operators); no service connects as it.
  */
 export function provisionerPermissions(): Permissions {
-  return { publish: { allow: [`${API}.>`, "$KV.>", "$O.>", "$JS.ACK.>", "$JS.FC.>"] }, subscribe: { allow: [inbox] } };
+  return { publish: { allow: [`${API}.>`, "$KV.>", "$O.>", "$JS.ACK.>", "$JS.FC.>"] }, subscribe: { allow: [inbox(ControlPlaneUsers.provisioner)] } };
 }
 
 /** Every user and its permissions. */
@@ -248,13 +258,27 @@ function renderPermissions(p: Permissions, indent: string): string {
   return lines.join("\n");
 }
 
+/** The environment variable a rendered example config reads a user's password from: `runner-7-default-r1` → `RUNNER_7_DEFAULT_R1_PASS`. */
+export function passwordVariable(user: string): string {
+  return `${user.toUpperCase().replace(/[^A-Z0-9]/g, "_")}_PASS`;
+}
+
 /** nats-server config text: an `authorization { users = [...] }` block, one user per service and per runner. */
 export function natsAuthConfig(opts: NatsAuthOptions): string {
-  const users = natsPrincipals({ runners: opts.runners, provisioner: opts.provisioner ?? opts.passwords[ControlPlaneUsers.provisioner] !== undefined });
+  const users = natsPrincipals({ runners: opts.runners, provisioner: opts.provisioner ?? (opts.passwordVariables === true || opts.passwords[ControlPlaneUsers.provisioner] !== undefined) });
   const blocks = Object.entries(users).map(([user, perms]) => {
-    const pass = opts.passwords[user];
+    const pass = opts.passwordVariables ? `$${passwordVariable(user)}` : opts.passwords[user];
     if (pass === undefined) throw new Error(`no password for NATS user ${user}`);
-    return [`    {`, `      user: ${q(user)}`, `      password: ${q(pass)}`, `      permissions: {`, renderPermissions(perms, "        "), `      }`, `    }`].join("\n");
+    return [`    {`, `      user: ${q(user)}`, `      password: ${opts.passwordVariables ? pass : q(pass)}`, `      permissions: {`, renderPermissions(perms, "        "), `      }`, `    }`].join("\n");
   });
   return [`authorization {`, `  users = [`, blocks.join("\n"), `  ]`, `}`, ""].join("\n");
+}
+
+/**
+ * Connects as one of the users above the way services do (shared/bus
+ * connectBus): replies under the user's own inbox prefix, the only inbox its
+ * permissions let it read.
+ */
+export function connectAs(servers: string, user: string, pass: string, opts: Partial<ConnectionOptions> = {}): Promise<NatsConnection> {
+  return connect({ servers, user, pass, inboxPrefix: inboxPrefixOf(user), ...opts });
 }

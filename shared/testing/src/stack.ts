@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { startNatsServer, type NatsServerHandle } from "./nats-server.ts";
 import { startService, type ServiceProcess } from "./process.ts";
-import { ControlPlaneUsers, natsAuthConfig, runnerUser, type RunnerPrincipal } from "./nats-auth.ts";
+import { connectAs, ControlPlaneUsers, natsAuthConfig, runnerUser, type RunnerPrincipal } from "./nats-auth.ts";
 
 export interface Stack {
   nats: NatsServerHandle;
@@ -124,9 +124,8 @@ function isolationOf(isolated: true | { runners?: RunnerPrincipal[]; extraConfig
 
 /** In isolated mode storage is created once by the provisioner, before any service starts. */
 async function provisionAs(url: string, user: string, pass: string): Promise<void> {
-  const { connect } = await import("@nats-io/transport-node");
   const { provision } = await import("@paddock/bus");
-  const nc = await connect({ servers: url, user, pass });
+  const nc = await connectAs(url, user, pass);
   try {
     await provision(nc, { replicas: 1 });
   } finally {

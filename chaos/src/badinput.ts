@@ -1,0 +1,144 @@
+/**
+ * Scenario 4, bad input: seeded malformed inputs against every HTTP route,
+ * WebSocket frame type and NATS subject the services consume. Counts
+ * crashes (a service process exiting), 5xx answers (and the bus's
+ * `internal` replies, 1011 closes), and state changes: KV buckets and object
+ * stores are compared before and after, outside the keys the scenario
+ * itself planted malformed values under.
+ */
+import { jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { Streams, type Session } from "@paddock/contracts";
+import { api, sleep, Terminal, untilRecord, waitFor } from "./client.ts";
+import { diffState, feedsDrained, snapshotState } from "./checks.ts";
+import type { FuzzContext } from "./fuzz-context.ts";
+import { fuzzHttp, HTTP_ROUTES, uncoveredRoutes } from "./fuzz-http.ts";
+import { fuzzNats, readBackInjected } from "./fuzz-nats.ts";
+import { fuzzWebSocket } from "./fuzz-ws.ts";
+import type { Prng } from "./prng.ts";
+import { Anomalies, log, type ScenarioResult } from "./report.ts";
+import type { ChaosStack } from "./stack.ts";
+
+export const BAD_INPUT_ANOMALIES = [
+  "services crashed",
+  "5xx answers",
+  "internal errors",
+  "state changes",
+  "malformed requests accepted",
+  "requests never answered",
+  "service stopped working",
+] as const;
+
+const WS = "default";
+
+async function created(stack: ChaosStack, body: unknown): Promise<Session> {
+  const res = await api(stack.url, stack.token, "POST", "/v1/sessions", body);
+  if (res.status !== 201) throw new Error(`fixture create answered ${res.status}: ${JSON.stringify(res.body)}`);
+  return res.body as Session;
+}
+
+export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, opts: { inputs: number; seed: number }, prng: Prng): Promise<ScenarioResult> {
+  const started = Date.now();
+  const crashBase = stack.crashes.length;
+  const anomalies = new Anomalies(BAD_INPUT_ANOMALIES);
+
+  // Fixtures: a live session whose app ignores every keystroke (raw terminal), one that ended with a log,
+  // an environment, a token and a secret, so generated requests reach past "not found".
+  const running = await created(stack, { spec: { cmd: ["sh", "-c", "stty raw -echo; exec cat > /dev/null"] } });
+  const dead = await created(stack, { spec: { cmd: ["sh", "-c", "echo fuzz-log; exit 0"] } });
+  const runningRecord = await untilRecord(nc, WS, running.id, (s) => s.state === "running", 30_000);
+  const deadRecord = await untilRecord(nc, WS, dead.id, (s) => s.state === "dead", 30_000);
+  if (!runningRecord || !deadRecord) throw new Error("fixture sessions did not settle");
+  const env = await api(stack.url, stack.token, "POST", "/v1/environments", { name: `fuzz-${opts.seed}` });
+  const token = await api(stack.url, stack.token, "POST", "/v1/tokens", { label: "fuzz" });
+  const secret = await api(stack.url, stack.token, "PUT", "/v1/secrets/FUZZ_SECRET", { value: "fuzz" });
+  if (env.status !== 201 || token.status !== 201 || secret.status !== 204) throw new Error(`fixtures: environment ${env.status}, token ${token.status}, secret ${secret.status}`);
+  const controller = await Terminal.open(stack.url, stack.token, running.id, `mode=controller&since=${"9".repeat(15)}`);
+  await controller.until((t) => t.hello() !== undefined, 5_000);
+  await sleep(300);
+
+  const ctx: FuzzContext = {
+    stack,
+    nc,
+    seed: opts.seed,
+    fixtures: {
+      running: runningRecord,
+      dead: deadRecord,
+      environmentId: (env.body as { id: string }).id,
+      tokenId: (token.body as { id: string }).id,
+      secretName: "FUZZ_SECRET",
+    },
+    anomalies,
+    sent: new Map(),
+    statuses: new Map(),
+    planted: [],
+    auditSeqs: [],
+  };
+  await waitFor(() => feedsDrained(nc), 10_000, 200);
+  const before = await snapshotState(nc);
+  const invalidBefore = await invalidMessages(stack);
+
+  const http = Math.round(opts.inputs * 0.5);
+  const ws = Math.round(opts.inputs * 0.15);
+  const bus = opts.inputs - http - ws;
+  log("bad-input", `seed ${opts.seed}: ${http} HTTP, ${ws} WebSocket, ${bus} NATS inputs`);
+  await fuzzHttp(ctx, http, prng.fork());
+  await fuzzWebSocket(ctx, ws, prng.fork(), controller);
+  await fuzzNats(ctx, bus, prng.fork());
+  await readBackInjected(ctx);
+
+  // Let consumers work through what was injected, then compare.
+  await sleep(1_500);
+  await waitFor(() => feedsDrained(nc), 10_000, 200);
+  const after = await snapshotState(nc);
+  const planted = new Set(ctx.planted.map((k) => `kv ${k.bucket} ${k.key}`));
+  const changes = diffState(before, after).filter((line) => !planted.has(line.split(" ").slice(0, 3).join(" ")));
+  for (const c of changes) anomalies.add("state changes", c);
+  const invalidAfter = await invalidMessages(stack);
+
+  for (const c of stack.crashes.slice(crashBase)) anomalies.add("services crashed", `${c.id} exited (${c.code ?? c.signal ?? "?"}) — repeat with --seed ${opts.seed} --only bad-input`);
+  for (const id of stack.members.keys()) if (!stack.isUp(id)) await stack.startMember(id);
+  // Still working: a fresh session runs to its end.
+  const probe = await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", "echo probe"] }, oneShot: true });
+  const probed = probe.status === 201 ? await untilRecord(nc, WS, (probe.body as Session).id, (s) => s.state === "destroyed", 30_000) : undefined;
+  if (!probed) anomalies.add("service stopped working", `after the inputs a one-shot session did not run to its end (create answered ${probe.status})`);
+  if (controller.closeCode !== undefined) log("bad-input", `the fixture controller was closed (${controller.closeCode}) during the run`);
+
+  // Clean up what the scenario planted, so later checks on this stack see only real facts.
+  controller.close();
+  const kvm = new Kvm(nc);
+  for (const { bucket, key } of ctx.planted) await (await kvm.open(bucket)).purge(key);
+  const jsm = await jetstreamManager(nc);
+  for (const seq of ctx.auditSeqs) await jsm.streams.deleteMessage(Streams.audit, seq, false).catch(() => undefined);
+  for (const id of [running.id, dead.id]) await api(stack.url, stack.token, "DELETE", `/v1/sessions/${id}`);
+  await api(stack.url, stack.token, "DELETE", `/v1/environments/${ctx.fixtures.environmentId}`);
+  await api(stack.url, stack.token, "DELETE", `/v1/tokens/${ctx.fixtures.tokenId}`);
+  await api(stack.url, stack.token, "DELETE", "/v1/secrets/FUZZ_SECRET");
+
+  const sent = [...ctx.sent.values()].reduce((a, b) => a + b, 0);
+  const statuses = [...ctx.statuses.entries()].sort((a, b) => a[0] - b[0]);
+  const uncovered = uncoveredRoutes();
+  for (const r of uncovered) log("bad-input", `route not in the fuzz table: ${r}`);
+  return {
+    name: "bad-input",
+    faults: sent,
+    sessions: 3,
+    anomalies: anomalies.counts,
+    details: [`seed ${opts.seed} (repeat with --seed ${opts.seed} --only bad-input)`, ...anomalies.details],
+    seconds: (Date.now() - started) / 1000,
+    figures: [
+      ...[...ctx.sent.entries()].map(([target, n]) => ({ metric: `inputs: ${target}`, value: n, unit: "" })),
+      { metric: "HTTP routes fuzzed", value: HTTP_ROUTES.length + 1, unit: "", method: `every route incl. the terminal upgrade; ${uncovered.length} declared route(s) not in the table` },
+      { metric: "answers by status", value: statuses.reduce((a, [, n]) => a + n, 0), unit: "", method: statuses.map(([s, n]) => `${s}×${n}`).join(" ") },
+      { metric: "invalid messages counted by services", value: invalidAfter - invalidBefore, unit: "", method: "paddock_invalid_messages_total delta over every service" },
+      { metric: "state compared", value: before.size, unit: "keys/objects", method: "KV buckets (all but runner-leases) and object stores, revision + sha256" },
+    ],
+  };
+}
+
+async function invalidMessages(stack: ChaosStack): Promise<number> {
+  let n = 0;
+  for (const id of stack.members.keys()) n += (await stack.metric(id, "paddock_invalid_messages_total")) ?? 0;
+  return n;
+}

@@ -1,0 +1,290 @@
+/**
+ * Malformed HTTP requests against every route of the gateway (and raw
+ * garbage on its socket). A request to a route that changes state always
+ * carries at least one defect the API documents as refused (an unknown query
+ * parameter, a bad id, a bad token, a body its schema refuses, a wrong
+ * method), so any state change it causes is an anomaly, as is any 5xx.
+ */
+import { readdirSync, readFileSync } from "node:fs";
+import { Agent, request } from "node:http";
+import { connect as tcpConnect } from "node:net";
+import { join } from "node:path";
+import { z } from "zod";
+import { CreateEnvironmentBody, CreateSessionBody, CreateTokenBody, AttachTicketBody, PutSecretBody, UpdateEnvironmentBody } from "@paddock/contracts";
+import { repoRoot } from "@paddock/testing";
+import { countStatus, excerpt, nextInput, type FuzzContext } from "./fuzz-context.ts";
+import { badId, encode, nastyString, randomJson, rawBadSegment, refusedBy, refusedText } from "./fuzz-values.ts";
+import type { Prng } from "./prng.ts";
+
+/** Mirrors of the gateway's own strict bodies (lifecycle and runner routes). */
+const SuspendBody = z.object({ warm: z.boolean() }).strict();
+const EmptyBody = z.object({}).strict();
+
+interface BodySpec {
+  schema: z.ZodType;
+  sample: unknown;
+}
+
+interface RouteSpec {
+  method: string;
+  path: string;
+  /** Whether a valid call changes state (then every generated call carries a refused defect). */
+  mutates: boolean;
+  body?: BodySpec;
+  /** An archive upload: any random body is malformed. */
+  archive?: boolean;
+  /** Known query parameters and plausible values. */
+  query?: Record<string, string[]>;
+}
+
+const S = "/v1/sessions/:id";
+export const HTTP_ROUTES: RouteSpec[] = [
+  { method: "POST", path: "/v1/sessions", mutates: true, body: { schema: CreateSessionBody, sample: { spec: { cmd: ["true"] }, name: "n", oneShot: true } } },
+  { method: "GET", path: "/v1/sessions", mutates: false, query: { limit: ["1", "500", "0", "-1", "abc"], cursor: ["x"], includeTerminal: ["true", "maybe"], parentId: ["x"] } },
+  { method: "GET", path: S, mutates: false },
+  { method: "DELETE", path: S, mutates: true },
+  { method: "POST", path: `${S}/suspend`, mutates: true, body: { schema: SuspendBody, sample: { warm: true } } },
+  { method: "POST", path: `${S}/resume`, mutates: true, body: { schema: EmptyBody, sample: {} } },
+  { method: "POST", path: `${S}/snapshot`, mutates: true, body: { schema: EmptyBody, sample: {} } },
+  { method: "POST", path: `${S}/recycle`, mutates: true, body: { schema: EmptyBody, sample: {} } },
+  { method: "POST", path: `${S}/apps/:app/restart`, mutates: true, body: { schema: EmptyBody, sample: {} } },
+  { method: "GET", path: `${S}/log`, mutates: false, query: { app: ["main", "nope"], since: ["0", "5", "-1", "x"] } },
+  { method: "POST", path: `${S}/attach-ticket`, mutates: true, body: { schema: AttachTicketBody, sample: { mode: "viewer" } } },
+  { method: "PUT", path: `${S}/workspace`, mutates: true, archive: true, query: { path: ["", "a", "../x", "/etc"] } },
+  { method: "GET", path: `${S}/workspace`, mutates: true, query: { path: ["", "a", "../x"] } },
+  { method: "GET", path: `${S}/diff`, mutates: false },
+  { method: "GET", path: "/v1/events", mutates: false, query: { sessionId: ["x"], since: ["0", "x"], limit: ["1", "0"], follow: ["true", "false", "yes"] } },
+  { method: "POST", path: "/v1/environments", mutates: true, body: { schema: CreateEnvironmentBody, sample: { name: "fuzz", init: "true" } } },
+  { method: "GET", path: "/v1/environments", mutates: false, query: { limit: ["1", "x"], cursor: ["x"] } },
+  { method: "GET", path: "/v1/environments/:env", mutates: false },
+  { method: "PATCH", path: "/v1/environments/:env", mutates: true, body: { schema: UpdateEnvironmentBody, sample: { init: "true" } } },
+  { method: "DELETE", path: "/v1/environments/:env", mutates: true },
+  { method: "GET", path: "/v1/runners", mutates: false, query: { limit: ["1", "x"], cursor: ["x"] } },
+  { method: "GET", path: "/v1/runners/:runner", mutates: false },
+  ...["drain", "cordon", "uncordon"].map((verb) => ({ method: "POST", path: `/v1/runners/:runner/${verb}`, mutates: true, body: { schema: EmptyBody, sample: {} } })),
+  { method: "PUT", path: "/v1/secrets/:name", mutates: true, body: { schema: PutSecretBody, sample: { value: "v" } } },
+  { method: "GET", path: "/v1/secrets", mutates: false },
+  { method: "DELETE", path: "/v1/secrets/:name", mutates: true },
+  { method: "POST", path: "/v1/tokens", mutates: true, body: { schema: CreateTokenBody, sample: { label: "x" } } },
+  { method: "GET", path: "/v1/tokens", mutates: false },
+  { method: "DELETE", path: "/v1/tokens/:token", mutates: true },
+];
+
+/** Routes the gateway declares (`route("M", "/path")` in its sources) that the table above does not cover. */
+export function uncoveredRoutes(): string[] {
+  const dir = join(repoRoot, "services", "gateway", "src");
+  const declared: string[] = [];
+  for (const f of readdirSync(dir).filter((f) => f.endsWith(".ts") && !f.includes("test") && !f.includes("fake") && f !== "testkit.ts")) {
+    for (const m of readFileSync(join(dir, f), "utf8").matchAll(/route\("(\w+)", [`"]([^`"]+)[`"]/g)) declared.push(`${m[1] ?? ""} ${m[2] ?? ""}`);
+  }
+  const shape = (p: string) => p.replace(/:\w+|\$\{\w+\}/g, ":_");
+  const known = new Set(HTTP_ROUTES.map((r) => `${r.method} ${shape(r.path)}`.replace(/\/(drain|cordon|uncordon)$/, "/:_")));
+  return declared.filter((d) => !known.has(shape(d)));
+}
+
+type Defect = "query" | "auth" | "id" | "body" | "method";
+
+/** One generated request. */
+interface Req {
+  method: string;
+  path: string;
+  headers: Record<string, string>;
+  body?: Buffer;
+  follow: boolean;
+}
+
+function paramValue(ctx: FuzzContext, p: Prng, name: string): string {
+  const f = ctx.fixtures;
+  const valid: Record<string, string[]> = {
+    id: [f.running.id, f.dead.id, `ses_${p.string(20)}`],
+    app: ["main", "nope"],
+    env: [f.environmentId, `env_${p.string(20)}`],
+    runner: [...ctx.stack.runnerIds, "nope"],
+    name: [f.secretName, "NOPE"],
+    token: [f.tokenId, `tok_${p.string(20)}`],
+  };
+  return p.pick(valid[name] ?? ["x"]);
+}
+
+function generate(ctx: FuzzContext, p: Prng, route: RouteSpec): { req: Req; defects: Defect[] } {
+  const params = [...route.path.matchAll(/:(\w+)/g)].map((m) => m[1] ?? "");
+  const possible: Defect[] = ["query", "auth", "method", ...(params.length > 0 ? (["id"] as const) : []), ...(route.body || route.archive ? (["body"] as const) : [])];
+  const defects = new Set<Defect>();
+  for (const d of possible) if (p.bool(0.3)) defects.add(d);
+  if (route.mutates && defects.size === 0) defects.add(p.pick(possible));
+
+  const badParam = defects.has("id") ? p.pick(params) : undefined;
+  let path = route.path;
+  for (const name of params) {
+    const value = name === badParam ? badId(p) : paramValue(ctx, p, name);
+    // Mostly percent-encoded; a bad id is sometimes sent raw (printable ASCII only, still not an id).
+    path = path.replace(`:${name}`, p.bool(0.8) || name !== badParam ? encode(value) : rawBadSegment(value));
+  }
+  const query: string[] = [];
+  for (const [k, values] of Object.entries(route.query ?? {})) if (p.bool(0.3)) query.push(`${k}=${encode(p.bool(0.7) ? p.pick(values) : nastyString(p))}`);
+  if (defects.has("query")) {
+    const known = Object.keys(route.query ?? {});
+    if (known.length > 0 && p.bool(0.3)) query.push(`${p.pick(known)}=1`, `${p.pick(known)}=1`, `zz${p.string(4)}=1`);
+    else query.push(`${p.pick(["zz", "token", "access_token", "__proto__", "x", "Limit"])}${p.string(p.int(0, 4))}=${encode(nastyString(p))}`);
+  }
+  const follow = query.some((q) => q === "follow=true");
+  if (query.length > 0) path += `?${query.join("&")}`;
+
+  const headers: Record<string, string> = {};
+  if (defects.has("auth")) {
+    const a = p.int(0, 6);
+    const value = [
+      undefined,
+      `Bearer ${p.string(p.int(0, 60))}`,
+      `Basic ${Buffer.from("dev:dev").toString("base64")}`,
+      `Bearer pdk_${p.string(43)}`,
+      `Bearer ${ctx.stack.token}x`,
+      `Bearer  ${ctx.stack.token} ${ctx.stack.token}`,
+      `Bearer ${"A".repeat(p.pick([300, 9000]))}`,
+    ][a];
+    if (value !== undefined) headers.authorization = value;
+  } else {
+    headers.authorization = `Bearer ${ctx.stack.token}`;
+  }
+  if (p.bool(0.1)) headers.origin = p.pick(["http://evil.example", "null", nastyString(p).replace(/[^\x20-\x7e]/g, "")]);
+
+  let body: Buffer | undefined;
+  if (route.archive) {
+    if (defects.has("body") || p.bool(0.5)) body = p.bool(0.5) ? p.bytes(p.int(0, 3000)) : Buffer.concat([Buffer.from([0x1f, 0x8b, 0x08, 0]), p.bytes(p.int(0, 500))]);
+  } else if (route.body) {
+    if (defects.has("body")) {
+      body = p.bool(0.6)
+        ? Buffer.from(JSON.stringify(refusedBy(p, route.body.schema, route.body.sample)) ?? "null")
+        : Buffer.from(refusedText(p, route.body.schema, route.body.sample), "latin1");
+    } else if (p.bool(0.7)) {
+      body = Buffer.from(JSON.stringify(p.bool(0.5) ? route.body.sample : randomJson(p)) ?? "null");
+    }
+  } else if (p.bool(0.2)) {
+    body = Buffer.from(JSON.stringify(randomJson(p)) ?? "null");
+  }
+  if (body && p.bool(0.03)) body = Buffer.concat([body, Buffer.alloc(1024 * 1024 + 1, 0x20)]);
+  if (body) headers["content-type"] = p.bool(0.9) ? "application/json" : p.pick(["text/plain", "application/x-www-form-urlencoded", "application/json; charset=utf-16", ""]);
+
+  let method = route.method;
+  if (defects.has("method")) {
+    // Only a method no route serves on this path (405): another route's method would be a valid call.
+    const served = new Set(HTTP_ROUTES.filter((r) => r.path === route.path).map((r) => r.method));
+    method = p.pick(["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"].filter((m) => !served.has(m)));
+  }
+  return { req: { method, path, headers, ...(body ? { body } : {}), follow }, defects: [...defects] };
+}
+
+const agent = new Agent({ keepAlive: true, maxSockets: 8 });
+
+/** Sends one request; resolves with the status (0: no answer) and the start of the body. */
+function send(base: string, r: Req, timeoutMs: number): Promise<{ status: number; body: string; error?: string }> {
+  const url = new URL(base);
+  return new Promise((resolve) => {
+    let settled = false;
+    const done = (v: { status: number; body: string; error?: string }) => {
+      if (!settled) {
+        settled = true;
+        resolve(v);
+      }
+    };
+    let req: ReturnType<typeof request>;
+    try {
+      req = request({ host: url.hostname, port: url.port, method: r.method, path: r.path, headers: r.headers, agent }, (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on("data", (c: Buffer) => {
+          if (size < 2048) chunks.push(c);
+          size += c.length;
+          // A follow stream never ends by itself: its 200 and first bytes are the answer.
+          if (r.follow) {
+            res.destroy();
+            done({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") });
+          }
+        });
+        res.on("end", () => done({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8").slice(0, 300) }));
+        res.on("error", () => done({ status: res.statusCode ?? 0, body: "" }));
+        res.on("close", () => done({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8").slice(0, 300) }));
+        if (r.follow && res.statusCode === 200) setTimeout(() => res.destroy(), 300);
+      });
+    } catch (err) {
+      done({ status: -1, body: "", error: err instanceof Error ? err.message : String(err) });
+      return;
+    }
+    req.setTimeout(timeoutMs, () => {
+      req.destroy();
+      done({ status: 0, body: "", error: "timeout" });
+    });
+    req.on("error", (err) => done({ status: 0, body: "", error: err.message }));
+    req.end(r.body);
+  });
+}
+
+/** Raw bytes on the HTTP port: broken request lines, headers, framing. */
+const RAW = [
+  "GARBAGE\r\n\r\n",
+  "GET /v1/sessions HTTP/9.9\r\nHost: x\r\n\r\n",
+  "GET /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+  "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+  "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+  "GET /v1/sessions HTTP/1.1\r\nHost: x\r\nX: " + "a".repeat(100_000) + "\r\n\r\n",
+  "GET /v1/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \u0000\u0001\r\n\r\n",
+  "GET \u0000 HTTP/1.1\r\n\r\n",
+  "\u0016\u0003\u0001\u0000\u00a5\u0001\u0000\u0000\u00a1\u0003\u0003",
+  "GET /v1/sessions/%ZZ HTTP/1.1\r\nHost: x\r\n\r\n",
+];
+
+function sendRaw(base: string, bytes: Buffer, timeoutMs: number): Promise<number> {
+  const url = new URL(base);
+  return new Promise((resolve) => {
+    const sock = tcpConnect(Number(url.port), url.hostname);
+    let got = "";
+    const finish = () => {
+      sock.destroy();
+      const m = /^HTTP\/1\.[01] (\d{3})/.exec(got);
+      resolve(m ? Number(m[1]) : 0);
+    };
+    sock.setTimeout(timeoutMs, finish);
+    sock.on("data", (d: Buffer) => {
+      got += d.toString("latin1");
+      if (got.includes("\r\n")) finish();
+    });
+    sock.on("error", finish);
+    sock.on("close", finish);
+    sock.write(bytes);
+  });
+}
+
+/** Sends `count` generated requests, `concurrency` at a time. */
+export async function fuzzHttp(ctx: FuzzContext, count: number, p: Prng): Promise<void> {
+  const routes = HTTP_ROUTES;
+  let left = count;
+  const worker = async (wp: Prng) => {
+    while (left > 0) {
+      left -= 1;
+      if (wp.bool(0.04)) {
+        const raw = Buffer.from(wp.pick(RAW), "latin1");
+        const n = nextInput(ctx, "http raw");
+        const status = await sendRaw(ctx.stack.url, raw, 3_000);
+        if (status > 0) countStatus(ctx, status);
+        if (status >= 500) ctx.anomalies.add("5xx answers", `input #${n} raw ${excerpt(raw)} → ${status}`);
+        continue;
+      }
+      const route = wp.pick(routes);
+      const { req, defects } = generate(ctx, wp, route);
+      const n = nextInput(ctx, "http");
+      const res = await send(ctx.stack.url, req, 15_000);
+      const what = `input #${n} ${req.method} ${excerpt(req.path, 120)} [${defects.join(",") || "none"}] body ${excerpt(req.body ?? "", 80)}`;
+      if (res.status === -1) continue; // the client library refused to send it: not an input
+      if (res.status === 0) {
+        // A reset after a refused oversize body is the documented answer; silence is not.
+        if (!req.follow && res.error === "timeout") ctx.anomalies.add("requests never answered", what);
+        continue;
+      }
+      countStatus(ctx, res.status);
+      if (res.status >= 500) ctx.anomalies.add("5xx answers", `${what} → ${res.status} ${excerpt(res.body, 120)}`);
+      // Every defect is one the API documents as refused: success means it was not checked.
+      if (defects.length > 0 && res.status >= 200 && res.status < 300) ctx.anomalies.add("malformed requests accepted", `${what} → ${res.status}`);
+    }
+  };
+  await Promise.all(Array.from({ length: 4 }, () => worker(p.fork())));
+}

@@ -1,0 +1,205 @@
+/** Generators of malformed values for the bad-input scenario; every choice comes from the seeded PRNG. */
+import type { z } from "zod";
+import type { Prng } from "./prng.ts";
+
+const NASTY_STRINGS = [
+  "",
+  " ",
+  "..",
+  "../../etc/passwd",
+  "/",
+  "%00",
+  "\u0000",
+  "\u0000abc",
+  "a.b",
+  "a*b",
+  "a>b",
+  "a b",
+  "\ud800",
+  "\udfff\ud800",
+  "é",
+  "😀",
+  "\u202e",
+  "__proto__",
+  "constructor",
+  "prototype",
+  "null",
+  "true",
+  "NaN",
+  "-1",
+  "1e309",
+  "0x10",
+  "${jndi:ldap://x}",
+  "<script>alert(1)</script>",
+  "'; DROP TABLE sessions; --",
+  "\r\nX-Injected: 1",
+  "paddock.>",
+  "*",
+  ">",
+  "$KV.sessions.>",
+];
+
+/** A string that is likely to break a parser or a validator. */
+export function nastyString(p: Prng): string {
+  switch (p.int(0, 6)) {
+    case 0:
+      return p.pick(NASTY_STRINGS);
+    case 1:
+      return p.string(p.int(1, 40), "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ._-/%*>$");
+    case 2:
+      return "x".repeat(p.pick([64, 65, 129, 257, 513, 4097, 40_000]));
+    case 3:
+      return String.fromCharCode(...Array.from({ length: p.int(1, 20) }, () => p.int(0, 0x2fff)));
+    case 4:
+      return p.bytes(p.int(1, 30)).toString("latin1");
+    case 5:
+      return p.pick(NASTY_STRINGS) + p.string(p.int(0, 8));
+    default:
+      return p.string(p.int(0, 12));
+  }
+}
+
+/** A string that fails the Id schema (1-64 of [A-Za-z0-9_-]). */
+export function badId(p: Prng): string {
+  switch (p.int(0, 4)) {
+    case 0:
+      return "a".repeat(p.int(65, 300));
+    case 1:
+      return `${p.string(p.int(0, 10))}${p.pick([".", "*", ">", " ", "%", "é", "\u0000", "!", "~", "'", ":"])}${p.string(p.int(0, 10))}`;
+    case 2:
+      return p.pick(["..", ".", "%2e%2e", "%2F", "%00", "%", "%zz", "%ff%fe"]);
+    default:
+      return invalidated(`${p.string(p.int(1, 8))}${nastyString(p)}`);
+  }
+}
+
+/** The string itself when it already fails the Id schema, else with a dot appended (ids never hold one). */
+export function invalidated(s: string): string {
+  return /^[A-Za-z0-9_-]{1,64}$/.test(s) ? `${s}.` : s;
+}
+
+export function randomNumber(p: Prng): number {
+  return p.pick([0, -1, 1, 0.5, -0.5, 1e308, -1e308, 2 ** 53 + 1, -(2 ** 53), 4294967296, 1001, 65536, p.int(-1_000_000, 1_000_000), p.next()]);
+}
+
+/** Any JSON value, nested up to depth. */
+export function randomJson(p: Prng, depth = 3): unknown {
+  const k = p.int(0, depth > 0 ? 7 : 4);
+  switch (k) {
+    case 0:
+      return null;
+    case 1:
+      return p.bool();
+    case 2:
+      return randomNumber(p);
+    case 3:
+    case 4:
+      return nastyString(p);
+    case 5:
+      return Array.from({ length: p.int(0, 4) }, () => randomJson(p, depth - 1));
+    default: {
+      const o: Record<string, unknown> = {};
+      for (let i = p.int(0, 4); i > 0; i--) o[p.bool(0.3) ? p.pick(NASTY_STRINGS) : p.string(p.int(1, 8))] = randomJson(p, depth - 1);
+      return o;
+    }
+  }
+}
+
+/** A mutation of a valid sample: a field dropped, retyped, added (strict schemas refuse unknown fields), or the whole body replaced. */
+export function mutate(p: Prng, sample: unknown, depth = 0): unknown {
+  if (sample === null || typeof sample !== "object" || depth > 3 || p.bool(0.15)) return randomJson(p);
+  if (Array.isArray(sample)) {
+    const copy = [...(sample as unknown[])];
+    if (copy.length > 0 && p.bool(0.5)) copy[p.int(0, copy.length - 1)] = mutate(p, copy[0], depth + 1);
+    else copy.push(randomJson(p, 1));
+    return copy;
+  }
+  const copy: Record<string, unknown> = { ...(sample as Record<string, unknown>) };
+  const keys = Object.keys(copy);
+  switch (p.int(0, 3)) {
+    case 0:
+      if (keys.length > 0) delete copy[p.pick(keys)];
+      break;
+    case 1:
+      copy[p.bool(0.3) ? p.pick(["__proto__", "constructor", "prototype"]) : p.string(p.int(1, 10))] = randomJson(p, 2);
+      break;
+    default: {
+      if (keys.length === 0) return randomJson(p);
+      const key = p.pick(keys);
+      copy[key] = mutate(p, copy[key], depth + 1);
+    }
+  }
+  return copy;
+}
+
+/** Body text that is not JSON at all, or is JSON only on the surface. */
+export function brokenJsonText(p: Prng, sample: unknown): string {
+  const text = JSON.stringify(sample) ?? "{}";
+  switch (p.int(0, 7)) {
+    case 0:
+      return text.slice(0, p.int(0, Math.max(0, text.length - 1)));
+    case 1:
+      return `${text}${p.pick(["}", "]", ",", "garbage", "\u0000", " {}"])}`;
+    case 2:
+      return text.replace(/"/g, "'");
+    case 3:
+      return p.pick(["NaN", "undefined", "{a:1}", "[1,]", "{\"a\":1,}", "\ufeff{}", "01", "{\"a\":\"\\x41\"}", "{\"a\":\"\\ud800\"}"]);
+    case 4:
+      return "[".repeat(p.pick([1000, 20_000])) + "]".repeat(p.bool() ? 1000 : 0);
+    case 5:
+      return `{"a":${"{\"a\":".repeat(5_000)}1${"}".repeat(5_000)}}`;
+    case 6:
+      return p.bytes(p.int(1, 200)).toString("latin1");
+    default:
+      return "";
+  }
+}
+
+/** Body text the schema refuses: never empty (an empty body reads as `{}` on routes whose body is optional). */
+export function refusedText(p: Prng, schema: z.ZodType, sample: unknown): string {
+  for (let i = 0; i < 20; i++) {
+    const text = brokenJsonText(p, sample);
+    if (text.trim() === "") continue;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      return text;
+    }
+    if (!schema.safeParse(parsed).success) return text;
+  }
+  return "{";
+}
+
+/**
+ * A JSON value the schema refuses, mutated from a valid sample (retries until
+ * refused; falls back to a non-object). Judged on the value as it travels —
+ * after a JSON round trip, which drops what JSON cannot carry (a `__proto__`
+ * assignment, for one).
+ */
+export function refusedBy(p: Prng, schema: z.ZodType, sample: unknown): unknown {
+  for (let i = 0; i < 20; i++) {
+    const text = JSON.stringify(mutate(p, sample));
+    if (text === undefined) continue;
+    const wire = JSON.parse(text) as unknown;
+    if (!schema.safeParse(wire).success) return wire;
+  }
+  return p.pick([[], "x", 1, null, true]);
+}
+
+/** encodeURIComponent that never throws: lone surrogates become U+FFFD first. */
+export function encode(s: string): string {
+  return encodeURIComponent(Buffer.from(s, "utf8").toString("utf8"));
+}
+
+/** A bad id to put into a path unencoded: printable ASCII, and still not an id once the server percent-decodes it. */
+export function rawBadSegment(s: string): string {
+  const raw = s.replace(/[^\x21-\x7e]/g, "_").replace(/[/?#]/g, ".");
+  let decoded = raw;
+  try {
+    decoded = decodeURIComponent(raw);
+  } catch {
+    // stays raw: the server keeps an undecodable segment as is
+  }
+  return /^[A-Za-z0-9_-]{1,64}$/.test(decoded) ? `${raw}.` : raw;
+}

@@ -1,0 +1,69 @@
+/**
+ * Runner → scheduler request/reply calls (besides registration). Both are
+ * answered from the session record, the authority on who holds a session.
+ */
+import { z } from "zod";
+import type { Rpc } from "./api.ts";
+import { SecretName } from "./environment.ts";
+import { Generation, Id } from "./ids.ts";
+import { Subjects } from "./names.ts";
+
+/** One placement of a session as a runner names it. */
+const PlacementRef = {
+  poolId: Id,
+  runnerId: Id,
+  workspaceId: Id,
+  sessionId: Id,
+  placementGeneration: Generation.min(1),
+};
+
+/**
+ * "Is this still the session's current placement?" — asked by a terminal-log
+ * writer whose append was refused because another runner's subject holds the
+ * app's last chunk: a predecessor's late write (step over it) or a
+ * successor's (latch shut). Answers only a boolean about the asker's own
+ * placement, so nothing about other runners is disclosed.
+ */
+export const PlacementCheckRequest = z.object(PlacementRef).strict();
+export type PlacementCheckRequest = z.infer<typeof PlacementCheckRequest>;
+
+export const PlacementCheckReply = z
+  .object({
+    /** True while the record places the session on this runner at this generation. */
+    current: z.boolean(),
+  })
+  .strict();
+export type PlacementCheckReply = z.infer<typeof PlacementCheckReply>;
+
+/**
+ * The secret values a runner needs to boot a session it holds. The scheduler
+ * answers only when the record places the session on that runner at that
+ * generation, only names the session's environment references, and (with
+ * per-principal NATS credentials) only to that runner's own inbox.
+ */
+export const SessionSecretsRequest = z
+  .object({ ...PlacementRef, names: z.array(SecretName).max(128) })
+  .strict();
+export type SessionSecretsRequest = z.infer<typeof SessionSecretsRequest>;
+
+export const SessionSecretsReply = z
+  .object({
+    secrets: z
+      .array(
+        z
+          .object({
+            name: SecretName,
+            /** The stored envelope (sealed with PADDOCK_SECRETS_KEY when one is configured), base64; absent when not set. */
+            envelope: z.string().max(128 * 1024).optional(),
+          })
+          .strict(),
+      )
+      .max(128),
+  })
+  .strict();
+export type SessionSecretsReply = z.infer<typeof SessionSecretsReply>;
+
+export const FleetRpc = {
+  placementCheck: { subject: Subjects.placementCheck, request: PlacementCheckRequest, result: PlacementCheckReply },
+  sessionSecrets: { subject: Subjects.secrets, request: SessionSecretsRequest, result: SessionSecretsReply },
+} as const satisfies Record<string, Rpc<z.ZodType, z.ZodType>>;
