@@ -5,6 +5,7 @@ import WebSocket from "ws";
 import { decodeOutputFrame, Subjects, type Session } from "@paddock/contracts";
 import { startStack, type Stack } from "@paddock/testing";
 import { barePtySpawnMs, startBridge } from "./baselines.ts";
+import { cpuMeter } from "./cpu.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
 
 async function post(stack: Stack, path: string, body: unknown): Promise<Session> {
@@ -32,17 +33,90 @@ function openWs(url: string, headers: Record<string, string> = {}): Promise<WebS
   });
 }
 
-/** Benchmark 2: POST → running through every service, against a bare PTY spawn of the same command. */
+const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
+
+/**
+ * Where one create's time goes, seen from the bench's clock: the POST answer,
+ * the start command on DISPATCH, the runner's running fact on RUNNER, and the
+ * record turning running (core NATS sees the stream subjects as they are
+ * published). Also tells when a deleted session's sandbox is gone.
+ */
+async function stageClock(nc: NatsConnection) {
+  const at = new Map<string, Record<string, number>>();
+  const gone = new Map<string, () => void>();
+  const mark = (id: string, stage: string) => {
+    const m = at.get(id) ?? {};
+    m[stage] ??= performance.now();
+    at.set(id, m);
+  };
+  const factOf = (data: Uint8Array) => JSON.parse(new TextDecoder().decode(data)) as { sessionId?: string; type?: string };
+  const subs = [
+    nc.subscribe("paddock.dispatch.>", {
+      callback: (_err, m) => {
+        const { sessionId } = factOf(m.data);
+        if (sessionId) mark(sessionId, "dispatched");
+      },
+    }),
+    nc.subscribe("paddock.runner.*.*.events", {
+      callback: (_err, m) => {
+        const { sessionId, type } = factOf(m.data);
+        if (!sessionId) return;
+        if (type === "running") mark(sessionId, "fact");
+        if (type === "destroyed") {
+          mark(sessionId, "destroyed");
+          gone.get(sessionId)?.();
+        }
+      },
+    }),
+  ];
+  await nc.flush();
+  return {
+    mark,
+    destroyed(id: string): Promise<void> {
+      if (at.get(id)?.destroyed !== undefined) return Promise.resolve();
+      return new Promise((resolve) => gone.set(id, resolve));
+    },
+    report(samples: Array<{ id: string; start: number }>) {
+      const stage = (from: string, to: string) =>
+        samples.flatMap(({ id, start }) => {
+          const m: Record<string, number> = { start, ...at.get(id) };
+          const a = m[from];
+          const b = m[to];
+          return a !== undefined && b !== undefined ? [b - a] : [];
+        });
+      const line = (name: string, v: number[]) => `${name} p50 ${percentile(v, 50).toFixed(1)} p99 ${percentile(v, 99).toFixed(1)}`;
+      log(
+        `create stages (ms): ${line("POST → answered", stage("start", "answered"))}; ${line("answered → start on DISPATCH", stage("answered", "dispatched"))}; ` +
+          `${line("DISPATCH → running fact", stage("dispatched", "fact"))}; ${line("fact → record running", stage("fact", "running"))}`,
+      );
+      for (const sub of subs) sub.unsubscribe();
+    },
+  };
+}
+
+/**
+ * Benchmark 2: POST → running through every service, against a bare PTY
+ * spawn of the same command. The goal is for an idle system, so each sample
+ * starts once the previous session's sandbox is gone (its destroyed fact):
+ * the teardown (kill, exit marker, usage, rm) is not timed into the next create.
+ */
 async function createLatency(stack: Stack, nc: NatsConnection, samples: number): Promise<Figure[]> {
   const cmd = ["sh", "-c", "echo up; exec sleep 600"];
   const ms: number[] = [];
+  const clock = await stageClock(nc);
+  const timed: Array<{ id: string; start: number }> = [];
   for (let i = 0; i < samples; i++) {
     const start = performance.now();
     const s = await post(stack, "/v1/sessions", { spec: { cmd } });
+    clock.mark(s.id, "answered");
     await untilRunning(nc, s.id);
+    clock.mark(s.id, "running");
     ms.push(performance.now() - start);
+    timed.push({ id: s.id, start });
     await fetch(`${stack.url}/v1/sessions/${s.id}`, { method: "DELETE", headers: { authorization: `Bearer ${stack.token}` } });
+    await clock.destroyed(s.id);
   }
+  clock.report(timed);
   const bare = await barePtySpawnMs(cmd, samples);
   const overhead = percentile(ms, 50) - percentile(bare, 50);
   return [
@@ -112,18 +186,23 @@ async function outputAndReplay(stack: Stack, nc: NatsConnection, megabytes: numb
   const cmd = ["sh", "-c", `head -c ${megabytes * 1024 * 1024} /dev/zero | tr '\\0' 'x' | fold -w 100`];
   const s = await post(stack, "/v1/sessions", { spec: { cmd } });
   const ws = await openWs(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?since=all`, { authorization: `Bearer ${stack.token}` });
+  const cpu = cpuMeter({ nats: stack.nats.process.pid, runner: stack.runners[0]?.process.pid, gateway: stack.gateway.process.pid });
   const live = await drain(ws, true);
+  log(`live: ${(live.bytes / 1e6).toFixed(0)} MB in ${live.seconds.toFixed(1)} s; ${cpu().text}`);
   const bridge = await startBridge(cmd);
   const direct = await drain(await openWs(bridge.url), false);
   await bridge.close();
   const liveMBs = live.bytes / 1e6 / live.seconds;
   const bridgeMBs = direct.bytes / 1e6 / direct.seconds;
 
+  log("bridge done; replaying since=all");
   const replay = await drain(await openWs(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?since=all`, { authorization: `Bearer ${stack.token}` }), true);
+  log(`replay: ${(replay.bytes / 1e6).toFixed(0)} MB in ${replay.seconds.toFixed(1)} s`);
   const rawStart = performance.now();
   let rawBytes = 0;
   const consumer = await jetstream(nc).consumers.get("TERM", { filter_subjects: [Subjects.termOfApp(s.id, "main")], deliver_policy: DeliverPolicy.All });
   let pending = (await consumer.info()).num_pending;
+  log(`log: ${pending} chunks, ${(replay.bytes / Math.max(1, pending) / 1024).toFixed(1)} KiB on average`);
   for await (const m of await consumer.consume()) {
     rawBytes += m.data.byteLength;
     if (--pending === 0) break;
@@ -143,13 +222,21 @@ async function outputAndReplay(stack: Stack, nc: NatsConnection, megabytes: numb
 
 export async function terminalBenches(opts: { latencySamples: number; echoSamples: number; megabytes: number }): Promise<Figure[]> {
   // The bench measures the data path, not the per-socket input rate limit (200 frames/s by default).
-  const stack = await startStack({ runnerCapacity: 64, env: { gateway: { PADDOCK_WS_INPUT_FRAMES_PER_SECOND: "1000000" } } });
+  // PADDOCK_BENCH_PROFILE_DIR=DIR writes V8 CPU profiles of the services there.
+  const profileDir = process.env.PADDOCK_BENCH_PROFILE_DIR;
+  const hook = new URL("./cpu-profile.mjs", import.meta.url).pathname;
+  const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
+  const stack = await startStack({
+    runnerCapacity: 64,
+    env: { gateway: { ...prof, PADDOCK_WS_INPUT_FRAMES_PER_SECOND: "1000000" }, scheduler: prof, "runner-agent": { ...prof, ...(JSON.parse(process.env.SCRATCH_RUNNER_ENV ?? "{}") as Record<string, string>) } },
+  });
   const nc = await connect({ servers: stack.nats.url });
   try {
+    const parts = new Set((process.env.SCRATCH_PARTS ?? "create,echo,output").split(","));
     return [
-      ...(await createLatency(stack, nc, opts.latencySamples)),
-      ...(await echoLatency(stack, nc, opts.echoSamples)),
-      ...(await outputAndReplay(stack, nc, opts.megabytes)),
+      ...(parts.has("create") ? await createLatency(stack, nc, opts.latencySamples) : []),
+      ...(parts.has("echo") ? await echoLatency(stack, nc, opts.echoSamples) : []),
+      ...(parts.has("output") ? await outputAndReplay(stack, nc, opts.megabytes) : []),
     ];
   } finally {
     await nc.drain();

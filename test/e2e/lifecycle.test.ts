@@ -4,11 +4,14 @@
  * runner), snapshot, environments with setup snapshots, one-shot, children
  * created with a session's own token, recycle, app restart.
  */
+import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { gunzipSync } from "node:zlib";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
+import { Objm } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { AuditEvent, Session } from "@paddock/contracts";
 import { startService, startStack, type Stack } from "@paddock/testing";
@@ -31,6 +34,24 @@ afterAll(async () => {
 
 const post = (path: string, body?: unknown) => api(stack.url, stack.token, "POST", path, body);
 const getSession = async (id: string) => sessionOf(await api(stack.url, stack.token, "GET", `/v1/sessions/${id}`));
+
+/**
+ * The session's checkpoint object is sealed: not a gzip stream anyone with
+ * object store access can open, and its key is in the scheduler's key store
+ * only — never on the record a client reads.
+ */
+async function expectSealed(session: Session): Promise<void> {
+  const ref = session.checkpoint?.ref ?? "";
+  const [store, ...name] = ref.split("/");
+  const object = await (await new Objm(nc).open(store ?? "")).getBlob(name.join("/"));
+  if (!object) throw new Error(`checkpoint object ${ref} missing`);
+  expect([object[0], object[1]]).not.toEqual([0x1f, 0x8b]);
+  expect(() => gunzipSync(object)).toThrow();
+  const keyEntry = await (await new Kvm(nc).open("seal-keys")).get(createHash("sha256").update(ref).digest("hex"));
+  const { key } = keyEntry?.json<{ key: string }>() ?? { key: "" };
+  expect(key).toMatch(/^[A-Za-z0-9+/]{43}=$/);
+  expect(JSON.stringify(await getSession(session.id))).not.toContain(key);
+}
 
 async function createSession(body: Record<string, unknown>): Promise<Session> {
   const res = await post("/v1/sessions", body);
@@ -83,7 +104,8 @@ describe("suspend and resume", () => {
     const first = await getSession(s.id);
     const suspended = sessionOf(await post(`/v1/sessions/${s.id}/suspend`, { warm: false }));
     expect(suspended.state).toBe("suspended_cold");
-    expect(suspended.checkpoint).toMatchObject({ format: "tar+gzip" });
+    expect(suspended.checkpoint).toMatchObject({ format: "tar+gzip+aes256gcm" });
+    await expectSealed(suspended);
     // Load the first runner so placement (most free capacity first) picks the new one.
     const ballast = await createSession({ spec: { cmd: ["sleep", "600"] } });
     await untilState(ballast.id, "running");
@@ -101,7 +123,8 @@ describe("snapshot, one-shot, recycle, apps", () => {
     await outputOf(s.id, (t) => t.includes("ready"));
     const snap = await post(`/v1/sessions/${s.id}/snapshot`);
     expect(snap.status).toBe(200);
-    expect(snap.body).toMatchObject({ format: "tar+gzip", capabilities: ["portable"] });
+    expect(snap.body).toMatchObject({ format: "tar+gzip+aes256gcm", capabilities: ["portable"] });
+    await expectSealed(await getSession(s.id));
     expect((await getSession(s.id)).state).toBe("running");
   });
 

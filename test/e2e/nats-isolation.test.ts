@@ -100,8 +100,8 @@ describe("NATS permissions per principal", () => {
       expect(await (await new Kvm(admin()).open("sessions")).get("default.s1")).toBeNull();
     });
 
-    it("cannot read or watch the sessions, tokens, members or secrets buckets, nor read another runner's record", async () => {
-      for (const bucket of ["sessions", "tokens", "members", "secrets"]) {
+    it("cannot read or watch the sessions, tokens, members, secrets or seal-key buckets, nor read another runner's record", async () => {
+      for (const bucket of ["sessions", "tokens", "members", "secrets", "seal-keys"]) {
         const kv = await new Kvm(r1()).open(bucket);
         expect(await denied(r1(), `$JS.API.STREAM.MSG.GET.KV_${bucket}`, () => kv.get("default.s1"))).toMatch(/permissions violation/i);
         expect(await denied(r1(), `$JS.API.CONSUMER.CREATE.KV_${bucket}`, () => kv.watch())).toMatch(/permissions violation/i);
@@ -114,6 +114,10 @@ describe("NATS permissions per principal", () => {
       expect(await denied(r1(), "$JS.API.STREAM.MSG.GET.KV_runners", () => runners.get("default.r2"))).toMatch(/permissions violation/i);
       const secrets = await new Kvm(r1()).open("secrets", { allow_direct: true });
       expect(await denied(r1(), "$JS.API.DIRECT.GET.KV_secrets.$KV.secrets.default.TOKEN", () => secrets.get("default.TOKEN"))).toMatch(/permissions violation/i);
+      // Checkpoint objects are shared between runners (any may resume a session); their keys are not.
+      const sealKeys = await new Kvm(r1()).open("seal-keys", { allow_direct: true });
+      expect(await denied(r1(), "$JS.API.DIRECT.GET.KV_seal-keys.$KV.seal-keys.k", () => sealKeys.get("k"))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), "$KV.seal-keys.k", () => jetstream(r1()).publish("$KV.seal-keys.k", "forged", { timeout: 5_000 }))).toMatch(/permissions violation/i);
     });
 
     it("cannot write another runner's terminal logs, nor read any log but its own", async () => {
@@ -131,6 +135,16 @@ describe("NATS permissions per principal", () => {
       expect(await denied(r1(), "$JS.API.STREAM.MSG.GET.TERM", () => jsm.streams.getMessage("TERM", { seq: 1 }))).toMatch(/permissions violation/i);
       expect(await denied(r1(), "$JS.API.CONSUMER.CREATE.TERM", () => jsm.consumers.add("TERM", { filter_subject: wildcard }))).toMatch(/permissions violation/i);
       expect((await (await jetstreamManager(admin())).streams.info("TERM", { subjects_filter: ">" })).state.subjects?.[foreign]).toBeUndefined();
+    });
+
+    it("cannot write another runner's screen checkpoints, nor read any checkpoint", async () => {
+      const foreign = Subjects.screen(R2.poolId, R2.runnerId, "s1", "main");
+      expect(await denied(r1(), foreign, () => jetstream(r1()).publish(foreign, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), "paddock.screen.s1.main", () => r1().publish("paddock.screen.s1.main", "{}"))).toMatch(/permissions violation/i);
+      const jsm = await jetstreamManager(r1());
+      const own = Subjects.screen(R1.poolId, R1.runnerId, "s1", "main");
+      expect(await denied(r1(), `$JS.API.DIRECT.GET.SCREENS.${own}`, () => jsm.direct.getMessage("SCREENS", { last_by_subj: own }))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), "$JS.API.STREAM.PURGE.SCREENS", () => jsm.streams.purge("SCREENS"))).toMatch(/permissions violation/i);
     });
 
     it("cannot listen to another runner's input, all input, or anyone else's replies", async () => {
@@ -213,6 +227,10 @@ describe("NATS permissions per principal", () => {
       const term = await js.publish(own, "hello", { expect: { lastSubjectSequence: 0, lastSubjectSequenceSubject: Subjects.termOfApp("s1", "main") } });
       expect(term.stream).toBe("TERM");
       expect((await (await jetstreamManager(r1())).direct.getMessage("TERM", { last_by_subj: own }))?.seq).toBe(term.seq);
+      // Its own screen checkpoints, which the gateway reads by direct get.
+      const screen = Subjects.screen(R1.poolId, R1.runnerId, "s1", "main");
+      expect((await js.publish(screen, "{}")).stream).toBe("SCREENS");
+      expect((await (await jetstreamManager(as(ControlPlaneUsers.gateway))).direct.getMessage("SCREENS", { last_by_subj: screen }))?.string()).toBe("{}");
       const input = r1().subscribe(Subjects.inputOfRunner(R1.poolId, R1.runnerId), { max: 1 });
       await r1().flush();
       as(ControlPlaneUsers.gateway).publish(Subjects.input(R1.poolId, R1.runnerId, "s1", "main"), "keys");
@@ -237,7 +255,7 @@ describe("NATS permissions per principal", () => {
   describe("control-plane services", () => {
     it("the gateway cannot write session records, dispatch, or publish audit events", async () => {
       const gw = as(ControlPlaneUsers.gateway);
-      for (const subject of ["$KV.sessions.default.s1", "paddock.dispatch.default.r1", "paddock.audit.default.session.s1", "paddock.runner.default.r1.events"]) {
+      for (const subject of ["$KV.sessions.default.s1", "paddock.dispatch.default.r1", "paddock.audit.default.session.s1", "paddock.runner.default.r1.events", Subjects.screen(R1.poolId, R1.runnerId, "s1", "main")]) {
         expect(await denied(gw, subject, () => jetstream(gw).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
       }
     });
@@ -318,7 +336,7 @@ describe("the whole stack with per-service credentials", () => {
     await before.until((t) => t.output().includes("wrote"));
     before.ws.close();
     const suspended = await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/suspend`, { warm: false });
-    expect(sessionOf(suspended)).toMatchObject({ state: "suspended_cold", checkpoint: { format: "tar+gzip" } });
+    expect(sessionOf(suspended)).toMatchObject({ state: "suspended_cold", checkpoint: { format: "tar+gzip+aes256gcm" } });
     const resumed = await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/resume`, {});
     expect(sessionOf(resumed)).toMatchObject({ state: "running", placementGeneration: 2 });
     const after = await Terminal.open(stack.url, stack.token, s.id, "mode=viewer&since=all");

@@ -18,7 +18,13 @@ import {
   type Scope,
   type Session,
   type SessionState,
+  isTerminal,
 } from "@paddock/contracts";
+
+/** States whose session will run but has no process taking input yet: a controller's input is held. */
+const HOLD_INPUT_STATES: ReadonlySet<SessionState> = new Set(["queued", "creating"]);
+/** Input held per controller until the session runs; past it, input is dropped with an error frame. */
+export const MAX_HELD_INPUT_BYTES = 64 * 1024;
 import { encodeJson } from "@paddock/bus";
 import type { Principal } from "./auth.ts";
 import type { GatewayContext } from "./context.ts";
@@ -114,6 +120,9 @@ export class Attachment implements Watcher, Revocable {
   private placement: Placement;
   /** The app's log across runners. */
   private readonly termFilter: string;
+  /** Controller input sent before the session ran, in order (see holdInput). */
+  private held: Array<{ bytes: Buffer; resize: { cols: number; rows: number } | undefined }> = [];
+  private heldBytes = 0;
 
   constructor(
     private readonly ctx: GatewayContext,
@@ -180,6 +189,11 @@ export class Attachment implements Watcher, Revocable {
     if (session.state === this.state) return;
     this.state = session.state;
     this.sendFrame({ type: "status", state: session.state });
+    this.releaseHeldInput();
+  }
+
+  get awaitsState(): boolean {
+    return this.grant.mode === "controller" && HOLD_INPUT_STATES.has(this.state);
   }
 
   /** The token this socket was opened with was revoked or expired: tell the client, close with 4003. */
@@ -236,13 +250,17 @@ export class Attachment implements Watcher, Revocable {
     }
     for await (const m of this.messages) {
       if (this.closed) return { kind: "stopped" };
-      const verdict = await this.judge(m.subject, m.headers);
+      // Judged and sent without awaiting in the common case: every await is a turn of latency on a keystroke's echo.
+      const first = judgeChunk(m.subject, m.headers, this.placement);
+      const verdict = first === ChunkVerdict.ahead ? await this.judgeAhead(m.subject, m.headers) : first;
       if (verdict !== ChunkVerdict.live) {
         metrics.droppedChunks.inc({ reason: verdict });
       } else {
         const exit = exitCodeOf(m.headers);
         if (exit !== undefined) return { kind: "exit", code: exit };
-        await this.sendOutput(m.seq, m.data, m.seq <= helloCursor);
+        const seq = m.seq;
+        const full = this.sendOutput(seq, m.data, seq <= helloCursor);
+        if (full) await full;
       }
       if (this.closed) return { kind: "stopped" };
     }
@@ -250,13 +268,11 @@ export class Attachment implements Watcher, Revocable {
   }
 
   /**
-   * Judges a chunk against the placement; a chunk of a newer generation than
-   * the one known (the session moved while attached) re-reads the record
-   * once, so the new runner's output is shown and anyone else's is not.
+   * A chunk of a newer generation than the placement known (the session
+   * moved while attached): re-reads the record once and judges again, so the
+   * new runner's output is shown and anyone else's is not.
    */
-  private async judge(subject: string, h: Parameters<typeof judgeChunk>[1]): Promise<ChunkVerdict> {
-    const verdict = judgeChunk(subject, h, this.placement);
-    if (verdict !== ChunkVerdict.ahead) return verdict;
+  private async judgeAhead(subject: string, h: Parameters<typeof judgeChunk>[1]): Promise<ChunkVerdict> {
     try {
       this.observe(await this.ctx.getSession(this.scope, this.sessionId));
     } catch {
@@ -269,20 +285,21 @@ export class Attachment implements Watcher, Revocable {
   /**
    * Sends one output frame. While replaying, a full buffer is waited out (the
    * client reads at its own pace); live, it closes the client with 4008 so it
-   * resumes from its cursor instead of holding the gateway's memory.
+   * resumes from its cursor instead of holding the gateway's memory. Answers
+   * a promise only when the caller must wait (replaying into a full buffer).
    */
-  private async sendOutput(cursor: number, bytes: Uint8Array, replaying: boolean): Promise<void> {
+  private sendOutput(cursor: number, bytes: Uint8Array, replaying: boolean): Promise<void> | undefined {
     const limit = this.ctx.deps.config.wsSendBufferBytes;
     const frame = encodeOutputFrame(cursor, bytes);
     if (replaying && this.ws.bufferedAmount > limit) {
-      await new Promise<void>((resolve) => this.ws.send(frame, () => resolve()));
-      return;
+      return new Promise<void>((resolve) => this.ws.send(frame, () => resolve()));
     }
     this.ws.send(frame);
     if (!replaying && this.ws.bufferedAmount > limit) {
       this.ctx.deps.metrics.slowClients.inc();
       this.close(CLOSE_SLOW_CLIENT, "send buffer full: resume from your cursor");
     }
+    return undefined;
   }
 
   private onInput(data: RawData, isBinary: boolean): void {
@@ -316,6 +333,43 @@ export class Attachment implements Watcher, Revocable {
       this.sendFrame({ type: "error", code: "read_only", message: "viewers cannot send input" });
       return;
     }
+    if (HOLD_INPUT_STATES.has(this.state)) {
+      this.holdInput(bytes, resize);
+      return;
+    }
+    this.forwardInput(bytes, resize);
+  }
+
+  /**
+   * Input sent before the app runs (a piped stdin, keys typed while the
+   * session starts) is held, bounded, and forwarded in order once the record
+   * says running: the runner has no process, or no subscription yet, to take it.
+   */
+  private holdInput(bytes: Buffer, resize: { cols: number; rows: number } | undefined): void {
+    if (this.heldBytes + bytes.byteLength > MAX_HELD_INPUT_BYTES) {
+      this.ctx.deps.metrics.inputDropped.inc({ reason: "not_running" });
+      this.sendFrame({ type: "error", code: "unavailable", message: `the session is ${this.state}: input past ${MAX_HELD_INPUT_BYTES} bytes held until it runs is dropped` });
+      return;
+    }
+    this.held.push({ bytes, resize });
+    this.heldBytes += bytes.byteLength;
+  }
+
+  private releaseHeldInput(): void {
+    if (this.held.length === 0 || HOLD_INPUT_STATES.has(this.state)) return;
+    const held = this.held;
+    this.held = [];
+    this.heldBytes = 0;
+    // Ended without running (canceled, failed): nothing will ever read it.
+    if (isTerminal(this.state)) {
+      this.ctx.deps.metrics.inputDropped.inc({ reason: "ended" }, held.length);
+      return;
+    }
+    for (const { bytes, resize } of held) this.forwardInput(bytes, resize);
+  }
+
+  private forwardInput(bytes: Buffer, resize: { cols: number; rows: number } | undefined): void {
+    const { metrics } = this.ctx.deps;
     const { poolId, runnerId } = this.placement;
     if (poolId === undefined || runnerId === undefined) {
       metrics.inputDropped.inc({ reason: "not_placed" });

@@ -71,7 +71,7 @@ export class GatewayContext {
     this.authorizer = new Authorizer(lazyKv(deps.nc, Buckets.members));
     this.creates = new WindowLimiter(deps.config.createsPerMinute, 60_000, deps.now);
     this.after = deps.after ?? realAfter;
-    this.screens = new ScreenCache(deps.nc);
+    this.screens = new ScreenCache(() => this.jsm(), deps.metrics);
   }
 
   /** The JetStream manager, created once (direct gets read TERM and AUDIT). */

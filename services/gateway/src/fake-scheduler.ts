@@ -32,6 +32,8 @@ export class FakeScheduler {
   /** Fleet-wide, by runner id (the real KV key is `<pool>.<runner>`); starts with RUNNER. */
   readonly runners = new Map<string, Runner>([[RUNNER.id, RUNNER]]);
   readonly calls: RpcCall[] = [];
+  /** Runs once an attach is answered (its reply already decided): lets a test move the record on meanwhile. */
+  afterAttach: ((granted: Session) => void) | undefined;
   private subs: Subscription[] = [];
   private n = 0;
   private readonly idem = new Map<string, string>();
@@ -86,8 +88,9 @@ export class FakeScheduler {
       })),
       serve("attach", Api.attachSession, (req) => {
         const s = get(req.scope, req.sessionId);
-        if (req.mode === "viewer") return { session: s };
-        return { session: this.put({ ...s, controllerGeneration: s.controllerGeneration + 1 }) };
+        const granted = req.mode === "viewer" ? s : this.put({ ...s, controllerGeneration: s.controllerGeneration + 1 });
+        this.afterAttach?.(granted);
+        return { session: granted };
       }),
       serve("suspend", Api.suspendSession, (req) => ({
         session: this.put({ ...get(req.scope, req.sessionId), state: req.warm ? "suspended_warm" : "suspended_cold" }),

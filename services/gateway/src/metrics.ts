@@ -15,6 +15,10 @@ export interface GatewayMetrics {
   superseded: Counter;
   /** Controller input refused: viewer input, or input after supersede. */
   inputDropped: Counter<"reason">;
+  /** Screen snapshots served, by how: `empty` log, `cached` emulator, runner `checkpoint` (plus a `tail`), full `replay`. */
+  screenSnapshots: Counter<"source">;
+  /** Screen checkpoints not used: `stale`, `foreign`, `ahead` (as chunks), `invalid` body, cursor `beyond_log`. */
+  droppedCheckpoints: Counter<"reason">;
 }
 
 export function createGatewayMetrics(registry = new Registry()): GatewayMetrics {
@@ -34,5 +38,17 @@ export function createGatewayMetrics(registry = new Registry()): GatewayMetrics 
     }),
     superseded: new Counter({ name: "paddock_gateway_superseded_total", help: "Controllers superseded by a newer one", registers: r }),
     inputDropped: new Counter({ name: "paddock_gateway_input_dropped_total", help: "Terminal input not forwarded, by reason", labelNames: ["reason"], registers: r }),
+    screenSnapshots: new Counter({
+      name: "paddock_gateway_screen_snapshots_total",
+      help: "Screen snapshots served, by source: empty, cached, checkpoint, checkpoint_tail, replay",
+      labelNames: ["source"],
+      registers: r,
+    }),
+    droppedCheckpoints: new Counter({
+      name: "paddock_gateway_dropped_checkpoints_total",
+      help: "Screen checkpoints not used: stale, foreign, ahead, invalid, beyond_log",
+      labelNames: ["reason"],
+      registers: r,
+    }),
   };
 }

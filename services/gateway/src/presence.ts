@@ -14,6 +14,13 @@ export interface Watcher {
    * told its client changed; a closed client ignores it.
    */
   observe(session: Session): void;
+  /**
+   * True while the watcher waits for a state its grant's read may already be
+   * behind (a controller holding input until the session runs): joining then
+   * re-reads the record, since a fact committed between that read and this
+   * subscription would otherwise never be observed.
+   */
+  readonly awaitsState?: boolean;
 }
 
 /**
@@ -101,6 +108,7 @@ export class PresenceTracker {
     }
     watch.watchers.add(w);
     if (first) watch.publish();
+    if (w.awaitsState) watch.refresh();
   }
 
   leave(w: Watcher): void {

@@ -14,6 +14,7 @@ import {
   type Harness,
   type WsClient,
 } from "./testkit.ts";
+import { MAX_HELD_INPUT_BYTES } from "./attachment.ts";
 
 const MAX_PER_SUBJECT = 5;
 let h: Harness;
@@ -309,6 +310,72 @@ describe("input", () => {
     expect(ResizeInput.parse(resize.json())).toEqual({ cols: 120, rows: 40 });
     c.ws.send(JSON.stringify({ type: "resize", cols: 0, rows: 40 }));
     expect(await c.nextText()).toMatchObject({ type: "error", code: "invalid" });
+    inputs.sub.unsubscribe();
+    c.close();
+  });
+
+  it("input sent before the session runs is held and delivered in order once it does", async () => {
+    const id = newSession({ state: "creating", controllerGeneration: 1 });
+    const inputs = new Collector(h.nc, Subjects.input("default", "r1", id, "main"));
+    const c = await openOk(h.wsUrl, id, "mode=controller&since=all", TOKENS.alice);
+    expect(await c.nextText()).toMatchObject({ type: "hello" });
+    expect((await inputs.next()).headers?.get(Headers.inputKind)).toBe("claim");
+    c.ws.send(Buffer.from("abc\n"));
+    c.ws.send(JSON.stringify({ type: "resize", cols: 100, rows: 30 }));
+    c.ws.send(Buffer.from("def\n"));
+    // Nothing reaches the runner while the record says creating: a fact that changes nothing holds it.
+    h.nc.publish(Subjects.audit(WS1, "session", id), "{}");
+    await h.nc.flush();
+    h.scheduler.put({ ...h.scheduler.sessions.get(`${WS1}.${id}`)!, state: "running" });
+    h.nc.publish(Subjects.audit(WS1, "session", id), "{}");
+    expect(await c.nextText()).toEqual({ type: "status", state: "running" });
+    const delivered = [await inputs.next(), await inputs.next(), await inputs.next()];
+    expect(delivered.map((m) => m.headers?.get(Headers.inputKind))).toEqual(["data", "resize", "data"]);
+    expect([delivered[0]?.string(), delivered[2]?.string()]).toEqual(["abc\n", "def\n"]);
+    // Once running, input goes straight through.
+    c.ws.send(Buffer.from("ghi\n"));
+    expect((await inputs.next()).string()).toBe("ghi\n");
+    inputs.sub.unsubscribe();
+    c.close();
+  });
+
+  it("a session that ran before the attach subscribed is noticed: held input is not stranded", async () => {
+    const id = newSession({ state: "creating", controllerGeneration: 1 });
+    const inputs = new Collector(h.nc, Subjects.input("default", "r1", id, "main"));
+    // The record moves on between the attach's read and its subscription (no fact will follow).
+    h.scheduler.afterAttach = (granted) => {
+      if (granted.id === id) h.scheduler.put({ ...granted, state: "running" });
+    };
+    const c = await openOk(h.wsUrl, id, "mode=controller&since=all", TOKENS.alice);
+    h.scheduler.afterAttach = undefined;
+    expect(await c.nextText()).toMatchObject({ type: "hello" });
+    expect(await c.nextText()).toEqual({ type: "status", state: "running" });
+    c.ws.send(Buffer.from("late\n"));
+    const messages = [await inputs.next(), await inputs.next()];
+    expect(messages.map((m) => m.headers?.get(Headers.inputKind))).toEqual(["claim", "data"]);
+    expect(messages[1]?.string()).toBe("late\n");
+    inputs.sub.unsubscribe();
+    c.close();
+  });
+
+  it("input held past its bound is dropped with an error frame; a session that ends without running drops the rest", async () => {
+    const id = newSession({ state: "queued", controllerGeneration: 1 });
+    const inputs = new Collector(h.nc, Subjects.input("default", "r1", id, "main"));
+    const c = await openOk(h.wsUrl, id, "mode=controller&since=all", TOKENS.alice);
+    expect(await c.nextText()).toMatchObject({ type: "hello" });
+    await inputs.next(); // the claim
+    c.ws.send(Buffer.alloc(MAX_HELD_INPUT_BYTES, 0x61));
+    c.ws.send(Buffer.from("x"));
+    expect(await c.nextText()).toMatchObject({ type: "error", code: "unavailable" });
+    h.scheduler.put({ ...h.scheduler.sessions.get(`${WS1}.${id}`)!, state: "canceled" });
+    h.nc.publish(Subjects.audit(WS1, "session", id), "{}");
+    expect(await c.nextText()).toEqual({ type: "status", state: "canceled" });
+    const dropped = async (reason: string) => (await h.metrics.inputDropped.get()).values.find((v) => v.labels.reason === reason)?.value ?? 0;
+    expect(await dropped("not_running")).toBe(1);
+    expect(await dropped("ended")).toBe(1);
+    // A sentinel behind anything the gateway could have published: it comes first.
+    h.nc.publish(Subjects.input("default", "r1", id, "main"), "sentinel");
+    expect((await inputs.next()).string()).toBe("sentinel");
     inputs.sub.unsubscribe();
     c.close();
   });

@@ -1,6 +1,6 @@
 import { JetStreamError, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
 import type { MsgHdrs } from "@nats-io/transport-node";
-import { Headers, parseTermSubject, type Session } from "@paddock/contracts";
+import { Headers, parseScreenSubject, parseTermSubject, type Session } from "@paddock/contracts";
 
 const BATCH = 256;
 
@@ -89,9 +89,20 @@ export type ChunkVerdict = (typeof ChunkVerdict)[keyof typeof ChunkVerdict];
  * and whose generation is the placement's counts.
  */
 export function judgeChunk(subject: string, h: MsgHdrs | undefined, placement: Placement): ChunkVerdict {
+  return judgeWriter(parseTermSubject(subject), h, placement);
+}
+
+/**
+ * Judges a screen checkpoint like a chunk: only the placed runner's, of the
+ * placement's generation, stands for the log a reader would show (`live`).
+ */
+export function judgeCheckpoint(subject: string, h: MsgHdrs | undefined, placement: Placement): ChunkVerdict {
+  return judgeWriter(parseScreenSubject(subject), h, placement);
+}
+
+function judgeWriter(from: { poolId: string; runnerId: string } | undefined, h: MsgHdrs | undefined, placement: Placement): ChunkVerdict {
   const generation = placementGenerationOf(h);
   if (generation < placement.placementGeneration) return ChunkVerdict.stale;
   if (generation > placement.placementGeneration) return ChunkVerdict.ahead;
-  const from = parseTermSubject(subject);
   return from !== undefined && from.poolId === placement.poolId && from.runnerId === placement.runnerId ? ChunkVerdict.live : ChunkVerdict.foreign;
 }

@@ -1,10 +1,12 @@
 import { randomBytes } from "node:crypto";
+import { Readable } from "node:stream";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { Subscription } from "@nats-io/transport-node";
 import { createBusMetrics, serveRpc } from "@paddock/bus";
-import { InvalidError, ObjectStores, transferObjectName, workspaceRpcs, type WorkspaceDiffReply } from "@paddock/contracts";
+import { InvalidError, ObjectStores, transferObjectName, transferRef, workspaceRpcs, type WorkspaceDiffReply } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
+import { newSealKey, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
 import { api, makeSession, RUNNER, startHarness, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
 
 const MAX_UPLOAD = 64 * 1024;
@@ -12,7 +14,7 @@ let h: Harness;
 let transfers: ObjectStore;
 let subs: Subscription[] = [];
 /** What the stand-in runner was asked, and the bytes it found in each pushed object. */
-const seen: Array<{ op: string; request: Record<string, unknown>; bytes?: Buffer }> = [];
+const seen: Array<{ op: string; request: Record<string, unknown>; bytes?: Buffer; raw?: Buffer }> = [];
 const pullBlob = randomBytes(200_000);
 const diffReply: WorkspaceDiffReply = { repos: [{ path: "app", diff: "+two\n", truncated: false }], truncated: false };
 
@@ -25,12 +27,12 @@ function fakeRunner(): Subscription[] {
       h.nc,
       rpcs.push,
       async (req) => {
-        const got = await transfers.get(transferObjectName(req.workspaceId, req.sessionId, req.transferId));
-        const chunks: Buffer[] = [];
-        for await (const c of got!.data) chunks.push(Buffer.from(c));
-        seen.push({ op: "push", request: req, bytes: Buffer.concat(chunks) });
+        const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
+        const raw = (await transfers.getBlob(name)) ?? new Uint8Array();
+        const bytes = Buffer.concat(await unsealed(Readable.from([raw]), sealKeyFrom(req.sealKey), transferRef(name)).toArray());
+        seen.push({ op: "push", request: req, bytes, raw: Buffer.from(raw) });
         if (req.path === "refuse") throw new InvalidError("archive refused: path contains ..");
-        return { entries: 1, bytes: chunks.length, reload: false };
+        return { entries: 1, bytes: bytes.length, reload: false };
       },
       opts,
     ),
@@ -39,8 +41,11 @@ function fakeRunner(): Subscription[] {
       rpcs.pull,
       async (req) => {
         seen.push({ op: "pull", request: req });
-        const info = await transfers.putBlob({ name: transferObjectName(req.workspaceId, req.sessionId, req.transferId) }, pullBlob);
-        return { size: info.size };
+        const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
+        // "forged": an object sealed under a key other than the request's (replaced in the shared store).
+        const key = req.path === "forged" ? newSealKey() : sealKeyFrom(req.sealKey);
+        await transfers.put({ name }, Readable.toWeb(sealed(Readable.from([pullBlob]), key, transferRef(name))) as unknown as ReadableStream<Uint8Array>);
+        return { size: pullBlob.length };
       },
       opts,
     ),
@@ -96,6 +101,9 @@ describe("PUT /v1/sessions/:id/workspace", () => {
     expect(seen).toHaveLength(1);
     expect(seen[0]?.request).toMatchObject({ sessionId: id, workspaceId: WS1, placementGeneration: 3, path: "src/app" });
     expect(seen[0]?.bytes?.equals(body)).toBe(true);
+    // What sat in the shared store was sealed, under a key only the request carried.
+    expect(seen[0]?.raw?.includes(body.subarray(0, 64))).toBe(false);
+    expect(seen[0]?.request.sealKey).toMatch(/^[A-Za-z0-9+/]{43}=$/);
     expect(await leftovers()).toBe(0);
   });
 
@@ -162,6 +170,14 @@ describe("GET /v1/sessions/:id/workspace", () => {
     expect(res.headers.get("content-length")).toBe(String(pullBlob.length));
     expect(Buffer.from(await res.arrayBuffer()).equals(pullBlob)).toBe(true);
     expect(seen[0]?.request).toMatchObject({ sessionId: id, path: "src", placementGeneration: 3 });
+    expect(await leftovers()).toBe(0);
+  });
+
+  it("an archive that does not open with the transfer's key is never delivered whole", async () => {
+    const id = fresh();
+    const download = fetch(`${h.url}/v1/sessions/${id}/workspace?path=forged`, { headers: { authorization: `Bearer ${TOKENS.alice}` } }).then((r) => r.arrayBuffer());
+    // The status was decided before the first frame was checked: the connection is cut, the download never completes.
+    await expect(download).rejects.toThrow();
     expect(await leftovers()).toBe(0);
   });
 

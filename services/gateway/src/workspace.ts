@@ -4,6 +4,7 @@ import { pipeline } from "node:stream/promises";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { z } from "zod";
+import { newSealKey, SealError, sealed, unsealed } from "@paddock/archive";
 import { callRpc } from "@paddock/bus";
 import {
   Api,
@@ -12,6 +13,7 @@ import {
   ObjectStores,
   TooLargeError,
   transferObjectName,
+  transferRef,
   UnavailableError,
   WorkspacePath,
   workspaceRpcs,
@@ -114,9 +116,11 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
       const { session, rpcs } = await authorized(scope, sessionId, Action.pushWorkspace);
       const transferId = ctx.deps.newId();
       const name = transferObjectName(session.workspaceId, session.id, transferId);
+      const key = newSealKey();
       try {
-        await (await transfers()).put({ name }, boundedBody(rc.req, config.maxUploadBytes));
-        const reply = await callRpc(ctx.deps.nc, rpcs.push, { ...target(session), path, transferId }, rpcOpts);
+        const body = sealed(Readable.fromWeb(boundedBody(rc.req, config.maxUploadBytes) as NodeWebReadableStream<Uint8Array>), key, transferRef(name));
+        await (await transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
+        const reply = await callRpc(ctx.deps.nc, rpcs.push, { ...target(session), path, transferId, sealKey: key.toString("base64") }, rpcOpts);
         // The push is a fact: committed on the record (one audit event) before the client is told.
         await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "push" }, { timeoutMs: config.rpcTimeoutMs });
         sendJson(rc.res, 200, reply);
@@ -130,13 +134,21 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
       const { session, rpcs } = await authorized(scope, sessionId, Action.pullWorkspace);
       const transferId = ctx.deps.newId();
       const name = transferObjectName(session.workspaceId, session.id, transferId);
+      const key = newSealKey();
       try {
-        const { size } = await callRpc(ctx.deps.nc, rpcs.pull, { ...target(session), path, transferId }, rpcOpts);
+        const { size } = await callRpc(ctx.deps.nc, rpcs.pull, { ...target(session), path, transferId, sealKey: key.toString("base64") }, rpcOpts);
         const got = await (await transfers()).get(name);
         if (!got) throw new UnavailableError("the runner's archive is gone; retry");
         await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "pull" }, { timeoutMs: config.rpcTimeoutMs });
         rc.res.writeHead(200, { "content-type": "application/gzip", "content-length": String(size), "cache-control": "no-store" });
-        await pipeline(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), rc.res);
+        try {
+          await pipeline(unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), key, transferRef(name)), rc.res);
+        } catch (err) {
+          // The object did not open (replaced or cut in the store), or the client left: it must not keep half an archive.
+          if (err instanceof SealError) ctx.deps.log.warn({ err, sessionId: session.id }, "pulled archive did not open; response aborted");
+          rc.res.destroy();
+          return;
+        }
         // A digest mismatch is only known at the end: the client must not keep a corrupt archive.
         if (await got.error) rc.res.destroy();
       } finally {

@@ -5,7 +5,7 @@ import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import { Buckets, DispatchCommand, Runner, RunnerState, runnerKey, Streams, type RegisterRunnerReply, type RunnerResources } from "@paddock/contracts";
 import { consumeTyped, decodeJson, type ConsumerHandle } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
-import type { RunnerConfig, WorkspaceLimits } from "./config.ts";
+import type { RunnerConfig, TerminalSettings, WorkspaceLimits } from "./config.ts";
 import { createFactPublisher } from "./facts.ts";
 import { readGeneration, writeGeneration } from "./generation-store.ts";
 import { startLeaseRenewer, type LeaseRenewer } from "./lease.ts";
@@ -42,6 +42,8 @@ export type AgentConfig = Pick<
   childPath: string;
   /** Bounds of workspace push and diff; defaults when absent. */
   workspace?: WorkspaceLimits;
+  /** Terminal log coalescing and screen checkpoints; defaults when absent. */
+  terminal?: TerminalSettings;
 };
 
 export interface RunnerAgentDeps {
@@ -260,6 +262,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       killGraceMs: config.killGraceMs,
       gatewayUrl: config.gatewayUrl,
       watch: { debounceMs: config.watchDebounceMs, maxReloads: config.watchMaxReloads, windowMs: config.watchWindowMs },
+      ...(config.terminal ? { terminal: config.terminal } : {}),
     });
     await mkdir(config.dataDir, { recursive: true });
     await removeLeftoverSessions(sessions.sessionsDir(), log);

@@ -1,6 +1,7 @@
 import type { AppRun, AppSpec, RunTrigger } from "@paddock/contracts";
 import { spawnApp, type AppExit, type AppProcess } from "./app-process.ts";
 import { SpawnError } from "./errors.ts";
+import type { ScreenTracker } from "./screen-tracker.ts";
 import type { TermWriter } from "./term-writer.ts";
 
 /** How one generation ended: the run as it should be reported, and how long it ran. */
@@ -17,6 +18,8 @@ export interface AppSlotDeps {
   env: Record<string, string>;
   /** One writer for every generation of the placement: chunk ids stay unique across restarts. */
   writer: TermWriter;
+  /** The app's screen checkpoints (fed by the writer); none when they are off. */
+  screen?: ScreenTracker | undefined;
   now: () => number;
   killGraceMs: number;
   /** A generation ended by itself (not by stop()). */
@@ -69,7 +72,10 @@ export class AppSlot {
     const base = { generation: this.generation, trigger, startedAt };
     let proc: AppProcess;
     try {
-      proc = spawnApp({ app: this.spec, cwd: this.deps.cwd, env: this.deps.env, onData: (bytes, stream) => this.deps.writer.append(bytes, stream) });
+      proc = withInputNotice(
+        spawnApp({ app: this.spec, cwd: this.deps.cwd, env: this.deps.env, onData: (bytes, stream) => this.deps.writer.append(bytes, stream) }),
+        this.deps.writer,
+      );
     } catch (err) {
       const reason = err instanceof SpawnError ? err.message : `app ${this.spec.name}: could not start`;
       return { ok: false, run: { ...base, phase: "failed", reason, endedAt: this.deps.now() } };
@@ -115,6 +121,7 @@ export class AppSlot {
     if (this.logEnded) return this.logSettled;
     this.logEnded = true;
     this.logSettled = this.deps.writer.finish(this.lastExit?.exitCode ?? null);
+    this.settleScreen();
     return this.logSettled;
   }
 
@@ -122,7 +129,14 @@ export class AppSlot {
   closeLog(): Promise<void> {
     this.logEnded = true;
     this.logSettled = this.deps.writer.close();
+    this.settleScreen();
     return this.logSettled;
+  }
+
+  /** Once the log's last chunk is in, its final screen is checkpointed (not waited for: facts never wait on a screen). */
+  private settleScreen(): void {
+    const screen = this.deps.screen;
+    if (screen) void this.logSettled.then(() => screen.settle());
   }
 
   /** The log's pending work settled (a marker being appended, say). */
@@ -132,5 +146,21 @@ export class AppSlot {
 
   abortLog(): void {
     this.deps.writer.abort();
+    this.deps.screen?.abort();
   }
+}
+
+/**
+ * Tells the log writer when input reaches the app, so what the app prints in
+ * answer (a keystroke's echo) is published at once rather than coalesced.
+ */
+function withInputNotice(proc: AppProcess, writer: Pick<TermWriter, "noteInput">): AppProcess {
+  return {
+    ...proc,
+    // AppProcess values are plain objects (pid and exited are fixed at spawn): a spread copy is the same process.
+    write: (bytes) => {
+      writer.noteInput();
+      proc.write(bytes);
+    },
+  };
 }

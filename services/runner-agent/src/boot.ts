@@ -1,4 +1,4 @@
-import type { BootEnvironment, Checkpoint } from "@paddock/contracts";
+import type { BootEnvironment, Checkpoint, SealKey } from "@paddock/contracts";
 import { envSnapshotObjectName, type CheckpointStore } from "./checkpoint.ts";
 import { BootError, CheckpointError } from "./errors.ts";
 import { runScript, type ScriptOutcome } from "./script.ts";
@@ -10,6 +10,8 @@ export interface EnvSnapshotBuilt {
   environmentId: string;
   setupHash: string;
   checkpoint: Checkpoint;
+  /** The key the snapshot was sealed with: reported to the scheduler only. */
+  sealKey: SealKey;
 }
 
 export interface BootOptions {
@@ -42,7 +44,7 @@ export async function bootEnvironment(opts: BootOptions): Promise<BootResult> {
   const result: BootResult = {};
   if (!opts.restored && env.snapshot) {
     try {
-      await opts.checkpoints.restore(env.snapshot, opts.workspace);
+      await opts.checkpoints.restore(env.snapshot, env.snapshotKey, opts.workspace);
     } catch (err) {
       throw new BootError(`environment snapshot restore failed: ${err instanceof CheckpointError ? err.message : "unknown error"}`);
     }
@@ -52,8 +54,8 @@ export async function bootEnvironment(opts: BootOptions): Promise<BootResult> {
     if (outcome.kind !== "ok") throw new BootError(describe("setup", outcome, timeoutSec));
     const name = envSnapshotObjectName(opts.workspaceId, env.environmentId, env.setupHash);
     try {
-      const checkpoint = await opts.checkpoints.save("env-snapshots", name, opts.workspace);
-      result.snapshot = { environmentId: env.environmentId, setupHash: env.setupHash, checkpoint };
+      const saved = await opts.checkpoints.save("env-snapshots", name, opts.workspace);
+      result.snapshot = { environmentId: env.environmentId, setupHash: env.setupHash, ...saved };
     } catch (err) {
       result.snapshotError = err instanceof CheckpointError ? err.message : "snapshot failed";
     }

@@ -2,8 +2,9 @@ import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Objm, setSha256Backend, type ObjectStore } from "@nats-io/obj";
-import { ObjectStores, type Checkpoint } from "@paddock/contracts";
-import { ARCHIVE_FORMAT, extractArchive, packDirectory } from "./archive.ts";
+import { newSealKey, SealError, SEALED_ARCHIVE_FORMAT, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
+import { ObjectStores, type Checkpoint, type SealKey } from "@paddock/contracts";
+import { extractArchive, packDirectory } from "./archive.ts";
 import { ArchiveRefusedError, CheckpointError } from "./errors.ts";
 
 /** The stores a checkpoint may live in (not `transfers`, which only holds archives in transit). */
@@ -30,18 +31,19 @@ export function parseCheckpointRef(ref: string): { store: StoreName; name: strin
   return { store: store as StoreName, name };
 }
 
-export interface CheckpointStore {
-  /** Streams a gzipped tar of workspace into the store under name. */
-  save(store: StoreName, name: string, workspace: string): Promise<Checkpoint>;
-  /** Streams the checkpoint's archive out of its store into workspace (which must exist). */
-  restore(checkpoint: Checkpoint, workspace: string): Promise<void>;
+/** A stored checkpoint and the key it was sealed with (reported to the scheduler only, never logged). */
+export interface SavedCheckpoint {
+  checkpoint: Checkpoint;
+  sealKey: SealKey;
 }
 
-/**
- * Checkpoints in the NATS object stores. Neither direction holds the archive
- * in memory: the tar is produced as the store reads it, and extracted as
- * chunks arrive.
- */
+export interface CheckpointStore {
+  /** Streams a gzipped tar of workspace, sealed with a fresh key, into the store under name. */
+  save(store: StoreName, name: string, workspace: string): Promise<SavedCheckpoint>;
+  /** Streams the checkpoint's archive out of its store, opening it with its key, into workspace (which must exist). */
+  restore(checkpoint: Checkpoint, sealKey: SealKey | undefined, workspace: string): Promise<void>;
+}
+
 /**
  * Chunk size of a checkpoint object. Each chunk is one acknowledged publish
  * and the store sends them one at a time, so fewer, larger chunks mean fewer
@@ -49,6 +51,14 @@ export interface CheckpointStore {
  */
 const CHECKPOINT_CHUNK_BYTES = 512 * 1024;
 
+/**
+ * Checkpoints in the NATS object stores. Neither direction holds the archive
+ * in memory: the tar is produced, sealed and stored as the store reads it, and
+ * opened and extracted as chunks arrive. Every runner can read and replace
+ * objects in these stores, so each is sealed with a key of its own
+ * (`@paddock/archive` sealed.ts) bound to its ref: another runner reads
+ * nothing from it, and a replaced or swapped object does not open.
+ */
 export function createCheckpointStore(nc: NatsConnection): CheckpointStore {
   // The object store digests every chunk (put and get); its default is a
   // pure-JS SHA-256, several times slower than node:crypto on large objects.
@@ -67,16 +77,20 @@ export function createCheckpointStore(nc: NatsConnection): CheckpointStore {
   };
   return {
     save: async (store, name, workspace) => {
+      const ref = `${store}/${name}`;
+      const key = newSealKey();
       try {
         const os = await open(store);
-        await os.put({ name, options: { max_chunk_size: CHECKPOINT_CHUNK_BYTES } }, packDirectory(workspace));
+        const body = sealed(Readable.fromWeb(packDirectory(workspace) as NodeWebReadableStream<Uint8Array>), key, ref);
+        await os.put({ name, options: { max_chunk_size: CHECKPOINT_CHUNK_BYTES } }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
       } catch {
         throw new CheckpointError("checkpoint could not be stored");
       }
-      return { ref: `${store}/${name}`, format: ARCHIVE_FORMAT, capabilities: ["portable"] };
+      return { checkpoint: { ref, format: SEALED_ARCHIVE_FORMAT, capabilities: ["portable"] }, sealKey: key.toString("base64") };
     },
-    restore: async (checkpoint, workspace) => {
-      if (checkpoint.format !== ARCHIVE_FORMAT) throw new CheckpointError(`unsupported checkpoint format ${checkpoint.format.slice(0, 32)}`);
+    restore: async (checkpoint, sealKey, workspace) => {
+      if (checkpoint.format !== SEALED_ARCHIVE_FORMAT) throw new CheckpointError(`unsupported checkpoint format ${checkpoint.format.slice(0, 32)}`);
+      if (sealKey === undefined) throw new CheckpointError("checkpoint key missing");
       const { store, name } = parseCheckpointRef(checkpoint.ref);
       let result;
       try {
@@ -87,10 +101,12 @@ export function createCheckpointStore(nc: NatsConnection): CheckpointStore {
       }
       if (!result) throw new CheckpointError("checkpoint not found");
       try {
-        await extractArchive(Readable.fromWeb(result.data as NodeWebReadableStream<Uint8Array>), workspace);
+        const opened = unsealed(Readable.fromWeb(result.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(sealKey), checkpoint.ref);
+        await extractArchive(opened, workspace);
       } catch (err) {
-        // A refused entry says why; a transfer error stays generic.
-        throw err instanceof ArchiveRefusedError ? new CheckpointError(err.message) : new CheckpointError("checkpoint could not be restored");
+        // A refused entry or a sealed object that does not open says why; a transfer error stays generic.
+        if (err instanceof ArchiveRefusedError || err instanceof SealError) throw new CheckpointError(err.message);
+        throw new CheckpointError("checkpoint could not be restored");
       }
       // Set when the chunks did not match the stored digest.
       if (await result.error) throw new CheckpointError("checkpoint is corrupt");

@@ -3,6 +3,7 @@ import { z } from "zod";
 import { Id } from "@paddock/contracts";
 import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
 import { SecretsKeySetting } from "@paddock/bus";
+import { DEFAULT_COALESCE_MS } from "./term-writer.ts";
 
 const capabilities = z
   .string()
@@ -51,6 +52,15 @@ const RunnerEnv = z
     PADDOCK_RUNNER_DIFF_MAX_REPO_BYTES: z.coerce.number().int().positive().default(256 * 1024),
     PADDOCK_RUNNER_DIFF_MAX_BYTES: z.coerce.number().int().positive().max(768 * 1024).default(512 * 1024),
     PADDOCK_RUNNER_DIFF_MAX_REPOS: z.coerce.number().int().positive().max(256).default(32),
+    /**
+     * Terminal log: how long output that keeps arriving is held to fill a
+     * 32 KiB chunk (term-writer.ts); 0 publishes as soon as nothing is in flight.
+     */
+    PADDOCK_RUNNER_TERM_COALESCE_MS: z.coerce.number().int().nonnegative().max(1_000).default(DEFAULT_COALESCE_MS),
+    /** Screen checkpoints (screen-tracker.ts): written once an app's output was quiet this long... */
+    PADDOCK_RUNNER_SCREEN_QUIET_MS: envSchemas.positiveMs.max(60_000).default(200),
+    /** ...and at most this often per app (also while output never stops); 0 writes none. */
+    PADDOCK_RUNNER_SCREEN_INTERVAL_MS: z.coerce.number().int().nonnegative().max(3_600_000).default(5_000),
     /** Opens secret values sealed by the gateway (same key); unset reads them unencrypted. */
     PADDOCK_SECRETS_KEY: SecretsKeySetting,
     /** Handed to session processes (their env is otherwise minimal). */
@@ -90,7 +100,18 @@ export interface RunnerConfig {
   workspace: WorkspaceLimits;
   /** Key of the secret store (KvSecretResolver); never logged. */
   secretsKey?: Buffer | undefined;
+  terminal: TerminalSettings;
 }
+
+/** How app output becomes the terminal log and its screen checkpoints. */
+export interface TerminalSettings {
+  /** TermWriter's coalescing window. */
+  coalesceMs: number;
+  /** Screen checkpoints; undefined writes none. */
+  screen: { quietMs: number; intervalMs: number } | undefined;
+}
+
+export const defaultTerminalSettings: TerminalSettings = { coalesceMs: DEFAULT_COALESCE_MS, screen: { quietMs: 200, intervalMs: 5_000 } };
 
 /** Bounds of the workspace operations (push, diff). */
 export interface WorkspaceLimits {
@@ -139,5 +160,9 @@ export function loadConfig(env: Record<string, string | undefined>): RunnerConfi
       diffMaxRepos: e.PADDOCK_RUNNER_DIFF_MAX_REPOS,
     },
     secretsKey: e.PADDOCK_SECRETS_KEY,
+    terminal: {
+      coalesceMs: e.PADDOCK_RUNNER_TERM_COALESCE_MS,
+      screen: e.PADDOCK_RUNNER_SCREEN_INTERVAL_MS === 0 ? undefined : { quietMs: e.PADDOCK_RUNNER_SCREEN_QUIET_MS, intervalMs: e.PADDOCK_RUNNER_SCREEN_INTERVAL_MS },
+    },
   };
 }

@@ -3,7 +3,9 @@
  * sessions dir (a piped app survives a SIGKILLed runner), and nothing else.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { once } from "node:events";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createInterface } from "node:readline";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -17,11 +19,28 @@ afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
-function spawnIn(cwd: string): { child: ChildProcess; exited: Promise<NodeJS.Signals | null> } {
-  // Detached like a piped app: its own process group, with a child of its own.
-  const child = spawn("sh", ["-c", "sleep 300 & wait"], { cwd, detached: true, stdio: "ignore" });
+/** Detached like a piped app: its own process group, with a child of its own; resolves once both exist. */
+async function spawnIn(cwd: string): Promise<{ child: ChildProcess; grandchild: number; exited: Promise<NodeJS.Signals | null> }> {
+  const child = spawn("sh", ["-c", "sleep 300 & echo $!; wait"], { cwd, detached: true, stdio: ["ignore", "pipe", "ignore"] });
   children.push(child);
-  return { child, exited: new Promise((resolve) => child.once("exit", (_code, sig) => resolve(sig))) };
+  const exited = new Promise<NodeJS.Signals | null>((resolve) => child.once("exit", (_code, sig) => resolve(sig)));
+  const [line] = await once(createInterface({ input: child.stdout! }), "line");
+  return { child, grandchild: Number(line), exited };
+}
+
+const SIGKILL_BIT = 1n << 8n;
+
+/** Still running: not gone, not a zombie, and no SIGKILL pending (one pending is death the kernel has yet to schedule). */
+function runs(pid: number): boolean {
+  let status: string;
+  try {
+    status = readFileSync(`/proc/${pid}/status`, "utf8");
+  } catch {
+    return false;
+  }
+  if (/^State:\s+[ZX]/m.test(status)) return false;
+  const pending = [...status.matchAll(/^(?:SigPnd|ShdPnd):\s+([0-9a-f]+)$/gm)].map((m) => BigInt(`0x${m[1]}`));
+  return !pending.some((mask) => (mask & SIGKILL_BIT) !== 0n);
 }
 
 describe("killLeftoverProcesses", () => {
@@ -32,14 +51,17 @@ describe("killLeftoverProcesses", () => {
     const elsewhere = join(dataDir, "other");
     mkdirSync(workspace, { recursive: true });
     mkdirSync(elsewhere, { recursive: true });
-    const leftover = spawnIn(workspace);
-    const bystander = spawnIn(elsewhere);
-    await new Promise((r) => setTimeout(r, 200));
+    const leftover = await spawnIn(workspace);
+    const bystander = await spawnIn(elsewhere);
     const killed = await killLeftoverProcesses(join(dataDir, "sessions"), silentLogger());
-    expect(killed).toBeGreaterThanOrEqual(2); // the shell and its sleep
+    expect(killed).toBe(1); // one process group: the shell and its sleep
     expect(await leftover.exited).toBe("SIGKILL");
+    // The group's SIGKILL reached its every member.
+    expect(runs(leftover.grandchild)).toBe(false);
     expect(bystander.child.exitCode).toBeNull();
     expect(bystander.child.signalCode).toBeNull();
+    expect(runs(bystander.grandchild)).toBe(true);
+    process.kill(-bystander.child.pid!, "SIGKILL");
   });
 
   it("does nothing without a sessions dir", async () => {

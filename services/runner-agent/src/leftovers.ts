@@ -12,6 +12,7 @@ import type { Logger } from "@paddock/logging";
  * is killed. A process that left its workspace (`cd /`) is not found: the
  * process backend is not a sandbox boundary (see ARCHITECTURE.md, Egress).
  */
+/** Resolves to the number of process groups (or lone processes) killed. */
 export async function killLeftoverProcesses(sessionsDir: string, log: Logger): Promise<number> {
   let root: string;
   let entries: string[];
@@ -22,6 +23,7 @@ export async function killLeftoverProcesses(sessionsDir: string, log: Logger): P
     return 0;
   }
   let killed = 0;
+  const groups = new Set<number>();
   for (const entry of entries) {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
     try {
@@ -29,8 +31,12 @@ export async function killLeftoverProcesses(sessionsDir: string, log: Logger): P
       const stat = await readFile(`/proc/${entry}/stat`, "utf8");
       // Fields after "(comm) ": state, ppid, pgrp.
       const pgrp = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
-      if (Number.isInteger(pgrp) && pgrp > 1 && pgrp !== process.pid) signal(-pgrp);
       signal(Number(entry));
+      if (Number.isInteger(pgrp) && pgrp > 1 && pgrp !== process.pid) {
+        if (groups.has(pgrp)) continue;
+        groups.add(pgrp);
+        signal(-pgrp);
+      }
       killed += 1;
     } catch {
       // gone meanwhile, or not ours to inspect

@@ -8,10 +8,11 @@ import { Objm } from "@nats-io/obj";
 import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
 import { Headers, ObjectStores, Subjects, type BootEnvironment, type DispatchCommand, type PortableSpec, type RunnerFact } from "@paddock/contracts";
 import { provision } from "@paddock/bus";
+import { newSealKey, SEALED_ARCHIVE_FORMAT } from "@paddock/archive";
 import { createLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import type { AgentConfig } from "./agent.ts";
-import { collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, maliciousTar, tarEntry, testAgent, type TestAgent } from "./test-support.ts";
+import { collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, maliciousTar, sealBytes, tarEntry, testAgent, type TestAgent } from "./test-support.ts";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;
@@ -114,7 +115,8 @@ describe("suspend, resume, checkpoint", () => {
     await h.send({ type: "suspend", sessionId, requestId: "c1", warm: false });
     const suspended = await h.fact(sessionId, "suspended");
     const name = `ws1/${sessionId}/1-c1`;
-    expect(suspended).toMatchObject({ warm: false, checkpoint: { ref: `checkpoints/${name}`, format: "tar+gzip", capabilities: ["portable"] } });
+    expect(suspended).toMatchObject({ warm: false, checkpoint: { ref: `checkpoints/${name}`, format: SEALED_ARCHIVE_FORMAT, capabilities: ["portable"] } });
+    if (suspended.type !== "suspended" || !suspended.checkpoint || !suspended.sealKey) throw new Error("expected a sealed cold checkpoint");
     const os = await new Objm(nc).open(ObjectStores.checkpoints);
     expect((await os.info(name))?.size).toBeGreaterThan(0);
     expect(existsSync(join(h.t.config.dataDir, "sessions", sessionId))).toBe(false);
@@ -122,15 +124,21 @@ describe("suspend, resume, checkpoint", () => {
     await h.send({ type: "checkpoint", sessionId, requestId: "c2" });
     await h.fact(sessionId, "refused", (f) => f.requestId === "c2");
 
+    // Without its key, or with another, the checkpoint does not open.
+    await h.start(sessionId, { cmd: ["true"] }, { placementGeneration: 2, trigger: "resume", restore: suspended.checkpoint });
+    expect(await h.fact(sessionId, "failed", (f) => f.placementGeneration === 2)).toMatchObject({ reason: "restore failed: checkpoint key missing" });
+    await h.start(sessionId, { cmd: ["true"] }, { placementGeneration: 3, trigger: "resume", restore: suspended.checkpoint, restoreKey: newSealKey().toString("base64") });
+    expect((await h.fact(sessionId, "failed", (f) => f.placementGeneration === 3)).reason).toMatch(/^restore failed: /);
+
     const resumed = collectTerm(nc, sessionId, "main");
-    await h.start(sessionId, { cmd: ["sh", "-c", "cat note.txt; exit 0"] }, { placementGeneration: 2, trigger: "resume", restore: suspended.checkpoint });
+    await h.start(sessionId, { cmd: ["sh", "-c", "cat note.txt; exit 0"] }, { placementGeneration: 4, trigger: "resume", restore: suspended.checkpoint, restoreKey: suspended.sealKey });
     const exited = await h.fact(sessionId, "exited");
-    expect(exited).toMatchObject({ placementGeneration: 2, exitCode: 0 });
+    expect(exited).toMatchObject({ placementGeneration: 4, exitCode: 0 });
     expect(resumed.text()).toContain("before-suspend");
-    const run = await h.fact(sessionId, "app", (f) => f.placementGeneration === 2);
+    const run = await h.fact(sessionId, "app", (f) => f.placementGeneration === 4);
     expect(run.run).toMatchObject({ generation: 1, phase: "running", trigger: "resume" });
     // Placement 1 never reported an exit, and its log never got a marker.
-    expect(h.facts.items.filter((f) => f.sessionId === sessionId && f.type === "exited").map((f) => f.placementGeneration)).toEqual([2]);
+    expect(h.facts.items.filter((f) => f.sessionId === sessionId && f.type === "exited").map((f) => f.placementGeneration)).toEqual([4]);
     expect(term.items.filter((m) => m.generation === "1" && m.exitCode !== undefined)).toHaveLength(0);
   });
 
@@ -183,8 +191,11 @@ describe("suspend, resume, checkpoint", () => {
   it("a start restoring a malicious checkpoint fails without writing outside the workspace", async () => {
     const sessionId = nextId();
     const os = await new Objm(nc).open(ObjectStores.checkpoints);
-    await os.putBlob({ name: `ws1/${sessionId}/evil` }, maliciousTar(tarEntry("../../escaped.txt", { body: "x" })));
-    await h.start(sessionId, { cmd: ["true"] }, { trigger: "resume", restore: { ref: `checkpoints/ws1/${sessionId}/evil`, format: "tar+gzip", capabilities: ["portable"] } });
+    // Sealed with a key the start carries: the runner opens it, and extraction refuses the entry.
+    const ref = `checkpoints/ws1/${sessionId}/evil`;
+    const key = newSealKey();
+    await os.putBlob({ name: `ws1/${sessionId}/evil` }, await sealBytes(key, ref, maliciousTar(tarEntry("../../escaped.txt", { body: "x" }))));
+    await h.start(sessionId, { cmd: ["true"] }, { trigger: "resume", restore: { ref, format: SEALED_ARCHIVE_FORMAT, capabilities: ["portable"] }, restoreKey: key.toString("base64") });
     expect(await h.fact(sessionId, "failed")).toMatchObject({ reason: "restore failed: archive refused: path contains .." });
     expect(existsSync(join(h.t.config.dataDir, "escaped.txt"))).toBe(false);
   });
@@ -234,14 +245,15 @@ describe("environment boot", () => {
     const term1 = collectTerm(nc, first, "main");
     await h.start(first, { cmd: ["sh", "-c", "cat built.txt; exit 0"] }, { environment: env() });
     const snap = await h.fact(first, "env_snapshot");
-    expect(snap).toMatchObject({ environmentId: "env1", setupHash: "h1", checkpoint: { ref: "env-snapshots/ws1/env1/h1", format: "tar+gzip" } });
+    expect(snap).toMatchObject({ environmentId: "env1", setupHash: "h1", checkpoint: { ref: "env-snapshots/ws1/env1/h1", format: SEALED_ARCHIVE_FORMAT } });
+    if (snap.type !== "env_snapshot") throw new Error("unreachable");
     await h.fact(first, "exited");
     expect(term1.text()).toContain("built");
     expect(h.facts.items.filter((f) => f.sessionId === first).map((f) => f.type).slice(0, 2)).toEqual(["env_snapshot", "running"]);
 
     const second = nextId();
     const term2 = collectTerm(nc, second, "main");
-    await h.start(second, { cmd: ["sh", "-c", "cat built.txt; exit 0"] }, { environment: env({ snapshot: snap.checkpoint }) });
+    await h.start(second, { cmd: ["sh", "-c", "cat built.txt; exit 0"] }, { environment: env({ snapshot: snap.checkpoint, snapshotKey: snap.sealKey }) });
     await h.fact(second, "exited");
     expect(term2.text()).toContain("built");
     expect(h.facts.items.some((f) => f.sessionId === second && f.type === "env_snapshot")).toBe(false);

@@ -14,6 +14,25 @@ describe("config", () => {
     expect(c).toMatchObject({ runnerId: "r1", poolId: "default", capacityTotal: 8, capabilities: ["gpu", "process"], leaseRenewMs: 2_000 });
   });
 
+  it("reads the terminal log window and screen checkpoint timing; 0 turns either off; refuses anything else", () => {
+    const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
+    expect(loadConfig(base).terminal).toEqual({ coalesceMs: 4, screen: { quietMs: 200, intervalMs: 5_000 } });
+    expect(loadConfig({ ...base, PADDOCK_RUNNER_TERM_COALESCE_MS: "0", PADDOCK_RUNNER_SCREEN_INTERVAL_MS: "0" }).terminal).toEqual({ coalesceMs: 0, screen: undefined });
+    expect(loadConfig({ ...base, PADDOCK_RUNNER_SCREEN_QUIET_MS: "50", PADDOCK_RUNNER_SCREEN_INTERVAL_MS: "5000" }).terminal.screen).toEqual({ quietMs: 50, intervalMs: 5_000 });
+    for (const [key, bad] of [
+      ["PADDOCK_RUNNER_TERM_COALESCE_MS", "-1"],
+      ["PADDOCK_RUNNER_TERM_COALESCE_MS", "2.5"],
+      ["PADDOCK_RUNNER_TERM_COALESCE_MS", "60000"],
+      ["PADDOCK_RUNNER_TERM_COALESCE_MS", "soon"],
+      ["PADDOCK_RUNNER_SCREEN_QUIET_MS", "0"],
+      ["PADDOCK_RUNNER_SCREEN_QUIET_MS", "3600001"],
+      ["PADDOCK_RUNNER_SCREEN_INTERVAL_MS", "-5"],
+      ["PADDOCK_RUNNER_SCREEN_INTERVAL_MS", "1e12"],
+    ] as const) {
+      expect(() => loadConfig({ ...base, [key]: bad }), `${key}=${bad}`).toThrow(ConfigError);
+    }
+  });
+
   it("refuses a missing runner id or an id that is not one subject token", () => {
     expect(() => loadConfig({ PADDOCK_RUNNER_DATA_DIR: "/tmp/x" })).toThrow(ConfigError);
     expect(() => loadConfig({ PADDOCK_RUNNER_ID: "a.b", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" })).toThrow(ConfigError);

@@ -22,6 +22,10 @@ export interface RunnerMetrics extends BusMetrics {
   reregistrations: Counter<"reason">;
   /** Commands answered with a refused fact, by command type. */
   refusedCommands: Counter<"type">;
+  /** Screen checkpoints written to SCREENS. */
+  screenCheckpoints: Counter;
+  /** Screen checkpoints not written: `too_large`, `failed` (publish), `backlog` (the emulator fell behind; the app placement writes no more). */
+  screenCheckpointsSkipped: Counter<"reason">;
 }
 
 export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
@@ -67,6 +71,13 @@ export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
       name: "paddock_refused_commands_total",
       help: "Dispatch commands the runner could not carry out",
       labelNames: ["type"],
+      registers,
+    }),
+    screenCheckpoints: new Counter({ name: "paddock_screen_checkpoints_total", help: "Screen checkpoints written", registers }),
+    screenCheckpointsSkipped: new Counter({
+      name: "paddock_screen_checkpoints_skipped_total",
+      help: "Screen checkpoints not written: too_large, failed, backlog",
+      labelNames: ["reason"],
       registers,
     }),
   };

@@ -1,14 +1,15 @@
 import { UsageMeter } from "./usage.ts";
-import { mkdir, rm } from "node:fs/promises";
+import { mkdirSync } from "node:fs";
+import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { appsOf, FleetRpc, type Checkpoint, type DispatchCommand, type RunTrigger, type Usage } from "@paddock/contracts";
+import { appsOf, FleetRpc, Subjects, type DispatchCommand, type RunTrigger, type Usage } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import { AppSlot, type GenerationEnd, type GenerationStart } from "./app-slot.ts";
 import { bootEnvironment } from "./boot.ts";
-import { checkpointObjectName, type CheckpointStore } from "./checkpoint.ts";
+import { checkpointObjectName, type CheckpointStore, type SavedCheckpoint } from "./checkpoint.ts";
 import { egressEnv, egressRefusals, startEgressProxy, type EgressProxy } from "./egress.ts";
 import { BootError, CheckpointError, CommandRefusedError, RunnerError } from "./errors.ts";
 import type { FactBody, FactPublisher } from "./facts.ts";
@@ -16,7 +17,9 @@ import { ControllerGate, subscribeInput } from "./input.ts";
 import type { RunnerMetrics } from "./metrics.ts";
 import { SlidingWindowLimiter } from "./rate-limit.ts";
 import type { SecretResolver } from "./secrets.ts";
-import { TermWriter } from "./term-writer.ts";
+import { realClock, TermWriter } from "./term-writer.ts";
+import { ScreenTracker } from "./screen-tracker.ts";
+import { defaultTerminalSettings, type TerminalSettings } from "./config.ts";
 import type { HeldSession } from "./types.ts";
 import { watchWorkspace, type WorkspaceWatcher } from "./watcher.ts";
 
@@ -49,6 +52,8 @@ export interface SessionRuntimeDeps {
   watch: WatchSettings;
   /** How often a session's CPU and memory are sampled for its usage. */
   usageSampleMs?: number;
+  /** Terminal log coalescing and screen checkpoints (defaultTerminalSettings when absent). */
+  terminal?: TerminalSettings;
 }
 
 /** booting → running ⇄ frozen; running → exited (run mode); any → ending (destroy, cold suspend, shutdown). */
@@ -141,8 +146,9 @@ export class SessionRuntime {
     const cmd = this.cmd;
     const trigger: RunTrigger = cmd.trigger;
     try {
-      await mkdir(this.workspace, { recursive: true });
-      if (cmd.restore) await this.deps.checkpoints.restore(cmd.restore, this.workspace).catch(rethrowAs("restore failed"));
+      // Synchronous: a thread-pool round trip here is on every create's path to running, and this is two mkdirs.
+      mkdirSync(this.workspace, { recursive: true });
+      if (cmd.restore) await this.deps.checkpoints.restore(cmd.restore, cmd.restoreKey, this.workspace).catch(rethrowAs("restore failed"));
       const env = cmd.environment;
       const secrets = env ? await this.deps.secrets.resolve(env.secretRefs, { ...this.held, environmentId: env.environmentId }) : {};
       const appEnv = { ...this.baseEnv(), ...secrets, ...this.tokenEnv() };
@@ -228,9 +234,9 @@ export class SessionRuntime {
     this.require("running", "frozen");
     if (this.phase === "frozen") throw new CommandRefusedError("session is already suspended");
     for (const slot of this.slots.values()) slot.freeze();
-    let checkpoint: Checkpoint;
+    let saved: SavedCheckpoint;
     try {
-      checkpoint = await this.saveCheckpoint(requestId);
+      saved = await this.saveCheckpoint(requestId);
     } catch (err) {
       for (const slot of this.slots.values()) slot.thaw();
       throw err;
@@ -242,14 +248,14 @@ export class SessionRuntime {
     await this.killAll();
     await Promise.all([...this.slots.values()].map((s) => s.closeLog()));
     await rm(this.dir, { recursive: true, force: true });
-    await this.emit({ type: "suspended", warm: false, checkpoint, ...(usage ? { usage } : {}) }, requestId);
+    await this.emit({ type: "suspended", warm: false, ...saved, ...(usage ? { usage } : {}) }, requestId);
     this.deps.log.info(this.ids(), "session suspended cold");
   }
 
   async checkpoint(requestId: string): Promise<void> {
     this.require("running", "frozen", "exited");
-    const checkpoint = await this.saveCheckpoint(requestId);
-    await this.emit({ type: "checkpointed", requestId, checkpoint }, requestId);
+    const saved = await this.saveCheckpoint(requestId);
+    await this.emit({ type: "checkpointed", requestId, ...saved }, requestId);
   }
 
   /**
@@ -395,7 +401,7 @@ export class SessionRuntime {
     return this.emit({ type: "app", app: slot.name, run: end.run, durationMs: end.durationMs }, `${slot.name}-${end.run.generation}-completed`);
   }
 
-  private async saveCheckpoint(requestId: string): Promise<Checkpoint> {
+  private async saveCheckpoint(requestId: string): Promise<SavedCheckpoint> {
     const name = checkpointObjectName(this.held.workspaceId, this.held.sessionId, this.held.placementGeneration, requestId);
     try {
       return await this.deps.checkpoints.save("checkpoints", name, this.workspace);
@@ -449,6 +455,18 @@ export class SessionRuntime {
   }
 
   private newSlot(spec: ReturnType<typeof appsOf>[number], env: Record<string, string>): AppSlot {
+    const terminal = this.deps.terminal ?? defaultTerminalSettings;
+    const screen = terminal.screen
+      ? new ScreenTracker({
+          js: this.deps.js,
+          subject: Subjects.screen(this.deps.runner.poolId, this.deps.runner.runnerId, this.held.sessionId, spec.name),
+          placementGeneration: this.held.placementGeneration,
+          ...terminal.screen,
+          clock: realClock,
+          metrics: this.deps.metrics,
+          log: this.deps.log,
+        })
+      : undefined;
     const writer = new TermWriter({
       js: this.deps.js,
       jsm: this.deps.jsm,
@@ -459,11 +477,14 @@ export class SessionRuntime {
       placementGeneration: this.held.placementGeneration,
       metrics: this.deps.metrics,
       log: this.deps.log,
+      coalesceMs: terminal.coalesceMs,
+      onCommitted: screen ? (seq, body) => screen.observe(seq, body) : undefined,
     });
     return new AppSlot(spec, {
       cwd: this.workspace,
       env,
       writer,
+      screen,
       now: this.deps.now,
       killGraceMs: this.deps.killGraceMs,
       onEnded: (slot, end) => this.onAppEnded(slot, end),

@@ -220,3 +220,139 @@ describe("term writer fencing", () => {
     expect(w.committed).toBe(stored.length);
   });
 });
+
+/** A clock that never moves and windows that end only when the test says so. */
+function frozenClock() {
+  const armed: Array<{ ms: number; fire: () => void }> = [];
+  return {
+    armed,
+    clock: {
+      now: () => 1_000,
+      after: (ms: number, fn: () => void) => {
+        const cancel = () => {
+          const i = armed.indexOf(entry);
+          if (i >= 0) armed.splice(i, 1);
+        };
+        const entry = {
+          ms,
+          fire: () => {
+            cancel();
+            fn();
+          },
+        };
+        armed.push(entry);
+        return cancel;
+      },
+    },
+  };
+}
+
+/** Resolves with the TERM sequence of the n-th committed data chunk (1-based). */
+function committedChunks() {
+  const seqs: number[] = [];
+  const waiters: Array<{ n: number; resolve: () => void }> = [];
+  return {
+    seqs,
+    onCommitted: (seq: number) => {
+      seqs.push(seq);
+      for (const w of [...waiters]) if (seqs.length >= w.n) w.resolve();
+    },
+    until: (n: number) => (seqs.length >= n ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ n, resolve }))),
+  };
+}
+
+describe("term writer coalescing (bounded in size and time)", () => {
+  it("keeps every byte of more small pieces than the per-subject chunk count, arriving one by one", async () => {
+    // Its own server: TERM keeps only 4 chunks per subject here.
+    const own = await startNatsServer();
+    const onc = await connect({ servers: own.url });
+    try {
+      await provision(onc, { replicas: 1, termMaxMsgsPerSubject: 4 });
+      const { clock, armed } = frozenClock();
+      const w = new TermWriter({
+        js: jetstream(onc),
+        jsm: await jetstreamManager(onc),
+        ...R1,
+        sessionId: "small-pieces",
+        app: "main",
+        placementGeneration: 1,
+        metrics: createRunnerMetrics(),
+        log: silentLogger(),
+        isCurrentPlacement: () => Promise.resolve(true),
+        maxChunkBytes: 1024,
+        clock,
+      });
+      const pieces: Buffer[] = [];
+      // 75 pieces of 40 bytes (3,000 bytes): a chunk per piece would leave only the last 4 (160 bytes).
+      for (let i = 0; i < 75; i++) {
+        const piece = Buffer.from(`${String(i).padStart(3, "0")}:`.padEnd(40, String.fromCharCode(97 + (i % 26))));
+        pieces.push(piece);
+        w.append(piece);
+        // A round trip to the server between pieces: a writer that published whatever is there would have.
+        await onc.flush();
+      }
+      expect(armed.length).toBeGreaterThan(0);
+      await w.flush();
+      const consumer = await jetstream(onc).consumers.get(Streams.term, { filter_subjects: [Subjects.termOfApp("small-pieces", "main")] });
+      const info = await consumer.info();
+      expect(info.num_pending).toBeLessThanOrEqual(4);
+      const bodies: Buffer[] = [];
+      for await (const m of await consumer.fetch({ max_messages: info.num_pending, expires: 10_000 })) {
+        bodies.push(Buffer.from(m.data));
+        if (bodies.length === info.num_pending) break;
+      }
+      expect(Buffer.concat(bodies).equals(Buffer.concat(pieces))).toBe(true);
+      // The first piece went out at once (a new burst); the rest filled 1 KiB chunks.
+      expect(bodies.map((b) => b.byteLength)).toEqual([40, 1024, 1024, 912]);
+    } finally {
+      await onc.close();
+      await own.stop();
+    }
+  });
+
+  it("holds output that keeps arriving until its window ends, and never holds output that follows input", async () => {
+    const { clock, armed } = frozenClock();
+    const commits = committedChunks();
+    const w = new TermWriter({
+      js,
+      jsm,
+      ...R1,
+      sessionId: "window",
+      app: "main",
+      placementGeneration: 1,
+      metrics: createRunnerMetrics(),
+      log: silentLogger(),
+      isCurrentPlacement: () => Promise.resolve(true),
+      coalesceMs: 5,
+      clock,
+      onCommitted: commits.onCommitted,
+    });
+    w.append(text("a")); // after a quiet moment: at once
+    await commits.until(1);
+    w.append(text("b")); // output keeps arriving: held for the window
+    // The pump finishes its turn in microtasks; any I/O callback comes after it.
+    await nc.flush();
+    expect(armed.map((a) => a.ms)).toEqual([5]);
+    armed[0]?.fire();
+    await commits.until(2);
+    w.append(text("c"));
+    await nc.flush();
+    expect(armed.length).toBe(1);
+    // Input reaches the app: what is pending, and what it prints next, goes out at once.
+    w.noteInput();
+    await commits.until(3);
+    expect(armed.length).toBe(0);
+    w.noteInput();
+    w.append(text("d"));
+    await commits.until(4);
+    await w.finish(0);
+    expect(rows(await readLog("window")).map((r) => [r[1], r[3]])).toEqual([
+      ["a", undefined],
+      ["b", undefined],
+      ["c", undefined],
+      ["d", undefined],
+      ["", "0"],
+    ]);
+    expect(commits.seqs.length).toBe(4);
+  });
+});

@@ -8,6 +8,29 @@ import type { RunnerMetrics } from "./metrics.ts";
 /** TERM chunks are bounded so a reader's per-chunk cost (and the stream's per-subject limit) stays predictable. */
 export const MAX_CHUNK_BYTES = 32 * 1024;
 
+/**
+ * How long output that keeps arriving is held to fill a chunk (see append).
+ * A few ms: long enough that a fast producer fills 32 KiB chunks (so the
+ * per-chunk costs and the per-subject chunk count bound hold in bytes), short
+ * enough not to be seen; output that answers input is never held.
+ */
+export const DEFAULT_COALESCE_MS = 4;
+
+/** The writer's clock and timer: injectable so tests decide when a window ends. */
+export interface CoalesceClock {
+  now(): number;
+  /** Calls fn once after ms unless the returned cancel is called first. */
+  after(ms: number, fn: () => void): () => void;
+}
+
+export const realClock: CoalesceClock = {
+  now: () => performance.now(),
+  after: (ms, fn) => {
+    const timer = setTimeout(fn, ms);
+    return () => clearTimeout(timer);
+  },
+};
+
 const MSG_ID_HEADER = "Nats-Msg-Id";
 
 /**
@@ -46,6 +69,11 @@ export interface TermWriterOptions {
   highWaterBytes?: number;
   /** Called with true when pending output crosses highWaterBytes, false once it drained below half. */
   onPressure?: (paused: boolean) => void;
+  /** The coalescing window (DEFAULT_COALESCE_MS); 0 publishes whatever is there as soon as nothing is in flight. */
+  coalesceMs?: number;
+  clock?: CoalesceClock;
+  /** Told about every committed data chunk, in log order, with its TERM sequence (screen checkpoints). */
+  onCommitted?: (seq: number, body: Uint8Array) => void;
 }
 
 interface Pending {
@@ -75,6 +103,13 @@ interface LastMessage {
  * latches shut for good: retrying would mean re-reading the sequence and
  * overwriting the successor's log, which is exactly what fencing forbids.
  * One publish is in flight at a time; output arriving meanwhile is coalesced.
+ *
+ * Chunks are bounded in size (maxChunkBytes) and time (coalesceMs): output
+ * that starts after a quiet moment, or that follows input written to the app
+ * (an echo, a prompt), is published at once; output that keeps arriving is
+ * held until the chunk is full or its first byte is coalesceMs old. So a fast
+ * producer writes full chunks, which is what makes TERM's per-subject chunk
+ * count a byte bound (see ARCHITECTURE.md, Storage).
  */
 export class TermWriter {
   private readonly subject: string;
@@ -94,11 +129,22 @@ export class TermWriter {
   private closed = false;
   private pump: Promise<void> | undefined;
   private wake: (() => void) | undefined;
+  private readonly coalesceMs: number;
+  private readonly clock: CoalesceClock;
+  /** When the last output arrived (clock ms): output arriving within coalesceMs of it "keeps arriving". */
+  private lastAppendAt = Number.NEGATIVE_INFINITY;
+  /** When the oldest pending byte arrived: the chunk is published by heldSince + coalesceMs at the latest. */
+  private heldSince = 0;
+  /** Publish what is pending without waiting for the window (new burst, input, flush). */
+  private urgent = false;
+  private cancelWindow: (() => void) | undefined;
 
   constructor(private readonly opts: TermWriterOptions) {
     this.subject = Subjects.term(opts.poolId, opts.runnerId, opts.sessionId, opts.app);
     this.fenceSubject = Subjects.termOfApp(opts.sessionId, opts.app);
     this.maxChunk = opts.maxChunkBytes ?? MAX_CHUNK_BYTES;
+    this.coalesceMs = opts.coalesceMs ?? DEFAULT_COALESCE_MS;
+    this.clock = opts.clock ?? realClock;
   }
 
   /** True once a successor generation has written; nothing is appended after. */
@@ -122,15 +168,30 @@ export class TermWriter {
    */
   append(bytes: Uint8Array, stream?: OutputStream): void {
     if (this.latched || this.aborted || this.closed || this.exitMarker !== undefined || bytes.byteLength === 0) return;
+    const now = this.clock.now();
+    // Output after a quiet moment starts a burst: its first bytes go out at once.
+    if (now - this.lastAppendAt >= this.coalesceMs) this.urgent = true;
+    this.lastAppendAt = now;
+    if (this.pendingBytes === 0) this.heldSince = now;
     this.pending.push({ bytes, stream });
     this.pendingBytes += bytes.byteLength;
     this.updatePressure();
     this.kick();
   }
 
+  /**
+   * Input was just written to the app: what it prints next (an echo, a
+   * prompt) is published without waiting for the window.
+   */
+  noteInput(): void {
+    this.urgent = true;
+    if (this.pendingBytes > 0) this.kick();
+  }
+
   /** Resolves once everything queued so far is committed, or immediately once fenced or aborted. */
   async flush(): Promise<void> {
     while (this.isOpen() && (this.pump !== undefined || this.hasWork())) {
+      this.urgent = true;
       this.kick();
       await this.pump;
     }
@@ -162,6 +223,7 @@ export class TermWriter {
   abort(): void {
     this.aborted = true;
     this.dropPending();
+    this.stopWindow();
     this.wake?.();
   }
 
@@ -174,17 +236,42 @@ export class TermWriter {
   }
 
   private kick(): void {
-    if (this.pump || !this.isOpen()) return;
+    if (this.pump || !this.isOpen() || !this.ready()) return;
+    this.stopWindow();
     this.pump = this.run().finally(() => {
       this.pump = undefined;
       if (this.isOpen() && this.hasWork()) this.kick();
     });
   }
 
+  /**
+   * Whether what is pending should be published now; when output keeps
+   * arriving and the chunk has room and time left, a timer is armed for the
+   * end of its window instead.
+   */
+  private ready(): boolean {
+    if (this.urgent || this.pendingBytes >= this.maxChunk || this.coalesceMs <= 0 || this.closed) return true;
+    if (this.pendingBytes === 0) return this.exitMarker !== undefined && !this.markerSent;
+    const left = this.heldSince + this.coalesceMs - this.clock.now();
+    if (left <= 0) return true;
+    this.cancelWindow ??= this.clock.after(left, () => {
+      this.cancelWindow = undefined;
+      this.urgent = true;
+      this.kick();
+    });
+    return false;
+  }
+
+  private stopWindow(): void {
+    this.cancelWindow?.();
+    this.cancelWindow = undefined;
+  }
+
   private async run(): Promise<void> {
-    while (this.isOpen()) {
+    while (this.isOpen() && this.ready()) {
       const chunk = this.takeNext();
       if (!chunk) return;
+      this.urgent = false;
       await this.publish(chunk);
     }
   }
@@ -242,9 +329,10 @@ export class TermWriter {
           timeout: this.opts.publishTimeoutMs ?? 5_000,
         });
         this.committedAt(ack.seq);
+        if (chunk.exitCode === undefined) this.opts.onCommitted?.(ack.seq, chunk.body);
         return;
       } catch (err) {
-        if (isWrongLastSequence(err) && (await this.resolveRefusal(msgID, refusedAtSequence(err)))) return;
+        if (isWrongLastSequence(err) && (await this.resolveRefusal(msgID, refusedAtSequence(err), chunk))) return;
         if (!this.isOpen()) return;
         this.opts.metrics.termRetries.inc();
         if (attempt === 0) this.opts.log.warn({ err, ...this.ids() }, "terminal publish failed; retrying");
@@ -262,7 +350,7 @@ export class TermWriter {
    * runner's own subject its header says whose it is; otherwise it is another
    * runner's, and the session record decides.
    */
-  private async resolveRefusal(msgID: string, actualSeq: number | undefined): Promise<boolean> {
+  private async resolveRefusal(msgID: string, actualSeq: number | undefined, chunk: Chunk): Promise<boolean> {
     if (actualSeq === undefined) return false;
     let own: LastMessage;
     try {
@@ -273,6 +361,7 @@ export class TermWriter {
     if (own.seq === actualSeq) {
       if (own.msgId === msgID) {
         this.committedAt(own.seq);
+        if (chunk.exitCode === undefined) this.opts.onCommitted?.(own.seq, chunk.body);
         return true;
       }
       if (own.generation < this.opts.placementGeneration) {

@@ -5,7 +5,9 @@
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Readable } from "node:stream";
 import { gzipSync } from "node:zlib";
+import { sealStream } from "@paddock/archive";
 import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import {
@@ -258,3 +260,10 @@ export function maliciousTar(...entries: Buffer[]): Buffer {
   return gzipSync(Buffer.concat([...entries, Buffer.alloc(1024, 0)]));
 }
 
+
+/** Bytes sealed as a checkpoint object named `ref` is (what a runner's save writes). */
+export async function sealBytes(key: Buffer, ref: string, plain: Uint8Array): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const part of Readable.from([plain]).pipe(sealStream(key, ref))) parts.push(part as Buffer);
+  return Buffer.concat(parts);
+}

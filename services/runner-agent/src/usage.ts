@@ -27,16 +27,32 @@ function parseStat(text: string): ProcStat | undefined {
   return { pid: Number(head), pgid: num(5), cpuTicks: num(14) + num(15) + num(16) + num(17), rssBytes: num(24) * PAGE_BYTES };
 }
 
-/** Every process in the given process groups (each app leads its own group). */
-async function processesIn(groups: ReadonlySet<number>): Promise<ProcStat[]> {
-  if (groups.size === 0) return [];
+/** Every process on the host, as /proc says. */
+async function scanProcesses(): Promise<ProcStat[]> {
   const out: ProcStat[] = [];
   for (const name of await readdir("/proc").catch(() => [] as string[])) {
     if (!/^\d+$/.test(name)) continue;
     const stat = parseStat(await readFile(`/proc/${name}/stat`, "utf8").catch(() => ""));
-    if (stat && groups.has(stat.pgid)) out.push(stat);
+    if (stat) out.push(stat);
   }
   return out;
+}
+
+/**
+ * One /proc scan serves every session's periodic sample taken within
+ * SHARED_SCAN_MS of it: a scan reads every process's stat file, and a runner
+ * with many sessions (each sampled every few seconds) otherwise spent most of
+ * its CPU here (found profiling create → running, issue 8).
+ */
+const SHARED_SCAN_MS = 1_000;
+let sharedScan: { at: number; procs: Promise<ProcStat[]> } | undefined;
+
+/** Every process in the given process groups (each app leads its own group); `fresh` skips the shared scan. */
+async function processesIn(groups: ReadonlySet<number>, fresh: boolean): Promise<ProcStat[]> {
+  if (groups.size === 0) return [];
+  const at = performance.now();
+  if (fresh || !sharedScan || at - sharedScan.at > SHARED_SCAN_MS) sharedScan = { at, procs: scanProcesses() };
+  return (await sharedScan.procs).filter((p) => groups.has(p.pgid));
 }
 
 /** Bytes of regular files under dir (bounded walk; links are not followed). */
@@ -84,10 +100,10 @@ export class UsageMeter {
     this.timer.unref();
   }
 
-  /** One sample now (serialised with the periodic ones). */
-  sample(): Promise<void> {
+  /** One sample now (serialised with the periodic ones); `fresh` reads /proc anew rather than a scan shared with other sessions. */
+  sample(fresh = false): Promise<void> {
     this.sampling = this.sampling.then(async () => {
-      const procs = await processesIn(new Set(this.groups()));
+      const procs = await processesIn(new Set(this.groups()), fresh);
       const at = this.now();
       const seconds = Math.max(0, at - this.lastSampleAt) / 1000;
       this.lastSampleAt = at;
@@ -107,7 +123,7 @@ export class UsageMeter {
   async finish(workspace: string): Promise<Usage> {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
-    await this.sample();
+    await this.sample(true);
     return {
       cpuTimeSeconds: this.cpuTicks / CLOCK_TICKS_PER_SECOND,
       memoryByteSeconds: this.memoryByteSeconds,

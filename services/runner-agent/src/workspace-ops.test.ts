@@ -9,8 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { callRpc, provision } from "@paddock/bus";
-import { ObjectStores, PaddockError, transferObjectName, workspaceRpcs, type DispatchCommand, type PortableSpec, type RunnerFact } from "@paddock/contracts";
-import { extractArchive, packDirectory } from "@paddock/archive";
+import { ObjectStores, PaddockError, transferObjectName, transferRef, workspaceRpcs, type DispatchCommand, type PortableSpec, type RunnerFact } from "@paddock/contracts";
+import { extractArchive, newSealKey, packDirectory, sealed, unsealed } from "@paddock/archive";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import type { AgentConfig } from "./agent.ts";
 import { collectFacts, collectTerm, dispatchTo, fakeScheduler, maliciousTar, tarEntry, testAgent, type TestAgent } from "./test-support.ts";
@@ -71,17 +71,30 @@ async function session(spec: PortableSpec, mode: "run" | "watch" = "run", overri
   };
 }
 
-async function upload(sessionId: string, data: ReadableStream<Uint8Array> | Buffer): Promise<string> {
+/** The transfer key of every request here (the gateway makes one per transfer). */
+const KEY = newSealKey();
+const sealKey = KEY.toString("base64");
+
+/** Stores data as the gateway does: sealed under `key` for its transfer object. */
+async function upload(sessionId: string, data: ReadableStream<Uint8Array> | Buffer, key = KEY): Promise<string> {
   const transferId = `t${++n}`;
   const name = transferObjectName(WS, sessionId, transferId);
-  if (Buffer.isBuffer(data)) await transfers.putBlob({ name }, data);
-  else await transfers.put({ name }, data);
+  const plain = Buffer.isBuffer(data) ? Readable.from([data]) : Readable.fromWeb(data as NodeWebReadableStream<Uint8Array>);
+  await transfers.put({ name }, Readable.toWeb(sealed(plain, key, transferRef(name))) as unknown as ReadableStream<Uint8Array>);
   return transferId;
 }
 
 async function push(h: Held, path: string, data: ReadableStream<Uint8Array> | Buffer) {
   const transferId = await upload(h.sessionId, data);
-  return callRpc(nc, h.rpcs.push, { ...h.target, path, transferId }, { timeoutMs: 10_000 });
+  return callRpc(nc, h.rpcs.push, { ...h.target, path, transferId, sealKey }, { timeoutMs: 10_000 });
+}
+
+/** A pulled archive, opened as the gateway does. */
+async function pulledArchive(sessionId: string, transferId: string): Promise<Readable> {
+  const name = transferObjectName(WS, sessionId, transferId);
+  const got = await transfers.get(name);
+  if (!got) throw new Error(`transfer ${name} missing`);
+  return unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), KEY, transferRef(name));
 }
 
 async function errorOf(p: Promise<unknown>): Promise<PaddockError> {
@@ -110,41 +123,62 @@ describe("workspace push and pull", () => {
     expect(readFileSync(join(h.workspace, "in", "here", "nested", "deep", "blob.bin")).equals(blob)).toBe(true);
 
     const transferId = `t${++n}`;
-    const pulled = await callRpc(nc, h.rpcs.pull, { ...h.target, path: "in/here", transferId });
-    const got = await transfers.get(transferObjectName(WS, h.sessionId, transferId));
-    expect(got?.info.size).toBe(pulled.size);
+    const pulled = await callRpc(nc, h.rpcs.pull, { ...h.target, path: "in/here", transferId, sealKey });
+    // The stored object is sealed: not a gzip stream; opened, it is the archive of the size the reply gives.
+    const raw = await transfers.getBlob(transferObjectName(WS, h.sessionId, transferId));
+    expect([raw?.[0], raw?.[1]]).not.toEqual([0x1f, 0x8b]);
+    const opened = Buffer.concat(await (await pulledArchive(h.sessionId, transferId)).toArray());
+    expect(opened.length).toBe(pulled.size);
     const dst = mkdtempSync(join(tmpdir(), "paddock-dst-"));
-    await extractArchive(Readable.fromWeb(got!.data as NodeWebReadableStream<Uint8Array>), dst);
+    await extractArchive(Readable.from([opened]), dst);
     expect(readFileSync(join(dst, "nested", "deep", "blob.bin")).equals(blob)).toBe(true);
     expect(readFileSync(join(dst, "link"), "utf8")).toBe("hello\n");
 
     // One file comes back under its own name.
     const one = `t${++n}`;
-    await callRpc(nc, h.rpcs.pull, { ...h.target, path: "in/here/hello.txt", transferId: one });
-    const file = await transfers.get(transferObjectName(WS, h.sessionId, one));
+    await callRpc(nc, h.rpcs.pull, { ...h.target, path: "in/here/hello.txt", transferId: one, sealKey });
     const dst2 = mkdtempSync(join(tmpdir(), "paddock-dst-"));
-    await extractArchive(Readable.fromWeb(file!.data as NodeWebReadableStream<Uint8Array>), dst2);
+    await extractArchive(await pulledArchive(h.sessionId, one), dst2);
     expect(readdirSync(dst2)).toEqual(["hello.txt"]);
   });
 
   it("refuses a placement generation it does not hold, a missing path and a path through a symlink", async () => {
     const h = await session(idle);
     const archive = maliciousTar(tarEntry("a.txt", { body: "a" }));
-    const stale = await errorOf(callRpc(nc, h.rpcs.push, { ...h.target, placementGeneration: 2, path: "", transferId: await upload(h.sessionId, archive) }));
+    const stale = await errorOf(callRpc(nc, h.rpcs.push, { ...h.target, placementGeneration: 2, path: "", transferId: await upload(h.sessionId, archive), sealKey }));
     expect(stale.code).toBe("conflict");
-    expect((await errorOf(callRpc(nc, h.rpcs.pull, { ...h.target, path: "nope", transferId: "x1" }))).code).toBe("not_found");
+    expect((await errorOf(callRpc(nc, h.rpcs.pull, { ...h.target, path: "nope", transferId: "x1", sealKey }))).code).toBe("not_found");
     // The sandbox can make links: a push "into" one must not follow it.
     const outside = mkdtempSync(join(tmpdir(), "paddock-outside-"));
     symlinkSync(outside, join(h.workspace, "escape"));
     expect((await errorOf(push(h, "escape", archive))).code).toBe("invalid");
     expect((await errorOf(push(h, "escape/sub", archive))).code).toBe("invalid");
-    expect((await errorOf(callRpc(nc, h.rpcs.pull, { ...h.target, path: "escape", transferId: "x2" }))).code).toBe("invalid");
+    expect((await errorOf(callRpc(nc, h.rpcs.pull, { ...h.target, path: "escape", transferId: "x2", sealKey }))).code).toBe("invalid");
     expect(readdirSync(outside)).toEqual([]);
     // The runner's schema refuses .. and absolute paths before anything runs (sent raw: the client helper would refuse to send them).
     for (const path of ["../x", "a/../../x", "/etc"]) {
-      const reply = await nc.request(h.rpcs.push.subject, JSON.stringify({ ...h.target, path, transferId: "x3" }));
+      const reply = await nc.request(h.rpcs.push.subject, JSON.stringify({ ...h.target, path, transferId: "x3", sealKey }));
       expect(reply.json()).toMatchObject({ ok: false, error: { code: "invalid" } });
     }
+    // Neither without a transfer key, nor with one that is not 32 bytes.
+    for (const key of [undefined, "c2hvcnQ="]) {
+      const reply = await nc.request(h.rpcs.push.subject, JSON.stringify({ ...h.target, path: "", transferId: await upload(h.sessionId, archive), sealKey: key }));
+      expect(reply.json()).toMatchObject({ ok: false, error: { code: "invalid" } });
+    }
+  });
+
+  it("refuses a transfer object that does not open with the request's key, writing nothing", async () => {
+    const h = await session(idle);
+    const archive = maliciousTar(tarEntry("planted.txt", { body: "planted" }));
+    // Sealed under another key: an object someone else put (or replaced) in the shared store.
+    const transferId = await upload(h.sessionId, archive, newSealKey());
+    const err = await errorOf(callRpc(nc, h.rpcs.push, { ...h.target, path: "", transferId, sealKey }, { timeoutMs: 10_000 }));
+    expect(err).toMatchObject({ code: "invalid", message: "archive does not open with its transfer key" });
+    // Plain gzip bytes where a sealed object belongs.
+    const plain = `t${++n}`;
+    await transfers.putBlob({ name: transferObjectName(WS, h.sessionId, plain) }, archive);
+    expect((await errorOf(callRpc(nc, h.rpcs.push, { ...h.target, path: "", transferId: plain, sealKey }, { timeoutMs: 10_000 }))).code).toBe("invalid");
+    expect(existsSync(join(h.workspace, "planted.txt"))).toBe(false);
   });
 });
 

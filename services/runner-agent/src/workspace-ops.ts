@@ -2,7 +2,7 @@ import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { relativeSegments, resolveInside, UnsafePathError } from "@paddock/archive";
+import { relativeSegments, resolveInside, SealError, sealed, sealKeyFrom, UnsafePathError, unsealed } from "@paddock/archive";
 import { serveRpc, type BusMetrics } from "@paddock/bus";
 import {
   ConflictError,
@@ -11,6 +11,7 @@ import {
   ObjectStores,
   TooLargeError,
   transferObjectName,
+  transferRef,
   UnavailableError,
   workspaceRpcs,
   type WorkspaceDiffReply,
@@ -85,8 +86,16 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
           const got = await (await transfers()).get(transferObjectName(req.workspaceId, req.sessionId, req.transferId));
           if (!got) throw new NotFoundError("transfer");
           const { path } = await resolveInside(workspace, segments, { create: true });
-          const source = Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>);
-          const extracted = await extractArchive(source, path, limits);
+          const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
+          const source = unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(req.sealKey), transferRef(name));
+          let extracted;
+          try {
+            extracted = await extractArchive(source, path, limits);
+          } catch (err) {
+            // extract reports any source failure as an invalid archive; say when it was the seal.
+            if (err instanceof SealError || source.errored instanceof SealError) throw new InvalidError("archive does not open with its transfer key");
+            throw err;
+          }
           if (await got.error) throw new InvalidError("archive is corrupt in the transfer store");
           return extracted;
         });
@@ -101,8 +110,17 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
         const segments = relativeSegments(req.path);
         return runtime.workspaceTask(async (workspace) => {
           const target = await resolveInside(workspace, segments, { create: false });
-          const info = await (await transfers()).put({ name: transferObjectName(req.workspaceId, req.sessionId, req.transferId) }, packTarget(target.path, target.kind));
-          return { size: info.size };
+          const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
+          // The reply gives the archive's own size (the client's content-length), counted before sealing.
+          let size = 0;
+          const archive = Readable.fromWeb(packTarget(target.path, target.kind) as NodeWebReadableStream<Uint8Array>);
+          const counted = archive.map((chunk: Uint8Array) => {
+            size += chunk.byteLength;
+            return chunk;
+          });
+          const body = sealed(counted, sealKeyFrom(req.sealKey), transferRef(name));
+          await (await transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
+          return { size };
         });
       }),
     opts),

@@ -13,4 +13,10 @@ describe("scheduler config", () => {
     expect(() => loadConfig({ PADDOCK_TERM_MAX_AGE_MS: "-1" })).toThrow(ConfigError);
     expect(() => loadConfig({ PADDOCK_SESSION_TOKEN_SECRET: "short" })).toThrow(ConfigError);
   });
+
+  it("bounds screen checkpoints in bytes; refuses a bound below 1 MiB or not a number", () => {
+    expect(loadConfig({}).screensMaxBytes).toBe(1024 * 1024 * 1024);
+    expect(loadConfig({ PADDOCK_SCREEN_MAX_BYTES: String(8 * 1024 * 1024) }).screensMaxBytes).toBe(8 * 1024 * 1024);
+    for (const bad of ["1000", "-1", "lots", "1048576.5", ""]) expect(() => loadConfig({ PADDOCK_SCREEN_MAX_BYTES: bad })).toThrow(ConfigError);
+  });
 });

@@ -28,6 +28,13 @@ const SchedulerEnv = z.object({
   PADDOCK_IDLE_MS: ms.default(10 * 60_000),
   /** Running sessions are checkpointed this often; 0 turns periodic checkpoints off. */
   PADDOCK_CHECKPOINT_INTERVAL_MS: z.coerce.number().int().nonnegative().default(10 * 60_000),
+  /** How often unreferenced checkpoint objects are collected; 0 turns collection off. */
+  PADDOCK_CHECKPOINT_GC_INTERVAL_MS: z.coerce.number().int().nonnegative().default(5 * 60_000),
+  /**
+   * Checkpoint objects younger than this are never collected: it must exceed
+   * the longest a runner's checkpointed fact can take to be applied.
+   */
+  PADDOCK_CHECKPOINT_GC_GRACE_MS: ms.default(60 * 60_000),
   /** Records kept per workspace; at the limit the oldest reclaimable one gives way. */
   PADDOCK_MAX_SESSIONS_PER_WORKSPACE: z.coerce.number().int().positive().default(1_000),
   /** The TTL runners put on their lease (must match the runners' PADDOCK_RUNNER_LEASE_TTL_MS). */
@@ -37,13 +44,17 @@ const SchedulerEnv = z.object({
   /** A runner's capacity count is recomputed from its sessions only after this long without a placement on it. */
   PADDOCK_CAPACITY_REPAIR_QUIET_MS: ms.default(30_000),
   /**
-   * Terminal log kept per session app, in bytes (bounds the chunk count:
-   * chunks are ≤ 32 KiB). The scheduler owns TERM retention; runners may not
-   * change stream configs.
+   * Terminal log kept per session app, in bytes. TERM can only bound chunks
+   * per subject, so this becomes a chunk count (bytes / 32 KiB); runners fill
+   * chunks to 32 KiB while output keeps arriving (term-writer.ts), so the count
+   * holds this many bytes of sustained output (see ARCHITECTURE.md, Storage).
+   * The scheduler owns TERM retention; runners may not change stream configs.
    */
   PADDOCK_TERM_MAX_BYTES_PER_APP: z.coerce.number().int().min(32 * 1024).default(320 * 1024 * 1024),
-  /** How long terminal chunks are kept. */
+  /** How long terminal chunks (and screen checkpoints) are kept. */
   PADDOCK_TERM_MAX_AGE_MS: ms.default(7 * 24 * 60 * 60_000),
+  /** Bytes of screen checkpoints kept in all (SCREENS; the oldest go first). */
+  PADDOCK_SCREEN_MAX_BYTES: z.coerce.number().int().min(1024 * 1024).default(1024 * 1024 * 1024),
   /**
    * Key that derives each session's service token (HMAC of session and
    * placement generation). Every scheduler replica needs the same one.
@@ -67,11 +78,14 @@ export function loadConfig(env: Record<string, string | undefined>) {
     suspendedTtlMs: e.PADDOCK_SUSPENDED_TTL_MS,
     idleMs: e.PADDOCK_IDLE_MS,
     checkpointIntervalMs: e.PADDOCK_CHECKPOINT_INTERVAL_MS,
+    checkpointGcIntervalMs: e.PADDOCK_CHECKPOINT_GC_INTERVAL_MS,
+    checkpointGcGraceMs: e.PADDOCK_CHECKPOINT_GC_GRACE_MS,
     maxSessionsPerWorkspace: e.PADDOCK_MAX_SESSIONS_PER_WORKSPACE,
     sessionTokenSecret: e.PADDOCK_SESSION_TOKEN_SECRET,
     leaseTtlMs: e.PADDOCK_RUNNER_LEASE_TTL_MS,
     termMaxMsgsPerApp: Math.ceil(e.PADDOCK_TERM_MAX_BYTES_PER_APP / (32 * 1024)),
     termMaxAgeMs: e.PADDOCK_TERM_MAX_AGE_MS,
+    screensMaxBytes: e.PADDOCK_SCREEN_MAX_BYTES,
     lostGraceMs: e.PADDOCK_RUNNER_LOST_GRACE_MS,
     capacityRepairQuietMs: e.PADDOCK_CAPACITY_REPAIR_QUIET_MS,
   };

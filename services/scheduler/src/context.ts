@@ -25,6 +25,8 @@ import type { PresenceTracker } from "./presence.ts";
 import type { LeaseTracker } from "./liveness.ts";
 import type { EnvironmentStore } from "./environments.ts";
 import type { SessionWaiters } from "./waiters.ts";
+import type { SealKeys } from "./seal-keys.ts";
+import { createCheckpointGcMetrics, type CheckpointGcMetrics } from "./checkpoint-gc.ts";
 import type { SessionIndex } from "./session-index.ts";
 import type { CoalescedReads } from "./coalesce.ts";
 
@@ -36,6 +38,7 @@ export interface SchedulerMetrics {
   placements: Counter;
   /** Secret requests refused: not the holder's inbox, no such placement, or a name the environment does not reference. */
   secretsRefused: Counter<"reason">;
+  checkpointGc: CheckpointGcMetrics;
 }
 
 export function createSchedulerMetrics(registry: Registry): SchedulerMetrics {
@@ -59,6 +62,7 @@ export function createSchedulerMetrics(registry: Registry): SchedulerMetrics {
       labelNames: ["reason"],
       registers: [registry],
     }),
+    checkpointGc: createCheckpointGcMetrics(registry),
   };
 }
 
@@ -85,6 +89,8 @@ export interface SchedulerContext {
   envs: EnvironmentStore;
   /** KV `tokens`: the scheduler mints and revokes sessions' service tokens there. */
   tokens: KV;
+  /** Keys of sealed checkpoints and environment snapshots (KV `seal-keys`). */
+  sealKeys: SealKeys;
   waiters: SessionWaiters;
   presence: PresenceTracker;
   leases: LeaseTracker;

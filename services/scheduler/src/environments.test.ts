@@ -8,6 +8,7 @@ import { Api, Environment, NO_REQUIREMENTS, type PortableSpec, type Scope } from
 import { callRpc, createBusMetrics, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { testSealKey } from "./testkit.ts";
 import { loadConfig } from "./config.ts";
 import { createSchedulerMetrics } from "./context.ts";
 import {
@@ -347,6 +348,7 @@ describe("environment snapshots", () => {
       environmentId: env.id,
       setupHash,
       checkpoint: { ref: `env-snapshots/${ref}`, format: "tar+gzip", capabilities: ["portable"] },
+      sealKey: testSealKey,
     };
   }
 

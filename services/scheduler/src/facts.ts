@@ -97,6 +97,12 @@ function nextFor(ctx: SchedulerContext, s: Session, fact: RunnerFact): Session |
   }
 }
 
+/** The checkpoint a fact reports with the key it was sealed with, if any. */
+function sealedCheckpointOf(fact: RunnerFact): { ref: string; key: string } | undefined {
+  if ((fact.type === "checkpointed" || fact.type === "suspended") && fact.checkpoint && fact.sealKey) return { ref: fact.checkpoint.ref, key: fact.sealKey };
+  return undefined;
+}
+
 /**
  * Applies one runner fact through the fence: the record must still place the
  * session on this runner at this placement generation, and the runner must
@@ -146,6 +152,10 @@ export async function applyRunnerFact(ctx: SchedulerContext, fact: RunnerFact): 
       ctx.metrics.illegalFacts.inc({ type: fact.type });
       return "illegal";
     }
+    // The key of a checkpoint this write records goes first: a record naming a checkpoint
+    // whose key was lost could never be resumed. (Stored again on a retry: a no-op.)
+    const sealed = sealedCheckpointOf(fact);
+    if (sealed && next.checkpoint?.ref === sealed.ref) await ctx.sealKeys.put(sealed.ref, sealed.key);
     try {
       await writeSession(ctx, current, next);
     } catch (err) {

@@ -16,6 +16,7 @@ import {
   waitForRecord,
   waitForState,
   type SchedulerHarness,
+  testSealKey,
 } from "./testkit.ts";
 
 let h: SchedulerHarness;
@@ -53,7 +54,7 @@ describe("liveness", () => {
     await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 3 });
     const plain = await runningSession(h.nc, "r1", inbox1);
     const saved = await runningSession(h.nc, "r1", inbox1);
-    await publishFact(h.nc, factFor("r1", saved.start, { type: "checkpointed", requestId: "chk_1", checkpoint }));
+    await publishFact(h.nc, factFor("r1", saved.start, { type: "checkpointed", requestId: "chk_1", checkpoint, sealKey: testSealKey }));
     await waitForRecord(h.nc, saved.session.id, (x) => x.checkpoint !== undefined);
     const { session: starting } = await create(h.nc, alice);
     await inbox1.next();

@@ -17,6 +17,7 @@ import {
   waitForRecord,
   waitForState,
   type SchedulerHarness,
+  testSealKey,
 } from "./testkit.ts";
 
 let h: SchedulerHarness;
@@ -90,7 +91,7 @@ describe("suspend and resume", () => {
     const snapping = callRpc(h.nc, Api.snapshotSession, { scope: alice, sessionId: session.id });
     const cmd = await inbox.next();
     if (cmd.type !== "checkpoint") throw new Error(`expected checkpoint, got ${cmd.type}`);
-    await publishFact(h.nc, factFor("r1", cmd, { type: "checkpointed", requestId: cmd.requestId, checkpoint: checkpointOf(cmd.requestId) }));
+    await publishFact(h.nc, factFor("r1", cmd, { type: "checkpointed", requestId: cmd.requestId, checkpoint: checkpointOf(cmd.requestId), sealKey: testSealKey }));
     const { checkpoint, session: after } = await snapping;
     expect(checkpoint).toEqual(checkpointOf(cmd.requestId));
     expect(after.state).toBe("running");
@@ -222,7 +223,7 @@ describe("policies", () => {
     // start + one checkpoint: the second replica's identical command was deduplicated.
     expect(info.state.subjects?.[Subjects.dispatch("default", "r1")]).toBe(2);
     if (cmd.type !== "checkpoint") throw new Error("unreachable");
-    await publishFact(h.nc, factFor("r1", cmd, { type: "checkpointed", requestId: cmd.requestId, checkpoint: checkpointOf(cmd.requestId) }));
+    await publishFact(h.nc, factFor("r1", cmd, { type: "checkpointed", requestId: cmd.requestId, checkpoint: checkpointOf(cmd.requestId), sealKey: testSealKey }));
     expect((await waitForRecord(h.nc, session.id, (x) => x.checkpoint !== undefined)).checkpoint?.ref).toContain(cmd.requestId);
   });
 

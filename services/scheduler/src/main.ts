@@ -12,7 +12,7 @@ const log = createLogger({ service: "scheduler", level: config.logLevel });
 
 runMain(log, async () => {
   const nc = await connectBus({ servers: config.natsUrl, name: "scheduler", user: config.natsUser, pass: config.natsPass }, log);
-  await provision(nc, { replicas: config.replicas, termMaxMsgsPerSubject: config.termMaxMsgsPerApp, termMaxAgeMs: config.termMaxAgeMs });
+  await provision(nc, { replicas: config.replicas, termMaxMsgsPerSubject: config.termMaxMsgsPerApp, termMaxAgeMs: config.termMaxAgeMs, screensMaxBytes: config.screensMaxBytes });
   const registry = new Registry();
   const scheduler = await createScheduler({
     nc,

@@ -34,9 +34,11 @@ import { onSessionTerminal } from "./terminal.ts";
 import { SessionWaiters } from "./waiters.ts";
 import { SessionIndex } from "./session-index.ts";
 import { CoalescedReads } from "./coalesce.ts";
-import { applyEnvSnapshotFact, createEnvironmentApi, createEnvironmentStore } from "./environments.ts";
 import { bootEnvironmentOf } from "./layering.ts";
 import { serveRunnerRpc } from "./runner-rpc.ts";
+import { SealKeys } from "./seal-keys.ts";
+import { createCheckpointGc, type CheckpointGcResult } from "./checkpoint-gc.ts";
+import { applyEnvSnapshotFact, createEnvironmentApi, createEnvironmentStore, isDeleted } from "./environments.ts";
 
 /** Presence heartbeats older than this no longer count (gateways send every 5 s). */
 const PRESENCE_STALE_MS = 15_000;
@@ -56,6 +58,8 @@ export interface Scheduler {
   stop(): Promise<void>;
   /** One pass of the timeout and TTL policies (also run on every tick). */
   sweep(): Promise<void>;
+  /** One pass of checkpoint object collection (also run every checkpointGcIntervalMs). */
+  collectCheckpoints(): Promise<CheckpointGcResult>;
   /** For tests: the context the handlers share. */
   context: SchedulerContext;
 }
@@ -91,15 +95,17 @@ async function ensureFactsConsumer(nc: NatsConnection): Promise<void> {
 
 async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContext; placer: Placer }> {
   const kvm = new Kvm(deps.nc);
-  const [sessionsKv, runnersKv, names, idempotency, tokens, leasesKv] = await Promise.all([
+  const [sessionsKv, runnersKv, names, idempotency, tokens, leasesKv, sealKeysKv] = await Promise.all([
     kvm.open(Buckets.sessions),
     kvm.open(Buckets.runners),
     kvm.open(Buckets.names),
     kvm.open(Buckets.idempotency),
     kvm.open(Buckets.tokens),
     kvm.open(Buckets.runnerLeases),
+    kvm.open(Buckets.sealKeys),
   ]);
   const envs = await createEnvironmentStore(deps.nc, { log: deps.log, registry: deps.registry });
+  const sealKeys = new SealKeys(sealKeysKv, deps.now);
   const sessionIndex = new SessionIndex();
   const runners = new RunnerRecords(runnersKv, Runner);
   const ctx = {
@@ -115,6 +121,7 @@ async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContex
     idempotency,
     envs,
     tokens,
+    sealKeys,
     waiters: new SessionWaiters(),
     // Heartbeats come every few seconds; three missed ones mean nobody is attached.
     presence: new PresenceTracker(deps.now, PRESENCE_STALE_MS),
@@ -122,9 +129,18 @@ async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContex
     bootEnvironment: async (session) => {
       if (session.environmentId === undefined) return {};
       const env = await envs.find(session.workspaceId, session.environmentId);
-      return env ? { environment: bootEnvironmentOf(env.value, session.spec) } : {};
+      if (!env) return {};
+      const environment = bootEnvironmentOf(env.value, session.spec);
+      // A snapshot whose key is gone cannot be opened: boot by running setup instead.
+      if (!environment.snapshot) return { environment };
+      const snapshotKey = await sealKeys.get(environment.snapshot.ref);
+      if (snapshotKey !== undefined) return { environment: { ...environment, snapshotKey } };
+      const { snapshot: _unusable, ...withoutSnapshot } = environment;
+      return { environment: withoutSnapshot };
     },
     applyEnvSnapshot: async (fact) => {
+      // The key first: a snapshot recorded without its key could never be restored.
+      await sealKeys.put(fact.checkpoint.ref, fact.sealKey);
       await applyEnvSnapshotFact(deps, envs, fact);
     },
     requestPlacement: () => {},
@@ -215,11 +231,31 @@ export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
     void runSweep();
   }, deps.config.tickMs);
   ctx.requestPlacement();
+  const gc = createCheckpointGc({
+    nc: deps.nc,
+    sealKeys: ctx.sealKeys,
+    sessions: () => [...ctx.sessionView.values()].map((v) => v.value),
+    environments: () => [...ctx.envs.view.values()].map((v) => v.value).filter((e) => !isDeleted(e)),
+    now: deps.now,
+    graceMs: deps.config.checkpointGcGraceMs,
+    metrics: deps.metrics.checkpointGc,
+    log: deps.log,
+  });
+  let collecting: Promise<CheckpointGcResult> | undefined;
+  const collect = () => (collecting ??= gc.run().finally(() => (collecting = undefined)));
+  const gcTimer =
+    deps.config.checkpointGcIntervalMs > 0
+      ? setInterval(() => collect().catch((err: unknown) => deps.log.warn({ err }, "checkpoint collection failed")), deps.config.checkpointGcIntervalMs)
+      : undefined;
+  gcTimer?.unref();
   return {
     context: ctx,
     sweep: runSweep,
+    collectCheckpoints: collect,
     stop: async () => {
       clearInterval(tick);
+      clearInterval(gcTimer);
+      await collecting?.catch(() => undefined);
       ctx.presence.stop();
       ctx.leases.stop();
       await placer.stop();

@@ -80,7 +80,11 @@ export async function sendCommand(ctx: SchedulerContext, s: Session, body: Comma
 /** Starts a placed session: a fresh sandbox, or a cold resume restoring its checkpoint. */
 export async function dispatchStart(ctx: SchedulerContext, s: Session, runnerGeneration: number): Promise<void> {
   const resume = s.placementGeneration > 1 && s.checkpoint !== undefined;
-  const [sessionToken, boot] = await Promise.all([mintSessionToken(ctx, s), ctx.bootEnvironment(s)]);
+  const [sessionToken, boot, restoreKey] = await Promise.all([
+    mintSessionToken(ctx, s),
+    ctx.bootEnvironment(s),
+    resume && s.checkpoint ? ctx.sealKeys.get(s.checkpoint.ref) : Promise.resolve(undefined),
+  ]);
   await sendCommand(
     ctx,
     s,
@@ -89,7 +93,8 @@ export async function dispatchStart(ctx: SchedulerContext, s: Session, runnerGen
       spec: s.spec,
       mode: s.mode,
       trigger: resume ? "resume" : "initial",
-      ...(resume && s.checkpoint ? { restore: s.checkpoint } : {}),
+      // Without its key the restore fails on the runner and the boot is reported failed.
+      ...(resume && s.checkpoint ? { restore: s.checkpoint, ...(restoreKey !== undefined ? { restoreKey } : {}) } : {}),
       ...boot,
       sessionToken,
     },

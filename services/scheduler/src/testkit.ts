@@ -30,6 +30,9 @@ export const alice: Scope = { workspaceId: "ws1", actor: { id: "alice", kind: "u
 export const mallory: Scope = { workspaceId: "ws2", actor: { id: "mallory", kind: "user" } };
 
 /** A clock tests move by hand; every scheduler of a harness shares it. */
+/** A well-formed seal key for facts that report a sealed checkpoint. */
+export const testSealKey = Buffer.alloc(32, 7).toString("base64");
+
 export class TestClock {
   constructor(public ms = 1_000_000) {}
   now = (): number => (this.ms += 1);
@@ -78,7 +81,7 @@ export async function startHarness(): Promise<SchedulerHarness> {
     reset: async () => {
       for (const s of schedulers.splice(0)) await s.stop();
       const jsm = await jetstreamManager(nc);
-      for (const name of ["KV_sessions", "KV_runners", "KV_names", "KV_idempotency", "KV_tokens", "KV_environments", Streams.runner, Streams.dispatch]) {
+      for (const name of ["KV_sessions", "KV_runners", "KV_names", "KV_idempotency", "KV_tokens", "KV_environments", "KV_seal-keys", Streams.runner, Streams.dispatch]) {
         await jsm.streams.purge(name);
       }
     },

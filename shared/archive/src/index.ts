@@ -1,3 +1,4 @@
 export * from "./archive.ts";
 export * from "./errors.ts";
 export * from "./paths.ts";
+export * from "./sealed.ts";

@@ -10,7 +10,7 @@ import {
 import { Kvm, type KvOptions } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Buckets, kvStreamName, ObjectStores, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
+import { Buckets, kvStreamName, MAX_SCREEN_CHECKPOINT_BYTES, ObjectStores, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
 
 const NS_PER_MS = 1_000_000;
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -22,8 +22,10 @@ export interface ProvisionOptions {
   auditMaxAgeMs?: number;
   /** Most terminal chunks kept per session app (each at most 32 KiB). */
   termMaxMsgsPerSubject?: number;
-  /** How long terminal chunks are kept. */
+  /** How long terminal chunks (and screen checkpoints) are kept. */
   termMaxAgeMs?: number;
+  /** Bytes of screen checkpoints kept in all (one per app; the oldest go first). */
+  screensMaxBytes?: number;
   /** Per-key TTL marker lifetime of the runner lease bucket. */
   leaseMarkerTtlMs?: number;
 }
@@ -48,6 +50,18 @@ export function streamConfigs(opts: ProvisionOptions): Array<Partial<StreamConfi
       max_msgs_per_subject: opts.termMaxMsgsPerSubject ?? 10_240,
       max_age: (opts.termMaxAgeMs ?? 7 * DAY_MS) * NS_PER_MS,
       duplicate_window: 60_000 * NS_PER_MS,
+    },
+    {
+      ...base,
+      name: Streams.screens,
+      subjects: [Subjects.screenAll],
+      // Only the latest checkpoint of an app counts; older ones go with the TERM log's age, and
+      // the total is bounded (a missing checkpoint only makes a screen snapshot replay the log).
+      max_msgs_per_subject: 1,
+      max_age: (opts.termMaxAgeMs ?? 7 * DAY_MS) * NS_PER_MS,
+      max_bytes: opts.screensMaxBytes ?? 1024 * 1024 * 1024,
+      // The body is bounded by the runner; headers and JSON framing fit in the slack.
+      max_msg_size: MAX_SCREEN_CHECKPOINT_BYTES + 16 * 1024,
     },
     {
       ...base,
@@ -85,6 +99,7 @@ function bucketOptions(opts: ProvisionOptions): Array<[string, Partial<KvOptions
     [Buckets.members, { ...r, history: 1 }],
     // One revision: a replaced or deleted value leaves no history behind.
     [Buckets.secrets, { ...r, history: 1 }],
+    [Buckets.sealKeys, { ...r, history: 1 }],
   ];
 }
 
@@ -96,10 +111,14 @@ function retentionFieldsSet(opts: ProvisionOptions): Record<string, Array<keyof 
       ...(opts.termMaxMsgsPerSubject === undefined ? [] : (["max_msgs_per_subject"] as const)),
       ...(opts.termMaxAgeMs === undefined ? [] : (["max_age"] as const)),
     ],
+    [Streams.screens]: [
+      ...(opts.termMaxAgeMs === undefined ? [] : (["max_age"] as const)),
+      ...(opts.screensMaxBytes === undefined ? [] : (["max_bytes"] as const)),
+    ],
   };
 }
 
-const RETENTION_FIELDS: Array<keyof StreamConfig> = ["max_age", "duplicate_window", "max_msgs_per_subject"];
+const RETENTION_FIELDS: Array<keyof StreamConfig> = ["max_age", "duplicate_window", "max_msgs_per_subject", "max_bytes"];
 
 async function ensureStream(
   jsm: JetStreamManager,

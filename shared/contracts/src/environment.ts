@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { EpochMs, Id } from "./ids.ts";
 import { Requirements } from "./requirements.ts";
-import { Checkpoint, SessionFact } from "./session.ts";
+import { Checkpoint, SealKey, SessionFact } from "./session.ts";
 
 /** One declared attachment of an environment; opaque to the control model. */
 export const Connector = z.object({ type: z.string().min(1).max(64), raw: z.unknown() }).strict();
@@ -77,6 +77,8 @@ export const BootEnvironment = z
     initTimeoutSec: z.number().int().positive().optional(),
     /** A valid snapshot of setup to restore instead of running setup again. */
     snapshot: Checkpoint.optional(),
+    /** The key `snapshot` was sealed with. A secret: never logged. */
+    snapshotKey: SealKey.optional(),
     secretRefs: z.array(SecretName),
   })
   .strict();

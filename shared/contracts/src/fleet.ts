@@ -2,7 +2,7 @@ import { z } from "zod";
 import { EpochMs, Generation, Id } from "./ids.ts";
 import { Usage } from "./audit.ts";
 import { BootEnvironment } from "./environment.ts";
-import { AppRun, Checkpoint, PortableSpec, RunTrigger, SessionMode } from "./session.ts";
+import { AppRun, Checkpoint, PortableSpec, RunTrigger, SealKey, SessionMode } from "./session.ts";
 
 export const RunnerState = { active: "active", draining: "draining", cordoned: "cordoned", lost: "lost" } as const;
 export type RunnerState = (typeof RunnerState)[keyof typeof RunnerState];
@@ -114,11 +114,21 @@ export const RunnerFact = z.discriminatedUnion("type", [
   z.object({ type: z.literal("failed"), ...factBase, reason: z.string().max(512) }).strict(),
   z.object({ type: z.literal("destroyed"), ...factBase, usage: Usage.optional() }).strict(),
   /** Warm: processes stopped in place. Cold: workspace checkpointed, sandbox removed. */
-  z.object({ type: z.literal("suspended"), ...factBase, warm: z.boolean(), checkpoint: Checkpoint.optional(), usage: Usage.optional() }).strict(),
+  z
+    .object({
+      type: z.literal("suspended"),
+      ...factBase,
+      warm: z.boolean(),
+      checkpoint: Checkpoint.optional(),
+      /** The key the cold checkpoint was sealed with (goes to the scheduler's key store, never the record). */
+      sealKey: SealKey.optional(),
+      usage: Usage.optional(),
+    })
+    .strict(),
   /** A warm-suspended sandbox continues. */
   z.object({ type: z.literal("resumed"), ...factBase }).strict(),
   /** A checkpoint of a running sandbox (snapshot or periodic), answering `checkpoint`. */
-  z.object({ type: z.literal("checkpointed"), ...factBase, requestId: Id, checkpoint: Checkpoint }).strict(),
+  z.object({ type: z.literal("checkpointed"), ...factBase, requestId: Id, checkpoint: Checkpoint, sealKey: SealKey }).strict(),
   /** The runner could not do what a command asked (suspend, resume, checkpoint); the session keeps its state. */
   z.object({ type: z.literal("refused"), ...factBase, requestId: Id, reason: z.string().max(512) }).strict(),
   /** One app's generation started, completed or failed; the session's state is untouched. */
@@ -140,6 +150,7 @@ export const RunnerFact = z.discriminatedUnion("type", [
       environmentId: Id,
       setupHash: z.string(),
       checkpoint: Checkpoint,
+      sealKey: SealKey,
     })
     .strict(),
 ]);
@@ -166,6 +177,8 @@ export const DispatchCommand = z.discriminatedUnion("type", [
       /** initial: a fresh sandbox; resume: restore `restore` first (cold resume). */
       trigger: z.enum(["initial", "resume"]),
       restore: Checkpoint.optional(),
+      /** The key `restore` was sealed with. A secret: never logged. */
+      restoreKey: SealKey.optional(),
       environment: BootEnvironment.optional(),
       /**
        * The session's own service token, injected into the sandbox as

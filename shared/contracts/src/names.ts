@@ -7,6 +7,8 @@ export const Streams = {
   dispatch: "DISPATCH",
   term: "TERM",
   audit: "AUDIT",
+  /** Screen checkpoints: the latest serialized screen of each app as its runner's emulator saw it (one per subject). */
+  screens: "SCREENS",
 } as const;
 
 export const Buckets = {
@@ -18,8 +20,10 @@ export const Buckets = {
   names: "names",
   tokens: "tokens",
   members: "members",
-  /** Secret values under `<workspace>.<name>` (a SecretBox envelope); gateway writes, runners read by key. */
+  /** Secret values under `<workspace>.<name>` (a SecretBox envelope); the gateway writes, the scheduler reads by key. */
   secrets: "secrets",
+  /** Keys of sealed checkpoints and environment snapshots, under the sha256 of the object ref; the scheduler's alone. */
+  sealKeys: "seal-keys",
 } as const;
 
 export const ObjectStores = {
@@ -54,6 +58,15 @@ export const Subjects = {
   /** Filter: every log one runner may write (its NATS permission). */
   termOfRunner: (poolId: string, runnerId: string) => `paddock.term.${poolId}.${runnerId}.>`,
   termAll: "paddock.term.>",
+  /**
+   * The latest screen checkpoint of one app, written by the runner that wrote
+   * its log (runner in the subject, as for `term`): a serialized screen and
+   * the TERM cursor it stands for (`ScreenCheckpoint`).
+   */
+  screen: (poolId: string, runnerId: string, sessionId: string, app: string) => `paddock.screen.${poolId}.${runnerId}.${sessionId}.${app}`,
+  /** Filter: every checkpoint one runner may write (its NATS permission). */
+  screenOfRunner: (poolId: string, runnerId: string) => `paddock.screen.${poolId}.${runnerId}.>`,
+  screenAll: "paddock.screen.>",
   /**
    * Controller input for one app, addressed to the runner holding the
    * session: core NATS, not durable (keystrokes are not replayed).
@@ -102,6 +115,14 @@ export const QueueGroups = { scheduler: "scheduler" } as const;
 export function parseTermSubject(subject: string): { poolId: string; runnerId: string; sessionId: string; app: string } | undefined {
   const parts = subject.split(".");
   if (parts.length !== 6 || parts[0] !== "paddock" || parts[1] !== "term") return undefined;
+  const [, , poolId, runnerId, sessionId, app] = parts as [string, string, string, string, string, string];
+  return { poolId, runnerId, sessionId, app };
+}
+
+/** The parts of a SCREENS subject (`paddock.screen.<pool>.<runner>.<session>.<app>`); undefined when it is not one. */
+export function parseScreenSubject(subject: string): { poolId: string; runnerId: string; sessionId: string; app: string } | undefined {
+  const parts = subject.split(".");
+  if (parts.length !== 6 || parts[0] !== "paddock" || parts[1] !== "screen") return undefined;
   const [, , poolId, runnerId, sessionId, app] = parts as [string, string, string, string, string, string];
   return { poolId, runnerId, sessionId, app };
 }

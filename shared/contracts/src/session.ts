@@ -147,6 +147,16 @@ export const Checkpoint = z
   .strict();
 export type Checkpoint = z.infer<typeof Checkpoint>;
 
+/**
+ * The key a sealed object (checkpoint, environment snapshot, transfer) was
+ * encrypted with: 32 random bytes as base64, one per object. Object stores are
+ * readable by every runner, so keys travel only where the one entitled runner
+ * (and the scheduler) can read them, and never appear in a record, an API
+ * answer, an event or a log.
+ */
+export const SealKey = z.string().regex(/^[A-Za-z0-9+/]{43}=$/, "must be 32 bytes of base64");
+export type SealKey = z.infer<typeof SealKey>;
+
 export const RunTrigger = z.enum(["initial", "watch", "manual", "resume"]);
 export type RunTrigger = z.infer<typeof RunTrigger>;
 

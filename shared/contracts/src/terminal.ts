@@ -99,3 +99,23 @@ export const Presence = z
   })
   .strict();
 export type Presence = z.infer<typeof Presence>;
+
+/** A screen checkpoint's serialized screen is at most this long (UTF-8 bytes); SCREENS refuses larger messages. */
+export const MAX_SCREEN_CHECKPOINT_BYTES = 512 * 1024;
+
+/**
+ * Body of a screen checkpoint on `paddock.screen.<pool>.<runner>.<session>.<app>`
+ * (header `Paddock-Placement-Generation`): the screen a terminal emulator
+ * shows after every chunk its runner committed to the app's log in that
+ * placement generation, up to and including TERM sequence `cursor`.
+ */
+export const ScreenCheckpoint = z
+  .object({
+    cursor: z.number().int().positive(),
+    cols: z.number().int().min(1).max(1000),
+    rows: z.number().int().min(1).max(1000),
+    /** What `since=screen` sends: replayed into a terminal of cols × rows it repaints the screen. */
+    screen: z.string().max(MAX_SCREEN_CHECKPOINT_BYTES),
+  })
+  .strict();
+export type ScreenCheckpoint = z.infer<typeof ScreenCheckpoint>;

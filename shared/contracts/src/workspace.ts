@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { Generation, Id } from "./ids.ts";
 import type { Rpc } from "./api.ts";
+import { SealKey } from "./session.ts";
 
 /**
  * Workspace transfer between the gateway and the runner that holds a session
@@ -34,8 +35,16 @@ const Target = {
   placementGeneration: Generation.min(1),
 };
 
+/**
+ * The transfer's archive is sealed (`@paddock/archive` sealed.ts) under this
+ * key for the object `transfers/<transferObjectName>`: the transfers store is
+ * shared by every runner, the request subject only by the one runner it names.
+ * A secret: never logged.
+ */
+const TransferKey = { sealKey: SealKey };
+
 export const WorkspacePushRequest = z
-  .object({ ...Target, path: WorkspacePath, transferId: Id })
+  .object({ ...Target, path: WorkspacePath, transferId: Id, ...TransferKey })
   .strict();
 export type WorkspacePushRequest = z.infer<typeof WorkspacePushRequest>;
 
@@ -51,13 +60,13 @@ export const WorkspacePushReply = z
 export type WorkspacePushReply = z.infer<typeof WorkspacePushReply>;
 
 export const WorkspacePullRequest = z
-  .object({ ...Target, path: WorkspacePath, transferId: Id })
+  .object({ ...Target, path: WorkspacePath, transferId: Id, ...TransferKey })
   .strict();
 export type WorkspacePullRequest = z.infer<typeof WorkspacePullRequest>;
 
 export const WorkspacePullReply = z
   .object({
-    /** Size of the gzipped tar stored under the transfer's object name. */
+    /** Size of the gzipped tar (before sealing) stored under the transfer's object name. */
     size: z.number().int().nonnegative(),
   })
   .strict();
@@ -100,6 +109,11 @@ export function workspaceSubject(poolId: string, runnerId: string, op: Workspace
 /** The object (store `transfers`) a transfer's archive lives in while it moves. */
 export function transferObjectName(workspaceId: string, sessionId: string, transferId: string): string {
   return `${workspaceId}/${sessionId}/${transferId}`;
+}
+
+/** The context a transfer's archive is sealed for: its store and object name. */
+export function transferRef(objectName: string): string {
+  return `transfers/${objectName}`;
 }
 
 /** The rpcs of one runner: bind them to the runner that holds the session. */

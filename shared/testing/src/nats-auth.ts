@@ -124,7 +124,7 @@ function objectStore(store: string): string[] {
 const inbox = (user: string) => `${inboxPrefixOf(user)}.>`;
 
 export function schedulerPermissions(): Permissions {
-  const owned = [Buckets.sessions, Buckets.runners, Buckets.names, Buckets.idempotency, Buckets.tokens, Buckets.environments];
+  const owned = [Buckets.sessions, Buckets.runners, Buckets.names, Buckets.idempotency, Buckets.tokens, Buckets.environments, Buckets.sealKeys];
   return {
     publish: {
       allow: [
@@ -155,6 +155,8 @@ export function gatewayPermissions(): Permissions {
         ...kvReadWrite(Buckets.secrets),
         ...streamRead(Streams.term),
         ...streamRead(Streams.audit),
+        // Screen checkpoints: the latest per subject, by direct get only.
+        `${API}.DIRECT.GET.${Streams.screens}.>`,
         "paddock.api.v1.>",
         // Input goes to whichever runner holds the session; claims go to every gateway.
         Subjects.inputAll,
@@ -206,6 +208,8 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal): Permis
         // Terminal logs: only under its own pool/runner tokens, and it reads back only those (last chunk per subject).
         Subjects.termOfRunner(poolId, runnerId),
         `${API}.DIRECT.GET.${Streams.term}.${Subjects.termOfRunner(poolId, runnerId)}`,
+        // Screen checkpoints of its own apps only (written, never read back).
+        Subjects.screenOfRunner(poolId, runnerId),
         ...objectStore(ObjectStores.checkpoints),
         ...objectStore(ObjectStores.envSnapshots),
         ...objectStore(ObjectStores.transfers),

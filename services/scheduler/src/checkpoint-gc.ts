@@ -1,0 +1,123 @@
+/**
+ * Garbage collection of checkpoint objects. Runners write a new object for
+ * every checkpoint (cold suspend, snapshot, periodic) and every environment
+ * snapshot; records keep only the latest. Without this pass every superseded
+ * object, and every object of a session that ended, stays in the object store
+ * forever together with its seal key.
+ *
+ * What is kept: the checkpoint of every non-terminal session record and the
+ * snapshot of every live environment, plus anything younger than the grace
+ * period. The grace covers an object whose fact is still on its way (a runner
+ * stores the object, then reports it) and views that lag another replica's
+ * write. Every replica may run the pass; deletes are idempotent.
+ */
+import type { ObjectStore } from "@nats-io/obj";
+import { Objm } from "@nats-io/obj";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { Counter, type Registry } from "prom-client";
+import { isTerminal, ObjectStores, type Environment, type Session } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+import type { SealKeys } from "./seal-keys.ts";
+
+/** The stores whose objects are sealed checkpoints referenced from records. */
+export const COLLECTED_STORES = [ObjectStores.checkpoints, ObjectStores.envSnapshots] as const;
+
+export interface CheckpointGcMetrics {
+  /** Objects deleted, by store. */
+  collected: Counter<"store">;
+  /** Seal keys deleted whose object was already gone. */
+  orphanKeys: Counter;
+}
+
+export function createCheckpointGcMetrics(registry: Registry): CheckpointGcMetrics {
+  return {
+    collected: new Counter({
+      name: "paddock_checkpoint_objects_collected_total",
+      help: "Checkpoint and environment snapshot objects deleted because no live record references them",
+      labelNames: ["store"],
+      registers: [registry],
+    }),
+    orphanKeys: new Counter({
+      name: "paddock_seal_keys_collected_total",
+      help: "Seal keys deleted because their object no longer exists",
+      registers: [registry],
+    }),
+  };
+}
+
+export interface CheckpointGcDeps {
+  nc: NatsConnection;
+  sealKeys: SealKeys;
+  /** Every session record the replica's view holds. */
+  sessions: () => Iterable<Session>;
+  /** Every live environment record. */
+  environments: () => Iterable<Environment>;
+  now: () => number;
+  /** Objects and keys younger than this are never collected (ms). */
+  graceMs: number;
+  metrics: CheckpointGcMetrics;
+  log: Logger;
+}
+
+/** What one pass removed. */
+export interface CheckpointGcResult {
+  deletedObjects: string[];
+  deletedOrphanKeys: number;
+}
+
+/** Refs (`<store>/<name>`) a live record may still restore from. */
+export function referencedRefs(sessions: Iterable<Session>, environments: Iterable<Environment>): Set<string> {
+  const refs = new Set<string>();
+  for (const s of sessions) if (s.checkpoint && !isTerminal(s.state)) refs.add(s.checkpoint.ref);
+  for (const e of environments) if (e.snapshot) refs.add(e.snapshot.ref);
+  return refs;
+}
+
+export function createCheckpointGc(deps: CheckpointGcDeps): { run(): Promise<CheckpointGcResult> } {
+  const objm = new Objm(deps.nc);
+  const stores = new Map<string, Promise<ObjectStore>>();
+  const open = (name: string): Promise<ObjectStore> => {
+    const cached = stores.get(name);
+    if (cached) return cached;
+    const opening = objm.open(name);
+    stores.set(name, opening);
+    opening.catch(() => stores.delete(name));
+    return opening;
+  };
+
+  async function run(): Promise<CheckpointGcResult> {
+    const deletedObjects: string[] = [];
+    const existing = new Set<string>();
+    // The reference set is taken before listing: an object listed afterwards
+    // that a newer record names is young, and the grace keeps it.
+    const live = referencedRefs(deps.sessions(), deps.environments());
+    const oldBefore = deps.now() - deps.graceMs;
+    for (const storeName of COLLECTED_STORES) {
+      const store = await open(storeName);
+      for (const info of await store.list()) {
+        const ref = `${storeName}/${info.name}`;
+        const writtenAt = Date.parse(info.mtime);
+        if (live.has(ref) || !(writtenAt <= oldBefore)) {
+          existing.add(ref);
+          continue;
+        }
+        await store.delete(info.name);
+        // The key after the object: a key without its object is harmless and collected below.
+        await deps.sealKeys.delete(ref);
+        deps.metrics.collected.inc({ store: storeName });
+        deletedObjects.push(ref);
+      }
+    }
+    let deletedOrphanKeys = 0;
+    for await (const record of deps.sealKeys.all()) {
+      if (existing.has(record.ref) || live.has(record.ref) || record.storedAt > oldBefore) continue;
+      await deps.sealKeys.delete(record.ref);
+      deps.metrics.orphanKeys.inc();
+      deletedOrphanKeys += 1;
+    }
+    if (deletedObjects.length > 0 || deletedOrphanKeys > 0) deps.log.info({ objects: deletedObjects.length, orphanKeys: deletedOrphanKeys }, "checkpoint objects collected");
+    return { deletedObjects, deletedOrphanKeys };
+  }
+
+  return { run };
+}

@@ -1,0 +1,227 @@
+import xterm from "@xterm/headless";
+import serialize from "@xterm/addon-serialize";
+import { scanPlainText, type PlainText } from "./plain-text.ts";
+
+export interface ScreenSize {
+  cols: number;
+  rows: number;
+  /** Lines kept above the screen (and serialized with it). */
+  scrollback: number;
+}
+
+/** What `since=screen` has always rendered: an 80 × 24 terminal with 1,000 lines of scrollback. */
+export const DEFAULT_SCREEN_SIZE: ScreenSize = { cols: 80, rows: 24, scrollback: 1000 };
+
+/** Plain text held back from the parser beyond this is parsed after all (very long lines, LF-only output). */
+const MAX_HELD_BYTES = 4 * 1024 * 1024;
+const MAX_HELD_PIECES = 4096;
+
+interface Held extends PlainText {
+  bytes: Uint8Array;
+  /** Line feeds held before this piece (since the run began). */
+  lineFeedsBefore: number;
+}
+
+/** The parts of xterm's core the plain-text shortcut reads (not public API; absent shapes disable it). */
+interface CoreProbe {
+  _core?: {
+    _inputHandler?: { _parser?: { currentState?: number }; _utf8Decoder?: { interim?: Uint8Array } };
+    buffer?: { scrollTop?: number; scrollBottom?: number };
+  };
+}
+
+/**
+ * A headless terminal (xterm.js) that renders a log into a screen snapshot
+ * (alternate-screen programs repaint correctly).
+ *
+ * Parsing is the cost (~20 MB/s on the bench machine), so plain text (see
+ * plain-text.ts) that can no longer show is never parsed: when a run of plain
+ * text starts with the parser at rest (ground state, no partial UTF-8
+ * character, no scroll region), everything before the last 2 × (rows +
+ * scrollback) line feeds that follow a carriage return is dropped. Those line
+ * feeds move the cursor to the bottom and scroll every earlier row out of the
+ * screen and the scrollback, and plain text changes no other state, so the
+ * screen and scrollback are exactly what parsing everything gives. A log of
+ * bulk output costs a byte scan, not a parse.
+ */
+export class ScreenEmulator {
+  readonly size: ScreenSize;
+  private readonly term: xterm.Terminal;
+  private readonly addon: serialize.SerializeAddon;
+  private readonly keepLineFeeds: number;
+  private disposed = false;
+  /** Bytes handed to the parser and not parsed yet. */
+  private unparsed = 0;
+  private waiters: Array<{ limit: number; resolve: () => void }> = [];
+  /** The held run: pieces held[heldHead..], oldest first (dropped ones are cleared: they must not stay reachable). */
+  private held: Array<Held | undefined> = [];
+  private heldHead = 0;
+  private heldBytes = 0;
+  private heldLineFeeds = 0;
+  /** Indexes into held of the pieces holding a CR, oldest first. */
+  private withCR: number[] = [];
+  /** Whether the parser was at rest where the held run starts; undefined until the check ran. */
+  private runAtRest: boolean | undefined;
+  private runId = 0;
+  /** Plain-text bytes dropped without parsing (tests and metrics). */
+  skippedBytes = 0;
+
+  constructor(size: ScreenSize = DEFAULT_SCREEN_SIZE) {
+    this.size = size;
+    this.term = new xterm.Terminal({ cols: size.cols, rows: size.rows, scrollback: size.scrollback, allowProposedApi: true });
+    this.addon = new serialize.SerializeAddon();
+    this.term.loadAddon(this.addon as never);
+    this.keepLineFeeds = 2 * (size.rows + size.scrollback);
+  }
+
+  /** Feeds output bytes, in order. Never blocks; see backlogBytes and parsedBelow for flow control. */
+  write(bytes: Uint8Array): void {
+    if (this.disposed || bytes.byteLength === 0) return;
+    const scan = scanPlainText(bytes);
+    if (!scan.plain) {
+      this.release();
+      this.parse(bytes);
+      return;
+    }
+    if (this.heldCount() === 0) this.startRun();
+    if (scan.hasCR) this.withCR.push(this.held.length);
+    this.held.push({ ...scan, bytes, lineFeedsBefore: this.heldLineFeeds });
+    this.heldBytes += bytes.byteLength;
+    this.heldLineFeeds += scan.lineFeeds;
+    this.trim();
+  }
+
+  /** Bytes written and not parsed yet (plain text held back included). */
+  get backlogBytes(): number {
+    return this.unparsed + this.heldBytes;
+  }
+
+  /** Resolves once fewer than limit bytes wait for the parser (xterm drops writes beyond 50 MB pending). */
+  parsedBelow(limit: number): Promise<void> {
+    if (this.unparsed < limit || this.disposed) return Promise.resolve();
+    return new Promise((resolve) => this.waiters.push({ limit, resolve }));
+  }
+
+  /**
+   * The serialized screen and scrollback once everything written is parsed.
+   * With maxBytes, scrollback is cut (halved until it fits); undefined when
+   * even the screen alone does not fit, or once disposed.
+   */
+  async snapshot(maxBytes?: number): Promise<string | undefined> {
+    this.release();
+    await new Promise<void>((resolve) => this.term.write("", resolve));
+    // The socket may have closed (and disposed us) while the parser caught up.
+    if (this.disposed) return undefined;
+    let scrollback: number | undefined;
+    for (;;) {
+      const text = this.addon.serialize(scrollback === undefined ? {} : { scrollback });
+      if (maxBytes === undefined || Buffer.byteLength(text) <= maxBytes) return text;
+      if (scrollback === 0) return undefined;
+      scrollback = Math.floor((scrollback ?? this.term.buffer.normal.length) / 2);
+    }
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.clearHeld();
+    this.term.dispose();
+    for (const w of this.waiters) w.resolve();
+    this.waiters = [];
+  }
+
+  private parse(bytes: Uint8Array): void {
+    this.unparsed += bytes.byteLength;
+    this.term.write(bytes, () => {
+      this.unparsed -= bytes.byteLength;
+      if (this.waiters.length === 0) return;
+      const ready = this.waiters.filter((w) => this.unparsed < w.limit);
+      this.waiters = this.waiters.filter((w) => this.unparsed >= w.limit);
+      for (const w of ready) w.resolve();
+    });
+  }
+
+  /** A plain run begins after everything already with the parser: check its state once that is parsed. */
+  private startRun(): void {
+    const id = ++this.runId;
+    // Nothing waits for the parser: its state is final now.
+    if (this.unparsed === 0) {
+      this.runAtRest = atRestForText(this.term, this.size.rows);
+      return;
+    }
+    this.runAtRest = undefined;
+    this.term.write("", () => {
+      if (this.runId !== id || this.disposed) return;
+      this.runAtRest = atRestForText(this.term, this.size.rows);
+      this.trim();
+    });
+  }
+
+  /** Drops held plain text that can no longer show; hands it all to the parser when it cannot be dropped. */
+  private trim(): void {
+    if (this.runAtRest === false) {
+      this.release();
+      return;
+    }
+    if (this.runAtRest === true) {
+      while (this.heldCount() > 1 && this.anchoredLineFeedsFrom(this.heldHead + 1) >= this.keepLineFeeds) {
+        const dropped = this.held[this.heldHead] as Held;
+        this.held[this.heldHead] = undefined;
+        this.heldHead++;
+        this.heldBytes -= dropped.bytes.byteLength;
+        this.skippedBytes += dropped.bytes.byteLength;
+      }
+      // Compact now and then: dropped pieces are not kept alive by the array.
+      if (this.heldHead > 64 && this.heldHead * 2 > this.held.length) this.compact();
+    }
+    if (this.heldBytes > MAX_HELD_BYTES || this.heldCount() > MAX_HELD_PIECES) this.release();
+  }
+
+  private heldCount(): number {
+    return this.held.length - this.heldHead;
+  }
+
+  /** Line feeds of held[from..] after its first carriage return (0 when it has none). */
+  private anchoredLineFeedsFrom(from: number): number {
+    while (this.withCR.length > 0 && (this.withCR[0] as number) < from) this.withCR.shift();
+    const first = this.withCR[0];
+    if (first === undefined) return 0;
+    const piece = this.held[first] as Held;
+    return this.heldLineFeeds - (piece.lineFeedsBefore + piece.lineFeeds - piece.lineFeedsAfterCR);
+  }
+
+  private compact(): void {
+    const shift = this.heldHead;
+    this.held = this.held.slice(shift);
+    this.withCR = this.withCR.map((i) => i - shift);
+    this.heldHead = 0;
+  }
+
+  private clearHeld(): Held[] {
+    const held = this.held.slice(this.heldHead) as Held[];
+    this.held = [];
+    this.heldHead = 0;
+    this.heldBytes = 0;
+    this.heldLineFeeds = 0;
+    this.withCR = [];
+    return held;
+  }
+
+  /** Hands the held plain text to the parser (in order) and ends the run. */
+  private release(): void {
+    if (this.heldCount() === 0) return;
+    const held = this.clearHeld();
+    this.runId++;
+    this.runAtRest = undefined;
+    for (const h of held) this.parse(h.bytes);
+  }
+}
+
+/** Parser in ground state, no partial UTF-8 character, scroll region the whole screen: plain text then changes nothing else. */
+function atRestForText(term: xterm.Terminal, rows: number): boolean {
+  const core = (term as unknown as CoreProbe)._core;
+  const parserState = core?._inputHandler?._parser?.currentState;
+  const interim = core?._inputHandler?._utf8Decoder?.interim;
+  const buffer = core?.buffer;
+  return parserState === 0 && interim !== undefined && interim[0] === 0 && buffer?.scrollTop === 0 && buffer.scrollBottom === rows - 1;
+}
