@@ -22,7 +22,10 @@ for (const g of only) if (!(groups as readonly string[]).includes(g)) throw new 
 async function main(): Promise<void> {
   const figures: Figure[] = [];
   if (only.has("lifecycle")) figures.push(...(await lifecycleBench(quick ? { sessions: 500, runners: 20 } : { sessions: 10_000, runners: 500 })));
-  if (only.has("checkpoint")) figures.push(...(await checkpointBench({ megabytes: quick ? 10 : 100 })));
+  if (only.has("checkpoint")) {
+    figures.push(...(await checkpointBench({ megabytes: quick ? 10 : 100 })));
+    figures.push(...(await checkpointBench({ megabytes: quick ? 10 : 100, compression: "none" })));
+  }
   if (only.has("terminal")) figures.push(...(await terminalBenches(quick ? { latencySamples: 20, echoSamples: 100, megabytes: 5 } : { latencySamples: 200, echoSamples: 1000, megabytes: 200 })));
   if (only.has("memory")) figures.push(...(await memoryBenches(quick ? { clients: 100, idleSessions: 20 } : { clients: 1000, idleSessions: 200 })));
   process.stdout.write(formatTable(figures) + "\n");

@@ -25,7 +25,7 @@ import {
 const HOLD_INPUT_STATES: ReadonlySet<SessionState> = new Set(["queued", "creating"]);
 /** Input held per controller until the session runs; past it, input is dropped with an error frame. */
 export const MAX_HELD_INPUT_BYTES = 64 * 1024;
-import { encodeJson } from "@paddock/bus";
+import { encodeJson, PULL_OPTIONS } from "@paddock/bus";
 import type { Principal } from "./auth.ts";
 import type { GatewayContext } from "./context.ts";
 import { FrameBudget } from "./limits.ts";
@@ -243,7 +243,7 @@ export class Attachment implements Watcher, Revocable {
         : { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: startSeq }),
     });
     if (this.closed) return { kind: "stopped" };
-    this.messages = await consumer.consume({ max_messages: 256 });
+    this.messages = await consumer.consume(PULL_OPTIONS);
     if (this.closed) {
       await this.messages.close();
       return { kind: "stopped" };

@@ -1,7 +1,7 @@
 import type { ServerResponse } from "node:http";
 import { z } from "zod";
 import { DeliverPolicy, jetstream, type ConsumerMessages } from "@nats-io/jetstream";
-import { decodeJson } from "@paddock/bus";
+import { decodeJson, PULL_OPTIONS } from "@paddock/bus";
 import { AuditEvent, Id, InvalidError, Streams, Subjects, type Scope } from "@paddock/contracts";
 import { Action } from "./auth.ts";
 import { resolveApp, sessionResource, workspaceResource, type GatewayContext } from "./context.ts";
@@ -76,7 +76,7 @@ export function eventRoutes(ctx: GatewayContext): Route[] {
       filter_subjects: [subject],
       ...(since > 0 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: since + 1 } : { deliver_policy: DeliverPolicy.All }),
     });
-    const messages: ConsumerMessages = await consumer.consume({ max_messages: 256 });
+    const messages: ConsumerMessages = await consumer.consume(PULL_OPTIONS);
     const stop = () => void messages.close();
     res.once("close", stop);
     try {

@@ -13,7 +13,7 @@ import type { RunnerMetrics } from "./metrics.ts";
 import { ensureDispatchConsumer, register } from "./registration.ts";
 import { StoppedError } from "./errors.ts";
 import type { HeldSession } from "./types.ts";
-import { createCheckpointStore } from "./checkpoint.ts";
+import { createCheckpointStore, type CheckpointCompression } from "./checkpoint.ts";
 import { killLeftoverProcesses } from "./leftovers.ts";
 import { noSecrets, type SecretResolver } from "./secrets.ts";
 import { SessionManager } from "./sessions.ts";
@@ -44,6 +44,8 @@ export type AgentConfig = Pick<
   workspace?: WorkspaceLimits;
   /** Terminal log coalescing and screen checkpoints; defaults when absent. */
   terminal?: TerminalSettings;
+  /** How checkpoints are packed; gzip when absent. */
+  checkpointCompression?: CheckpointCompression;
 };
 
 export interface RunnerAgentDeps {
@@ -254,7 +256,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       log,
       metrics,
       facts,
-      checkpoints: createCheckpointStore(nc),
+      checkpoints: createCheckpointStore(nc, config.checkpointCompression),
       secrets: deps.secrets ?? noSecrets,
       now: deps.now,
       dataDir: config.dataDir,

@@ -10,9 +10,9 @@ export { ARCHIVE_FORMAT, entryViolation, packDirectory, packTarget } from "@padd
  * service's typed errors: a refused entry or invalid archive is
  * ArchiveRefusedError, an archive past limits WorkspaceTooLargeError.
  */
-export async function extractArchive(source: Readable, dir: string, limits?: ExtractLimits): Promise<ExtractResult> {
+export async function extractArchive(source: Readable, dir: string, limits?: ExtractLimits, opts?: { gzip?: boolean }): Promise<ExtractResult> {
   try {
-    return await extract(source, dir, limits);
+    return await extract(source, dir, limits, opts);
   } catch (err) {
     if (err instanceof ArchiveRejectedError) throw err.tooLarge ? new WorkspaceTooLargeError(err.reason) : new ArchiveRefusedError(err.reason);
     throw err;

@@ -2,7 +2,7 @@ import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Objm, setSha256Backend, type ObjectStore } from "@nats-io/obj";
-import { newSealKey, SealError, SEALED_ARCHIVE_FORMAT, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
+import { newSealKey, SealError, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
 import { ObjectStores, type Checkpoint, type SealKey } from "@paddock/contracts";
 import { extractArchive, packDirectory } from "./archive.ts";
 import { ArchiveRefusedError, CheckpointError } from "./errors.ts";
@@ -38,7 +38,7 @@ export interface SavedCheckpoint {
 }
 
 export interface CheckpointStore {
-  /** Streams a gzipped tar of workspace, sealed with a fresh key, into the store under name. */
+  /** Streams a tar of workspace (gzipped unless compression is none), sealed with a fresh key, into the store under name. */
   save(store: StoreName, name: string, workspace: string): Promise<SavedCheckpoint>;
   /** Streams the checkpoint's archive out of its store, opening it with its key, into workspace (which must exist). */
   restore(checkpoint: Checkpoint, sealKey: SealKey | undefined, workspace: string): Promise<void>;
@@ -59,7 +59,14 @@ const CHECKPOINT_CHUNK_BYTES = 512 * 1024;
  * (`@paddock/archive` sealed.ts) bound to its ref: another runner reads
  * nothing from it, and a replaced or swapped object does not open.
  */
-export function createCheckpointStore(nc: NatsConnection): CheckpointStore {
+/** How checkpoints are packed: gzip (smaller objects) or none (no deflate on either side; faster where the store is near). */
+export const CheckpointCompression = { gzip: "gzip", none: "none" } as const;
+export type CheckpointCompression = (typeof CheckpointCompression)[keyof typeof CheckpointCompression];
+
+/** The format each compression writes; restore reads either, whatever this runner writes. */
+const formats: Record<CheckpointCompression, string> = { gzip: SEALED_ARCHIVE_FORMAT, none: SEALED_TAR_FORMAT };
+
+export function createCheckpointStore(nc: NatsConnection, compression: CheckpointCompression = CheckpointCompression.gzip): CheckpointStore {
   // The object store digests every chunk (put and get); its default is a
   // pure-JS SHA-256, several times slower than node:crypto on large objects.
   setSha256Backend("native");
@@ -81,15 +88,17 @@ export function createCheckpointStore(nc: NatsConnection): CheckpointStore {
       const key = newSealKey();
       try {
         const os = await open(store);
-        const body = sealed(Readable.fromWeb(packDirectory(workspace) as NodeWebReadableStream<Uint8Array>), key, ref);
+        const archive = packDirectory(workspace, { gzip: compression === CheckpointCompression.gzip });
+        const body = sealed(Readable.fromWeb(archive as NodeWebReadableStream<Uint8Array>), key, ref);
         await os.put({ name, options: { max_chunk_size: CHECKPOINT_CHUNK_BYTES } }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
       } catch {
         throw new CheckpointError("checkpoint could not be stored");
       }
-      return { checkpoint: { ref, format: SEALED_ARCHIVE_FORMAT, capabilities: ["portable"] }, sealKey: key.toString("base64") };
+      return { checkpoint: { ref, format: formats[compression], capabilities: ["portable"] }, sealKey: key.toString("base64") };
     },
     restore: async (checkpoint, sealKey, workspace) => {
-      if (checkpoint.format !== SEALED_ARCHIVE_FORMAT) throw new CheckpointError(`unsupported checkpoint format ${checkpoint.format.slice(0, 32)}`);
+      const gzip = checkpoint.format === SEALED_ARCHIVE_FORMAT;
+      if (!gzip && checkpoint.format !== SEALED_TAR_FORMAT) throw new CheckpointError(`unsupported checkpoint format ${checkpoint.format.slice(0, 32)}`);
       if (sealKey === undefined) throw new CheckpointError("checkpoint key missing");
       const { store, name } = parseCheckpointRef(checkpoint.ref);
       let result;
@@ -102,7 +111,12 @@ export function createCheckpointStore(nc: NatsConnection): CheckpointStore {
       if (!result) throw new CheckpointError("checkpoint not found");
       try {
         const opened = unsealed(Readable.fromWeb(result.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(sealKey), checkpoint.ref);
-        await extractArchive(opened, workspace);
+        try {
+          await extractArchive(opened, workspace, undefined, { gzip });
+        } catch (err) {
+          // Extraction reports a failed source as an invalid archive: say when it was the seal.
+          throw opened.errored instanceof SealError ? opened.errored : err;
+        }
       } catch (err) {
         // A refused entry or a sealed object that does not open says why; a transfer error stays generic.
         if (err instanceof ArchiveRefusedError || err instanceof SealError) throw new CheckpointError(err.message);

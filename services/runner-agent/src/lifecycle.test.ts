@@ -8,7 +8,7 @@ import { Objm } from "@nats-io/obj";
 import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
 import { Headers, ObjectStores, Subjects, type BootEnvironment, type DispatchCommand, type PortableSpec, type RunnerFact } from "@paddock/contracts";
 import { provision } from "@paddock/bus";
-import { newSealKey, SEALED_ARCHIVE_FORMAT } from "@paddock/archive";
+import { newSealKey, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT } from "@paddock/archive";
 import { createLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import type { AgentConfig } from "./agent.ts";
@@ -186,6 +186,30 @@ describe("suspend, resume, checkpoint", () => {
     expect((await counterValue(h.t.metrics.staleDispatch)) - staleBefore).toBe(2);
     await h.send({ type: "suspend", sessionId: "unknown1", requestId: "u1", warm: false });
     expect(await h.fact("unknown1", "refused")).toMatchObject({ requestId: "u1", reason: "session is not held by this runner" });
+  });
+
+  it("a runner set to compress nothing writes a sealed plain tar; a runner that gzips restores it", async () => {
+    const plain = await harness({ checkpointCompression: "none" });
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    await plain.start(sessionId, { cmd: ["sh", "-c", "echo kept > kept.txt; echo ready; exec sleep 600"] });
+    await term.waitFor(() => term.text().includes("ready"));
+    await plain.send({ type: "checkpoint", sessionId, requestId: "p1" });
+    const snap = await plain.fact(sessionId, "checkpointed", (f) => f.requestId === "p1");
+    if (snap.type !== "checkpointed") throw new Error("unreachable");
+    expect(snap.checkpoint.format).toBe(SEALED_TAR_FORMAT);
+    const raw = await (await new Objm(nc).open(ObjectStores.checkpoints)).getBlob(snap.checkpoint.ref.slice("checkpoints/".length));
+    expect(Buffer.from(raw ?? []).includes("kept\n")).toBe(false);
+    // h gzips its own checkpoints; it reads this one by its format (into a session of its own: the log fence is per session).
+    const other = nextId();
+    const restored = collectTerm(nc, other, "main");
+    await h.start(other, { cmd: ["sh", "-c", "cat kept.txt; exit 0"] }, { trigger: "resume", restore: snap.checkpoint, restoreKey: snap.sealKey });
+    await h.fact(other, "exited");
+    expect(restored.text()).toContain("kept");
+    // An unknown format is refused before anything is read.
+    const third = nextId();
+    await h.start(third, { cmd: ["true"] }, { trigger: "resume", restore: { ...snap.checkpoint, format: "tar+zstd" }, restoreKey: snap.sealKey });
+    expect(await h.fact(third, "failed")).toMatchObject({ reason: "restore failed: unsupported checkpoint format tar+zstd" });
   });
 
   it("a start restoring a malicious checkpoint fails without writing outside the workspace", async () => {

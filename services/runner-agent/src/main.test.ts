@@ -33,6 +33,15 @@ describe("config", () => {
     }
   });
 
+  it("packs checkpoints with gzip unless told none; refuses any other compression", () => {
+    const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
+    expect(loadConfig(base).checkpointCompression).toBe("gzip");
+    expect(loadConfig({ ...base, PADDOCK_RUNNER_CHECKPOINT_COMPRESSION: "none" }).checkpointCompression).toBe("none");
+    for (const bad of ["", "zstd", "GZIP", "none "]) {
+      expect(() => loadConfig({ ...base, PADDOCK_RUNNER_CHECKPOINT_COMPRESSION: bad }), bad).toThrow(ConfigError);
+    }
+  });
+
   it("refuses a missing runner id or an id that is not one subject token", () => {
     expect(() => loadConfig({ PADDOCK_RUNNER_DATA_DIR: "/tmp/x" })).toThrow(ConfigError);
     expect(() => loadConfig({ PADDOCK_RUNNER_ID: "a.b", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" })).toThrow(ConfigError);

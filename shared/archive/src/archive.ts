@@ -1,9 +1,10 @@
 import { basename, dirname, posix } from "node:path";
 import { Readable, Transform, type TransformCallback } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { constants as zlibConstants, createGunzip, createGzip } from "node:zlib";
+import { constants as zlibConstants, createGunzip } from "node:zlib";
 import * as tar from "tar";
 import { ArchiveRejectedError } from "./errors.ts";
+import { parallelGzip } from "./parallel-gzip.ts";
 
 /** The only archive format Paddock writes and reads. */
 export const ARCHIVE_FORMAT = "tar+gzip";
@@ -67,7 +68,7 @@ function packEntries(cwd: string, entries: string[], opts: PackOptions): Readabl
   if (opts.gzip ?? true) {
     // Fastest level: a checkpoint is on the suspend/resume path, where time
     // matters more than the last 10-20 % of size.
-    const gzip = createGzip({ level: zlibConstants.Z_BEST_SPEED, chunkSize: 64 * 1024 });
+    const gzip = parallelGzip({ level: zlibConstants.Z_BEST_SPEED });
     pipeline(source, gzip).catch(() => undefined);
     out = gzip;
   }
@@ -148,7 +149,7 @@ class ByteCap extends Transform {
 }
 
 /**
- * Extracts a gzipped tar from source into dir (which must exist). Refuses the
+ * Extracts a gzipped tar (a plain one with `gzip: false`) from source into dir (which must exist). Refuses the
  * whole archive on the first entry that is absolute, climbs out with `..`,
  * links outside dir or is not a file, directory or link, and (with limits) on
  * the entry that goes past maxEntries or maxBytes: that entry is never
@@ -156,7 +157,7 @@ class ByteCap extends Transform {
  * ArchiveRejectedError. Owners are never applied, even as root; node-tar
  * refuses to write through a symlink already in dir.
  */
-export async function extractArchive(source: Readable, dir: string, limits?: ExtractLimits): Promise<ExtractResult> {
+export async function extractArchive(source: Readable, dir: string, limits?: ExtractLimits, opts: { gzip?: boolean } = {}): Promise<ExtractResult> {
   let refused: ArchiveRejectedError | undefined;
   let entries = 0;
   let bytes = 0;
@@ -192,7 +193,8 @@ export async function extractArchive(source: Readable, dir: string, limits?: Ext
     return refused;
   });
   try {
-    await pipeline(source, createGunzip({ chunkSize: INFLATE_CHUNK_BYTES }), capper, extractor, { signal: stop.signal });
+    if (opts.gzip ?? true) await pipeline(source, createGunzip({ chunkSize: INFLATE_CHUNK_BYTES }), capper, extractor, { signal: stop.signal });
+    else await pipeline(source, capper, extractor, { signal: stop.signal });
   } catch (err) {
     if (refused !== undefined) throw refused;
     const code = (err as { tarCode?: unknown; code?: unknown }).tarCode ?? (err as { code?: unknown }).code;

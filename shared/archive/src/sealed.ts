@@ -17,6 +17,8 @@ import { pipeline, Transform, type Readable, type TransformCallback } from "node
 
 /** The format name of a sealed gzipped tar (Checkpoint.format). */
 export const SEALED_ARCHIVE_FORMAT = "tar+gzip+aes256gcm";
+/** A sealed plain tar: checkpoints of runners set not to compress (faster where the store is near, larger). */
+export const SEALED_TAR_FORMAT = "tar+aes256gcm";
 
 export const SEAL_KEY_BYTES = 32;
 /** Plaintext per frame. */

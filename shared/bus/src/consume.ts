@@ -31,6 +31,15 @@ export interface ConsumerHandle {
 }
 
 /**
+ * Pull options of every long-lived consumer. A pull request lives `expires`
+ * and the server heartbeats it at half that; a client that misses two
+ * heartbeats pulls again. With the client's default (30 s) a consumer whose
+ * leader moved (a broker node died) sat idle for up to ~45 s (`pnpm chaos`,
+ * broker); 5 s bounds that near 10 s, at one idle pull per consumer every 5 s.
+ */
+export const PULL_OPTIONS = { max_messages: 256, expires: 5_000 } as const;
+
+/**
  * Consumes a durable consumer with validation at the boundary. An invalid
  * message is terminated and counted; a terminal handler error (a PaddockError
  * that is not retryable) is terminated; anything else is nak'ed with a delay.
@@ -41,7 +50,7 @@ export async function consumeTyped<S extends z.ZodType>(
   opts: ConsumeOptions<S>,
 ): Promise<ConsumerHandle> {
   const consumer = await js.consumers.get(opts.stream, opts.consumer);
-  const messages: ConsumerMessages = await consumer.consume({ max_messages: 256 });
+  const messages: ConsumerMessages = await consumer.consume(PULL_OPTIONS);
   const done = opts.lanes ? consumeInLanes(messages, opts, opts.lanes) : (async () => {
     for await (const msg of messages) await handleOne(msg, opts);
   })();

@@ -42,5 +42,7 @@ const BUS_UNAVAILABLE = new Set([
 export function toPaddockError(err: unknown): PaddockError {
   if (err instanceof PaddockError) return err;
   if (err instanceof Error && BUS_UNAVAILABLE.has(err.name)) return new UnavailableError("the message bus is not answering; retry");
+  // The server's own "temporarily unavailable" (status 503: no stream or meta leader during an election).
+  if (err instanceof JetStreamApiError && err.status === 503) return new UnavailableError("the message bus is electing a leader; retry");
   return new PaddockError("internal", "internal error");
 }
