@@ -228,15 +228,14 @@ export async function terminalBenches(opts: { latencySamples: number; echoSample
   const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
   const stack = await startStack({
     runnerCapacity: 64,
-    env: { gateway: { ...prof, PADDOCK_WS_INPUT_FRAMES_PER_SECOND: "1000000" }, scheduler: prof, "runner-agent": { ...prof, ...(JSON.parse(process.env.SCRATCH_RUNNER_ENV ?? "{}") as Record<string, string>) } },
+    env: { gateway: { ...prof, PADDOCK_WS_INPUT_FRAMES_PER_SECOND: "1000000" }, scheduler: prof, "runner-agent": prof },
   });
   const nc = await connect({ servers: stack.nats.url });
   try {
-    const parts = new Set((process.env.SCRATCH_PARTS ?? "create,echo,output").split(","));
     return [
-      ...(parts.has("create") ? await createLatency(stack, nc, opts.latencySamples) : []),
-      ...(parts.has("echo") ? await echoLatency(stack, nc, opts.echoSamples) : []),
-      ...(parts.has("output") ? await outputAndReplay(stack, nc, opts.megabytes) : []),
+      ...(await createLatency(stack, nc, opts.latencySamples)),
+      ...(await echoLatency(stack, nc, opts.echoSamples)),
+      ...(await outputAndReplay(stack, nc, opts.megabytes)),
     ];
   } finally {
     await nc.drain();
