@@ -18,7 +18,8 @@ import {
   type Session,
 } from "@paddock/contracts";
 import { Action, type Principal } from "./auth.ts";
-import { Attachment, ClaimWatch, type AttachGrant } from "./attachment.ts";
+import { Attachment, type AttachGrant } from "./attachment.ts";
+import { ClaimWatch } from "./claims.ts";
 import { resolveApp, sessionResource, type GatewayContext } from "./context.ts";
 import { errorResponse, parseWith, queryObject } from "./http.ts";
 import { RateLimitedError } from "./limits.ts";
