@@ -12,8 +12,12 @@ import type { Logger } from "@paddock/logging";
  * is killed. A process that left its workspace (`cd /`) is not found: the
  * process backend is not a sandbox boundary (see ARCHITECTURE.md, Egress).
  */
-/** Resolves to the number of process groups (or lone processes) killed. */
-export async function killLeftoverProcesses(sessionsDir: string, log: Logger): Promise<number> {
+/**
+ * Resolves to the number of process groups (or lone processes) killed.
+ * `reason` says in the log why they were left (a previous runner process, or
+ * processes that escaped their app's process group at teardown).
+ */
+export async function killLeftoverProcesses(sessionsDir: string, log: Logger, reason = "left by a previous runner process"): Promise<number> {
   let root: string;
   let entries: string[];
   try {
@@ -42,7 +46,7 @@ export async function killLeftoverProcesses(sessionsDir: string, log: Logger): P
       // gone meanwhile, or not ours to inspect
     }
   }
-  if (killed > 0) log.warn({ killed }, "killed sandbox processes left by a previous runner process");
+  if (killed > 0) log.warn({ killed }, `killed sandbox processes ${reason}`);
   return killed;
 }
 

@@ -60,6 +60,18 @@ async function harness(overrides: Partial<AgentConfig> = {}, log?: ReturnType<ty
   };
 }
 
+/** Gone, a zombie, or with a SIGKILL pending: it runs no more. */
+function gone(pid: number): boolean {
+  let status: string;
+  try {
+    status = readFileSync(`/proc/${pid}/status`, "utf8");
+  } catch {
+    return true;
+  }
+  if (/^State:\s+[ZX]/m.test(status)) return true;
+  return [...status.matchAll(/^(?:SigPnd|ShdPnd):\s+([0-9a-f]+)$/gm)].some((m) => (BigInt(`0x${m[1]}`) & (1n << 8n)) !== 0n);
+}
+
 function procState(pid: number): string {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
   return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
@@ -186,6 +198,21 @@ describe("suspend, resume, checkpoint", () => {
     expect((await counterValue(h.t.metrics.staleDispatch)) - staleBefore).toBe(2);
     await h.send({ type: "suspend", sessionId: "unknown1", requestId: "u1", warm: false });
     expect(await h.fact("unknown1", "refused")).toMatchObject({ requestId: "u1", reason: "session is not held by this runner" });
+  });
+
+  it("destroy leaves nothing running in the sandbox, not even a process that left its app's group", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    // setsid: a new session and process group, out of reach of the group's signals.
+    await h.start(sessionId, { cmd: ["sh", "-c", "setsid sleep 300 & echo escaped=$!; exec sleep 600"] });
+    await term.waitFor(() => /escaped=\d+/.test(term.text()));
+    const escaped = Number(/escaped=(\d+)/.exec(term.text())?.[1]);
+    // It leads a group of its own (fields after "(comm) ": state, ppid, pgrp).
+    const stat = readFileSync(`/proc/${escaped}/stat`, "utf8");
+    expect(Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2])).toBe(escaped);
+    await h.send({ type: "destroy", sessionId });
+    await h.fact(sessionId, "destroyed");
+    expect(gone(escaped)).toBe(true);
   });
 
   it("a runner set to compress nothing writes a sealed plain tar; a runner that gzips restores it", async () => {

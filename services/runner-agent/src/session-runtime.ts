@@ -19,6 +19,7 @@ import { SlidingWindowLimiter } from "./rate-limit.ts";
 import type { SecretResolver } from "./secrets.ts";
 import { realClock, TermWriter } from "./term-writer.ts";
 import { ScreenTracker } from "./screen-tracker.ts";
+import { killLeftoverProcesses } from "./leftovers.ts";
 import { defaultTerminalSettings, type TerminalSettings } from "./config.ts";
 import type { HeldSession } from "./types.ts";
 import { watchWorkspace, type WorkspaceWatcher } from "./watcher.ts";
@@ -413,6 +414,8 @@ export class SessionRuntime {
 
   private async killAll(): Promise<void> {
     await Promise.all([...this.slots.values()].map((s) => s.stop()));
+    // A process that left its app's group (setsid, a daemon) still works in the sandbox: it goes too.
+    await killLeftoverProcesses(this.dir, this.deps.log, "that outlived their app's process group");
   }
 
   private detach(): void {
