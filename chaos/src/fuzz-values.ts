@@ -63,7 +63,8 @@ export function nastyString(p: Prng): string {
 export function badId(p: Prng): string {
   switch (p.int(0, 4)) {
     case 0:
-      return "a".repeat(p.int(65, 300));
+      // Past both an id (64) and a secret name (128).
+      return "a".repeat(p.int(129, 300));
     case 1:
       return `${p.string(p.int(0, 10))}${p.pick([".", "*", ">", " ", "%", "é", "\u0000", "!", "~", "'", ":"])}${p.string(p.int(0, 10))}`;
     case 2:

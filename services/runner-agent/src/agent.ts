@@ -19,6 +19,9 @@ import { noSecrets, type SecretResolver } from "./secrets.ts";
 import { SessionManager } from "./sessions.ts";
 import { serveWorkspaceOps, type WorkspaceOps } from "./workspace-ops.ts";
 
+
+/** How often, at most, a runner looks for processes of sessions it does not hold (a /proc scan). */
+export const STRAY_SWEEP_MS = 5_000;
 export type AgentConfig = Pick<
   RunnerConfig,
   | "runnerId"
@@ -214,8 +217,17 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     return registering;
   };
 
+  /** After each renewal, at most every STRAY_SWEEP_MS: no process of a session this runner does not hold keeps running. */
+  let lastSweepAt = Number.NEGATIVE_INFINITY;
+  const sweepStrays = (): void => {
+    if (stopped || !sessions || deps.now() - lastSweepAt < STRAY_SWEEP_MS) return;
+    lastSweepAt = deps.now();
+    sessions.reapStrays().catch((err: unknown) => log.warn({ err }, "stray process sweep failed"));
+  };
+
   /** After each renewal: read the runner record the scheduler keeps; lost or a moved generation means fenced. */
   const checkFence = async (): Promise<void> => {
+    sweepStrays();
     if (stopped || registering || !runners) return;
     const seen = epoch;
     let entry: KvEntry | null;

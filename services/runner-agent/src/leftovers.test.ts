@@ -64,6 +64,22 @@ describe("killLeftoverProcesses", () => {
     process.kill(-bystander.child.pid!, "SIGKILL");
   });
 
+  it("spares the sessions it is told are held, and kills the rest (the periodic stray sweep)", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "paddock-leftovers-"));
+    dirs.push(dataDir);
+    const sessions = join(dataDir, "sessions");
+    for (const id of ["ses_held", "ses_gone"]) mkdirSync(join(sessions, id, "workspace"), { recursive: true });
+    const held = await spawnIn(join(sessions, "ses_held", "workspace"));
+    const stray = await spawnIn(join(sessions, "ses_gone", "workspace"));
+    expect(await killLeftoverProcesses(sessions, silentLogger(), "test", (name) => name === "ses_held")).toBe(1);
+    expect(await stray.exited).toBe("SIGKILL");
+    expect(runs(stray.grandchild)).toBe(false);
+    expect(held.child.exitCode).toBeNull();
+    expect(held.child.signalCode).toBeNull();
+    expect(runs(held.grandchild)).toBe(true);
+    process.kill(-held.child.pid!, "SIGKILL");
+  });
+
   it("does nothing without a sessions dir", async () => {
     expect(await killLeftoverProcesses(join(tmpdir(), "paddock-no-such-dir"), silentLogger())).toBe(0);
   });

@@ -17,7 +17,13 @@ import type { Logger } from "@paddock/logging";
  * `reason` says in the log why they were left (a previous runner process, or
  * processes that escaped their app's process group at teardown).
  */
-export async function killLeftoverProcesses(sessionsDir: string, log: Logger, reason = "left by a previous runner process"): Promise<number> {
+export async function killLeftoverProcesses(
+  sessionsDir: string,
+  log: Logger,
+  reason = "left by a previous runner process",
+  /** Spares processes working under `<sessionsDir>/<name>` when it answers true (a session still held). */
+  spare: (name: string) => boolean = () => false,
+): Promise<number> {
   let root: string;
   let entries: string[];
   try {
@@ -31,7 +37,8 @@ export async function killLeftoverProcesses(sessionsDir: string, log: Logger, re
   for (const entry of entries) {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
     try {
-      if (!(await readlink(`/proc/${entry}/cwd`)).startsWith(root)) continue;
+      const cwd = await readlink(`/proc/${entry}/cwd`);
+      if (!cwd.startsWith(root) || spare(cwd.slice(root.length).split(sep)[0] ?? "")) continue;
       const stat = await readFile(`/proc/${entry}/stat`, "utf8");
       // Fields after "(comm) ": state, ppid, pgrp.
       const pgrp = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);

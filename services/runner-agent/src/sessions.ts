@@ -1,5 +1,6 @@
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
+import { killLeftoverProcesses } from "./leftovers.ts";
 import type { DispatchCommand } from "@paddock/contracts";
 import { RunnerError } from "./errors.ts";
 import type { HeldSession } from "./types.ts";
@@ -40,6 +41,17 @@ export class SessionManager {
 
   sessionsDir(): string {
     return join(this.opts.dataDir, "sessions");
+  }
+
+  /**
+   * Reconciles the host with what this runner holds: kills every process
+   * still working in the directory of a session it does not hold (nor is
+   * tearing down), however it got there. Teardown kills a session's
+   * processes; this catches what slipped past it (found by `pnpm chaos`: a
+   * sandbox process outliving its destroyed session after a runner restart).
+   */
+  reapStrays(): Promise<number> {
+    return killLeftoverProcesses(this.sessionsDir(), this.opts.log, "of sessions this runner no longer holds", (name) => this.sessions.has(name) || this.closing.has(name));
   }
 
   /** Routes one (runner-generation-checked) command; the work continues in the background. */
