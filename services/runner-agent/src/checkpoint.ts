@@ -111,12 +111,7 @@ export function createCheckpointStore(nc: NatsConnection, compression: Checkpoin
       if (!result) throw new CheckpointError("checkpoint not found");
       try {
         const opened = unsealed(Readable.fromWeb(result.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(sealKey), checkpoint.ref);
-        try {
-          await extractArchive(opened, workspace, undefined, { gzip });
-        } catch (err) {
-          // Extraction reports a failed source as an invalid archive: say when it was the seal.
-          throw opened.errored instanceof SealError ? opened.errored : err;
-        }
+        await extractArchive(opened, workspace, undefined, { gzip });
       } catch (err) {
         // A refused entry or a sealed object that does not open says why; a transfer error stays generic.
         if (err instanceof ArchiveRefusedError || err instanceof SealError) throw new CheckpointError(err.message);

@@ -4,13 +4,14 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { silentLogger } from "@paddock/logging";
 import { killLeftoverProcesses } from "./leftovers.ts";
+import { stillRuns } from "./test-support.ts";
 
 const dirs: string[] = [];
 const children: ChildProcess[] = [];
@@ -28,20 +29,6 @@ async function spawnIn(cwd: string): Promise<{ child: ChildProcess; grandchild: 
   return { child, grandchild: Number(line), exited };
 }
 
-const SIGKILL_BIT = 1n << 8n;
-
-/** Still running: not gone, not a zombie, and no SIGKILL pending (one pending is death the kernel has yet to schedule). */
-function runs(pid: number): boolean {
-  let status: string;
-  try {
-    status = readFileSync(`/proc/${pid}/status`, "utf8");
-  } catch {
-    return false;
-  }
-  if (/^State:\s+[ZX]/m.test(status)) return false;
-  const pending = [...status.matchAll(/^(?:SigPnd|ShdPnd):\s+([0-9a-f]+)$/gm)].map((m) => BigInt(`0x${m[1]}`));
-  return !pending.some((mask) => (mask & SIGKILL_BIT) !== 0n);
-}
 
 describe("killLeftoverProcesses", () => {
   it("kills the process groups working in the sessions dir, and leaves others alone", async () => {
@@ -57,10 +44,10 @@ describe("killLeftoverProcesses", () => {
     expect(killed).toBe(1); // one process group: the shell and its sleep
     expect(await leftover.exited).toBe("SIGKILL");
     // The group's SIGKILL reached its every member.
-    expect(runs(leftover.grandchild)).toBe(false);
+    expect(stillRuns(leftover.grandchild)).toBe(false);
     expect(bystander.child.exitCode).toBeNull();
     expect(bystander.child.signalCode).toBeNull();
-    expect(runs(bystander.grandchild)).toBe(true);
+    expect(stillRuns(bystander.grandchild)).toBe(true);
     process.kill(-bystander.child.pid!, "SIGKILL");
   });
 
@@ -73,10 +60,10 @@ describe("killLeftoverProcesses", () => {
     const stray = await spawnIn(join(sessions, "ses_gone", "workspace"));
     expect(await killLeftoverProcesses(sessions, silentLogger(), "test", (name) => name === "ses_held")).toBe(1);
     expect(await stray.exited).toBe("SIGKILL");
-    expect(runs(stray.grandchild)).toBe(false);
+    expect(stillRuns(stray.grandchild)).toBe(false);
     expect(held.child.exitCode).toBeNull();
     expect(held.child.signalCode).toBeNull();
-    expect(runs(held.grandchild)).toBe(true);
+    expect(stillRuns(held.grandchild)).toBe(true);
     process.kill(-held.child.pid!, "SIGKILL");
   });
 

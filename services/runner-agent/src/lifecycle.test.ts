@@ -12,7 +12,7 @@ import { newSealKey, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT } from "@paddock/a
 import { createLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import type { AgentConfig } from "./agent.ts";
-import { collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, maliciousTar, sealBytes, tarEntry, testAgent, type TestAgent } from "./test-support.ts";
+import { collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, maliciousTar, sealBytes, stillRuns, tarEntry, testAgent, type TestAgent } from "./test-support.ts";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;
@@ -60,17 +60,6 @@ async function harness(overrides: Partial<AgentConfig> = {}, log?: ReturnType<ty
   };
 }
 
-/** Gone, a zombie, or with a SIGKILL pending: it runs no more. */
-function gone(pid: number): boolean {
-  let status: string;
-  try {
-    status = readFileSync(`/proc/${pid}/status`, "utf8");
-  } catch {
-    return true;
-  }
-  if (/^State:\s+[ZX]/m.test(status)) return true;
-  return [...status.matchAll(/^(?:SigPnd|ShdPnd):\s+([0-9a-f]+)$/gm)].some((m) => (BigInt(`0x${m[1]}`) & (1n << 8n)) !== 0n);
-}
 
 function procState(pid: number): string {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
@@ -212,7 +201,7 @@ describe("suspend, resume, checkpoint", () => {
     expect(Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2])).toBe(escaped);
     await h.send({ type: "destroy", sessionId });
     await h.fact(sessionId, "destroyed");
-    expect(gone(escaped)).toBe(true);
+    expect(stillRuns(escaped)).toBe(false);
   });
 
   it("a runner set to compress nothing writes a sealed plain tar; a runner that gzips restores it", async () => {

@@ -2,7 +2,7 @@
  * Shared scaffolding for this service's tests: a stand-in scheduler answering
  * registration, fact and terminal collectors that resolve on messages.
  */
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -266,4 +266,19 @@ export async function sealBytes(key: Buffer, ref: string, plain: Uint8Array): Pr
   const parts: Buffer[] = [];
   for await (const part of Readable.from([plain]).pipe(sealStream(key, ref))) parts.push(part as Buffer);
   return Buffer.concat(parts);
+}
+
+const SIGKILL_BIT = 1n << 8n;
+
+/** Still running: not gone, not a zombie, and no SIGKILL pending (one pending is death the kernel has yet to schedule). */
+export function stillRuns(pid: number): boolean {
+  let status: string;
+  try {
+    status = readFileSync(`/proc/${pid}/status`, "utf8");
+  } catch {
+    return false;
+  }
+  if (/^State:\s+[ZX]/m.test(status)) return false;
+  const pending = [...status.matchAll(/^(?:SigPnd|ShdPnd):\s+([0-9a-f]+)$/gm)].map((m) => BigInt(`0x${m[1]}`));
+  return !pending.some((mask) => (mask & SIGKILL_BIT) !== 0n);
 }

@@ -83,17 +83,16 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
         const runtime = held(req);
         const segments = relativeSegments(req.path);
         const result = await runtime.workspaceTask(async (workspace) => {
-          const got = await (await transfers()).get(transferObjectName(req.workspaceId, req.sessionId, req.transferId));
+          const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
+          const got = await (await transfers()).get(name);
           if (!got) throw new NotFoundError("transfer");
           const { path } = await resolveInside(workspace, segments, { create: true });
-          const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
           const source = unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(req.sealKey), transferRef(name));
           let extracted;
           try {
             extracted = await extractArchive(source, path, limits);
           } catch (err) {
-            // extract reports any source failure as an invalid archive; say when it was the seal.
-            if (err instanceof SealError || source.errored instanceof SealError) throw new InvalidError("archive does not open with its transfer key");
+            if (err instanceof SealError) throw new InvalidError("archive does not open with its transfer key");
             throw err;
           }
           if (await got.error) throw new InvalidError("archive is corrupt in the transfer store");

@@ -5,6 +5,7 @@ import { constants as zlibConstants, createGunzip } from "node:zlib";
 import * as tar from "tar";
 import { ArchiveRejectedError } from "./errors.ts";
 import { parallelGzip } from "./parallel-gzip.ts";
+import { SealError } from "./sealed.ts";
 
 /** The only archive format Paddock writes and reads. */
 export const ARCHIVE_FORMAT = "tar+gzip";
@@ -154,7 +155,7 @@ class ByteCap extends Transform {
  * links outside dir or is not a file, directory or link, and (with limits) on
  * the entry that goes past maxEntries or maxBytes: that entry is never
  * written, extraction stops at once, and the call rejects with
- * ArchiveRejectedError. Owners are never applied, even as root; node-tar
+ * ArchiveRejectedError (a sealed source that does not open: its SealError). Owners are never applied, even as root; node-tar
  * refuses to write through a symlink already in dir.
  */
 export async function extractArchive(source: Readable, dir: string, limits?: ExtractLimits, opts: { gzip?: boolean } = {}): Promise<ExtractResult> {
@@ -197,6 +198,8 @@ export async function extractArchive(source: Readable, dir: string, limits?: Ext
     else await pipeline(source, capper, extractor, { signal: stop.signal });
   } catch (err) {
     if (refused !== undefined) throw refused;
+    // A sealed source that does not open says so, rather than "invalid archive".
+    if (source.errored instanceof SealError) throw source.errored;
     const code = (err as { tarCode?: unknown; code?: unknown }).tarCode ?? (err as { code?: unknown }).code;
     throw new ArchiveRejectedError(typeof code === "string" ? `invalid archive (${code})` : "invalid archive");
   }
