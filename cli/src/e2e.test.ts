@@ -38,6 +38,30 @@ function paddock(args: readonly string[], env: Record<string, string>, stdin?: s
   });
 }
 
+/**
+ * Resolves once the session's `start` fact is in the audit stream (so its
+ * record is running): terminal output can be seen before that fact commits.
+ */
+async function untilStarted(env: Record<string, string>, id: string): Promise<void> {
+  const abort = new AbortController();
+  const res = await fetch(`${env.PADDOCK_URL ?? ""}/v1/events?sessionId=${id}&follow=true`, {
+    headers: { authorization: `Bearer ${env.PADDOCK_TOKEN ?? ""}` },
+    signal: abort.signal,
+  });
+  if (!res.body) throw new Error("events: no body");
+  let text = "";
+  const decoder = new TextDecoder();
+  try {
+    for await (const chunk of res.body as AsyncIterable<Uint8Array>) {
+      text += decoder.decode(chunk, { stream: true });
+      if (text.split("\n").some((l) => l.includes('"action":"start"'))) return;
+    }
+    throw new Error(`events ended before the start of ${id}`);
+  } finally {
+    abort.abort();
+  }
+}
+
 interface SessionJson {
   id: string;
   name?: string;
@@ -138,6 +162,7 @@ describe.skipIf(!servicesReady)("paddock CLI end to end", () => {
     const id = created.stdout.trim();
     const logs = startCli(["logs", "-f", id], env);
     await logs.stdout.waitFor("made");
+    await untilStarted(env, id);
 
     const warm = await runCli(["suspend", "--warm", id, "--json"], env);
     expect(warm.code, warm.stderr).toBe(0);

@@ -175,6 +175,9 @@ export async function createRecorder(deps: RecorderDeps): Promise<{ stop(): Prom
         metrics: deps.bus,
         log: deps.log,
         skip: isDeleteMarker,
+        // The predecessor is read by revision (up to msg.seq - 1), so runners need
+        // not wait on each other; revisions of one runner stay in order.
+        lanes: { concurrency: 64, keyOf: (msg) => msg.subject },
         handler: async (runner, msg) => {
           const key = msg.subject.slice(`$KV.${Buckets.runners}.`.length);
           const prev = await previousRunner(jsm, key, msg.seq);
