@@ -193,7 +193,8 @@ describe("suspend, resume, checkpoint", () => {
     const sessionId = nextId();
     const term = collectTerm(nc, sessionId, "main");
     // setsid: a new session and process group, out of reach of the group's signals.
-    await h.start(sessionId, { cmd: ["sh", "-c", "setsid sleep 300 & echo escaped=$!; exec sleep 600"] });
+    // The escaped process prints its own pid once setsid() is done (setsid execs it), so the check below cannot run first.
+    await h.start(sessionId, { cmd: ["sh", "-c", "setsid sh -c 'echo escaped=$$; exec sleep 300' & exec sleep 600"] });
     await term.waitFor(() => /escaped=\d+/.test(term.text()));
     const escaped = Number(/escaped=(\d+)/.exec(term.text())?.[1]);
     // It leads a group of its own (fields after "(comm) ": state, ppid, pgrp).

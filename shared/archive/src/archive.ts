@@ -4,6 +4,7 @@ import { pipeline } from "node:stream/promises";
 import { constants as zlibConstants, createGunzip } from "node:zlib";
 import * as tar from "tar";
 import { ArchiveRejectedError } from "./errors.ts";
+import { tarChunks } from "./pack.ts";
 import { parallelGzip } from "./parallel-gzip.ts";
 import { SealError } from "./sealed.ts";
 
@@ -12,7 +13,6 @@ export const ARCHIVE_FORMAT = "tar+gzip";
 
 /** Entry types an archive may contain; devices, FIFOs and anything else are refused. */
 const allowedTypes: ReadonlySet<string> = new Set(["File", "OldFile", "ContiguousFile", "Directory", "SymbolicLink", "Link"]);
-const packedTypes: ReadonlySet<string> = new Set(["File", "Directory", "SymbolicLink"]);
 
 /** Bounds of one extraction: entries and total file bytes (uncompressed). */
 export interface ExtractLimits {
@@ -52,19 +52,8 @@ export function packTarget(target: string, kind: "directory" | "file", opts: Pac
 const PACK_LOOKAHEAD_BYTES = 4 * 1024 * 1024;
 
 function packEntries(cwd: string, entries: string[], opts: PackOptions): ReadableStream<Uint8Array> {
-  const tarStream = tar.c(
-    {
-      // node-tar's own gzip runs synchronously on the main thread; zlib's
-      // stream below runs in the libuv pool, beside the tar walk and the reader.
-      gzip: false,
-      cwd,
-      portable: true,
-      follow: false,
-      filter: (_path, stat) => "isFile" in stat && packedTypes.has(statType(stat)),
-    },
-    entries,
-  );
-  const source = Readable.from(tarStream as AsyncIterable<Buffer>, { objectMode: false });
+  // Gzip below runs in the libuv pool (zlib's stream), beside the walk and the reader.
+  const source = Readable.from(tarChunks(cwd, entries), { objectMode: false });
   let out: Readable = source;
   if (opts.gzip ?? true) {
     // Fastest level: a checkpoint is on the suspend/resume path, where time
@@ -87,13 +76,6 @@ function packEntries(cwd: string, entries: string[], opts: PackOptions): Readabl
     },
     { highWaterMark: PACK_LOOKAHEAD_BYTES, size: (chunk) => chunk.byteLength },
   );
-}
-
-function statType(stat: { isFile(): boolean; isDirectory(): boolean; isSymbolicLink(): boolean }): string {
-  if (stat.isFile()) return "File";
-  if (stat.isDirectory()) return "Directory";
-  if (stat.isSymbolicLink()) return "SymbolicLink";
-  return "Other";
 }
 
 function pathViolation(raw: string): string | undefined {

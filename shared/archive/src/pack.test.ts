@@ -1,0 +1,67 @@
+import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, symlinkSync, writeFileSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { SYNC_PACK_MAX_BYTES, tarChunks } from "./pack.ts";
+
+const dirs: string[] = [];
+const scratch = () => {
+  const dir = mkdtempSync(join(tmpdir(), "paddock-pack-"));
+  dirs.push(dir);
+  return dir;
+};
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+async function tarOf(cwd: string, entries: string[]): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const c of tarChunks(cwd, entries)) chunks.push(c);
+  return Buffer.concat(chunks);
+}
+
+describe("tarChunks", () => {
+  it("packs small files (sync reads), large ones (streamed), directories and links that GNU tar reads back byte for byte, leaving out FIFOs", async () => {
+    const src = scratch();
+    const big = randomBytes(SYNC_PACK_MAX_BYTES * 2 + 1234);
+    writeFileSync(join(src, "big.bin"), big);
+    mkdirSync(join(src, "a", "b"), { recursive: true });
+    for (let i = 0; i < 50; i++) writeFileSync(join(src, "a", "b", `f${i}.txt`), `file ${i}\n`.repeat(i + 1));
+    writeFileSync(join(src, "a", "exact.bin"), Buffer.alloc(SYNC_PACK_MAX_BYTES, 7));
+    symlinkSync("b/f3.txt", join(src, "a", "link"));
+    execFileSync("mkfifo", [join(src, "pipe")]);
+
+    const archive = await tarOf(src, ["."]);
+    const listed = execFileSync("tar", ["-tf", "-"], { input: archive }).toString().trim().split("\n");
+    expect(listed).toContain("./big.bin");
+    expect(listed).toContain("./a/b/f49.txt");
+    expect(listed).not.toContain("./pipe");
+    expect(listed).toHaveLength(1 + 1 + 2 + 50 + 1 + 1); // ., big.bin, a, a/b, 50 files, exact.bin, link
+
+    const dst = scratch();
+    execFileSync("tar", ["-xf", "-", "-C", dst], { input: archive });
+    expect(readFileSync(join(dst, "big.bin")).equals(big)).toBe(true);
+    expect(readFileSync(join(dst, "a", "exact.bin")).equals(Buffer.alloc(SYNC_PACK_MAX_BYTES, 7))).toBe(true);
+    for (const i of [0, 17, 49]) expect(readFileSync(join(dst, "a", "b", `f${i}.txt`), "utf8")).toBe(`file ${i}\n`.repeat(i + 1));
+    expect(lstatSync(join(dst, "a", "link")).isSymbolicLink()).toBe(true);
+    expect(readlinkSync(join(dst, "a", "link"))).toBe("b/f3.txt");
+    expect(existsSync(join(dst, "pipe"))).toBe(false);
+  });
+
+  it("packs one file under its own name, and an empty directory as just itself", async () => {
+    const src = scratch();
+    writeFileSync(join(src, "one.txt"), "only me\n");
+    mkdirSync(join(src, "empty"));
+    expect(execFileSync("tar", ["-tf", "-"], { input: await tarOf(src, ["one.txt"]) }).toString()).toBe("one.txt\n");
+    expect(execFileSync("tar", ["-tf", "-"], { input: await tarOf(join(src, "empty"), ["."]) }).toString()).toBe("./\n");
+  });
+
+  it("leaves out a path that does not exist (gone while a live tree was walked)", async () => {
+    const src = scratch();
+    const archive = await tarOf(src, ["missing"]);
+    // Only the end-of-archive blocks.
+    expect(archive.equals(Buffer.alloc(1024))).toBe(true);
+  });
+});
