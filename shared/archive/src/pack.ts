@@ -87,6 +87,8 @@ export async function* tarChunks(cwd: string, entries: readonly string[]): Async
       } else {
         yield* syncEntry(rel, opts);
       }
+      // Written: its stat is not needed again (the cache would otherwise hold the whole tree's).
+      statCache.delete(resolve(cwd, rel));
     }
   }
   yield TAR_END;
