@@ -50,6 +50,9 @@ async function ensureFeedConsumer(jsm: JetStreamManager, bucket: string): Promis
   });
 }
 
+/** Session and environment revisions handled at once (one lane per record). */
+const RECORD_LANES = 256;
+
 /** The KV subject of a key in a bucket (what the bucket's stream stores it under). */
 function kvSubject(bucket: string, key: string): string {
   return `$KV.${bucket}.${key}`;
@@ -159,7 +162,9 @@ export async function createRecorder(deps: RecorderDeps): Promise<{ stop(): Prom
         log: deps.log,
         skip: isDeleteMarker,
         // Revisions of one record stay in order (one lane per key); records are independent.
-        lanes: { concurrency: 64, keyOf: (msg) => msg.subject },
+        // 256 at once: publishes and acks of more events share each write and each server
+        // read (a drain of 30,000 events measured 13,000-14,000/s against ~10,000/s with 64).
+        lanes: { concurrency: RECORD_LANES, keyOf: (msg) => msg.subject },
         handler: async (value, msg) => {
           await publish(js, jsm, toEvent(value as z.infer<S>), msg);
           recorded.inc({ kind });
