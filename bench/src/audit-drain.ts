@@ -1,18 +1,22 @@
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Api, type Scope } from "@paddock/contracts";
+import { Api, Streams, Subjects, type Scope } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
 import { startService, type Stack } from "@paddock/testing";
 import { cpuMeter } from "./cpu.ts";
 
 /**
- * Creates `sessions` sessions, `inFlight` at a time, and resolves once all
- * have been answered.
+ * Creates the bench keeps in flight. More (256) finishes creating sooner but
+ * no more sessions reach running per second: the system is then CPU bound and
+ * only queues grow.
  */
-export async function createSessions(nc: NatsConnection, scope: Scope, sessions: number, inFlight: number): Promise<void> {
+const CREATES_IN_FLIGHT = 64;
+
+/** Creates `sessions` sessions, CREATES_IN_FLIGHT at a time, and resolves once all have been answered. */
+export async function createSessions(nc: NatsConnection, scope: Scope, sessions: number): Promise<void> {
   let next = 0;
   await Promise.all(
-    Array.from({ length: inFlight }, async () => {
+    Array.from({ length: CREATES_IN_FLIGHT }, async () => {
       while (next < sessions) {
         next++;
         await callRpc(nc, Api.createSession, { scope, body: { spec: { cmd: ["true"] } } }, { timeoutMs: 30_000 });
@@ -43,10 +47,10 @@ export async function recorderDrain(
 ): Promise<{ eventsPerSec: number; events: number; cpuPerEventMs: number }> {
   await stack.recorder.stop();
   const running = opts.untilRunning(opts.sessions);
-  await createSessions(nc, opts.scope, opts.sessions, 64);
+  await createSessions(nc, opts.scope, opts.sessions);
   await running;
   const expected = opts.sessions * 3;
-  const audit = await (await jetstream(nc).consumers.get("AUDIT", { filter_subjects: [`paddock.audit.${opts.scope.workspaceId}.>`], deliver_policy: DeliverPolicy.New })).consume();
+  const audit = await (await jetstream(nc).consumers.get(Streams.audit, { filter_subjects: [Subjects.auditWorkspace(opts.scope.workspaceId)], deliver_policy: DeliverPolicy.New })).consume();
   let first = 0;
   let last = 0;
   let seen = 0;

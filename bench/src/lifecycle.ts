@@ -1,7 +1,7 @@
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
-import { AuditEvent, isTerminal, type Scope, type Session } from "@paddock/contracts";
+import { AuditEvent, isTerminal, Streams, Subjects, type Scope, type Session } from "@paddock/contracts";
 import { startStack } from "@paddock/testing";
 import { createSessions, recorderDrain } from "./audit-drain.ts";
 import { ackedPublishesPerSec, kvCasOpsPerSec } from "./baselines.ts";
@@ -11,13 +11,6 @@ import { startSimulatedRunner } from "./sim-runner.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
 
 const scope: Scope = { workspaceId: "bench", actor: { id: "bench", kind: "user" } };
-
-/**
- * Creates the bench keeps in flight. More (256) finishes creating sooner but
- * no more sessions reach running per second: the system is then CPU bound and
- * only queues grow.
- */
-const CREATES_IN_FLIGHT = 64;
 
 /**
  * Benchmarks 1 and 6: sessions reaching running per second against simulated
@@ -86,7 +79,7 @@ export async function lifecycleBench(opts: { sessions: number; runners: number }
     const lags: number[] = [];
     let audited = 0;
     const auditStart = performance.now();
-    const audit = await (await jetstream(nc).consumers.get("AUDIT", { filter_subjects: ["paddock.audit.bench.>"], deliver_policy: DeliverPolicy.New })).consume();
+    const audit = await (await jetstream(nc).consumers.get(Streams.audit, { filter_subjects: [Subjects.auditWorkspace(scope.workspaceId)], deliver_policy: DeliverPolicy.New })).consume();
     void (async () => {
       for await (const m of audit) {
         const ev = AuditEvent.parse(m.json());
@@ -99,7 +92,7 @@ export async function lifecycleBench(opts: { sessions: number; runners: number }
     log("creating");
     const cpu = cpuMeter({ nats: stack.nats.process.pid, scheduler: stack.scheduler.process.pid, recorder: stack.recorder.process.pid, gateway: stack.gateway.process.pid });
     const start = performance.now();
-    await createSessions(nc, scope, opts.sessions, CREATES_IN_FLIGHT);
+    await createSessions(nc, scope, opts.sessions);
     log(`all created after ${((performance.now() - start) / 1000).toFixed(2)} s`);
     log("waiting for running");
     await allRunning;

@@ -19,9 +19,9 @@ import { noSecrets, type SecretResolver } from "./secrets.ts";
 import { SessionManager } from "./sessions.ts";
 import { serveWorkspaceOps, type WorkspaceOps } from "./workspace-ops.ts";
 
-
 /** How often, at most, a runner looks for processes of sessions it does not hold (a /proc scan). */
 export const STRAY_SWEEP_MS = 5_000;
+
 export type AgentConfig = Pick<
   RunnerConfig,
   | "runnerId"

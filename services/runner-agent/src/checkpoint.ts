@@ -51,6 +51,13 @@ export interface CheckpointStore {
  */
 const CHECKPOINT_CHUNK_BYTES = 512 * 1024;
 
+/** How checkpoints are packed: gzip (smaller objects) or none (no deflate on either side; faster where the store is near). */
+export const CheckpointCompression = { gzip: "gzip", none: "none" } as const;
+export type CheckpointCompression = (typeof CheckpointCompression)[keyof typeof CheckpointCompression];
+
+/** The format each compression writes; restore reads either, whatever this runner writes. */
+const formats: Record<CheckpointCompression, string> = { gzip: SEALED_ARCHIVE_FORMAT, none: SEALED_TAR_FORMAT };
+
 /**
  * Checkpoints in the NATS object stores. Neither direction holds the archive
  * in memory: the tar is produced, sealed and stored as the store reads it, and
@@ -59,13 +66,6 @@ const CHECKPOINT_CHUNK_BYTES = 512 * 1024;
  * (`@paddock/archive` sealed.ts) bound to its ref: another runner reads
  * nothing from it, and a replaced or swapped object does not open.
  */
-/** How checkpoints are packed: gzip (smaller objects) or none (no deflate on either side; faster where the store is near). */
-export const CheckpointCompression = { gzip: "gzip", none: "none" } as const;
-export type CheckpointCompression = (typeof CheckpointCompression)[keyof typeof CheckpointCompression];
-
-/** The format each compression writes; restore reads either, whatever this runner writes. */
-const formats: Record<CheckpointCompression, string> = { gzip: SEALED_ARCHIVE_FORMAT, none: SEALED_TAR_FORMAT };
-
 export function createCheckpointStore(nc: NatsConnection, compression: CheckpointCompression = CheckpointCompression.gzip): CheckpointStore {
   // The object store digests every chunk (put and get); its default is a
   // pure-JS SHA-256, several times slower than node:crypto on large objects.

@@ -64,7 +64,7 @@ const RunnerEnv = z
      * take and restore where the object store is near; about 1.7x the bytes
      * on a typical workspace). Restores read either.
      */
-    PADDOCK_RUNNER_CHECKPOINT_COMPRESSION: z.enum([CheckpointCompression.gzip, CheckpointCompression.none]).default(CheckpointCompression.gzip),
+    PADDOCK_RUNNER_CHECKPOINT_COMPRESSION: z.enum(CheckpointCompression).default(CheckpointCompression.gzip),
     /** Screen checkpoints (screen-tracker.ts): written once an app's output was quiet this long... */
     PADDOCK_RUNNER_SCREEN_QUIET_MS: envSchemas.positiveMs.max(60_000).default(200),
     /** ...and at most this often per app (also while output never stops); 0 writes none. */

@@ -29,6 +29,21 @@ async function spawnIn(cwd: string): Promise<{ child: ChildProcess; grandchild: 
   return { child, grandchild: Number(line), exited };
 }
 
+type Spawned = Awaited<ReturnType<typeof spawnIn>>;
+
+/** The group's SIGKILL reached its every member. */
+async function expectKilled(p: Spawned): Promise<void> {
+  expect(await p.exited).toBe("SIGKILL");
+  expect(stillRuns(p.grandchild)).toBe(false);
+}
+
+/** Untouched, still running; then ended by the test. */
+function expectSpared(p: Spawned): void {
+  expect(p.child.exitCode).toBeNull();
+  expect(p.child.signalCode).toBeNull();
+  expect(stillRuns(p.grandchild)).toBe(true);
+  process.kill(-p.child.pid!, "SIGKILL");
+}
 
 describe("killLeftoverProcesses", () => {
   it("kills the process groups working in the sessions dir, and leaves others alone", async () => {
@@ -42,13 +57,8 @@ describe("killLeftoverProcesses", () => {
     const bystander = await spawnIn(elsewhere);
     const killed = await killLeftoverProcesses(join(dataDir, "sessions"), silentLogger());
     expect(killed).toBe(1); // one process group: the shell and its sleep
-    expect(await leftover.exited).toBe("SIGKILL");
-    // The group's SIGKILL reached its every member.
-    expect(stillRuns(leftover.grandchild)).toBe(false);
-    expect(bystander.child.exitCode).toBeNull();
-    expect(bystander.child.signalCode).toBeNull();
-    expect(stillRuns(bystander.grandchild)).toBe(true);
-    process.kill(-bystander.child.pid!, "SIGKILL");
+    await expectKilled(leftover);
+    expectSpared(bystander);
   });
 
   it("spares the sessions it is told are held, and kills the rest (the periodic stray sweep)", async () => {
@@ -59,12 +69,8 @@ describe("killLeftoverProcesses", () => {
     const held = await spawnIn(join(sessions, "ses_held", "workspace"));
     const stray = await spawnIn(join(sessions, "ses_gone", "workspace"));
     expect(await killLeftoverProcesses(sessions, silentLogger(), "test", (name) => name === "ses_held")).toBe(1);
-    expect(await stray.exited).toBe("SIGKILL");
-    expect(stillRuns(stray.grandchild)).toBe(false);
-    expect(held.child.exitCode).toBeNull();
-    expect(held.child.signalCode).toBeNull();
-    expect(stillRuns(held.grandchild)).toBe(true);
-    process.kill(-held.child.pid!, "SIGKILL");
+    await expectKilled(stray);
+    expectSpared(held);
   });
 
   it("does nothing without a sessions dir", async () => {

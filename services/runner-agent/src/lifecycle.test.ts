@@ -60,10 +60,14 @@ async function harness(overrides: Partial<AgentConfig> = {}, log?: ReturnType<ty
   };
 }
 
+/** Fields of /proc/<pid>/stat after "(comm) ": state, ppid, pgrp, ... */
+function procStat(pid: number): string[] {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+}
 
 function procState(pid: number): string {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+  return procStat(pid)[0] ?? "";
 }
 
 function sendInput(t: TestAgent, sessionId: string, body: string, generation = "1") {
@@ -197,9 +201,8 @@ describe("suspend, resume, checkpoint", () => {
     await h.start(sessionId, { cmd: ["sh", "-c", "setsid sh -c 'echo escaped=$$; exec sleep 300' & exec sleep 600"] });
     await term.waitFor(() => /escaped=\d+/.test(term.text()));
     const escaped = Number(/escaped=(\d+)/.exec(term.text())?.[1]);
-    // It leads a group of its own (fields after "(comm) ": state, ppid, pgrp).
-    const stat = readFileSync(`/proc/${escaped}/stat`, "utf8");
-    expect(Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2])).toBe(escaped);
+    // It leads a group of its own.
+    expect(Number(procStat(escaped)[2])).toBe(escaped);
     await h.send({ type: "destroy", sessionId });
     await h.fact(sessionId, "destroyed");
     expect(stillRuns(escaped)).toBe(false);

@@ -41,11 +41,11 @@ async function lstatOrGone(absolute: string): Promise<Stats | undefined> {
  * first, by name), with its lstat. Links are not followed; FIFOs, sockets and
  * devices are left out.
  */
-async function* walk(cwd: string, rel: string, stat: Stats | undefined, statCache: Map<string, Stats>): AsyncGenerator<{ rel: string; stat: Stats }> {
+async function* walk(cwd: string, rel: string, stat: Stats | undefined, statCache: Map<string, Stats>): AsyncGenerator<{ rel: string; absolute: string; stat: Stats }> {
   const absolute = resolve(cwd, rel);
   if (!stat || !packable(stat)) return;
   statCache.set(absolute, stat);
-  yield { rel, stat };
+  yield { rel, absolute, stat };
   if (!stat.isDirectory()) return;
   let names: string[];
   try {
@@ -81,14 +81,14 @@ export async function* tarChunks(cwd: string, entries: readonly string[]): Async
   const statCache = new Map<string, Stats>();
   const opts: TarOptionsWithAliases = { cwd, portable: true, statCache, linkCache: new Map() };
   for (const top of entries) {
-    for await (const { rel, stat } of walk(cwd, top, await lstatOrGone(resolve(cwd, top)), statCache)) {
+    for await (const { rel, absolute, stat } of walk(cwd, top, await lstatOrGone(resolve(cwd, top)), statCache)) {
       if (stat.isFile() && stat.size > SYNC_PACK_MAX_BYTES) {
         for await (const chunk of new WriteEntry(rel, opts) as AsyncIterable<Buffer>) yield chunk;
       } else {
         yield* syncEntry(rel, opts);
       }
       // Written: its stat is not needed again (the cache would otherwise hold the whole tree's).
-      statCache.delete(resolve(cwd, rel));
+      statCache.delete(absolute);
     }
   }
   yield TAR_END;
