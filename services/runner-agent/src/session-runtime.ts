@@ -1,6 +1,5 @@
 import { UsageMeter } from "./usage.ts";
 import { mkdirSync } from "node:fs";
-import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
@@ -20,6 +19,7 @@ import type { SecretResolver } from "./secrets.ts";
 import { realClock, TermWriter } from "./term-writer.ts";
 import { ScreenTracker } from "./screen-tracker.ts";
 import { killLeftoverProcesses } from "./leftovers.ts";
+import { removeDirSoon } from "./remove-dir.ts";
 import { defaultTerminalSettings, type TerminalSettings } from "./config.ts";
 import type { HeldSession } from "./types.ts";
 import { watchWorkspace, type WorkspaceWatcher } from "./watcher.ts";
@@ -201,7 +201,7 @@ export class SessionRuntime {
       await this.killAll();
       this.stopEgress();
       for (const slot of this.slots.values()) slot.abortLog();
-      await rm(this.dir, { recursive: true, force: true });
+      await removeDirSoon(this.dir, this.deps.log);
       const reason = err instanceof RunnerError ? err.message : "session could not start";
       if (!(err instanceof RunnerError)) this.deps.log.error({ err, ...this.ids() }, "session start failed");
       else this.deps.log.info({ ...this.ids(), code: err.code, reason }, "session failed to start");
@@ -248,7 +248,7 @@ export class SessionRuntime {
     const usage = await this.finishUsage();
     await this.killAll();
     await Promise.all([...this.slots.values()].map((s) => s.closeLog()));
-    await rm(this.dir, { recursive: true, force: true });
+    await removeDirSoon(this.dir, this.deps.log);
     await this.emit({ type: "suspended", warm: false, ...saved, ...(usage ? { usage } : {}) }, requestId);
     this.deps.log.info(this.ids(), "session suspended cold");
   }
@@ -288,7 +288,7 @@ export class SessionRuntime {
   /** Destroy: kill the apps (their logs end with exit markers), remove the sandbox; no exited fact. */
   async destroy(): Promise<void> {
     await this.end();
-    await rm(this.dir, { recursive: true, force: true });
+    await removeDirSoon(this.dir, this.deps.log);
   }
 
   /**
@@ -304,7 +304,7 @@ export class SessionRuntime {
     this.detach();
     this.abortWriters();
     await this.killAll();
-    await rm(this.dir, { recursive: true, force: true });
+    await removeDirSoon(this.dir, this.deps.log);
     this.deps.log.info(this.ids(), "session discarded after re-registration");
   }
 

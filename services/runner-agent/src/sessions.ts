@@ -1,6 +1,6 @@
-import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { killLeftoverProcesses } from "./leftovers.ts";
+import { removeDirSoon } from "./remove-dir.ts";
 import type { DispatchCommand } from "@paddock/contracts";
 import { RunnerError } from "./errors.ts";
 import type { HeldSession } from "./types.ts";
@@ -101,7 +101,7 @@ export class SessionManager {
     if (existing) await this.teardown(existing);
     else {
       await this.closing.get(target.sessionId);
-      await rm(join(this.sessionsDir(), target.sessionId), { recursive: true, force: true });
+      await removeDirSoon(join(this.sessionsDir(), target.sessionId), this.opts.log);
     }
     this.remember(target);
     await this.opts.facts.publish(target, { type: "destroyed", ...(usage ? { usage } : {}) });

@@ -34,4 +34,17 @@ describe("usage meter", () => {
     symlinkSync("/etc/passwd", join(dir, "link"));
     expect(await storageBytes(dir)).toBe(8);
   });
+
+  it("measures a directory wider than one walk slice, nested trees and a missing directory", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "paddock-usage-"));
+    const { mkdirSync } = await import("node:fs");
+    // 700 files at one level: the walk yields between slices of 256 and must neither skip nor repeat any.
+    for (let i = 0; i < 700; i++) writeFileSync(join(dir, `f${i}`), Buffer.alloc(i % 7));
+    mkdirSync(join(dir, "a", "b", "c"), { recursive: true });
+    writeFileSync(join(dir, "a", "b", "c", "deep"), Buffer.alloc(1000));
+    let expected = 1000;
+    for (let i = 0; i < 700; i++) expected += i % 7;
+    expect(await storageBytes(dir)).toBe(expected);
+    expect(await storageBytes(join(dir, "no-such-dir"))).toBe(0);
+  });
 });

@@ -13,6 +13,14 @@ import { constants as zlibConstants, gzip } from "node:zlib";
 
 const gzipAsync = promisify(gzip);
 
+/**
+ * Output room beyond a block's own size: a stored (level 0) member grows by
+ * 5 bytes per 64 KiB plus its header and trailer, so one output buffer holds
+ * any member and each block is compressed in a single pool job (zlib's
+ * default 16 KiB output chunks made it one job per 16 KiB).
+ */
+const MEMBER_SLACK_BYTES = 64 * 1024;
+
 export interface ParallelGzipOptions {
   /** zlib level (default: fastest). */
   level?: number;
@@ -33,7 +41,7 @@ export function parallelGzip(opts: ParallelGzipOptions = {}): Transform {
 
   const enqueue = (block: Buffer): void => {
     // Already-compressed data (archives, images, git packs) is stored, not deflated: same bytes, a fraction of the CPU.
-    const member = gzipAsync(block, { level: looksIncompressible(block) ? zlibConstants.Z_NO_COMPRESSION : level });
+    const member = gzipAsync(block, { level: looksIncompressible(block) ? zlibConstants.Z_NO_COMPRESSION : level, chunkSize: block.length + MEMBER_SLACK_BYTES });
     // Rejections are taken by drain; this only keeps an early one from being unhandled meanwhile.
     member.catch(() => undefined);
     queue.push(member);
