@@ -1,5 +1,5 @@
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
+import { KvWatchInclude, Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import WebSocket from "ws";
 import { decodeOutputFrame, Subjects, type Session } from "@paddock/contracts";
@@ -18,11 +18,33 @@ async function post(stack: Stack, path: string, body: unknown): Promise<Session>
   return (await res.json()) as Session;
 }
 
-async function untilRunning(nc: NatsConnection, id: string): Promise<void> {
+/**
+ * Tells when a session's record turns running, from one KV watch started
+ * before any create: the observer sets up nothing (no stream info, no
+ * consumer) on the path it times.
+ */
+interface RunningWatch {
+  untilRunning(id: string): Promise<void>;
+  stop(): void;
+}
+
+async function runningWatch(nc: NatsConnection): Promise<RunningWatch> {
   const kv = await new Kvm(nc).open("sessions");
-  const w = await kv.watch({ key: `default.${id}` });
-  for await (const e of w) if (e.operation === "PUT" && e.json<Session>().state === "running") break;
-  w.stop();
+  const w = await kv.watch({ key: "default.*", include: KvWatchInclude.UpdatesOnly });
+  const running = new Set<string>();
+  const waiters = new Map<string, () => void>();
+  void (async () => {
+    for await (const e of w) {
+      if (e.operation !== "PUT" || e.json<Session>().state !== "running") continue;
+      const id = e.key.slice("default.".length);
+      running.add(id);
+      waiters.get(id)?.();
+    }
+  })();
+  return {
+    untilRunning: (id) => (running.has(id) ? Promise.resolve() : new Promise<void>((resolve) => waiters.set(id, resolve))),
+    stop: () => w.stop(),
+  };
 }
 
 function openWs(url: string, headers: Record<string, string> = {}): Promise<WebSocket> {
@@ -100,7 +122,7 @@ async function stageClock(nc: NatsConnection) {
  * starts once the previous session's sandbox is gone (its destroyed fact):
  * the teardown (kill, exit marker, usage, rm) is not timed into the next create.
  */
-async function createLatency(stack: Stack, nc: NatsConnection, samples: number): Promise<Figure[]> {
+async function createLatency(stack: Stack, nc: NatsConnection, watch: RunningWatch, samples: number): Promise<Figure[]> {
   const cmd = ["sh", "-c", "echo up; exec sleep 600"];
   const ms: number[] = [];
   const clock = await stageClock(nc);
@@ -109,7 +131,7 @@ async function createLatency(stack: Stack, nc: NatsConnection, samples: number):
     const start = performance.now();
     const s = await post(stack, "/v1/sessions", { spec: { cmd } });
     clock.mark(s.id, "answered");
-    await untilRunning(nc, s.id);
+    await watch.untilRunning(s.id);
     clock.mark(s.id, "running");
     ms.push(performance.now() - start);
     timed.push({ id: s.id, start });
@@ -154,9 +176,9 @@ async function echoSamples(ws: WebSocket, samples: number, framed: boolean): Pro
 }
 
 /** Benchmark 3: keystroke → echo through gateway → runner → PTY → back, against a direct bridge. */
-async function echoLatency(stack: Stack, nc: NatsConnection, samples: number): Promise<Figure[]> {
+async function echoLatency(stack: Stack, watch: RunningWatch, samples: number): Promise<Figure[]> {
   const s = await post(stack, "/v1/sessions", { spec: { cmd: ["cat"] } });
-  await untilRunning(nc, s.id);
+  await watch.untilRunning(s.id);
   const ws = await openWs(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?mode=controller&since=all`, { authorization: `Bearer ${stack.token}` });
   const paddock = await echoSamples(ws, samples, true);
   ws.close();
@@ -182,7 +204,7 @@ function drain(ws: WebSocket, framed: boolean): Promise<{ bytes: number; seconds
 }
 
 /** Benchmarks 4 and 5: live output throughput against the bridge; replay rate and time to a screen snapshot. */
-async function outputAndReplay(stack: Stack, nc: NatsConnection, megabytes: number): Promise<Figure[]> {
+async function outputAndReplay(stack: Stack, nc: NatsConnection, watch: RunningWatch, megabytes: number): Promise<Figure[]> {
   const cmd = ["sh", "-c", `head -c ${megabytes * 1024 * 1024} /dev/zero | tr '\\0' 'x' | fold -w 100`];
   const s = await post(stack, "/v1/sessions", { spec: { cmd } });
   const ws = await openWs(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?since=all`, { authorization: `Bearer ${stack.token}` });
@@ -231,13 +253,15 @@ export async function terminalBenches(opts: { latencySamples: number; echoSample
     env: { gateway: { ...prof, PADDOCK_WS_INPUT_FRAMES_PER_SECOND: "1000000" }, scheduler: prof, "runner-agent": prof },
   });
   const nc = await connect({ servers: stack.nats.url });
+  const watch = await runningWatch(nc);
   try {
     return [
-      ...(await createLatency(stack, nc, opts.latencySamples)),
-      ...(await echoLatency(stack, nc, opts.echoSamples)),
-      ...(await outputAndReplay(stack, nc, opts.megabytes)),
+      ...(await createLatency(stack, nc, watch, opts.latencySamples)),
+      ...(await echoLatency(stack, watch, opts.echoSamples)),
+      ...(await outputAndReplay(stack, nc, watch, opts.megabytes)),
     ];
   } finally {
+    watch.stop();
     await nc.drain();
     await stack.stop();
   }

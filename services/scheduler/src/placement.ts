@@ -3,6 +3,7 @@ import { overridesImage } from "./layering.ts";
 import { SCHEDULER_ACTOR, transition, writeSession, type SchedulerContext } from "./context.ts";
 import { dispatchStart, releaseSlot, reserveSlots } from "./slots.ts";
 import { CasConflictError } from "./store.ts";
+import { mintSessionToken } from "./tokens.ts";
 
 /** Whether a runner offers what the session requires: every capability, and at least the minimum resources. */
 export function satisfies(runner: Runner, req: Requirements | undefined): boolean {
@@ -128,7 +129,8 @@ export function planPass(ctx: SchedulerContext, queue: Session[], limits: Placem
   return [...shares.values()];
 }
 
-type Placed = { session: Session } | "lost" | "failed";
+/** A placed session with its start's token (stored, or being stored); or why it was not placed. */
+type Placed = { session: Session; token: Promise<string> } | "lost" | "failed";
 
 /** Moves one queued session to creating on the runner (CAS on the revision the view holds). */
 async function placeSession(ctx: SchedulerContext, queued: Session, runner: Runner): Promise<Placed> {
@@ -140,9 +142,16 @@ async function placeSession(ctx: SchedulerContext, queued: Session, runner: Runn
     runnerId: runner.id,
     placementGeneration: current.value.placementGeneration + 1,
   });
+  // The start's service token is stored while the placement is written rather
+  // than after it: one round trip less on every create's path to running. The
+  // token is derived from (session, placement generation), so a replica that
+  // wins this placement stores the same record; one left by a lost race names
+  // a generation never placed, whose token nobody was given.
+  const token = mintSessionToken(ctx, next);
+  token.catch(() => undefined);
   try {
     await writeSession(ctx, current, next);
-    return { session: next };
+    return { session: next, token };
   } catch (err) {
     if (err instanceof CasConflictError) return "lost";
     ctx.log.warn({ err, sessionId: queued.id }, "placement write failed");
@@ -156,7 +165,7 @@ async function placeSession(ctx: SchedulerContext, queued: Session, runner: Runn
  * each, all in flight together), give back the slots of the ones that lost
  * their race, and hand the placed ones to `dispatch`.
  */
-async function placeShare(ctx: SchedulerContext, share: Share, dispatch: (s: Session, runnerGeneration: number) => void): Promise<void> {
+async function placeShare(ctx: SchedulerContext, share: Share, dispatch: (s: Session, runnerGeneration: number, token: Promise<string>) => void): Promise<void> {
   const { runner } = share;
   const reserved = await reserveSlots(ctx, runner.poolId, runner.id, share.sessions.length);
   if (!reserved) return;
@@ -168,7 +177,7 @@ async function placeShare(ctx: SchedulerContext, share: Share, dispatch: (s: Ses
       continue;
     }
     ctx.metrics.placements.inc();
-    dispatch(o.session, reserved.generation);
+    dispatch(o.session, reserved.generation, o.token);
   }
   if (unused > 0) await releaseSlot(ctx, runner.poolId, runner.id, unused);
 }
@@ -194,8 +203,8 @@ export function createPlacer(ctx: Omit<SchedulerContext, "requestPlacement">, li
   let stopped = false;
   const full = ctx as SchedulerContext;
   const dispatches = new Set<Promise<void>>();
-  const dispatch = (s: Session, runnerGeneration: number) => {
-    const p = dispatchStart(full, s, runnerGeneration).catch((err: unknown) => ctx.log.warn({ err, sessionId: s.id }, "start not sent; the sweep re-sends it"));
+  const dispatch = (s: Session, runnerGeneration: number, token: Promise<string>) => {
+    const p = dispatchStart(full, s, runnerGeneration, token).catch((err: unknown) => ctx.log.warn({ err, sessionId: s.id }, "start not sent; the sweep re-sends it"));
     dispatches.add(p);
     void p.finally(() => dispatches.delete(p));
   };

@@ -77,11 +77,15 @@ export async function sendCommand(ctx: SchedulerContext, s: Session, body: Comma
   });
 }
 
-/** Starts a placed session: a fresh sandbox, or a cold resume restoring its checkpoint. */
-export async function dispatchStart(ctx: SchedulerContext, s: Session, runnerGeneration: number): Promise<void> {
+/**
+ * Starts a placed session: a fresh sandbox, or a cold resume restoring its
+ * checkpoint. `token` is the placement's service token when its record is
+ * already being stored; it is stored here otherwise.
+ */
+export async function dispatchStart(ctx: SchedulerContext, s: Session, runnerGeneration: number, token?: Promise<string>): Promise<void> {
   const resume = s.placementGeneration > 1 && s.checkpoint !== undefined;
   const [sessionToken, boot, restoreKey] = await Promise.all([
-    mintSessionToken(ctx, s),
+    token ?? mintSessionToken(ctx, s),
     ctx.bootEnvironment(s),
     resume && s.checkpoint ? ctx.sealKeys.get(s.checkpoint.ref) : Promise.resolve(undefined),
   ]);
