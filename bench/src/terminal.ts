@@ -203,6 +203,18 @@ function drain(ws: WebSocket, framed: boolean): Promise<{ bytes: number; seconds
   return new Promise((resolve) => ws.once("close", () => resolve({ bytes, seconds: (performance.now() - start) / 1000 })));
 }
 
+/** Attaches measured for the since=screen figure. */
+const SCREEN_ATTACHES = 9;
+
+/** Upgrade request → first binary frame of a since=screen attach. */
+async function screenFirstFrameMs(stack: Stack, sessionId: string): Promise<number> {
+  const start = performance.now();
+  const ws = new WebSocket(`${stack.url.replace("http", "ws")}/v1/sessions/${sessionId}/terminal?since=screen`, { headers: { authorization: `Bearer ${stack.token}` } });
+  const ms = await new Promise<number>((resolve) => ws.on("message", (_d, isBinary) => isBinary && resolve(performance.now() - start)));
+  ws.close();
+  return ms;
+}
+
 /** Benchmarks 4 and 5: live output throughput against the bridge; replay rate and time to a screen snapshot. */
 async function outputAndReplay(stack: Stack, nc: NatsConnection, watch: RunningWatch, megabytes: number): Promise<Figure[]> {
   const cmd = ["sh", "-c", `head -c ${megabytes * 1024 * 1024} /dev/zero | tr '\\0' 'x' | fold -w 100`];
@@ -231,14 +243,18 @@ async function outputAndReplay(stack: Stack, nc: NatsConnection, watch: RunningW
   }
   const rawMBs = rawBytes / 1e6 / ((performance.now() - rawStart) / 1000);
 
-  const screenStart = performance.now();
-  const screenWs = new WebSocket(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?since=screen`, { headers: { authorization: `Bearer ${stack.token}` } });
-  const firstFrameMs = await new Promise<number>((resolve) => screenWs.on("message", (_d, isBinary) => isBinary && resolve(performance.now() - screenStart)));
-  screenWs.close();
+  // A screen served from the runner's checkpoint is not cached, so each attach does the whole
+  // work again: several give the typical figure rather than one sample of this VM's noise. The
+  // first also pays for the gateway's cold code path (30-45 ms against 10-16 here); the log line
+  // prints every sample.
+  const screenMs: number[] = [];
+  for (let i = 0; i < SCREEN_ATTACHES; i++) screenMs.push(await screenFirstFrameMs(stack, s.id));
+  const firstFrameMs = percentile(screenMs, 50);
+  log(`since=screen first frame over ${SCREEN_ATTACHES} attaches: ${screenMs.map((v) => v.toFixed(1)).join(", ")} ms`);
   return [
     figure({ bench: "4 output", metric: `${megabytes} MB live to a client`, value: liveMBs, unit: "MB/s", baseline: { name: "direct bridge", value: bridgeMBs }, goal: "≥ 0.8x bridge", met: liveMBs >= 0.8 * bridgeMBs }),
     figure({ bench: "5 replay", metric: `since=all of ${(replay.bytes / 1e6).toFixed(0)} MB`, value: replay.bytes / 1e6 / replay.seconds, unit: "MB/s", baseline: { name: "raw ordered consume", value: rawMBs }, goal: "≥ 50 MB/s", met: replay.bytes / 1e6 / replay.seconds >= 50 }),
-    figure({ bench: "5 replay", metric: "since=screen first frame", value: firstFrameMs, unit: "ms", goal: "≤ 50 ms", met: firstFrameMs <= 50 }),
+    figure({ bench: "5 replay", metric: `since=screen first frame p50 (${SCREEN_ATTACHES} attaches)`, value: firstFrameMs, unit: "ms", goal: "≤ 50 ms", met: firstFrameMs <= 50 }),
   ];
 }
 
