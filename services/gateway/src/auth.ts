@@ -54,26 +54,15 @@ export interface Principal {
 }
 
 /**
- * Resolves an Authorization header to a scope. Missing, malformed, unknown and
- * expired tokens are all the same `unauthenticated` (no oracle on which).
+ * The KV `tokens` key of an Authorization header's bearer token. Missing,
+ * malformed, unknown and expired tokens are all the same `unauthenticated`
+ * (no oracle on which): this and principalOfHash.
  */
-export async function authenticate(
-  tokens: () => Promise<KV>,
-  authorization: string | undefined,
-  now: () => number,
-): Promise<Scope> {
-  return (await authenticatePrincipal(tokens, authorization, now)).scope;
-}
-
-export async function authenticatePrincipal(
-  tokens: () => Promise<KV>,
-  authorization: string | undefined,
-  now: () => number,
-): Promise<Principal> {
+export function tokenHashOf(authorization: string | undefined): string {
   const m = authorization === undefined ? null : BEARER.exec(authorization);
   const token = m?.[1];
   if (!token) throw new UnauthenticatedError();
-  return principalOfHash(tokens, hashToken(token), now);
+  return hashToken(token);
 }
 
 /** The principal of a token hash as KV holds it NOW: revoked (deleted), unknown and expired are unauthenticated. */
@@ -181,11 +170,29 @@ function sessionPrincipalMay(scope: Scope, action: Action, resource: Resource): 
 }
 
 export class Authorizer {
+  /** Membership reads started for a request's scope (see prefetch); gone with the scope object. */
+  private readonly prefetched = new WeakMap<Scope, Promise<Membership | undefined>>();
+
   constructor(private readonly members: () => Promise<KV>) {}
 
   /**
-   * Decides on the CURRENT membership (read from KV on every call, never
-   * cached). Another workspace's resource is not_found, never forbidden.
+   * Starts reading the membership a request's scope will be authorized
+   * against, or adopts a read of the same key the caller already started
+   * while the request was being authenticated. The read still belongs to this
+   * request alone: it overlaps the request's other round trips (the token
+   * read, a resource fetch) instead of following them.
+   */
+  prefetch(scope: Scope, started?: Promise<Membership | undefined>): void {
+    const read = started ?? this.membership(scope.workspaceId, scope.actor.id);
+    // Awaited by authorize, if the request gets that far; a failure is seen there.
+    read.catch(() => undefined);
+    this.prefetched.set(scope, read);
+  }
+
+  /**
+   * Decides on the CURRENT membership: read from KV for every request (at the
+   * earliest once the request arrived, see prefetch), never cached across
+   * requests. Another workspace's resource is not_found, never forbidden.
    */
   async authorize(scope: Scope, action: Action, resource: Resource): Promise<void> {
     if (resource.workspaceId !== scope.workspaceId) {
@@ -198,7 +205,7 @@ export class Authorizer {
       throw new ForbiddenError(`${action} is not allowed to a session principal`);
     }
     if (sessionPrincipalMay(scope, action, resource)) return;
-    const membership = await this.membership(scope.workspaceId, scope.actor.id);
+    const membership = await (this.prefetched.get(scope) ?? this.membership(scope.workspaceId, scope.actor.id));
     if (!membership) throw new ForbiddenError("not a member of this workspace");
     if (fleetActions.has(action)) {
       const operator = scope.actor.kind === "user" && scope.sessionId === undefined ? await this.membership(FLEET_WORKSPACE, scope.actor.id) : undefined;
@@ -213,7 +220,7 @@ export class Authorizer {
   }
 
   /** The current membership of an actor in a workspace, read now (never cached). */
-  private async membership(workspaceId: string, actorId: string): Promise<Membership | undefined> {
+  async membership(workspaceId: string, actorId: string): Promise<Membership | undefined> {
     const entry = await (await this.members()).get(memberKey(workspaceId, actorId));
     const decoded = entry && entry.operation === "PUT" ? decodeJson(Membership, entry.value) : undefined;
     const m = decoded?.ok ? decoded.value : undefined;

@@ -19,7 +19,7 @@ import {
   type Session,
 } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
-import { authenticatePrincipal, Authorizer, lazyKv, principalOfHash, type Principal, type Resource } from "./auth.ts";
+import { Authorizer, lazyKv, principalOfHash, tokenHashOf, type Principal, type Resource } from "./auth.ts";
 import type { GatewayConfig } from "./config.ts";
 import { WindowLimiter } from "./limits.ts";
 import type { GatewayMetrics } from "./metrics.ts";
@@ -55,6 +55,9 @@ export const realEvery: Every = (ms, fn) => {
   return () => clearInterval(timer);
 };
 
+/** Member-key guesses kept (one per token seen lately; the oldest goes first). */
+const MAX_MEMBER_HINTS = 10_000;
+
 /** Shared by every route: the deps plus authentication, the Authorizer and the scheduler calls. */
 export class GatewayContext {
   readonly authorizer: Authorizer;
@@ -65,6 +68,11 @@ export class GatewayContext {
   /** Headless screens per session app, fed incrementally for `since=screen`. */
   readonly screens: ScreenCache;
   private jsmOpening: Promise<JetStreamManager> | undefined;
+  /**
+   * Token hash → the member key its token last named. Only a guess of which
+   * membership to read early; no decision is taken from it.
+   */
+  private readonly memberHints = new Map<string, { workspaceId: string; actorId: string }>();
 
   constructor(readonly deps: GatewayDeps) {
     this.tokens = lazyKv(deps.nc, Buckets.tokens);
@@ -87,9 +95,35 @@ export class GatewayContext {
     return (await this.principal(req)).scope;
   }
 
-  /** The caller with its token hash (rate limits, revocation of open sockets). */
-  principal(req: IncomingMessage): Promise<Principal> {
-    return authenticatePrincipal(this.tokens, req.headers.authorization, this.deps.now);
+  /**
+   * The caller with its token hash (rate limits, revocation of open sockets).
+   * Its membership read starts here, for the Authorizer: beside the token
+   * read when this token resolved before (the last principal it named is the
+   * guess, used only if the token still names it), else right after it.
+   */
+  async principal(req: IncomingMessage): Promise<Principal> {
+    const tokenHash = tokenHashOf(req.headers.authorization);
+    const hint = this.memberHints.get(tokenHash);
+    const early = hint ? this.authorizer.membership(hint.workspaceId, hint.actorId) : undefined;
+    // Taken by prefetch below, or dropped when the token no longer authenticates.
+    early?.catch(() => undefined);
+    const principal = await principalOfHash(this.tokens, tokenHash, this.deps.now);
+    const { scope } = principal;
+    // A session's own principal mostly acts without a membership: its reads stay on demand.
+    if (scope.sessionId !== undefined) return principal;
+    const same = hint !== undefined && hint.workspaceId === scope.workspaceId && hint.actorId === scope.actor.id;
+    this.authorizer.prefetch(scope, same ? early : undefined);
+    if (!same) this.rememberHint(tokenHash, scope);
+    return principal;
+  }
+
+  private rememberHint(tokenHash: string, scope: Scope): void {
+    this.memberHints.delete(tokenHash);
+    if (this.memberHints.size >= MAX_MEMBER_HINTS) {
+      const oldest = this.memberHints.keys().next();
+      if (!oldest.done) this.memberHints.delete(oldest.value);
+    }
+    this.memberHints.set(tokenHash, { workspaceId: scope.workspaceId, actorId: scope.actor.id });
   }
 
   /** The principal of a token hash as KV holds it now (re-checks at ticket use and on token changes). */

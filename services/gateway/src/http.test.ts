@@ -1,10 +1,11 @@
 import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
-import { Streams, Subjects, ZERO_USAGE, type AuditEvent } from "@paddock/contracts";
-import { seedMember } from "./auth.ts";
+import { Buckets, Streams, Subjects, ZERO_USAGE, type AuditEvent } from "@paddock/contracts";
+import { Kvm } from "@nats-io/kv";
+import { memberKey, seedMember, seedToken } from "./auth.ts";
 import { LOG_CURSOR_HEADER } from "./events.ts";
-import { api, makeSession, publishChunk, startHarness, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
+import { api, makeSession, NOW, publishChunk, startHarness, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
 
 let h: Harness;
 beforeAll(async () => {
@@ -200,6 +201,33 @@ describe("GET and DELETE /v1/sessions/:id", () => {
     expect((await api(h.url, "GET", "/v1/sessions/m1", { token: TOKENS.bob })).status).toBe(200);
     await seedMember(h.nc, { workspaceId: WS1, actorId: "bob", role: "member" });
     expectError(await api(h.url, "DELETE", "/v1/sessions/m1", { token: TOKENS.bob }), 403, "forbidden");
+  });
+
+  it("a membership removed between two requests of one token denies the second (its early read is a fresh one)", async () => {
+    const token = "tok_gone_member_0123456789abcdef";
+    await seedToken(h.nc, token, { workspaceId: WS1, actor: { id: "gina", kind: "user" }, createdAt: NOW - 1000 });
+    await seedMember(h.nc, { workspaceId: WS1, actorId: "gina", role: "member" });
+    h.scheduler.put(makeSession({ id: "g1", workspaceId: WS1, creatorId: "alice" }));
+    expect((await api(h.url, "GET", "/v1/sessions/g1", { token })).status).toBe(200);
+    await (await new Kvm(h.nc).open(Buckets.members)).delete(memberKey(WS1, "gina"));
+    const denied = await api(h.url, "GET", "/v1/sessions/g1", { token });
+    expectError(denied, 403, "forbidden");
+    expect(denied.json.error.message).toContain("not a member");
+  });
+
+  it("a token that now names another principal is authorized against that principal's membership, not the one it named before", async () => {
+    const token = "tok_repointed_0123456789abcdef";
+    await seedToken(h.nc, token, { workspaceId: WS1, actor: { id: "carol", kind: "user" }, createdAt: NOW - 1000 });
+    await seedMember(h.nc, { workspaceId: WS1, actorId: "carol", role: "admin" });
+    await seedMember(h.nc, { workspaceId: WS1, actorId: "dave", role: "member" });
+    h.scheduler.put(makeSession({ id: "p1", workspaceId: WS1, creatorId: "alice" }));
+    h.scheduler.put(makeSession({ id: "p2", workspaceId: WS1, creatorId: "alice" }));
+    // As carol (an admin) the token may delete another member's session.
+    expect((await api(h.url, "DELETE", "/v1/sessions/p1", { token })).status).toBe(200);
+    // The same token hash now stands for dave, a plain member: carol's admin role must not carry over.
+    await seedToken(h.nc, token, { workspaceId: WS1, actor: { id: "dave", kind: "user" }, createdAt: NOW - 1000 });
+    expectError(await api(h.url, "DELETE", "/v1/sessions/p2", { token }), 403, "forbidden");
+    expect(h.scheduler.callsOf("delete")).toHaveLength(1);
   });
 });
 
