@@ -126,7 +126,9 @@ async function put(id: string, path: string, body: Buffer, token = stack.token) 
 
 describe("paddock cp", () => {
   it("a directory copied up is seen by the session's process and copied down byte-identical", async () => {
-    const s = await createSession({ spec: { cmd: ["sh", "-c", "echo READY; while [ ! -f up/done ]; do sleep 0.05; done; echo \"saw:$(cat up/hello.txt)\"; exec sleep 600"] } });
+    // Waits for the file's content, not for a sentinel file: entries are packed in name order
+    // ("done" before "hello.txt"), so a sentinel could be seen before the file it stands for is written.
+    const s = await createSession({ spec: { cmd: ["sh", "-c", "echo READY; until grep -q laptop up/hello.txt 2>/dev/null; do sleep 0.05; done; echo \"saw:$(cat up/hello.txt)\"; exec sleep 600"] } });
     await outputOf(s.id, (t) => t.includes("READY"));
     const src = join(scratch, "src");
     mkdirSync(join(src, "nested", "deeper"), { recursive: true });
