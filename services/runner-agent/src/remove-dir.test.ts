@@ -1,13 +1,23 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { silentLogger } from "@paddock/logging";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { DISCARDED_PREFIX, removeDirSoon } from "./remove-dir.ts";
+
+const made: string[] = [];
+const sessionsDir = () => {
+  const dir = mkdtempSync(join(tmpdir(), "paddock-rmdir-"));
+  made.push(dir);
+  return dir;
+};
+afterEach(() => {
+  for (const dir of made.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
 
 describe("removeDirSoon", () => {
   it("frees the path at once and deletes the contents in the background", async () => {
-    const sessions = mkdtempSync(join(tmpdir(), "paddock-rmdir-"));
+    const sessions = sessionsDir();
     const dir = join(sessions, "ses_1");
     mkdirSync(join(dir, "workspace", "deep"), { recursive: true });
     for (let i = 0; i < 50; i++) writeFileSync(join(dir, "workspace", "deep", `f${i}`), "x".repeat(1000));
@@ -21,7 +31,7 @@ describe("removeDirSoon", () => {
   });
 
   it("names the aside directory so that it is never taken for a session", async () => {
-    const sessions = mkdtempSync(join(tmpdir(), "paddock-rmdir-"));
+    const sessions = sessionsDir();
     const dir = join(sessions, "ses_2");
     mkdirSync(dir);
     // Resumed right after the rename, in the same microtask checkpoint: the delete
@@ -35,7 +45,7 @@ describe("removeDirSoon", () => {
   });
 
   it("settles for a directory that does not exist", async () => {
-    const sessions = mkdtempSync(join(tmpdir(), "paddock-rmdir-"));
+    const sessions = sessionsDir();
     const { deleted } = await removeDirSoon(join(sessions, "gone"), silentLogger());
     await deleted;
     expect(readdirSync(sessions)).toEqual([]);
