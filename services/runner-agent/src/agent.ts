@@ -15,6 +15,7 @@ import { StoppedError } from "./errors.ts";
 import type { HeldSession } from "./types.ts";
 import { createCheckpointStore, type CheckpointCompression } from "./checkpoint.ts";
 import { killLeftoverProcesses } from "./leftovers.ts";
+import { RegistrationConfirmation } from "./confirmation.ts";
 import { noSecrets, type SecretResolver } from "./secrets.ts";
 import { SessionManager } from "./sessions.ts";
 import { serveWorkspaceOps, type WorkspaceOps } from "./workspace-ops.ts";
@@ -113,14 +114,14 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
   let epoch = 0;
   /**
    * When the runner last saw its registration confirmed (registered, or its
-   * record read back unchanged after a renewal). A runner that was stopped
+   * record read back unchanged after a renewal), as of when it asked. A runner that was stopped
    * (SIGSTOP, a long stall) past its lease may have lost its sessions to
    * another runner without knowing yet: until a check confirms it again, it
    * takes no controller input (nats-server delivers what was typed meanwhile
    * the moment it wakes) and serves no workspace operation.
    */
-  let confirmedAt = deps.now();
-  const confirmed = () => !stopped && !fenced && registering === undefined && deps.now() - confirmedAt <= config.leaseTtlMs;
+  const confirmation = new RegistrationConfirmation(deps.now, config.leaseTtlMs);
+  const confirmed = () => !stopped && !fenced && registering === undefined && confirmation.holds();
   const facts = createFactPublisher({
     js,
     log,
@@ -197,12 +198,13 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       metrics.reregistrations.inc({ reason });
       log.warn({ reason, generation }, "re-registering");
       try {
+        const askedAt = confirmation.ask();
         const reply = await registerOnce();
         if (stopped) return;
         generation = reply.generation;
         epoch += 1;
         fenced = false;
-        confirmedAt = deps.now();
+        confirmation.confirm(askedAt);
         void lease?.renewNow();
         await requireSessions().discard(reply.destroy);
         requireSessions().restate();
@@ -230,6 +232,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     sweepStrays();
     if (stopped || registering || !runners) return;
     const seen = epoch;
+    const askedAt = confirmation.ask();
     let entry: KvEntry | null;
     try {
       entry = await runners.get(key);
@@ -240,7 +243,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     }
     if (stopped || registering || seen !== epoch) return;
     const reason = fenceReason(entry, generation, log);
-    if (!reason && !fenced) confirmedAt = deps.now();
+    if (!reason && !fenced) confirmation.confirm(askedAt);
     // Also when a refusal left the runner fenced: each renewal tries again.
     if (reason) void reregister(reason);
   };
@@ -283,10 +286,11 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     const consumerName = await ensureDispatchConsumer(jsm, config.poolId, config.runnerId);
     // Direct gets name the key in the subject, so a runner's permissions can confine it to its own record.
     runners = await new Kvm(nc).open(Buckets.runners, { allow_direct: true });
+    const askedAt = confirmation.ask();
     const reply = await registerOnce();
     generation = reply.generation;
     epoch += 1;
-    confirmedAt = deps.now();
+    confirmation.confirm(askedAt);
     lease = await startLeaseRenewer({
       js,
       bucket: Buckets.runnerLeases,
