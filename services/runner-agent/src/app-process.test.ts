@@ -4,13 +4,11 @@
  * destroys the PTY socket 200 ms after the child is reaped, dropping output
  * still on its way — seen as a lost last line under CI load.
  */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { scratchDirs } from "@paddock/testing";
 import { spawnApp, type AppProcess } from "./app-process.ts";
 
-const dirs: string[] = [];
+const dirs = scratchDirs("paddock-app-");
 const procs: AppProcess[] = [];
 afterEach(() => {
   for (const p of procs.splice(0)) {
@@ -20,12 +18,11 @@ afterEach(() => {
       // group already gone
     }
   }
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  dirs.removeAll();
 });
 
 function start(script: string): { proc: AppProcess; output: () => string } {
-  const cwd = mkdtempSync(join(tmpdir(), "paddock-app-"));
-  dirs.push(cwd);
+  const cwd = dirs.make();
   const chunks: Buffer[] = [];
   const proc = spawnApp({
     app: { name: "main", cmd: ["sh", "-c", script] },

@@ -4,20 +4,21 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { silentLogger } from "@paddock/logging";
+import { scratchDirs } from "@paddock/testing";
 import { killLeftoverProcesses } from "./leftovers.ts";
 import { stillRuns } from "./test-support.ts";
 
-const dirs: string[] = [];
+const dirs = scratchDirs("paddock-leftovers-");
 const children: ChildProcess[] = [];
 afterEach(() => {
   for (const c of children.splice(0)) c.kill("SIGKILL");
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  dirs.removeAll();
 });
 
 /** Detached like a piped app: its own process group, with a child of its own; resolves once both exist. */
@@ -47,8 +48,7 @@ function expectSpared(p: Spawned): void {
 
 describe("killLeftoverProcesses", () => {
   it("kills the process groups working in the sessions dir, and leaves others alone", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "paddock-leftovers-"));
-    dirs.push(dataDir);
+    const dataDir = dirs.make();
     const workspace = join(dataDir, "sessions", "ses_a", "workspace");
     const elsewhere = join(dataDir, "other");
     mkdirSync(workspace, { recursive: true });
@@ -62,8 +62,7 @@ describe("killLeftoverProcesses", () => {
   });
 
   it("spares the sessions it is told are held, and kills the rest (the periodic stray sweep)", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "paddock-leftovers-"));
-    dirs.push(dataDir);
+    const dataDir = dirs.make();
     const sessions = join(dataDir, "sessions");
     for (const id of ["ses_held", "ses_gone"]) mkdirSync(join(sessions, id, "workspace"), { recursive: true });
     const held = await spawnIn(join(sessions, "ses_held", "workspace"));

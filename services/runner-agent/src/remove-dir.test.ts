@@ -1,19 +1,13 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { silentLogger } from "@paddock/logging";
+import { scratchDirs } from "@paddock/testing";
 import { afterEach, describe, expect, it } from "vitest";
 import { DISCARDED_PREFIX, removeDirSoon } from "./remove-dir.ts";
 
-const made: string[] = [];
-const sessionsDir = () => {
-  const dir = mkdtempSync(join(tmpdir(), "paddock-rmdir-"));
-  made.push(dir);
-  return dir;
-};
-afterEach(() => {
-  for (const dir of made.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const dirs = scratchDirs("paddock-rmdir-");
+const sessionsDir = dirs.make;
+afterEach(dirs.removeAll);
 
 describe("removeDirSoon", () => {
   it("frees the path at once and deletes the contents in the background", async () => {

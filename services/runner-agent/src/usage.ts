@@ -73,9 +73,8 @@ export async function storageBytes(dir: string): Promise<number> {
   const stack = [dir];
   while (stack.length > 0 && seen < MAX_WALKED_ENTRIES) {
     const current = stack.pop() ?? "";
-    const entries = readDirOrNone(current);
-    for (let at = 0; at < entries.length && seen < MAX_WALKED_ENTRIES; at++) {
-      const entry = entries[at] as Dirent;
+    for (const entry of readDirOrNone(current)) {
+      if (seen >= MAX_WALKED_ENTRIES) break;
       seen++;
       const path = join(current, entry.name);
       if (entry.isDirectory()) stack.push(path);

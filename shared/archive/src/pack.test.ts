@@ -1,20 +1,14 @@
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, symlinkSync, writeFileSync, existsSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { lstatSync, mkdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { scratchDirs } from "@paddock/testing";
 import { SYNC_PACK_MAX_BYTES, tarChunks } from "./pack.ts";
 
-const dirs: string[] = [];
-const scratch = () => {
-  const dir = mkdtempSync(join(tmpdir(), "paddock-pack-"));
-  dirs.push(dir);
-  return dir;
-};
-afterEach(() => {
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-});
+const dirs = scratchDirs("paddock-pack-");
+const scratch = dirs.make;
+afterEach(dirs.removeAll);
 
 async function tarOf(cwd: string, entries: string[]): Promise<Buffer> {
   const chunks: Buffer[] = [];

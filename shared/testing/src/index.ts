@@ -3,3 +3,4 @@ export * from "./process.ts";
 export * from "./stack.ts";
 export * from "./nats-auth.ts";
 export * from "./nats-cluster.ts";
+export * from "./scratch.ts";
