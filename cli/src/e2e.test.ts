@@ -119,8 +119,8 @@ describe.skipIf(!servicesReady)("paddock CLI end to end", () => {
 
   it("run forwards stdin that is not a terminal", async () => {
     const r = await paddock(["run", "--", "sh", "-c", 'read x; printf "got:%s" "$x"'], env, "abc\n");
-    expect(r.stdout).toContain("got:abc");
-    expect(r.code).toBe(0);
+    expect(r.stdout, r.stderr).toContain("got:abc");
+    expect(r.code, r.stderr).toBe(0);
   });
 
   it("rm destroys a running session and prints its id", async () => {
