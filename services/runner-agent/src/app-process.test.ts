@@ -73,6 +73,17 @@ describe("spawnApp (PTY)", () => {
     expect(output()).toContain("started");
   });
 
+  it("delivers every line of a program that writes a lot and exits at once", async () => {
+    // The early end of the next test, as it happens: the master gives about 4 KiB a read
+    // at a time, so a program exiting with output still queued in the
+    // terminal lost the rest in about one run of ten before the patch.
+    const { proc, output } = start("seq 1 300000; exit 0");
+    expect(await proc.exited).toEqual({ exitCode: 0, signal: undefined });
+    const lines = output().split("\r\n").filter(Boolean);
+    expect(lines).toHaveLength(300_000);
+    expect(lines.at(-1)).toBe("300000");
+  });
+
   it("reads what is left in the terminal when the stream reports its end early", async () => {
     // libuv ends the stream on a POLLHUP that comes with a short read, without
     // reading again; the slave's last output may then still be on its way into
