@@ -178,8 +178,12 @@ export async function checkOrphans(stack: ChaosStack, nc: NatsConnection, worksp
   return orphans.length;
 }
 
-/** Key → revision and digest of every bucket, plus every object store entry: what "state" means for bad input. */
-export type StateSnapshot = Map<string, string>;
+/**
+ * Key → revision and digest of every bucket, plus every object store entry:
+ * what "state" means for bad input. A KV value that is a JSON object is kept
+ * too, so a change can name the fields it touched.
+ */
+export type StateSnapshot = Map<string, { summary: string; fields?: Record<string, unknown> }>;
 
 const STATE_BUCKETS = [
   Buckets.sessions,
@@ -202,13 +206,14 @@ export async function snapshotState(nc: NatsConnection): Promise<StateSnapshot> 
     for (const k of keys) {
       const e = await kv.get(k);
       if (!e || e.operation !== "PUT") continue;
-      out.set(`kv ${bucket} ${k}`, `rev ${e.revision} sha ${createHash("sha256").update(e.value).digest("hex").slice(0, 16)}`);
+      const summary = `rev ${e.revision} sha ${createHash("sha256").update(e.value).digest("hex").slice(0, 16)}`;
+      out.set(`kv ${bucket} ${k}`, { summary, fields: jsonObjectOf(e.value) });
     }
   }
   const objm = new Objm(nc);
   for (const store of Object.values(ObjectStores)) {
     const os = await objm.open(store);
-    for (const info of await os.list()) if (!info.deleted) out.set(`obj ${store} ${info.name}`, `${info.size} ${info.digest}`);
+    for (const info of await os.list()) if (!info.deleted) out.set(`obj ${store} ${info.name}`, { summary: `${info.size} ${info.digest}` });
   }
   return out;
 }
@@ -218,8 +223,30 @@ export function diffState(before: StateSnapshot, after: StateSnapshot): string[]
   for (const [k, v] of before) {
     const now = after.get(k);
     if (now === undefined) out.push(`${k} removed`);
-    else if (now !== v) out.push(`${k} changed (${v} → ${now})`);
+    else if (now.summary !== v.summary) out.push(`${k} changed (${v.summary} → ${now.summary})${fieldsChanged(v.fields, now.fields)}`);
   }
-  for (const [k, v] of after) if (!before.has(k)) out.push(`${k} added (${v})`);
+  for (const [k, v] of after) if (!before.has(k)) out.push(`${k} added (${v.summary})`);
   return out;
+}
+
+function jsonObjectOf(value: Uint8Array): Record<string, unknown> | undefined {
+  try {
+    const parsed: unknown = JSON.parse(new TextDecoder().decode(value));
+    return parsed !== null && typeof parsed === "object" && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The top-level fields that differ, and the fact that made the change when
+ * the value is a session record. Names only, never values: a bucket may hold
+ * ciphertext or token hashes.
+ */
+function fieldsChanged(before: Record<string, unknown> | undefined, after: Record<string, unknown> | undefined): string {
+  if (!before || !after) return "";
+  const names = [...new Set([...Object.keys(before), ...Object.keys(after)])].filter((n) => JSON.stringify(before[n]) !== JSON.stringify(after[n]));
+  const fact = after.lastFact as { action?: unknown; actorId?: unknown } | undefined;
+  const by = names.includes("lastFact") && fact ? `; last fact ${String(fact.action)} by ${String(fact.actorId)}` : "";
+  return `: fields ${names.join(", ")}${by}`;
 }

@@ -199,6 +199,13 @@ export async function takeoverScenario(stack: ChaosStack, nc: NatsConnection, op
   }
   await staleTransitions(nc, new Set(tracked.map((t) => t.id)), new Set(stack.runnerIds), anomalies);
   for (const t of tracked) await api(stack.url, stack.token, "DELETE", `/v1/sessions/${t.id}`);
+  // A delete is answered before the runner's teardown report (the last
+  // generation's usage) lands on the record; the next scenario on this stack
+  // compares state before and after its own inputs, so wait for that write.
+  for (const t of tracked) {
+    const settled = await untilRecord(nc, WS, t.id, (s) => s.state === "destroyed" && (s.usageGeneration ?? 0) >= s.placementGeneration, 30_000);
+    if (!settled) log("takeovers", `session ${t.id}: no teardown usage on the record 30 s after its delete`);
+  }
   for (const c of stack.crashes.slice(crashBase)) anomalies.add("services crashed", `${c.id} exited (${c.code ?? c.signal ?? "?"})`);
 
   const after = await fencingMetrics(stack);
