@@ -74,8 +74,8 @@ describe("spawnApp (PTY)", () => {
   });
 
   it("delivers every line of a program that writes a lot and exits at once", async () => {
-    // The early end of the next test, as it happens: the master gives about 4 KiB a read
-    // at a time, so a program exiting with output still queued in the
+    // The early end of the next test, as it happens: the master gives about
+    // 4 KiB a read, so a program that exits with output still queued in the
     // terminal lost the rest in about one run of ten before the patch.
     const { proc, output } = start("seq 1 300000; exit 0");
     expect(await proc.exited).toEqual({ exitCode: 0, signal: undefined });
