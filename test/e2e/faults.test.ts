@@ -43,7 +43,7 @@ async function up(runners: number, capacity = 8): Promise<{ stack: Stack; nc: Na
 
 async function createSession(s: Stack, body: Record<string, unknown>): Promise<Session> {
   const res = await api(s.url, s.token, "POST", "/v1/sessions", body);
-  expect(res.status).toBe(201);
+  expect(res.status, JSON.stringify(res.body)).toBe(201);
   return sessionOf(res);
 }
 

@@ -15,6 +15,7 @@ runMain(log, async () => {
   const recorder = await createRecorder({ nc, log, bus: createBusMetrics(registry), registry });
   const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry, isReady: () => !nc.isClosed() });
   return {
+    settle: () => nc.flush(),
     readyInfo: { opsPort: ops.port },
     stop: async () => {
       await recorder.stop();

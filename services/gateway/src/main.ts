@@ -22,6 +22,7 @@ runMain(log, async () => {
   const { port: httpPort } = await gateway.listen();
   const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry: metrics.registry, isReady: gateway.isReady });
   return {
+    settle: () => nc.flush(),
     readyInfo: { httpPort, opsPort: ops.port },
     stop: async () => {
       await gateway.close();

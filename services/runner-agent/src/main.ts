@@ -18,6 +18,7 @@ runMain(log, async () => {
   const { generation } = await agent.start();
   const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry: metrics.registry, isReady: agent.isReady });
   return {
+    settle: () => nc.flush(),
     readyInfo: { runnerId: config.runnerId, poolId: config.poolId, generation, opsPort: ops.port },
     stop: async () => {
       await agent.stop();

@@ -26,6 +26,7 @@ runMain(log, async () => {
   });
   const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry, isReady: () => !nc.isClosed() });
   return {
+    settle: () => nc.flush(),
     readyInfo: { opsPort: ops.port },
     stop: async () => {
       await scheduler.stop();

@@ -52,14 +52,31 @@ export interface Stoppable {
   stop(): Promise<void>;
 }
 
+export interface Started extends Stoppable {
+  /** Logged with "ready" (ports, ids). */
+  readyInfo?: Record<string, unknown>;
+  /**
+   * Awaited before "ready" is logged. A NATS subscription made during start
+   * is only queued on the client (commands are flushed once per event-loop
+   * turn), so a caller acting on "ready" could otherwise find no responders:
+   * services pass a bus round trip (`nc.flush()`).
+   */
+  settle?: () => Promise<void>;
+}
+
 /**
  * Runs a service's main: start it, log "ready" with whatever the start
  * returned (ports), and on SIGTERM or SIGINT stop it (drain NATS) and exit.
  * A start failure exits non-zero with the reason logged.
  */
-export function runMain(log: Logger, start: () => Promise<Stoppable & { readyInfo?: Record<string, unknown> }>): void {
+export function runMain(log: Logger, start: () => Promise<Started>): void {
   let stopping = false;
-  start().then(
+  const started = async () => {
+    const svc = await start();
+    await svc.settle?.();
+    return svc;
+  };
+  started().then(
     (svc) => {
       log.info({ ...svc.readyInfo }, "ready");
       const shutdown = (signal: string) => {
