@@ -41,6 +41,15 @@ export async function feedsDrained(nc: NatsConnection): Promise<boolean> {
   return true;
 }
 
+/** The buckets whose revisions carry audited facts (`lastFact`). */
+const FACT_BUCKETS = [Buckets.sessions, Buckets.environments] as const;
+
+/** Records the fact a revision carries: its event id → where it was committed. */
+function noteFact(committed: Map<string, string>, bucket: string, r: { op: string; key: string; revision: number; value?: Session | Environment | undefined }): void {
+  const id = r.value?.lastFact?.eventId;
+  if (r.op === "PUT" && id && !committed.has(id)) committed.set(id, `${bucket}/${r.key}@${r.revision} ${r.value?.lastFact.action ?? ""}`);
+}
+
 /**
  * Audit: every committed revision of `sessions` and `environments` (its
  * lastFact) has exactly one event in AUDIT, and no event lacks a revision —
@@ -55,12 +64,11 @@ export async function checkAudit(nc: NatsConnection, anomalies: Anomalies, timeo
   // Resources whose change feed holds as many revisions as it keeps: their oldest facts may be gone
   // from the feed (not from AUDIT), so an event of theirs without a retained revision is not evidence.
   const truncated = new Set<string>();
-  for (const bucket of [Buckets.sessions, Buckets.environments]) {
+  for (const bucket of FACT_BUCKETS) {
     const keep = (await jsm.streams.info(kvStreamName(bucket))).config.max_msgs_per_subject;
     const perKey = new Map<string, { id: string | undefined; n: number }>();
     for (const r of await kvRevisions<Session | Environment>(nc, bucket)) {
-      const id = r.value?.lastFact?.eventId;
-      if (r.op === "PUT" && id) committed.set(id, `${bucket}/${r.key}@${r.revision} ${r.value?.lastFact.action ?? ""}`);
+      noteFact(committed, bucket, r);
       const k = perKey.get(r.key) ?? { id: undefined, n: 0 };
       perKey.set(r.key, { id: r.value?.id ?? k.id, n: k.n + 1 });
     }
@@ -86,12 +94,7 @@ export async function checkAudit(nc: NatsConnection, anomalies: Anomalies, timeo
   // A fact committed after the first read (a runner's late teardown report, say) has its event
   // read above: look for the events' facts once more before calling any of them uncommitted.
   if ([...counts.keys()].some((id) => !committed.has(id))) {
-    for (const bucket of [Buckets.sessions, Buckets.environments]) {
-      for (const r of await kvRevisions<Session | Environment>(nc, bucket)) {
-        const id = r.value?.lastFact?.eventId;
-        if (r.op === "PUT" && id && !committed.has(id)) committed.set(id, `${bucket}/${r.key}@${r.revision} ${r.value?.lastFact.action ?? ""}`);
-      }
-    }
+    for (const bucket of FACT_BUCKETS) for (const r of await kvRevisions<Session | Environment>(nc, bucket)) noteFact(committed, bucket, r);
   }
   let beyondHistory = 0;
   for (const [id, n] of counts) {

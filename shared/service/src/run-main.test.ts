@@ -6,8 +6,8 @@ import { runMain } from "./index.ts";
 function recordingLogger(): { log: Logger; messages: string[]; next: (msg: string) => Promise<void> } {
   const messages: string[] = [];
   const waiters: Array<{ msg: string; resolve: () => void }> = [];
-  const info = (_obj: unknown, msg?: string) => {
-    const text = typeof _obj === "string" ? _obj : (msg ?? "");
+  const info = (objOrMsg: unknown, msg?: string) => {
+    const text = typeof objOrMsg === "string" ? objOrMsg : (msg ?? "");
     messages.push(text);
     for (const w of waiters.filter((x) => x.msg === text)) w.resolve();
   };
