@@ -1,73 +1,32 @@
-import { UsageMeter } from "./usage.ts";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
-import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { appsOf, FleetRpc, Subjects, type DispatchCommand, type RunTrigger, type Usage } from "@paddock/contracts";
+import type { Subscription } from "@nats-io/transport-node";
+import { appsOf, FleetRpc, type RunTrigger, type Usage } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
-import type { Logger } from "@paddock/logging";
-import { AppSlot, type GenerationEnd, type GenerationStart } from "./app-slot.ts";
+import type { AppSlot, GenerationEnd, GenerationStart } from "./app-slot.ts";
 import { bootEnvironment } from "./boot.ts";
-import { checkpointObjectName, type CheckpointStore, type SavedCheckpoint } from "./checkpoint.ts";
+import { checkpointObjectName, type SavedCheckpoint } from "./checkpoint.ts";
 import { egressEnv, egressRefusals, startEgressProxy, type EgressProxy } from "./egress.ts";
 import { BootError, CheckpointError, CommandRefusedError, RunnerError } from "./errors.ts";
-import type { FactBody, FactPublisher } from "./facts.ts";
+import type { FactBody } from "./facts.ts";
 import { ControllerGate, subscribeInput } from "./input.ts";
-import type { RunnerMetrics } from "./metrics.ts";
 import { SlidingWindowLimiter } from "./rate-limit.ts";
-import type { SecretResolver } from "./secrets.ts";
-import { realClock, TermWriter } from "./term-writer.ts";
-import { ScreenTracker } from "./screen-tracker.ts";
 import { killLeftoverProcesses } from "./leftovers.ts";
 import { removeDirSoon } from "./remove-dir.ts";
-import { defaultTerminalSettings, type TerminalSettings } from "./config.ts";
+import { baseEnv, buildAppSlot, tokenEnv, type AppWiring } from "./app-wiring.ts";
+import type { Phase, SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
 import type { HeldSession } from "./types.ts";
+import { UsageMeter } from "./usage.ts";
 import { watchWorkspace, type WorkspaceWatcher } from "./watcher.ts";
 
-export type StartCommand = Extract<DispatchCommand, { type: "start" }>;
-
-export interface WatchSettings {
-  debounceMs: number;
-  maxReloads: number;
-  windowMs: number;
-}
-
-export interface SessionRuntimeDeps {
-  /** This runner: subjects of its terminal logs and input carry its pool and id. */
-  runner: { poolId: string; runnerId: string };
-  /** False while the runner's registration is unconfirmed (it may have been stopped past its lease): input is dropped. */
-  acceptingInput: () => boolean;
-  nc: NatsConnection;
-  js: JetStreamClient;
-  jsm: JetStreamManager;
-  log: Logger;
-  metrics: RunnerMetrics;
-  facts: FactPublisher;
-  checkpoints: CheckpointStore;
-  secrets: SecretResolver;
-  now: () => number;
-  childPath: string;
-  killGraceMs: number;
-  /** Handed to apps as PADDOCK_URL with a session token. */
-  gatewayUrl: string | undefined;
-  watch: WatchSettings;
-  /** How often a session's CPU and memory are sampled for its usage. */
-  usageSampleMs?: number;
-  /** Terminal log coalescing and screen checkpoints (defaultTerminalSettings when absent). */
-  terminal?: TerminalSettings;
-}
-
-/** booting → running ⇄ frozen; running → exited (run mode); any → ending (destroy, cold suspend, shutdown). */
-export type Phase = "booting" | "running" | "frozen" | "exited" | "ending";
+/** Sampling interval of a session's CPU and memory. */
+const DEFAULT_USAGE_SAMPLE_MS = 5_000;
 
 /**
  * One placement of a session on this runner: its sandbox directory, apps and
  * their generations, and the facts it reports (in order, through one chain).
  * Commands run one at a time through run().
  */
-/** Sampling interval of a session's CPU and memory. */
-const DEFAULT_USAGE_SAMPLE_MS = 5_000;
-
 export class SessionRuntime {
   readonly held: HeldSession;
   readonly workspace: string;
@@ -152,7 +111,8 @@ export class SessionRuntime {
       if (cmd.restore) await this.deps.checkpoints.restore(cmd.restore, cmd.restoreKey, this.workspace).catch(rethrowAs("restore failed"));
       const env = cmd.environment;
       const secrets = env ? await this.deps.secrets.resolve(env.secretRefs, { ...this.held, environmentId: env.environmentId }) : {};
-      const appEnv = { ...this.baseEnv(), ...secrets, ...this.tokenEnv() };
+      const base = baseEnv(this.deps.childPath, this.workspace, this.held.sessionId);
+      const appEnv = { ...base, ...secrets, ...tokenEnv(cmd, this.deps.gatewayUrl) };
       // Egress: setup, init and the apps reach the network through the session's proxy (last: nothing overrides it).
       const proxyEnv = await this.startEgress();
       Object.assign(appEnv, proxyEnv);
@@ -162,7 +122,7 @@ export class SessionRuntime {
           workspaceId: this.held.workspaceId,
           workspace: this.workspace,
           restored: cmd.restore !== undefined,
-          setupEnv: { ...this.baseEnv(), ...proxyEnv },
+          setupEnv: { ...base, ...proxyEnv },
           initEnv: appEnv,
           checkpoints: this.deps.checkpoints,
           signal: this.abort.signal,
@@ -173,7 +133,7 @@ export class SessionRuntime {
       if (this.abort.signal.aborted) return false;
       const starts: Array<[AppSlot, GenerationStart]> = [];
       for (const spec of appsOf(cmd.spec)) {
-        const slot = this.newSlot(spec, appEnv);
+        const slot = buildAppSlot(this.wiring(), spec, appEnv);
         this.slots.set(spec.name, slot);
         const started = await slot.start(trigger);
         if (!started.ok) throw new BootError(started.run.reason ?? `app ${spec.name}: could not start`);
@@ -457,59 +417,20 @@ export class SessionRuntime {
     throw new CommandRefusedError(reasons[this.phase]);
   }
 
-  private newSlot(spec: ReturnType<typeof appsOf>[number], env: Record<string, string>): AppSlot {
-    const terminal = this.deps.terminal ?? defaultTerminalSettings;
-    const screen = terminal.screen
-      ? new ScreenTracker({
-          js: this.deps.js,
-          subject: Subjects.screen(this.deps.runner.poolId, this.deps.runner.runnerId, this.held.sessionId, spec.name),
-          placementGeneration: this.held.placementGeneration,
-          ...terminal.screen,
-          clock: realClock,
-          metrics: this.deps.metrics,
-          log: this.deps.log,
-        })
-      : undefined;
-    const writer = new TermWriter({
-      js: this.deps.js,
-      jsm: this.deps.jsm,
-      ...this.deps.runner,
+  private wiring(): AppWiring {
+    return {
+      deps: this.deps,
+      held: this.held,
+      workspace: this.workspace,
       isCurrentPlacement: () => this.isCurrentPlacement(),
-      sessionId: this.held.sessionId,
-      app: spec.name,
-      placementGeneration: this.held.placementGeneration,
-      metrics: this.deps.metrics,
-      log: this.deps.log,
-      coalesceMs: terminal.coalesceMs,
-      onCommitted: screen ? (seq, body) => screen.observe(seq, body) : undefined,
-    });
-    return new AppSlot(spec, {
-      cwd: this.workspace,
-      env,
-      writer,
-      screen,
-      now: this.deps.now,
-      killGraceMs: this.deps.killGraceMs,
       onEnded: (slot, end) => this.onAppEnded(slot, end),
-    });
+    };
   }
 
   /** Asks the record (through the scheduler) whether this placement is still the session's current one. */
   private async isCurrentPlacement(): Promise<boolean> {
     const reply = await callRpc(this.deps.nc, FleetRpc.placementCheck, { ...this.deps.runner, ...this.held });
     return reply.current;
-  }
-
-  /** A minimal environment: nothing of the agent's own (tokens, NATS credentials) leaks in. */
-  private baseEnv(): Record<string, string> {
-    return { PATH: this.deps.childPath, HOME: this.workspace, TERM: "xterm-256color", LANG: "C.UTF-8", PADDOCK_SESSION_ID: this.held.sessionId };
-  }
-
-  /** The session's own credentials for calling Paddock back; a secret, never logged. */
-  private tokenEnv(): Record<string, string> {
-    const token = this.cmd.sessionToken;
-    if (token === undefined) return {};
-    return { PADDOCK_TOKEN: token, ...(this.deps.gatewayUrl ? { PADDOCK_URL: this.deps.gatewayUrl } : {}), PADDOCK_SESSION_ID: this.held.sessionId };
   }
 
   private ids() {

@@ -4,7 +4,8 @@ import { removeDirSoon } from "./remove-dir.ts";
 import type { DispatchCommand } from "@paddock/contracts";
 import { RunnerError } from "./errors.ts";
 import type { HeldSession } from "./types.ts";
-import { SessionRuntime, type SessionRuntimeDeps, type StartCommand } from "./session-runtime.ts";
+import type { SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
+import { SessionRuntime } from "./session-runtime.ts";
 
 export interface SessionManagerOptions extends SessionRuntimeDeps {
   dataDir: string;

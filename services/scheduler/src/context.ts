@@ -23,7 +23,7 @@ import type { RunnerRecords, SessionRecords, Versioned } from "./store.ts";
 import type { KvView } from "./view.ts";
 import type { PresenceTracker } from "./presence.ts";
 import type { LeaseTracker } from "./liveness.ts";
-import type { EnvironmentStore } from "./environments.ts";
+import type { EnvironmentStore } from "./environment-store.ts";
 import type { SessionWaiters } from "./waiters.ts";
 import type { SealKeys } from "./seal-keys.ts";
 import { createCheckpointGcMetrics, type CheckpointGcMetrics } from "./checkpoint-gc.ts";

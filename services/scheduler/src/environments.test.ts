@@ -11,15 +11,9 @@ import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { testSealKey } from "./testkit.ts";
 import { loadConfig } from "./config.ts";
 import { createSchedulerMetrics } from "./context.ts";
-import {
-  applyEnvSnapshotFact,
-  createEnvironment,
-  decodeEnvCursor,
-  encodeEnvCursor,
-  envNameKey,
-  type EnvironmentStore,
-  type EnvSnapshotFact,
-} from "./environments.ts";
+import { envNameKey } from "./environment-names.ts";
+import type { EnvironmentStore } from "./environment-store.ts";
+import { applyEnvSnapshotFact, createEnvironment, decodeEnvCursor, encodeEnvCursor, type EnvSnapshotFact } from "./environments.ts";
 import { bootEnvironmentOf, layerSpec, requirementsOf, setupHashOf } from "./layering.ts";
 import { createScheduler, type Scheduler } from "./scheduler.ts";
 

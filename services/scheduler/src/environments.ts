@@ -1,11 +1,7 @@
-import { createHash } from "node:crypto";
 import { isDeepStrictEqual } from "node:util";
-import { Kvm, type KV } from "@nats-io/kv";
-import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { Counter, type Registry } from "prom-client";
+import type { Subscription } from "@nats-io/transport-node";
 import {
   Api,
-  Buckets,
   ConflictError,
   DEFAULT_PAGE_LIMIT,
   Environment,
@@ -23,12 +19,12 @@ import {
   type Session,
   type UpdateEnvironmentBody,
 } from "@paddock/contracts";
-import { isWrongLastSequence, serveRpc } from "@paddock/bus";
-import type { Logger } from "@paddock/logging";
+import { serveRpc } from "@paddock/bus";
 import type { SchedulerContext } from "./context.ts";
+import { assertNameFree, claimName, releaseName } from "./environment-names.ts";
+import { isDeleted, type EnvironmentStore } from "./environment-store.ts";
 import { mergeRequirements, setupHashOf } from "./layering.ts";
-import { CasConflictError, Records, type Versioned } from "./store.ts";
-import { KvView } from "./view.ts";
+import { CasConflictError, type Versioned } from "./store.ts";
 
 /** The RUNNER fact that reports a built environment snapshot. */
 export type EnvSnapshotFact = Extract<RunnerFact, { type: "env_snapshot" }>;
@@ -38,103 +34,6 @@ export type EnvSnapshotOutcome = "applied" | "stale" | "duplicate";
 /** What the environment handlers need of the scheduler's context. */
 type EnvCtx = Pick<SchedulerContext, "now" | "newId" | "names" | "sessionView">;
 type Clock = Pick<SchedulerContext, "now" | "newId">;
-
-export interface EnvironmentMetrics {
-  /** env_snapshot facts discarded because the environment's setupHash moved on (or it is gone). */
-  staleSnapshots: Counter;
-}
-
-export function createEnvironmentMetrics(registry: Registry): EnvironmentMetrics {
-  return {
-    staleSnapshots: new Counter({
-      name: "paddock_stale_env_snapshots_total",
-      help: "Environment snapshots discarded because the environment's setup changed or it was deleted",
-      registers: [registry],
-    }),
-  };
-}
-
-/**
- * A record whose last revision commits "delete" is on its way out (the KV
- * delete follows it): every reader treats it as gone.
- */
-export function isDeleted(env: Environment): boolean {
-  return env.lastFact.action === "delete";
-}
-
-/**
- * The environments bucket: exact reads and compare-and-set writes go to KV,
- * listings to the view. Every local write is applied to the view at once, so
- * a replica reads its own writes (including its deletes: the final "delete"
- * revision hides the record until the watch removes it).
- */
-export class EnvironmentStore {
-  readonly records: Records<typeof Environment>;
-
-  constructor(
-    private readonly kv: KV,
-    readonly view: KvView<typeof Environment>,
-    readonly metrics: EnvironmentMetrics,
-  ) {
-    this.records = new Records(kv, Environment);
-  }
-
-  keyOf(e: { workspaceId: string; id: string }): string {
-    return environmentKey(e.workspaceId, e.id);
-  }
-
-  /** The live record, or undefined when it does not exist (or is being deleted). */
-  async find(workspaceId: string, environmentId: string): Promise<Versioned<Environment> | undefined> {
-    const found = await this.records.get(environmentKey(workspaceId, environmentId));
-    return found && !isDeleted(found.value) ? found : undefined;
-  }
-
-  async create(env: Environment): Promise<Versioned<Environment>> {
-    const written = await this.records.create(this.keyOf(env), env);
-    this.view.apply(this.keyOf(env), written);
-    return written;
-  }
-
-  /** Compare-and-set; CasConflictError when someone wrote first. */
-  async write(next: Environment, revision: number): Promise<Versioned<Environment>> {
-    const written = await this.records.update(this.keyOf(next), next, revision);
-    this.view.apply(this.keyOf(next), written);
-    return written;
-  }
-
-  /** Deletes the key only if it is still at `revision`; CasConflictError otherwise. */
-  async remove(env: Environment, revision: number): Promise<void> {
-    const key = this.keyOf(env);
-    try {
-      await this.kv.delete(key, { previousSeq: revision });
-    } catch (err) {
-      if (isWrongLastSequence(err)) throw new CasConflictError(key);
-      throw err;
-    }
-  }
-
-  /** Live records of one workspace, from the view. */
-  *listed(workspaceId: string): Generator<Environment> {
-    for (const { value } of this.view.values()) {
-      if (value.workspaceId === workspaceId && !isDeleted(value)) yield value;
-    }
-  }
-
-  stop(): void {
-    this.view.stop();
-  }
-}
-
-/** Opens KV `environments` and starts its view; resolves once the view is ready. */
-export async function createEnvironmentStore(
-  nc: NatsConnection,
-  deps: { log: Logger; registry: Registry },
-): Promise<EnvironmentStore> {
-  const kv = await new Kvm(nc).open(Buckets.environments);
-  const view = new KvView(Environment);
-  await view.start(nc, kv, Buckets.environments, deps.log);
-  return new EnvironmentStore(kv, view, createEnvironmentMetrics(deps.registry));
-}
 
 // ---------------------------------------------------------------------------
 // Records: pure builders
@@ -213,80 +112,6 @@ function sameContent(a: Environment, b: Environment): boolean {
   const { updatedAt: _a, lastFact: _fa, ...restA } = a;
   const { updatedAt: _b, lastFact: _fb, ...restB } = b;
   return isDeepStrictEqual(restA, restB);
-}
-
-// ---------------------------------------------------------------------------
-// Names: unique within a workspace, reserved in KV `names`
-
-/**
- * `<ws>.env.name.<sha256(name)>`: four tokens, so it can never collide with a
- * session name key (`<ws>.<creator>.<hex>`, three tokens), and bounded in
- * length whatever the name (names are up to 128 characters of any script).
- */
-export function envNameKey(workspaceId: string, name: string): string {
-  return `${workspaceId}.env.name.${createHash("sha256").update(name).digest("hex")}`;
-}
-
-/** The id of the live environment that holds `name`, if another one does. */
-async function otherHolder(ctx: EnvCtx, envs: EnvironmentStore, ws: string, name: string, self: string): Promise<{ holder: string | undefined; revision: number } | undefined> {
-  const entry = await ctx.names.get(envNameKey(ws, name));
-  if (!entry || entry.operation !== "PUT") return undefined;
-  const holder = entry.string();
-  if (holder === self) return { holder: undefined, revision: entry.revision };
-  const held = await envs.find(ws, holder);
-  // A holder that is gone, or has since been renamed, no longer holds the name.
-  const live = held !== undefined && held.value.name === name;
-  return { holder: live ? holder : undefined, revision: entry.revision };
-}
-
-function nameTaken(name: string): ConflictError {
-  return new ConflictError(`an environment named ${JSON.stringify(name)} already exists in this workspace`);
-}
-
-/** Fast path before any write: refuses a name a live environment holds. */
-async function assertNameFree(ctx: EnvCtx, envs: EnvironmentStore, ws: string, name: string, self: string): Promise<void> {
-  if ((await otherHolder(ctx, envs, ws, name, self))?.holder !== undefined) throw nameTaken(name);
-}
-
-/**
- * Claims `name` for `self`, whose record already carries the name (records
- * are written first, so a key naming a missing record names one that is gone
- * for good and may be taken over). Every claim is a create or a
- * compare-and-set on the key, even when `self` already holds it, so two
- * claimants racing for one name cannot both win.
- */
-async function claimName(ctx: EnvCtx, envs: EnvironmentStore, ws: string, name: string, self: string): Promise<void> {
-  const key = envNameKey(ws, name);
-  for (let attempt = 0; attempt < 10; attempt++) {
-    try {
-      await ctx.names.create(key, self);
-      return;
-    } catch (err) {
-      if (!isWrongLastSequence(err)) throw err;
-    }
-    const held = await otherHolder(ctx, envs, ws, name, self);
-    if (!held) continue; // deleted in between: create again
-    if (held.holder !== undefined) throw nameTaken(name);
-    try {
-      await ctx.names.update(key, self, held.revision);
-      return;
-    } catch (err) {
-      if (!isWrongLastSequence(err)) throw err;
-    }
-  }
-  throw new ConflictError(`name ${JSON.stringify(name)} is being claimed concurrently`);
-}
-
-/** Releases `name` if `self` still holds it; a lost race leaves it to its new holder. */
-async function releaseName(ctx: EnvCtx, ws: string, name: string, self: string): Promise<void> {
-  const key = envNameKey(ws, name);
-  const entry = await ctx.names.get(key);
-  if (!entry || entry.operation !== "PUT" || entry.string() !== self) return;
-  try {
-    await ctx.names.delete(key, { previousSeq: entry.revision });
-  } catch (err) {
-    if (!isWrongLastSequence(err)) throw err;
-  }
 }
 
 // ---------------------------------------------------------------------------

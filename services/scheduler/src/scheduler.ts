@@ -38,7 +38,8 @@ import { bootEnvironmentOf } from "./layering.ts";
 import { serveRunnerRpc } from "./runner-rpc.ts";
 import { SealKeys } from "./seal-keys.ts";
 import { createCheckpointGc, type CheckpointGcResult } from "./checkpoint-gc.ts";
-import { applyEnvSnapshotFact, createEnvironmentApi, createEnvironmentStore, isDeleted } from "./environments.ts";
+import { createEnvironmentStore, isDeleted } from "./environment-store.ts";
+import { applyEnvSnapshotFact, createEnvironmentApi } from "./environments.ts";
 
 /** Presence heartbeats older than this no longer count (gateways send every 5 s). */
 const PRESENCE_STALE_MS = 15_000;

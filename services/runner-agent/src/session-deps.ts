@@ -1,0 +1,45 @@
+import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { DispatchCommand } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+import type { CheckpointStore } from "./checkpoint.ts";
+import type { TerminalSettings } from "./config.ts";
+import type { FactPublisher } from "./facts.ts";
+import type { RunnerMetrics } from "./metrics.ts";
+import type { SecretResolver } from "./secrets.ts";
+
+export type StartCommand = Extract<DispatchCommand, { type: "start" }>;
+
+export interface WatchSettings {
+  debounceMs: number;
+  maxReloads: number;
+  windowMs: number;
+}
+
+export interface SessionRuntimeDeps {
+  /** This runner: subjects of its terminal logs and input carry its pool and id. */
+  runner: { poolId: string; runnerId: string };
+  /** False while the runner's registration is unconfirmed (it may have been stopped past its lease): input is dropped. */
+  acceptingInput: () => boolean;
+  nc: NatsConnection;
+  js: JetStreamClient;
+  jsm: JetStreamManager;
+  log: Logger;
+  metrics: RunnerMetrics;
+  facts: FactPublisher;
+  checkpoints: CheckpointStore;
+  secrets: SecretResolver;
+  now: () => number;
+  childPath: string;
+  killGraceMs: number;
+  /** Handed to apps as PADDOCK_URL with a session token. */
+  gatewayUrl: string | undefined;
+  watch: WatchSettings;
+  /** How often a session's CPU and memory are sampled for its usage. */
+  usageSampleMs?: number;
+  /** Terminal log coalescing and screen checkpoints (defaultTerminalSettings when absent). */
+  terminal?: TerminalSettings;
+}
+
+/** booting → running ⇄ frozen; running → exited (run mode); any → ending (destroy, cold suspend, shutdown). */
+export type Phase = "booting" | "running" | "frozen" | "exited" | "ending";
