@@ -33,12 +33,6 @@ export const realClock: CoalesceClock = {
 
 const MSG_ID_HEADER = "Nats-Msg-Id";
 
-/**
- * Header on TERM chunks of an app run without a PTY (`tty: false`): which
- * pipe the bytes came from. Absent on PTY output. (To move into contracts.)
- */
-export const STREAM_HEADER = Headers.stream;
-
 export const OutputStream = { stdout: "stdout", stderr: "stderr" } as const;
 export type OutputStream = (typeof OutputStream)[keyof typeof OutputStream];
 
@@ -420,7 +414,8 @@ export class TermWriter {
     const h = natsHeaders();
     h.set(Headers.placementGeneration, String(this.opts.placementGeneration));
     if (chunk.exitCode !== undefined) h.set(Headers.exitCode, chunk.exitCode);
-    if (chunk.stream) h.set(STREAM_HEADER, chunk.stream);
+    // A pipe-run app (`tty: false`) says which pipe the bytes came from; PTY output has no such header.
+    if (chunk.stream) h.set(Headers.stream, chunk.stream);
     return h;
   }
 

@@ -29,7 +29,6 @@ import { DispatchCommand } from "@paddock/contracts";
 import { silentLogger, type Logger } from "@paddock/logging";
 import { createRunnerAgent, type AgentConfig, type RunnerAgent, type RunnerAgentDeps } from "./agent.ts";
 import { createRunnerMetrics, type RunnerMetrics } from "./metrics.ts";
-import { STREAM_HEADER } from "./term-writer.ts";
 import type { HeldSession } from "./types.ts";
 
 /** Collects items and resolves waiters whose predicate matches (already seen or future). */
@@ -153,7 +152,7 @@ export function collectTerm(nc: NatsConnection, sessionId: string, app: string):
         body: Buffer.from(msg.data),
         generation: msg.headers?.get(Headers.placementGeneration),
         exitCode: msg.headers?.has(Headers.exitCode) ? msg.headers.get(Headers.exitCode) : undefined,
-        stream: msg.headers?.has(STREAM_HEADER) ? msg.headers.get(STREAM_HEADER) : undefined,
+        stream: msg.headers?.has(Headers.stream) ? msg.headers.get(Headers.stream) : undefined,
       });
     },
   });
