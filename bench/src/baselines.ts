@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
@@ -61,8 +62,10 @@ export async function barePtySpawnMs(cmd: string[], samples: number): Promise<nu
 }
 
 /**
- * A direct WebSocket-to-PTY bridge (one PTY per socket, no durability,
- * ttyd-style): the baseline the terminal path is compared against.
+ * A direct WebSocket-to-PTY bridge (one PTY per socket, no durability), run
+ * in the caller's process: the client and the bridge share one event loop,
+ * so no process wake-up separates them. Printed beside the baseline, which
+ * is the same bridge in its own process (startBridgeProcess).
  */
 export async function startBridge(cmd: string[]): Promise<{ url: string; close(): Promise<void> }> {
   const server: Server = createServer();
@@ -83,5 +86,33 @@ export async function startBridge(cmd: string[]): Promise<{ url: string; close()
         wss.close();
         server.close(() => r());
       }),
+  };
+}
+
+/**
+ * The direct bridge in its own OS process, ttyd-style: the baseline the
+ * terminal path is compared against. Like the gateway, it is another process
+ * than the client, so each message to or from it wakes a process.
+ */
+export async function startBridgeProcess(cmd: string[]): Promise<{ url: string; close(): Promise<void> }> {
+  const entry = new URL("./bridge-main.ts", import.meta.url).pathname;
+  const root = new URL("../..", import.meta.url).pathname;
+  const child = spawn(process.execPath, ["--import", "tsx", entry, JSON.stringify(cmd)], { cwd: root, stdio: ["pipe", "pipe", "inherit"] });
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => {
+      out += d.toString();
+      const line = out.split("\n")[0];
+      if (out.includes("\n") && line) resolve(line.trim());
+    });
+    void exited.then(() => reject(new Error("bridge process exited before printing its URL")));
+  });
+  return {
+    url,
+    close: async () => {
+      child.stdin.end();
+      await exited;
+    },
   };
 }
