@@ -61,13 +61,19 @@ export async function barePtySpawnMs(cmd: string[], samples: number): Promise<nu
   return out;
 }
 
+/** A running direct bridge: where clients connect, and how to stop it. */
+export interface Bridge {
+  url: string;
+  close(): Promise<void>;
+}
+
 /**
  * A direct WebSocket-to-PTY bridge (one PTY per socket, no durability), run
  * in the caller's process: the client and the bridge share one event loop,
  * so no process wake-up separates them. Printed beside the baseline, which
  * is the same bridge in its own process (startBridgeProcess).
  */
-export async function startBridge(cmd: string[]): Promise<{ url: string; close(): Promise<void> }> {
+export async function startBridge(cmd: string[]): Promise<Bridge> {
   const server: Server = createServer();
   const wss = new WebSocketServer({ server });
   wss.on("connection", (ws) => {
@@ -94,7 +100,7 @@ export async function startBridge(cmd: string[]): Promise<{ url: string; close()
  * terminal path is compared against. Like the gateway, it is another process
  * than the client, so each message to or from it wakes a process.
  */
-export async function startBridgeProcess(cmd: string[]): Promise<{ url: string; close(): Promise<void> }> {
+export async function startBridgeProcess(cmd: string[]): Promise<Bridge> {
   const entry = new URL("./bridge-main.ts", import.meta.url).pathname;
   const root = new URL("../..", import.meta.url).pathname;
   const child = spawn(process.execPath, ["--import", "tsx", entry, JSON.stringify(cmd)], { cwd: root, stdio: ["pipe", "pipe", "inherit"] });
@@ -103,8 +109,8 @@ export async function startBridgeProcess(cmd: string[]): Promise<{ url: string; 
     let out = "";
     child.stdout.on("data", (d: Buffer) => {
       out += d.toString();
-      const line = out.split("\n")[0];
-      if (out.includes("\n") && line) resolve(line.trim());
+      const end = out.indexOf("\n");
+      if (end >= 0) resolve(out.slice(0, end).trim());
     });
     void exited.then(() => reject(new Error("bridge process exited before printing its URL")));
   });

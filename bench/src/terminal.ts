@@ -4,7 +4,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import WebSocket from "ws";
 import { decodeOutputFrame, Subjects, type Session } from "@paddock/contracts";
 import { startStack, type Stack } from "@paddock/testing";
-import { barePtySpawnMs, startBridge, startBridgeProcess } from "./baselines.ts";
+import { barePtySpawnMs, startBridge, startBridgeProcess, type Bridge } from "./baselines.ts";
 import { cpuMeter } from "./cpu.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
 
@@ -175,7 +175,7 @@ async function echoSamples(ws: WebSocket, samples: number, framed: boolean): Pro
   return out;
 }
 
-async function bridgeEchoSamples(bridge: { url: string; close(): Promise<void> }, samples: number): Promise<number[]> {
+async function bridgeEchoSamples(bridge: Bridge, samples: number): Promise<number[]> {
   const ws = await openWs(bridge.url);
   const out = await echoSamples(ws, samples, false);
   ws.close();
@@ -211,7 +211,7 @@ function drain(ws: WebSocket, framed: boolean): Promise<{ bytes: number; seconds
   return new Promise((resolve) => ws.once("close", () => resolve({ bytes, seconds: (performance.now() - start) / 1000 })));
 }
 
-async function bridgeOutputMBs(bridge: { url: string; close(): Promise<void> }): Promise<number> {
+async function bridgeOutputMBs(bridge: Bridge): Promise<number> {
   const direct = await drain(await openWs(bridge.url), false);
   await bridge.close();
   return direct.bytes / 1e6 / direct.seconds;

@@ -132,8 +132,9 @@ export class SessionRuntime {
       }
       if (this.abort.signal.aborted) return false;
       const starts: Array<[AppSlot, GenerationStart]> = [];
+      const wiring = this.wiring();
       for (const spec of appsOf(cmd.spec)) {
-        const slot = buildAppSlot(this.wiring(), spec, appEnv);
+        const slot = buildAppSlot(wiring, spec, appEnv);
         this.slots.set(spec.name, slot);
         const started = await slot.start(trigger);
         if (!started.ok) throw new BootError(started.run.reason ?? `app ${spec.name}: could not start`);
