@@ -100,6 +100,8 @@ export interface SchedulerContext {
   applyEnvSnapshot(fact: Extract<RunnerFact, { type: "env_snapshot" }>): Promise<void>;
   /** Asks for a placement pass soon (coalesced). */
   requestPlacement(): void;
+  /** Begins placing a session beside its record's create (idle system only); see Placer.placeOnWrite. */
+  placeOnWrite(s: Session): ((written: boolean) => void) | undefined;
   /** Runs once when a session becomes terminal: revoke its token, end its children. */
   onTerminal(s: Session): void;
 }

@@ -158,7 +158,18 @@ export async function createSession(
     throw new ConflictError(`workspace is at its limit of ${ctx.config.maxSessionsPerWorkspace} sessions, all live`);
   }
   await reserveName(ctx, record);
-  const session = await ensureWritten(ctx, record);
-  ctx.requestPlacement();
+  const writing = ensureWritten(ctx, record);
+  // Issued after the write, so the answer does not wait behind it. A replayed
+  // record may already be placed: only a fresh one is placed beside its write.
+  const afterWrite = replayed ? undefined : ctx.placeOnWrite(record);
+  let session: Session;
+  try {
+    session = await writing;
+  } catch (err) {
+    afterWrite?.(false);
+    throw err;
+  }
+  if (afterWrite) afterWrite(session === record);
+  else ctx.requestPlacement();
   return { session, replayed };
 }

@@ -6,7 +6,7 @@ import type { SchedulerContext } from "./context.ts";
 import { applyRunnerFact } from "./facts.ts";
 import { planPass } from "./placement.ts";
 import { SessionIndex } from "./session-index.ts";
-import { alice, create, dispatchInbox, get, register, runningSession, startHarness, waitForRecord, type SchedulerHarness } from "./testkit.ts";
+import { alice, create, dispatchInbox, factFor, get, publishFact, register, runningSession, startHarness, waitForCapacityUsed, waitForRecord, type SchedulerHarness } from "./testkit.ts";
 import { KvView } from "./view.ts";
 
 function runner(id: string, capacityTotal: number, extra: Partial<Runner> = {}): Runner {
@@ -132,6 +132,67 @@ describe("batched placement", () => {
     const runners = await callRpc(h.nc, Api.listRunners, { scope: alice, limit: 10 });
     expect(runners.runners.map((r) => [r.id, r.capacityUsed])).toEqual([["r1", 5], ["r2", 5], ["r3", 2]]);
     for (const r of ["r1", "r2", "r3"]) for (const used of await capacityHistory(r)) expect(used).toBeLessThanOrEqual(r === "r3" ? 2 : 5);
+  });
+});
+
+describe("placement beside the record's write (idle system)", () => {
+  it("places an idle create with one reservation and dispatches its start", async () => {
+    await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 3 });
+    const { session } = await create(h.nc, alice);
+    const start = await inbox.next();
+    expect(start).toMatchObject({ type: "start", sessionId: session.id, placementGeneration: 1, runnerGeneration: 1 });
+    expect(await waitForRecord(h.nc, session.id, (s) => s.state === "creating")).toMatchObject({ runnerId: "r1", placementGeneration: 1 });
+    expect(await capacityHistory("r1")).toEqual([0, 1]);
+  });
+
+  it("gives the slot back when the write beside it did not create the record", async () => {
+    const { context: ctx } = await h.start();
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 3 });
+    const afterWrite = ctx.placeOnWrite(queued(1));
+    expect(afterWrite).toBeDefined();
+    await waitForCapacityUsed(h.nc, "r1", 1);
+    afterWrite?.(false);
+    await waitForCapacityUsed(h.nc, "r1", 0);
+    expect(await capacityHistory("r1")).toEqual([0, 1, 0]);
+  });
+
+  it("keeps passes off a session placed beside its write: each session is placed once, by one reservation each", async () => {
+    const { context: ctx } = await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 3 });
+    const ours = queued(1);
+    const afterWrite = ctx.placeOnWrite(ours);
+    expect(afterWrite).toBeDefined();
+    const key = sessionKey(ours.workspaceId, ours.id);
+    ctx.sessionView.apply(key, await ctx.sessions.create(key, ours));
+    // Another queued session: the pass its write triggers places it and must leave ours alone.
+    const other = queued(2);
+    await ctx.sessions.create(sessionKey(other.workspaceId, other.id), other);
+    await waitForRecord(h.nc, other.id, (s) => s.state === "creating");
+    afterWrite?.(true);
+    expect(await waitForRecord(h.nc, ours.id, (s) => s.state === "creating")).toMatchObject({ runnerId: "r1", placementGeneration: 1 });
+    const starts = [await inbox.next(), await inbox.next()];
+    expect(starts.map((c) => c.sessionId).sort()).toEqual([ours.id, other.id]);
+    // The reservation beside the write (1), then the pass's for the other one (2): nothing given back.
+    expect(await capacityHistory("r1")).toEqual([0, 1, 2]);
+  });
+
+  it("reserves nothing for a create on a full fleet: it waits queued for a pass", async () => {
+    await h.start();
+    const older = (await create(h.nc, alice)).session;
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 1 });
+    const first = await inbox.next();
+    expect(first.sessionId).toBe(older.id);
+    const younger = (await create(h.nc, alice)).session;
+    expect((await get(h.nc, alice, younger.id)).state).toBe("queued");
+    expect(await capacityHistory("r1")).toEqual([0, 1]);
+    // The older one ends; its slot goes to the queued one.
+    await publishFact(h.nc, factFor("r1", first, { type: "running" }));
+    await publishFact(h.nc, factFor("r1", first, { type: "exited", exitCode: 0 }));
+    expect((await inbox.next()).sessionId).toBe(younger.id);
   });
 });
 

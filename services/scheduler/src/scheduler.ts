@@ -145,12 +145,14 @@ async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContex
       await applyEnvSnapshotFact(deps, envs, fact);
     },
     requestPlacement: () => {},
+    placeOnWrite: ((): undefined => undefined) as SchedulerContext["placeOnWrite"],
     onTerminal: (session) => {
       onSessionTerminal(ctx, session).catch((err: unknown) => deps.log.warn({ err, sessionId: session.id }, "end-of-life cleanup failed"));
     },
   } satisfies SchedulerContext;
   const placer = createPlacer(ctx);
   ctx.requestPlacement = placer.request;
+  ctx.placeOnWrite = placer.placeOnWrite;
   // A session that becomes queued, or a runner that changes, may make a placement
   // possible; a request may be waiting for exactly this revision.
   await ctx.sessionView.start(deps.nc, sessionsKv, Buckets.sessions, deps.log, (key) => {
