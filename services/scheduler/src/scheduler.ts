@@ -108,11 +108,13 @@ async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContex
   const envs = await createEnvironmentStore(deps.nc, { log: deps.log, registry: deps.registry });
   const sealKeys = new SealKeys(sealKeysKv, deps.now);
   const sessionIndex = new SessionIndex();
-  const runners = new RunnerRecords(runnersKv, Runner);
+  // Exact reads decide fences (a fact's runner generation, a placement check): from the leader.
+  const jsm = await jetstreamManager(deps.nc);
+  const runners = new RunnerRecords(runnersKv, Runner, { jsm, bucket: Buckets.runners });
   const ctx = {
     ...deps,
     js: jetstream(deps.nc),
-    sessions: new SessionRecords(sessionsKv, Session),
+    sessions: new SessionRecords(sessionsKv, Session, { jsm, bucket: Buckets.sessions }),
     runners,
     runnerReads: new CoalescedReads((key) => runners.get(key)),
     sessionView: new KvView(Session, sessionIndex.onEntry),

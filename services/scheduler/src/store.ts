@@ -1,8 +1,9 @@
+import type { JetStreamManager } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import type { z } from "zod";
 import type { Runner, Session} from "@paddock/contracts";
 import { ConflictError, runnerKey, sessionKey, UnavailableError } from "@paddock/contracts";
-import { decodeJson, encodeJson, isWrongLastSequence } from "@paddock/bus";
+import { decodeJson, encodeJson, isWrongLastSequence, readLatestFromLeader } from "@paddock/bus";
 
 /** A value read from KV together with the revision a compare-and-set must name. */
 export interface Versioned<T> {
@@ -17,22 +18,37 @@ export class CasConflictError extends UnavailableError {
   }
 }
 
+/** Where exact reads go: the bucket's stream leader. */
+export interface LeaderReads {
+  jsm: JetStreamManager;
+  bucket: string;
+}
+
 /**
  * Typed access to one KV bucket where every write is a create or a
  * compare-and-set on the revision read: the store-side half of fencing.
+ * With `leader`, reads are answered by the bucket's stream leader, so a
+ * decision taken on one (a fence) never rests on a lagging replica.
  */
 export class Records<S extends z.ZodType> {
   constructor(
     private readonly kv: KV,
     private readonly schema: S,
+    private readonly leader?: LeaderReads,
   ) {}
 
   async get(key: string): Promise<Versioned<z.infer<S>> | undefined> {
-    const entry = await this.kv.get(key);
-    if (!entry || entry.operation !== "PUT") return undefined;
+    const entry = await this.read(key);
+    if (!entry) return undefined;
     const decoded = decodeJson(this.schema, entry.value);
     if (!decoded.ok) throw new UnavailableError(`stored record ${key} is unreadable`);
     return { value: decoded.value, revision: entry.revision };
+  }
+
+  private async read(key: string): Promise<{ value: Uint8Array; revision: number } | undefined> {
+    if (this.leader) return readLatestFromLeader(this.leader.jsm, this.leader.bucket, key);
+    const entry = await this.kv.get(key);
+    return entry?.operation === "PUT" ? { value: entry.value, revision: entry.revision } : undefined;
   }
 
   /** Creates the key; ConflictError when it already exists. */

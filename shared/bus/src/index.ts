@@ -6,3 +6,4 @@ export * from "./metrics.ts";
 export * from "./provision.ts";
 export * from "./rpc.ts";
 export * from "./secret-box.ts";
+export * from "./leader-read.ts";
