@@ -186,7 +186,7 @@ async function placeShare(ctx: SchedulerContext, share: Share, dispatch: (s: Ses
 export type AfterWrite = (written: boolean) => void;
 
 /** At most this many sessions are placed beside their writes at once; more go through passes. */
-const MAX_EAGER = 4;
+const MAX_PLACEMENTS_BESIDE_WRITES = 4;
 
 export interface Placer {
   /** Asks for a placement pass soon (coalesced). */
@@ -257,7 +257,7 @@ export function createPlacer(ctx: Omit<SchedulerContext, "requestPlacement" | "p
     })();
   };
   const placeOnWrite = (s: Session): AfterWrite | undefined => {
-    if (stopped || running || eager.size >= MAX_EAGER || ctx.sessionIndex.queuedCount > 0) return undefined;
+    if (stopped || running || eager.size >= MAX_PLACEMENTS_BESIDE_WRITES || ctx.sessionIndex.queuedCount > 0) return undefined;
     // A setup build is placed by a pass, which runs one build per setupHash at a time.
     if (buildsSetup(full, s)) return undefined;
     const [share] = planPass(full, [s], { passSessions: 1, perRunner: 1 });
@@ -298,7 +298,8 @@ export function createPlacer(ctx: Omit<SchedulerContext, "requestPlacement" | "p
     stop: async () => {
       stopped = true;
       await running;
-      await Promise.all(inFlight);
+      // A placement beside a write that settles here may still hand a start to dispatch.
+      while (inFlight.size > 0) await Promise.all([...inFlight]);
     },
   };
 }
