@@ -3,6 +3,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { setOutgoingValidation } from "@paddock/bus";
 import { repoRoot } from "@paddock/testing";
 import { checkpointBench } from "./src/checkpoint.ts";
 import { lifecycleBench } from "./src/lifecycle.ts";
@@ -20,6 +21,8 @@ const only = new Set(values.only?.split(",").map((s) => s.trim()) ?? groups);
 for (const g of only) if (!(groups as readonly string[]).includes(g)) throw new Error(`--only: unknown bench ${g}; expected ${groups.join(", ")}`);
 
 async function main(): Promise<void> {
+  // The simulated runners and clients in this process run as the services do when deployed.
+  setOutgoingValidation(false);
   const figures: Figure[] = [];
   if (only.has("lifecycle")) figures.push(...(await lifecycleBench(quick ? { sessions: 500, runners: 20 } : { sessions: 10_000, runners: 500 })));
   if (only.has("checkpoint")) {

@@ -151,7 +151,7 @@ export async function checkpointBench(opts: { megabytes: number; compression?: "
   const profileDir = process.env.PADDOCK_BENCH_PROFILE_DIR;
   const hook = new URL("./cpu-profile.mjs", import.meta.url).pathname;
   const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
-  const stack = await startStack({ runners: 2, runnerCapacity: 2, env: { "runner-agent": { ...prof, PADDOCK_RUNNER_CHECKPOINT_COMPRESSION: compression } } });
+  const stack = await startStack({ validateOutgoing: false, runners: 2, runnerCapacity: 2, env: { "runner-agent": { ...prof, PADDOCK_RUNNER_CHECKPOINT_COMPRESSION: compression } } });
   const nc = await connect({ servers: stack.nats.url });
   const scratch = await mkdtemp(join(tmpdir(), "paddock-bench-ckpt-"));
   const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);

@@ -23,6 +23,7 @@ export async function lifecycleBench(opts: { sessions: number; runners: number }
   const hook = new URL("./cpu-profile.mjs", import.meta.url).pathname;
   const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
   const stack = await startStack({
+    validateOutgoing: false,
     runners: 0,
     env: { scheduler: { ...prof, PADDOCK_MAX_SESSIONS_PER_WORKSPACE: String(opts.sessions * 3) }, "event-recorder": prof, gateway: prof },
   });

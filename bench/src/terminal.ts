@@ -278,6 +278,7 @@ export async function terminalBenches(opts: { latencySamples: number; echoSample
   const hook = new URL("./cpu-profile.mjs", import.meta.url).pathname;
   const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
   const stack = await startStack({
+    validateOutgoing: false,
     runnerCapacity: 64,
     env: { gateway: { ...prof, PADDOCK_WS_INPUT_FRAMES_PER_SECOND: "1000000" }, scheduler: prof, "runner-agent": prof },
   });

@@ -1,11 +1,12 @@
 import { Registry } from "prom-client";
-import { connectBus, createBusMetrics, provision } from "@paddock/bus";
+import { connectBus, createBusMetrics, provision, setOutgoingValidation } from "@paddock/bus";
 import { createLogger } from "@paddock/logging";
 import { runMain, startOpsServer } from "@paddock/service";
 import { loadConfig } from "./config.ts";
 import { createRecorder } from "./recorder.ts";
 
 const config = loadConfig(process.env);
+setOutgoingValidation(config.validateOutgoing);
 const log = createLogger({ service: "event-recorder", level: config.logLevel });
 
 runMain(log, async () => {

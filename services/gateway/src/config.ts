@@ -54,6 +54,8 @@ export interface GatewayConfig {
   logLevel: string;
   opsHost: string;
   opsPort: number;
+  /** Check outgoing bus messages against their schemas too (`PADDOCK_VALIDATE_OUTGOING`); receivers always check. */
+  validateOutgoing?: boolean;
   httpHost: string;
   httpPort: number;
   devToken?: string | undefined;

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { connectBus, provision } from "@paddock/bus";
+import { connectBus, provision, setOutgoingValidation } from "@paddock/bus";
 import { createLogger } from "@paddock/logging";
 import { runMain, startOpsServer } from "@paddock/service";
 import { seedDevToken } from "./auth.ts";
@@ -8,6 +8,7 @@ import { createGateway } from "./gateway.ts";
 import { createGatewayMetrics } from "./metrics.ts";
 
 const config = loadConfig(process.env);
+setOutgoingValidation(config.validateOutgoing === true);
 const log = createLogger({ service: "gateway", level: config.logLevel });
 
 runMain(log, async () => {

@@ -7,7 +7,7 @@ import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/t
 import { Buckets, DispatchCommand, Headers, RunnerLease, Subjects, runnerKey, type PortableSpec } from "@paddock/contracts";
 import { decodeJson, encodeJson, provision } from "@paddock/bus";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import { dispatchConsumerName } from "./registration.ts";
+import { dispatchConsumerName } from "./dispatch-consumer.ts";
 import { collectFacts, collectTerm, counterValue, fakeScheduler, testAgent, type TestAgent } from "./test-support.ts";
 
 let server: NatsServerHandle;
@@ -61,6 +61,8 @@ describe("registration", () => {
     const jsm = await jetstreamManager(nc);
     const info = await jsm.consumers.info("DISPATCH", dispatchConsumerName("default", t.config.runnerId));
     expect(info.config.filter_subject).toBe(Subjects.dispatch("default", t.config.runnerId));
+    // Memory-backed: no state file rewritten per ack; made again from what was settled if a broker restart loses it.
+    expect(info.config.mem_storage).toBe(true);
     const kv = await new Kvm(nc).open(Buckets.runnerLeases);
     const entry = await kv.get(runnerKey("default", t.config.runnerId));
     const lease = decodeJson(RunnerLease, entry?.value ?? new Uint8Array());

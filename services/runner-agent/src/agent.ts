@@ -10,7 +10,8 @@ import { createFactPublisher } from "./facts.ts";
 import { readGeneration, writeGeneration } from "./generation-store.ts";
 import { startLeaseRenewer, type LeaseRenewer } from "./lease.ts";
 import type { RunnerMetrics } from "./metrics.ts";
-import { ensureDispatchConsumer, register } from "./registration.ts";
+import { ensureDispatchConsumer } from "./dispatch-consumer.ts";
+import { register } from "./registration.ts";
 import { StoppedError } from "./errors.ts";
 import type { HeldSession } from "./types.ts";
 import { createCheckpointStore, type CheckpointCompression } from "./checkpoint.ts";
@@ -283,7 +284,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     });
     await mkdir(config.dataDir, { recursive: true });
     await removeLeftoverSessions(sessions.sessionsDir(), log);
-    const consumerName = await ensureDispatchConsumer(jsm, config.poolId, config.runnerId);
+    const dispatchConsumer = await ensureDispatchConsumer(jsm, config.poolId, config.runnerId);
     // Direct gets name the key in the subject, so a runner's permissions can confine it to its own record.
     runners = await new Kvm(nc).open(Buckets.runners, { allow_direct: true });
     const askedAt = confirmation.ask();
@@ -313,7 +314,15 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       metrics,
       log,
     });
-    consumer = await consumeTyped(js, { stream: Streams.dispatch, consumer: consumerName, schema: DispatchCommand, metrics, log, handler: handleDispatch });
+    consumer = await consumeTyped(js, {
+      stream: Streams.dispatch,
+      consumer: dispatchConsumer.name,
+      schema: DispatchCommand,
+      metrics,
+      log,
+      handler: handleDispatch,
+      recovery: dispatchConsumer.recovery,
+    });
     watchReconnects();
     ready = true;
     deps.onRegistered?.({ generation, reason: "start", destroyed: reply.destroy });

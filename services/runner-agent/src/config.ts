@@ -86,6 +86,8 @@ export interface RunnerConfig {
   replicas: number;
   logLevel: string;
   opsPort: number;
+  /** Check outgoing bus messages against their schemas too (`PADDOCK_VALIDATE_OUTGOING`); receivers always check. */
+  validateOutgoing?: boolean;
   opsHost: string;
   runnerId: string;
   poolId: string;

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { connectBus, provision } from "@paddock/bus";
+import { connectBus, provision, setOutgoingValidation } from "@paddock/bus";
 import { createLogger } from "@paddock/logging";
 import { runMain, startOpsServer } from "@paddock/service";
 import { createRunnerAgent } from "./agent.ts";
@@ -8,6 +8,7 @@ import { createRunnerMetrics } from "./metrics.ts";
 import { RpcSecretResolver } from "./secrets.ts";
 
 const config = loadConfig(process.env);
+setOutgoingValidation(config.validateOutgoing === true);
 const log = createLogger({ service: "runner-agent", level: config.logLevel });
 
 runMain(log, async () => {

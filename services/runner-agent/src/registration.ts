@@ -1,11 +1,8 @@
-import { AckPolicy, DeliverPolicy, JetStreamApiCodes, JetStreamApiError, type JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
   RegisterRunnerReply,
   RegisterRunnerRequest,
-  Streams,
   Subjects,
-  runnerNatsUser,
   type RunnerResources,
 } from "@paddock/contracts";
 import { decodeJson, encodeJson } from "@paddock/bus";
@@ -13,34 +10,6 @@ import type { Logger } from "@paddock/logging";
 import type { z } from "zod";
 import { RegistrationRefusedError, StoppedError } from "./errors.ts";
 import type { HeldSession } from "./types.ts";
-
-/** The runner's DISPATCH durable: named like its NATS user, whose permissions name it. */
-export function dispatchConsumerName(poolId: string, runnerId: string): string {
-  return runnerNatsUser(poolId, runnerId);
-}
-
-/**
- * Creates this runner's durable DISPATCH consumer unless it exists. It must
- * exist before registering: the scheduler may dispatch as soon as it accepts,
- * and "deliver new" only covers messages published after creation. An
- * existing consumer is left alone so it continues from its ack floor.
- */
-export async function ensureDispatchConsumer(jsm: JetStreamManager, poolId: string, runnerId: string): Promise<string> {
-  const name = dispatchConsumerName(poolId, runnerId);
-  try {
-    await jsm.consumers.info(Streams.dispatch, name);
-    return name;
-  } catch (err) {
-    if (!(err instanceof JetStreamApiError) || err.code !== JetStreamApiCodes.ConsumerNotFound) throw err;
-  }
-  await jsm.consumers.add(Streams.dispatch, {
-    durable_name: name,
-    filter_subject: Subjects.dispatch(poolId, runnerId),
-    ack_policy: AckPolicy.Explicit,
-    deliver_policy: DeliverPolicy.New,
-  });
-  return name;
-}
 
 export interface RegisterOptions {
   nc: NatsConnection;

@@ -19,4 +19,11 @@ describe("scheduler config", () => {
     expect(loadConfig({ PADDOCK_SCREEN_MAX_BYTES: String(8 * 1024 * 1024) }).screensMaxBytes).toBe(8 * 1024 * 1024);
     for (const bad of ["1000", "-1", "lots", "1048576.5", ""]) expect(() => loadConfig({ PADDOCK_SCREEN_MAX_BYTES: bad })).toThrow(ConfigError);
   });
+
+  it("checks outgoing messages only when asked, and refuses anything but true or false", () => {
+    expect(loadConfig({}).validateOutgoing).toBe(false);
+    expect(loadConfig({ PADDOCK_VALIDATE_OUTGOING: "true" }).validateOutgoing).toBe(true);
+    expect(loadConfig({ PADDOCK_VALIDATE_OUTGOING: "false" }).validateOutgoing).toBe(false);
+    for (const bad of ["yes", "1", "TRUE", ""]) expect(() => loadConfig({ PADDOCK_VALIDATE_OUTGOING: bad })).toThrow(ConfigError);
+  });
 });

@@ -1,6 +1,6 @@
 import { Registry } from "prom-client";
 import { randomId } from "@paddock/contracts";
-import { connectBus, createBusMetrics, provision } from "@paddock/bus";
+import { connectBus, createBusMetrics, provision, setOutgoingValidation } from "@paddock/bus";
 import { createLogger } from "@paddock/logging";
 import { runMain, startOpsServer } from "@paddock/service";
 import { loadConfig } from "./config.ts";
@@ -8,6 +8,7 @@ import { createSchedulerMetrics } from "./context.ts";
 import { createScheduler } from "./scheduler.ts";
 
 const config = loadConfig(process.env);
+setOutgoingValidation(config.validateOutgoing);
 const log = createLogger({ service: "scheduler", level: config.logLevel });
 
 runMain(log, async () => {

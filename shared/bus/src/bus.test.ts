@@ -6,7 +6,7 @@ import { z } from "zod";
 import { Buckets, InvalidError, NotFoundError, Streams, UnavailableError, type Rpc } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import { callRpc, createBusMetrics, encodeJson, isWrongLastSequence, provision, readLatestFromLeader, serveRpc, streamConfigs } from "./index.ts";
+import { callRpc, createBusMetrics, decodeJson, encodeJson, isWrongLastSequence, provision, readLatestFromLeader, serveRpc, setOutgoingValidation, streamConfigs } from "./index.ts";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;
@@ -90,6 +90,18 @@ describe("rpc", () => {
   });
 
   it("refuses to publish a message that breaks its contract", () => {
+    expect(() => encodeJson(Echo.request, { n: "x" } as never)).toThrow(InvalidError);
+  });
+
+  it("with outgoing validation off, leaves the check to the receiver, which still refuses the message", () => {
+    setOutgoingValidation(false);
+    try {
+      const bytes = encodeJson(Echo.request, { n: "x" } as never);
+      expect(decodeJson(Echo.request, bytes)).toMatchObject({ ok: false });
+      expect(decodeJson(Echo.request, encodeJson(Echo.request, { n: 2 }))).toEqual({ ok: true, value: { n: 2 } });
+    } finally {
+      setOutgoingValidation(true);
+    }
     expect(() => encodeJson(Echo.request, { n: "x" } as never)).toThrow(InvalidError);
   });
 });

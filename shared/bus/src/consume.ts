@@ -3,6 +3,7 @@ import type { z } from "zod";
 import { PaddockError } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { decodeJson } from "./codec.ts";
+import { recreateWhenLost, SettledFloor, type ConsumerRecovery } from "./consumer-recovery.ts";
 import type { BusMetrics } from "./metrics.ts";
 
 export interface ConsumeOptions<S extends z.ZodType> {
@@ -22,6 +23,8 @@ export interface ConsumeOptions<S extends z.ZodType> {
   lanes?: { concurrency: number; keyOf: (msg: JsMsg) => string };
   /** Messages to ack without decoding (e.g. KV delete markers on a change feed). */
   skip?: (msg: JsMsg) => boolean;
+  /** For a consumer the server may lose (memory-backed): how to make it again without skipping an unsettled message. */
+  recovery?: ConsumerRecovery;
 }
 
 export interface ConsumerHandle {
@@ -51,8 +54,10 @@ export async function consumeTyped<S extends z.ZodType>(
 ): Promise<ConsumerHandle> {
   const consumer = await js.consumers.get(opts.stream, opts.consumer);
   const messages: ConsumerMessages = await consumer.consume(PULL_OPTIONS);
-  const done = opts.lanes ? consumeInLanes(messages, opts, opts.lanes) : (async () => {
-    for await (const msg of messages) await handleOne(msg, opts);
+  const floor = opts.recovery ? new SettledFloor(opts.recovery.floor) : undefined;
+  if (floor && opts.recovery) recreateWhenLost(messages, floor, opts.recovery, opts.log);
+  const done = opts.lanes ? consumeInLanes(messages, opts, opts.lanes, floor) : (async () => {
+    for await (const msg of messages) await handleOne(msg, opts, floor);
   })();
   return {
     stop: async () => {
@@ -67,6 +72,7 @@ async function consumeInLanes<S extends z.ZodType>(
   messages: ConsumerMessages,
   opts: ConsumeOptions<S>,
   lanes: { concurrency: number; keyOf: (msg: JsMsg) => string },
+  floor: SettledFloor | undefined,
 ): Promise<void> {
   const tails = new Map<string, Promise<void>>();
   let inflight = 0;
@@ -76,7 +82,7 @@ async function consumeInLanes<S extends z.ZodType>(
     inflight++;
     const key = lanes.keyOf(msg);
     const run: Promise<void> = (tails.get(key) ?? Promise.resolve())
-      .then(() => handleOne(msg, opts))
+      .then(() => handleOne(msg, opts, floor))
       .finally(() => {
         inflight--;
         slotFreed.shift()?.();
@@ -87,30 +93,39 @@ async function consumeInLanes<S extends z.ZodType>(
   await Promise.all(tails.values());
 }
 
-async function handleOne<S extends z.ZodType>(msg: JsMsg, opts: ConsumeOptions<S>): Promise<void> {
+async function handleOne<S extends z.ZodType>(msg: JsMsg, opts: ConsumeOptions<S>, floor: SettledFloor | undefined): Promise<void> {
+  floor?.delivered(msg.seq);
+  const outcome = await settle(msg, opts);
+  if (outcome !== "nak") floor?.settled(msg.seq);
+}
+
+/** Handles one message and settles it: ack, term, or nak (to be redelivered). */
+async function settle<S extends z.ZodType>(msg: JsMsg, opts: ConsumeOptions<S>): Promise<"ack" | "term" | "nak"> {
   if (opts.skip?.(msg)) {
     msg.ack();
-    return;
+    return "ack";
   }
   const decoded = decodeJson(opts.schema, msg.data);
   if (!decoded.ok) {
     opts.metrics.invalidMessages.inc({ subject: msg.subject });
     opts.log.warn({ subject: msg.subject, seq: msg.seq, reason: decoded.reason }, "invalid message terminated");
     msg.term(`invalid: ${decoded.reason}`);
-    return;
+    return "term";
   }
   try {
     await opts.handler(decoded.value, msg);
     msg.ack();
+    return "ack";
   } catch (err) {
     if (err instanceof PaddockError && !err.retryable) {
       opts.metrics.handlerErrors.inc({ subject: opts.stream, outcome: "term" });
       opts.log.warn({ subject: msg.subject, seq: msg.seq, code: err.code, reason: err.message }, "message terminated");
       msg.term(err.code);
-      return;
+      return "term";
     }
     opts.metrics.handlerErrors.inc({ subject: opts.stream, outcome: "nak" });
     opts.log.warn({ err, subject: msg.subject, seq: msg.seq }, "message will be retried");
     msg.nak(opts.retryDelayMs ?? 500);
+    return "nak";
   }
 }

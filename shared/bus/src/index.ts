@@ -1,6 +1,7 @@
 export * from "./connect.ts";
 export * from "./codec.ts";
 export * from "./consume.ts";
+export * from "./consumer-recovery.ts";
 export * from "./errors.ts";
 export * from "./metrics.ts";
 export * from "./provision.ts";

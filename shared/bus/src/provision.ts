@@ -165,7 +165,14 @@ async function streamInfo(jsm: JetStreamManager, name: string): Promise<Awaited<
 }
 
 async function ensureBucket(nc: NatsConnection, jsm: JetStreamManager, name: string, opts: Partial<KvOptions>): Promise<void> {
-  await new Kvm(nc).create(name, opts);
+  try {
+    await new Kvm(nc).create(name, opts);
+  } catch (err) {
+    // 10058: between this client's "not found" and its add, a racing replica made
+    // the bucket and raised its history past what the KV client asks for (seen
+    // once in the concurrent provision test); the check below converges.
+    if (!(err instanceof JetStreamApiError && err.code === 10058)) throw err;
+  }
   const info = await streamInfo(jsm, kvStreamName(name));
   const wantHistory = FEED_HISTORY[name] ?? opts.history ?? 1;
   if (info.config.num_replicas !== opts.replicas || info.config.max_msgs_per_subject !== wantHistory) {

@@ -32,6 +32,8 @@ export const commonEnv = {
   /** Port of /healthz, /readyz and /metrics; 0 picks a free one (logged at start). */
   PADDOCK_OPS_PORT: port.default(0),
   PADDOCK_OPS_HOST: z.string().default("127.0.0.1"),
+  /** Check every outgoing bus message against its schema too (receivers always check): a debugging aid, on in the test stacks. */
+  PADDOCK_VALIDATE_OUTGOING: z.enum(["true", "false"]).default("false"),
 };
 
 export const envSchemas = { port, positiveMs };
@@ -45,6 +47,7 @@ export function commonConfig(e: {
   PADDOCK_LOG_LEVEL: "trace" | "debug" | "info" | "warn" | "error" | "fatal" | "silent";
   PADDOCK_OPS_HOST: string;
   PADDOCK_OPS_PORT: number;
+  PADDOCK_VALIDATE_OUTGOING: "true" | "false";
 }) {
   return {
     natsUrl: e.PADDOCK_NATS_URL,
@@ -54,5 +57,6 @@ export function commonConfig(e: {
     logLevel: e.PADDOCK_LOG_LEVEL,
     opsHost: e.PADDOCK_OPS_HOST,
     opsPort: e.PADDOCK_OPS_PORT,
+    validateOutgoing: e.PADDOCK_VALIDATE_OUTGOING === "true",
   };
 }

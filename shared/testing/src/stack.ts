@@ -41,6 +41,13 @@ export interface StackOptions {
    * `default`); `addRunner` of an undeclared one fails. Off by default.
    */
   isolated?: boolean | { runners?: RunnerPrincipal[]; extraConfig?: string };
+  /**
+   * Services also check the messages they send against their schemas
+   * (`PADDOCK_VALIDATE_OUTGOING`; receivers always check). On by default here, so a
+   * sender's contract bug fails a test where it happens; the benchmarks run
+   * the deployed default (off).
+   */
+  validateOutgoing?: boolean;
 }
 
 /**
@@ -52,7 +59,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const nats = await startNatsServer(isolation ? { extraConfig: isolation.config } : {});
   const dataDir = mkdtempSync(join(tmpdir(), "paddock-stack-"));
   const token = `pdk_dev_${randomBytes(18).toString("hex")}`;
-  const commonEnv = { PADDOCK_NATS_URL: nats.url, PADDOCK_LOG_LEVEL: "info", PADDOCK_OPS_PORT: "0" };
+  const commonEnv = { PADDOCK_NATS_URL: nats.url, PADDOCK_LOG_LEVEL: "info", PADDOCK_OPS_PORT: "0", PADDOCK_VALIDATE_OUTGOING: String(opts.validateOutgoing ?? true) };
   const started: ServiceProcess[] = [];
   const credentials = (user: string): Record<string, string> => {
     if (!isolation) return {};
