@@ -6,6 +6,7 @@ import { parseArgs } from "node:util";
 import { setOutgoingValidation } from "@paddock/bus";
 import { repoRoot } from "@paddock/testing";
 import { checkpointBench } from "./src/checkpoint.ts";
+import { removeLeftovers } from "./src/leftovers.ts";
 import { lifecycleBench } from "./src/lifecycle.ts";
 import { formatTable, type Figure } from "./src/stats.ts";
 import { memoryBenches } from "./src/memory.ts";
@@ -39,10 +40,12 @@ async function main(): Promise<void> {
   process.stdout.write(`wrote ${file}\n`);
 }
 
-main().then(
-  () => process.exit(0),
-  (err: unknown) => {
-    process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-    process.exit(1);
-  },
-);
+main()
+  .finally(removeLeftovers)
+  .then(
+    () => process.exit(0),
+    (err: unknown) => {
+      process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      process.exit(1);
+    },
+  );

@@ -1,6 +1,6 @@
 import { execFile } from "node:child_process";
 import { createReadStream } from "node:fs";
-import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -11,6 +11,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Session } from "@paddock/contracts";
 import { startStack, type Stack } from "@paddock/testing";
 import { cpuMeter } from "./cpu.ts";
+import { removeLater, stopStackKeepingData } from "./leftovers.ts";
 import { figure, type Figure } from "./stats.ts";
 
 const run = promisify(execFile);
@@ -154,6 +155,9 @@ export async function checkpointBench(opts: { megabytes: number; compression?: "
   const stack = await startStack({ validateOutgoing: false, runners: 2, runnerCapacity: 2, env: { "runner-agent": { ...prof, PADDOCK_RUNNER_CHECKPOINT_COMPRESSION: compression } } });
   const nc = await connect({ servers: stack.nats.url });
   const scratch = await mkdtemp(join(tmpdir(), "paddock-bench-ckpt-"));
+  // The same footing as a runner's sessions dir (services/runner-agent/src/sessions-dir.ts):
+  // the baseline's extraction is placed by ext4 away from recently deleted inodes too.
+  await run("chattr", ["+T", scratch]).catch(() => undefined);
   const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
   try {
     const created = await api(stack, "POST", "/v1/sessions", { spec: { cmd: ["sleep", "600"] } });
@@ -199,7 +203,8 @@ export async function checkpointBench(opts: { megabytes: number; compression?: "
     ];
   } finally {
     await nc.drain();
-    await stack.stop();
-    await rm(scratch, { recursive: true, force: true });
+    await stopStackKeepingData(stack);
+    removeLater(scratch);
   }
 }
+

@@ -9,6 +9,7 @@ import { cpuMeter, cpuSeconds } from "./cpu.ts";
 import { rssMb } from "./memory.ts";
 import { startSimulatedRunner } from "./sim-runner.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
+import { stopStackKeepingData } from "./leftovers.ts";
 
 const scope: Scope = { workspaceId: "bench", actor: { id: "bench", kind: "user" } };
 
@@ -133,6 +134,6 @@ export async function lifecycleBench(opts: { sessions: number; runners: number }
     ];
   } finally {
     await nc.drain();
-    await stack.stop();
+    await stopStackKeepingData(stack);
   }
 }

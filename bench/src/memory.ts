@@ -5,6 +5,7 @@ import WebSocket from "ws";
 import type { Session } from "@paddock/contracts";
 import { startStack, type ServiceProcess, type Stack } from "@paddock/testing";
 import { figure, type Figure } from "./stats.ts";
+import { stopStackKeepingData } from "./leftovers.ts";
 
 /** Resident set size of a process, in MB (from /proc: the kernel's figure, not the heap's). */
 export function rssMb(pid: number | undefined): number {
@@ -75,6 +76,6 @@ export async function memoryBenches(opts: { clients: number; idleSessions: numbe
     ];
   } finally {
     await nc.drain();
-    await stack.stop();
+    await stopStackKeepingData(stack);
   }
 }

@@ -7,6 +7,7 @@ import { startStack, type Stack } from "@paddock/testing";
 import { barePtySpawnMs, startBridge, startBridgeProcess, type Bridge } from "./baselines.ts";
 import { cpuMeter } from "./cpu.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
+import { stopStackKeepingData } from "./leftovers.ts";
 
 async function post(stack: Stack, path: string, body: unknown): Promise<Session> {
   const res = await fetch(`${stack.url}${path}`, {
@@ -293,6 +294,6 @@ export async function terminalBenches(opts: { latencySamples: number; echoSample
   } finally {
     watch.stop();
     await nc.drain();
-    await stack.stop();
+    await stopStackKeepingData(stack);
   }
 }

@@ -1,4 +1,4 @@
-import { mkdir, readdir, rm, statfs } from "node:fs/promises";
+import { mkdir, statfs } from "node:fs/promises";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
@@ -15,7 +15,7 @@ import { register } from "./registration.ts";
 import { StoppedError } from "./errors.ts";
 import type { HeldSession } from "./types.ts";
 import { createCheckpointStore, type CheckpointCompression } from "./checkpoint.ts";
-import { killLeftoverProcesses } from "./leftovers.ts";
+import { prepareSessionsDir } from "./sessions-dir.ts";
 import { RegistrationConfirmation } from "./confirmation.ts";
 import { noSecrets, type SecretResolver } from "./secrets.ts";
 import { SessionManager } from "./sessions.ts";
@@ -283,7 +283,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       ...(config.terminal ? { terminal: config.terminal } : {}),
     });
     await mkdir(config.dataDir, { recursive: true });
-    await removeLeftoverSessions(sessions.sessionsDir(), log);
+    await prepareSessionsDir(sessions.sessionsDir(), log);
     const dispatchConsumer = await ensureDispatchConsumer(jsm, config.poolId, config.runnerId);
     // Direct gets name the key in the subject, so a runner's permissions can confine it to its own record.
     runners = await new Kvm(nc).open(Buckets.runners, { allow_direct: true });
@@ -392,22 +392,4 @@ async function freeDisk(dir: string, log: Logger): Promise<number> {
     log.warn({ err, dir }, "free disk not measurable");
     return 0;
   }
-}
-
-/**
- * A fresh process holds no sessions: the previous one's sandboxes are gone
- * with it (their processes are killed here: piped apps would survive it), so
- * their directories are garbage.
- */
-async function removeLeftoverSessions(dir: string, log: Logger): Promise<void> {
-  let entries: string[];
-  try {
-    entries = await readdir(dir);
-  } catch {
-    return;
-  }
-  if (entries.length === 0) return;
-  await killLeftoverProcesses(dir, log);
-  log.info({ count: entries.length }, "removing session directories left by a previous process");
-  await rm(dir, { recursive: true, force: true });
 }

@@ -26,7 +26,8 @@ export interface Stack {
   natsUsers?: Record<string, string>;
   /** Starts one more runner-agent process on this stack. */
   addRunner(opts?: { runnerId?: string; poolId?: string; capacity?: number }): Promise<ServiceProcess>;
-  stop(): Promise<void>;
+  /** Stops every process; with keepData the data dir and NATS store stay on disk (the caller removes them). */
+  stop(opts?: { keepData?: boolean }): Promise<void>;
 }
 
 export interface StackOptions {
@@ -107,10 +108,10 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       commonEnv,
       ...(isolation ? { natsUsers: isolation.passwords } : {}),
       addRunner,
-      stop: async () => {
+      stop: async (stopOpts = {}) => {
         await Promise.all(started.map((s) => s.stop()));
-        await nats.stop();
-        rmSync(dataDir, { recursive: true, force: true });
+        await nats.stop({ keepStore: stopOpts.keepData === true });
+        if (!stopOpts.keepData) rmSync(dataDir, { recursive: true, force: true });
       },
     };
   } catch (err) {
