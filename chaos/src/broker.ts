@@ -240,13 +240,24 @@ export async function brokerScenario(opts: BrokerOptions, prng: Prng): Promise<S
     }
     // How long an acknowledged one-shot took to end (its first terminal revision), for those acknowledged around the kills.
     const endedAt = new Map<string, number>();
-    for (const r of await kvRevisions<Session>(nc, Buckets.sessions)) {
+    const finalRevisions = await kvRevisions<Session>(nc, Buckets.sessions);
+    for (const r of finalRevisions) {
       if (r.value && isTerminal(r.value.state) && !endedAt.has(r.value.id)) endedAt.set(r.value.id, r.time);
     }
     const lifetimes = [...acked].flatMap(([id, at]) => {
       const end = endedAt.get(id);
       return end === undefined ? [] : [end - at];
     });
+    // The slowest one's revisions (state@ms after its 201, runner, generation): where recovery waited.
+    const slowest = [...acked].reduce<[string, number] | undefined>((worst, [id, at]) => {
+      const took = (endedAt.get(id) ?? at) - at;
+      return worst === undefined || took > worst[1] ? [id, took] : worst;
+    }, undefined);
+    if (slowest) {
+      const ackedAt = acked.get(slowest[0]) ?? 0;
+      const trail = finalRevisions.filter((r) => r.value?.id === slowest[0]).map((r) => `${r.value?.state}@${r.time - ackedAt}ms/${r.value?.runnerId ?? "-"}/g${r.value?.placementGeneration}`);
+      log("broker", `slowest acknowledged session ${slowest[0]} (${slowest[1]} ms): ${trail.join(" → ")}`);
+    }
     figures.push({ metric: "create → end p50", value: percentile(lifetimes, 50), unit: "ms", method: "acknowledged one-shot (echo): 201 → first terminal revision (server time)" });
     figures.push({ metric: "create → end max", value: Math.max(...lifetimes), unit: "ms", method: "the slowest one, whole run (recovery after the kills included)" });
     log("broker", "sessions settled; checking placements and audit");
