@@ -51,6 +51,8 @@ export type AgentConfig = Pick<
   terminal?: TerminalSettings;
   /** How checkpoints are packed; gzip when absent. */
   checkpointCompression?: CheckpointCompression;
+  /** Stream replicas (`PADDOCK_REPLICAS`); 1 when absent (a single server). */
+  replicas?: number;
 };
 
 export interface RunnerAgentDeps {
@@ -284,7 +286,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     });
     await mkdir(config.dataDir, { recursive: true });
     await prepareSessionsDir(sessions.sessionsDir(), log);
-    const dispatchConsumer = await ensureDispatchConsumer(jsm, config.poolId, config.runnerId);
+    const dispatchConsumer = await ensureDispatchConsumer(jsm, config.poolId, config.runnerId, config.replicas ?? 1);
     // Direct gets name the key in the subject, so a runner's permissions can confine it to its own record.
     runners = await new Kvm(nc).open(Buckets.runners, { allow_direct: true });
     const askedAt = confirmation.ask();

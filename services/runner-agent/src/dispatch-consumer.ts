@@ -8,19 +8,24 @@ export function dispatchConsumerName(poolId: string, runnerId: string): string {
 }
 
 /**
- * The consumer's settings. Its state is kept in memory (`mem_storage`): with a
- * file-backed one the server rewrote a state file (a new file and a rename) up
- * to ten times a second per runner while commands flowed, which was half of
- * nats-server's CPU with 500 runners (`pnpm bench`, benchmark 1). What that
- * costs is the consumer itself on a broker restart; the runner makes it again
- * from what it settled (`recovery` below).
+ * The consumer's settings. On a single server its state is kept in memory
+ * (`mem_storage`): with a file-backed one the server rewrote a state file (a
+ * new file and a rename) up to ten times a second per runner while commands
+ * flowed, which was half of nats-server's CPU with 500 runners (`pnpm bench`,
+ * benchmark 1). What that costs is the consumer itself on a broker restart;
+ * the runner makes it again from what it settled (`recovery` below). On a
+ * cluster (replicas > 1) the state stays on file: in `pnpm chaos` (broker,
+ * after the crash scenario) sessions created around a node's kill ended
+ * within 0.1-0.2 s at the median with file-backed R3 consumers and 14.6 s
+ * once with memory-backed ones; too few runs to be sure, so the proven
+ * setting stays where a node can die.
  */
-function dispatchConsumerConfig(poolId: string, runnerId: string, start: { afterSeq: number } | "new"): Partial<ConsumerConfig> {
+function dispatchConsumerConfig(poolId: string, runnerId: string, memory: boolean, start: { afterSeq: number } | "new"): Partial<ConsumerConfig> {
   return {
     durable_name: dispatchConsumerName(poolId, runnerId),
     filter_subject: Subjects.dispatch(poolId, runnerId),
     ack_policy: AckPolicy.Explicit,
-    mem_storage: true,
+    mem_storage: memory,
     ...(start === "new" ? { deliver_policy: DeliverPolicy.New } : { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: start.afterSeq + 1 }),
   };
 }
@@ -36,13 +41,20 @@ function isNotFound(err: unknown): boolean {
  * new" only covers messages published after creation. An existing consumer is
  * left alone so it continues from its ack floor.
  */
-export async function ensureDispatchConsumer(jsm: JetStreamManager, poolId: string, runnerId: string): Promise<{ name: string; recovery: ConsumerRecovery }> {
+export async function ensureDispatchConsumer(
+  jsm: JetStreamManager,
+  poolId: string,
+  runnerId: string,
+  /** Stream replicas of this deployment (`PADDOCK_REPLICAS`): memory-backed state on a single server only. */
+  replicas: number,
+): Promise<{ name: string; recovery: ConsumerRecovery }> {
   const name = dispatchConsumerName(poolId, runnerId);
+  const memory = replicas === 1;
   const recovery = (floor: number): ConsumerRecovery => ({
     floor,
     create: async (settledThrough) => {
       try {
-        await jsm.consumers.add(Streams.dispatch, dispatchConsumerConfig(poolId, runnerId, { afterSeq: settledThrough }));
+        await jsm.consumers.add(Streams.dispatch, dispatchConsumerConfig(poolId, runnerId, memory, { afterSeq: settledThrough }));
       } catch (err) {
         // Made again meanwhile (another attempt): it delivers from where that one said.
         const exists = await jsm.consumers.info(Streams.dispatch, name).then(() => true, () => false);
@@ -56,7 +68,7 @@ export async function ensureDispatchConsumer(jsm: JetStreamManager, poolId: stri
   } catch (err) {
     if (!isNotFound(err)) throw err;
   }
-  const created = await jsm.consumers.add(Streams.dispatch, dispatchConsumerConfig(poolId, runnerId, "new"));
+  const created = await jsm.consumers.add(Streams.dispatch, dispatchConsumerConfig(poolId, runnerId, memory, "new"));
   // Delivering new: everything up to the stream's last sequence at creation counts as settled.
   return { name, recovery: recovery(created.delivered.stream_seq) };
 }

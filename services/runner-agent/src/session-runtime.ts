@@ -46,8 +46,6 @@ export class SessionRuntime {
   private silenced = false;
   /** The runner generation the exited fact was produced under, once it was. */
   private exitedUnder: number | undefined;
-  /** The runner generation this placement's running fact was produced under. */
-  private runningUnder: number | undefined;
   /** Measures this placement generation's usage from running until it ends. */
   private meter: UsageMeter | undefined;
   /** Egress: this session's proxy (egressAllow), from boot until the session ends. */
@@ -94,7 +92,6 @@ export class SessionRuntime {
     if (this.silenced) return Promise.resolve(false);
     const generation = this.deps.facts.generation();
     if (body.type === "exited") this.exitedUnder = generation;
-    if (body.type === "running") this.runningUnder = generation;
     const next = this.factChain.then(() => (this.silenced ? false : this.deps.facts.publish(this.held, body, key, generation)));
     this.factChain = next;
     return next;
@@ -273,21 +270,13 @@ export class SessionRuntime {
   }
 
   /**
-   * After a re-registration that kept this placement: facts produced under the
-   * old runner generation are dropped by the scheduler's fence, and a
-   * run-mode session has no other way to end, so its running and exited facts
-   * are stated again under the new generation (new facts with their own
-   * message ids, not the old ones upgraded). A repeat the record already shows
-   * is a no-op there.
+   * After a re-registration that kept this placement: an exited fact produced
+   * under the old runner generation is dropped by the scheduler's fence, and a
+   * run-mode session has no other way to end, so state it again under the new
+   * generation (a new fact with its own message id, not the old one upgraded).
    */
   restate(): void {
     const generation = this.deps.facts.generation();
-    // The running fact too, for a session running or ended: under the old generation it
-    // may be dropped (even once stored, if the scheduler reads it after the re-registration),
-    // and a record left creating refuses the exit that follows (found by `pnpm chaos`,
-    // broker: a session started just before a node's kill ended failed, not dead).
-    const stale = this.runningUnder !== undefined && this.runningUnder !== generation;
-    if (stale && (this.phase === "running" || this.phase === "exited")) void this.emit({ type: "running" }, `r${generation}`);
     if (this.phase !== "exited" || this.exitedUnder === undefined || this.exitedUnder === generation) return;
     void this.reportExited(`r${generation}`);
   }
