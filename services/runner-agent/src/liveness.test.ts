@@ -226,42 +226,6 @@ describe("liveness", () => {
       const again = await facts.waitFor((f) => f.sessionId === sessionId && f.type === "exited" && f.runnerGeneration === old + 1);
       expect(again).toMatchObject({ exitCode: 5, placementGeneration: 1 });
     });
-
-    it("states running again under the new generation when that fact was not committed before re-registering", async () => {
-      const jsm = await jetstreamManager(nc);
-      // With no RUNNER stream the running fact is retried, as while a broker node is down.
-      await jsm.streams.delete(Streams.runner);
-      try {
-        const sessionId = nextSessionId();
-        await dispatchTo(nc, t, startCmd(t, sessionId, { cmd: ["sleep", "600"] }));
-        const old = t.agent.generation;
-        await facts.waitFor((f) => f.sessionId === sessionId && f.type === "running" && f.runnerGeneration === old);
-        await markLost(nc, t.config.poolId, t.config.runnerId);
-        await registered.waitFor((e) => e.reason === "lost" && e.generation === old + 1);
-        await provision(nc, { replicas: 1, leaseMarkerTtlMs: 1_000 });
-        const again = await facts.waitFor((f) => f.sessionId === sessionId && f.type === "running" && f.runnerGeneration === old + 1);
-        expect(again).toMatchObject({ placementGeneration: 1 });
-      } finally {
-        await provision(nc, { replicas: 1, leaseMarkerTtlMs: 1_000 });
-      }
-    });
-
-    it("does not repeat a running fact committed before re-registering", async () => {
-      const sessionId = nextSessionId();
-      await dispatchTo(nc, t, startCmd(t, sessionId, { cmd: ["sleep", "600"] }));
-      const old = t.agent.generation;
-      await facts.waitFor((f) => f.sessionId === sessionId && f.type === "running" && f.runnerGeneration === old);
-      // Committed: the stream holds it.
-      const jsm = await jetstreamManager(nc);
-      await jsm.streams.getMessage(Streams.runner, { last_by_subj: Subjects.runnerEvents(t.config.poolId, t.config.runnerId) });
-      await markLost(nc, t.config.poolId, t.config.runnerId);
-      await registered.waitFor((e) => e.reason === "lost" && e.generation === old + 1);
-      // A later session's running fact under the new generation is the marker that the restatement pass is over.
-      const later = nextSessionId();
-      await dispatchTo(nc, t, startCmd(t, later, { cmd: ["sleep", "600"] }));
-      await facts.waitFor((f) => f.sessionId === later && f.type === "running");
-      expect(facts.items.some((f) => f.sessionId === sessionId && f.type === "running" && f.runnerGeneration === old + 1)).toBe(false);
-    });
   });
 });
 

@@ -46,8 +46,6 @@ export class SessionRuntime {
   private silenced = false;
   /** The runner generation the exited fact was produced under, once it was. */
   private exitedUnder: number | undefined;
-  /** The runner generation this placement's running fact was produced under, and whether its publish was committed. */
-  private running: { under: number; committed: boolean } | undefined;
   /** Measures this placement generation's usage from running until it ends. */
   private meter: UsageMeter | undefined;
   /** Egress: this session's proxy (egressAllow), from boot until the session ends. */
@@ -96,11 +94,6 @@ export class SessionRuntime {
     if (body.type === "exited") this.exitedUnder = generation;
     const next = this.factChain.then(() => (this.silenced ? false : this.deps.facts.publish(this.held, body, key, generation)));
     this.factChain = next;
-    if (body.type === "running") {
-      const running = { under: generation, committed: false };
-      this.running = running;
-      void next.then((ok) => (running.committed = ok));
-    }
     return next;
   }
 
@@ -284,12 +277,6 @@ export class SessionRuntime {
    */
   restate(): void {
     const generation = this.deps.facts.generation();
-    // A running fact still being retried when the runner re-registered (the session started
-    // just before a broker node died) lands under the old generation and is dropped; the
-    // record would stay creating and refuse the exit (found by `pnpm chaos`, broker). One
-    // already committed is not repeated: a re-registration keeps hundreds of ended sessions.
-    const pending = this.running !== undefined && this.running.under !== generation && !this.running.committed;
-    if (pending && (this.phase === "running" || this.phase === "exited")) void this.emit({ type: "running" }, `r${generation}`);
     if (this.phase !== "exited" || this.exitedUnder === undefined || this.exitedUnder === generation) return;
     void this.reportExited(`r${generation}`);
   }
