@@ -30,10 +30,6 @@ function dispatchConsumerConfig(poolId: string, runnerId: string, memory: boolea
   };
 }
 
-function isNotFound(err: unknown): boolean {
-  return err instanceof JetStreamApiError && err.code === JetStreamApiCodes.ConsumerNotFound;
-}
-
 /**
  * Creates this runner's durable DISPATCH consumer unless it exists, and says
  * how to make it again if the server loses it. It must exist before
@@ -66,7 +62,7 @@ export async function ensureDispatchConsumer(
     const info = await jsm.consumers.info(Streams.dispatch, name);
     return { name, recovery: recovery(info.ack_floor.stream_seq) };
   } catch (err) {
-    if (!isNotFound(err)) throw err;
+    if (!(err instanceof JetStreamApiError && err.code === JetStreamApiCodes.ConsumerNotFound)) throw err;
   }
   const created = await jsm.consumers.add(Streams.dispatch, dispatchConsumerConfig(poolId, runnerId, memory, "new"));
   // Delivering new: everything up to the stream's last sequence at creation counts as settled.

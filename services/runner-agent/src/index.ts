@@ -3,4 +3,4 @@ export { loadConfig, type RunnerConfig } from "./config.ts";
 export { createRunnerMetrics, type RunnerMetrics } from "./metrics.ts";
 export { TermWriter, MAX_CHUNK_BYTES, OutputStream } from "./term-writer.ts";
 export { RpcSecretResolver, noSecrets, type SecretResolver, type SecretContext } from "./secrets.ts";
-export { dispatchConsumerName, ensureDispatchConsumer } from "./dispatch-consumer.ts";
+export { dispatchConsumerName } from "./dispatch-consumer.ts";
