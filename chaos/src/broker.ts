@@ -23,6 +23,7 @@ export const BROKER_ANOMALIES = [
   "services not progressing",
   "500 answers (internal, not 503)",
   "sessions stuck",
+  "sessions ended wrong",
   "placed twice in one generation",
   "audit events missing",
   "audit events duplicated",
@@ -237,6 +238,8 @@ export async function brokerScenario(opts: BrokerOptions, prng: Prng): Promise<S
       const e = await kv.get(sessionKey(WS, id));
       const s = e && e.operation === "PUT" ? e.json<Session>() : undefined;
       if (s && !isTerminal(s.state)) anomalies.add("sessions stuck", `${id} ${s.state} on ${s.runnerId ?? "-"}`);
+      // Nothing here loses a runner or its sandbox: every one-shot echo runs and exits 0.
+      else if (s && (s.state !== "destroyed" || s.childExitCode !== 0)) anomalies.add("sessions ended wrong", `${id} ${s.state} (exit ${s.childExitCode ?? "-"}): ${s.error ?? ""}`);
     }
     // How long an acknowledged one-shot took to end (its first terminal revision), for those acknowledged around the kills.
     const endedAt = new Map<string, number>();

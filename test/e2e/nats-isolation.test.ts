@@ -287,7 +287,11 @@ describe("the whole stack with per-service credentials", () => {
   beforeAll(async () => {
     logDir = mkdtempSync(join(tmpdir(), "paddock-nats-log-"));
     // `intruder` is a declared runner with its own credentials that never runs an agent: the tests act as it.
-    stack = await startStack({ isolated: { runners: [{ poolId: "default", runnerId: "runner-1" }, INTRUDER], extraConfig: `log_file: ${JSON.stringify(join(logDir, "nats.log"))}\n` } });
+    stack = await startStack({
+      isolated: { runners: [{ poolId: "default", runnerId: "runner-1" }, INTRUDER], extraConfig: `log_file: ${JSON.stringify(join(logDir, "nats.log"))}\n` },
+      // Held checks every 200 ms, so the permission check below covers them too.
+      env: { "runner-agent": { PADDOCK_RUNNER_HELD_CHECK_MS: "200" } },
+    });
     const users = stack.natsUsers ?? {};
     nc = await connectAs(stack.nats.url, ControlPlaneUsers.provisioner, users[ControlPlaneUsers.provisioner] ?? "");
     intruder = await connectAs(stack.nats.url, runnerUser(INTRUDER.poolId, INTRUDER.runnerId), users[runnerUser(INTRUDER.poolId, INTRUDER.runnerId)] ?? "");
@@ -353,6 +357,13 @@ describe("the whole stack with per-service credentials", () => {
     await expect(ask("runner-1")).rejects.toMatchObject({ code: "forbidden" });
     // Naming itself: the record does not place the session there.
     await expect(ask(INTRUDER.runnerId)).rejects.toMatchObject({ code: "not_found" });
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
+  });
+
+  it("another runner's held check naming runner-1 is refused: the answer would go to the intruder's inbox", async () => {
+    const s = sessionOf(await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", "exec sleep 600"] } }));
+    const sessions = [{ workspaceId: "default", sessionId: s.id, placementGeneration: 1 }];
+    await expect(callRpc(intruder, FleetRpc.heldCheck, { poolId: "default", runnerId: "runner-1", runnerGeneration: 1, sessions })).rejects.toMatchObject({ code: "forbidden" });
     expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
   });
 

@@ -78,7 +78,7 @@ describe("runnerEvent (pure)", () => {
   const r1 = runner();
   it("derives register, lose and update; capacity-only revisions commit nothing", () => {
     expect(runnerEvent(undefined, r1, 5, 9)).toMatchObject({ kind: "event", event: { action: "register", actorId: "r1", at: 9 } });
-    expect(runnerEvent(r1, { ...r1, capacityUsed: 1, reservedAt: NOW + 1 }, 6, 9)).toEqual({ kind: "none" });
+    expect(runnerEvent(r1, { ...r1, capacityUsed: 1, reservations: [{ at: NOW + 1, count: 1 }] }, 6, 9)).toEqual({ kind: "none" });
     expect(runnerEvent(r1, { ...r1, state: "draining" }, 7, 9)).toMatchObject({ kind: "event", event: { action: "update", actorId: "scheduler" } });
     expect(runnerEvent(r1, { ...r1, state: "lost", capacityUsed: 0 }, 8, 9)).toMatchObject({ kind: "event", event: { action: "lose" } });
     expect(runnerEvent({ ...r1, state: "lost" }, { ...r1, generation: 2, lastSeenAt: NOW + 5 }, 9, 9)).toMatchObject({
@@ -193,8 +193,8 @@ describe("recorder against a real nats-server", () => {
 
     const r0 = runner();
     let rrev = await runners.create("p1.r1", JSON.stringify(r0)); // register
-    rrev = await runners.update("p1.r1", JSON.stringify({ ...r0, capacityUsed: 1, reservedAt: NOW + 3 }), rrev); // nothing
-    rrev = await runners.update("p1.r1", JSON.stringify({ ...r0, capacityUsed: 2, reservedAt: NOW + 4 }), rrev); // nothing
+    rrev = await runners.update("p1.r1", JSON.stringify({ ...r0, capacityUsed: 1, reservations: [{ at: NOW + 3, count: 1 }] }), rrev); // nothing
+    rrev = await runners.update("p1.r1", JSON.stringify({ ...r0, capacityUsed: 2, reservations: [{ at: NOW + 3, count: 1 }, { at: NOW + 4, count: 1 }] }), rrev); // nothing
     rrev = await runners.update("p1.r1", JSON.stringify({ ...r0, state: "cordoned", capacityUsed: 2 }), rrev); // update
     rrev = await runners.update("p1.r1", JSON.stringify({ ...r0, state: "lost", capacityUsed: 0, lostReason: "lease expired" }), rrev); // lose
     await runners.update("p1.r1", JSON.stringify({ ...r0, generation: 2, lastSeenAt: NOW + 9 }), rrev); // register

@@ -153,6 +153,8 @@ describe("sessions", () => {
     await dispatch(t, startCmd(t, probe, { cmd: ["true"] }));
     await facts.waitFor((f) => f.sessionId === probe && f.type === "running");
     expect(term.items.filter((m) => m.exitCode !== undefined)).toHaveLength(1);
+    // Under the generation it was stated in, running is not stated again.
+    expect(facts.items.filter((f) => f.sessionId === sessionId && f.type === "running")).toHaveLength(1);
   });
 
   it("delivers input of the current controller generation and drops older ones", async () => {

@@ -13,7 +13,8 @@ import type { RunnerMetrics } from "./metrics.ts";
 import { ensureDispatchConsumer } from "./dispatch-consumer.ts";
 import { register } from "./registration.ts";
 import { StoppedError } from "./errors.ts";
-import type { HeldSession } from "./types.ts";
+import type { HeldSession } from "@paddock/contracts";
+import { createHeldCheck } from "./held-check.ts";
 import { createCheckpointStore, type CheckpointCompression } from "./checkpoint.ts";
 import { prepareSessionsDir } from "./sessions-dir.ts";
 import { RegistrationConfirmation } from "./confirmation.ts";
@@ -23,6 +24,7 @@ import { serveWorkspaceOps, type WorkspaceOps } from "./workspace-ops.ts";
 
 /** How often, at most, a runner looks for processes of sessions it does not hold (a /proc scan). */
 export const STRAY_SWEEP_MS = 5_000;
+const DEFAULT_HELD_CHECK_MS = 30_000;
 
 export type AgentConfig = Pick<
   RunnerConfig,
@@ -53,6 +55,8 @@ export type AgentConfig = Pick<
   checkpointCompression?: CheckpointCompression;
   /** Stream replicas (`PADDOCK_REPLICAS`); 1 when absent (a single server). */
   replicas?: number;
+  /** Held check interval (`PADDOCK_RUNNER_HELD_CHECK_MS`); 30 s when absent, 0 disables. */
+  heldCheckMs?: number;
 };
 
 export interface RunnerAgentDeps {
@@ -89,8 +93,8 @@ export interface RunnerAgent {
   /** True from the moment the runner knows (or suspects) its generation is superseded until it re-registered. */
   readonly fenced: boolean;
   sessions: SessionManager;
-  /** Hooks for tests: stop renewing the lease (as a crash would), renew and check the fence now. */
-  readonly testing: { stopLease(): Promise<void>; renewNow(): Promise<void> };
+  /** Hooks for tests: stop renewing the lease (as a crash would), renew and check the fence now, run a held check now. */
+  readonly testing: { stopLease(): Promise<void>; renewNow(): Promise<void>; checkHeld(): Promise<HeldSession[]> };
 }
 
 const defaultSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -230,9 +234,23 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     sessions.reapStrays().catch((err: unknown) => log.warn({ err }, "stray process sweep failed"));
   };
 
+  const heldCheck = createHeldCheck({
+    nc,
+    log,
+    metrics,
+    now: deps.now,
+    poolId: config.poolId,
+    runnerId: config.runnerId,
+    intervalMs: config.heldCheckMs ?? DEFAULT_HELD_CHECK_MS,
+    generation: () => (confirmed() ? generation : undefined),
+    heldSince: (before) => requireSessions().heldSince(before),
+    release: (held, runnerGeneration) => requireSessions().dispatch({ type: "destroy", ...held, runnerGeneration }),
+  });
+
   /** After each renewal: read the runner record the scheduler keeps; lost or a moved generation means fenced. */
   const checkFence = async (): Promise<void> => {
     sweepStrays();
+    if (sessions) heldCheck.maybeRun();
     if (stopped || registering || !runners) return;
     const seen = epoch;
     const askedAt = confirmation.ask();
@@ -368,6 +386,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       renewNow: async () => {
         await lease?.renewNow();
       },
+      checkHeld: () => heldCheck.run(),
     },
   };
 }

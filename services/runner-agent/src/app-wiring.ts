@@ -4,7 +4,7 @@ import { defaultTerminalSettings } from "./config.ts";
 import { ScreenTracker } from "./screen-tracker.ts";
 import type { SessionRuntimeDeps } from "./session-deps.ts";
 import { realClock, TermWriter } from "./term-writer.ts";
-import type { HeldSession } from "./types.ts";
+import type { HeldSession } from "@paddock/contracts";
 
 /** What a placement's app slots are built from: the runner's deps and this placement. */
 export interface AppWiring {

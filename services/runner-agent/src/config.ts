@@ -37,6 +37,11 @@ const RunnerEnv = z
     PADDOCK_RUNNER_MEMORY_BYTES: z.coerce.number().int().nonnegative().optional(),
     PADDOCK_RUNNER_DISK_BYTES: z.coerce.number().int().nonnegative().optional(),
     PADDOCK_RUNNER_KILL_GRACE_MS: envSchemas.positiveMs.default(5_000),
+    /**
+     * How often the runner asks which sessions it has held this long ended
+     * without their teardown reaching it (held-check.ts); 0 never asks.
+     */
+    PADDOCK_RUNNER_HELD_CHECK_MS: z.coerce.number().int().nonnegative().max(3_600_000).default(30_000),
     /** How long one registration request waits for a scheduler before retrying. */
     PADDOCK_RUNNER_REGISTER_TIMEOUT_MS: envSchemas.positiveMs.default(2_000),
     /** Public URL of the gateway, given to sessions with a token as PADDOCK_URL. */
@@ -101,6 +106,8 @@ export interface RunnerConfig {
   /** Undefined: the free space of the data dir, measured at each registration. */
   diskBytes: number | undefined;
   killGraceMs: number;
+  /** Held check interval (and the least time a session is held before it is asked about); 0 disables. */
+  heldCheckMs: number;
   registerTimeoutMs: number;
   childPath: string;
   gatewayUrl: string | undefined;
@@ -157,6 +164,7 @@ export function loadConfig(env: Record<string, string | undefined>): RunnerConfi
     memoryBytes: e.PADDOCK_RUNNER_MEMORY_BYTES ?? totalmem(),
     diskBytes: e.PADDOCK_RUNNER_DISK_BYTES,
     killGraceMs: e.PADDOCK_RUNNER_KILL_GRACE_MS,
+    heldCheckMs: e.PADDOCK_RUNNER_HELD_CHECK_MS,
     registerTimeoutMs: e.PADDOCK_RUNNER_REGISTER_TIMEOUT_MS,
     childPath: e.PATH,
     gatewayUrl: e.PADDOCK_GATEWAY_URL,

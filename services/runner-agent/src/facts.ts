@@ -2,7 +2,7 @@ import type { JetStreamClient } from "@nats-io/jetstream";
 import { RunnerFact, Subjects } from "@paddock/contracts";
 import { encodeJson } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
-import type { HeldSession } from "./types.ts";
+import type { HeldSession } from "@paddock/contracts";
 
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 

@@ -58,6 +58,11 @@ describe("config", () => {
     expect(c).toMatchObject({ leaseRenewMs: 2_000, leaseTtlMs: 10_000, cpuMillis: 1_500, diskBytes: 4_096 });
     expect(c.memoryBytes).toBeGreaterThan(0);
     expect(loadConfig({ PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" }).diskBytes).toBeUndefined();
+    expect(loadConfig({ PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" }).heldCheckMs).toBe(30_000);
+    expect(loadConfig({ PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x", PADDOCK_RUNNER_HELD_CHECK_MS: "0" }).heldCheckMs).toBe(0);
+    for (const bad of ["-1", "1.5", "soon", "3600001"]) {
+      expect(() => loadConfig({ PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x", PADDOCK_RUNNER_HELD_CHECK_MS: bad })).toThrow(ConfigError);
+    }
     expect(() => loadConfig({ PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x", PADDOCK_RUNNER_LEASE_RENEW_MS: "10000" })).toThrow(ConfigError);
     expect(() => loadConfig({ PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x", PADDOCK_RUNNER_LEASE_TTL_MS: "500", PADDOCK_RUNNER_LEASE_RENEW_MS: "100" })).toThrow(ConfigError);
   });
@@ -225,6 +230,45 @@ describe("liveness", () => {
       await registered.waitFor((e) => e.reason === "lost" && e.generation === old + 1);
       const again = await facts.waitFor((f) => f.sessionId === sessionId && f.type === "exited" && f.runnerGeneration === old + 1);
       expect(again).toMatchObject({ exitCode: 5, placementGeneration: 1 });
+    });
+
+    it("states running again under the new generation when the start of a kept session is sent again", async () => {
+      const live = nextSessionId();
+      const ended = nextSessionId();
+      await dispatchTo(nc, t, startCmd(t, live, { cmd: ["sleep", "600"] }));
+      await dispatchTo(nc, t, startCmd(t, ended, { cmd: ["sh", "-c", "exit 3"] }));
+      const old = t.agent.generation;
+      await facts.waitFor((f) => f.sessionId === live && f.type === "running" && f.runnerGeneration === old);
+      await facts.waitFor((f) => f.sessionId === ended && f.type === "exited" && f.runnerGeneration === old);
+      await markLost(nc, t.config.poolId, t.config.runnerId);
+      await registered.waitFor((e) => e.reason === "lost" && e.generation === old + 1);
+      // The old-generation running facts are dropped by the fence; the record stays creating and the scheduler sends the start again.
+      await dispatchTo(nc, t, startCmd(t, live, { cmd: ["sleep", "600"] }, old + 1));
+      await dispatchTo(nc, t, startCmd(t, ended, { cmd: ["sh", "-c", "exit 3"] }, old + 1));
+      const liveAgain = await facts.waitFor((f) => f.sessionId === live && f.type === "running" && f.runnerGeneration === old + 1);
+      const endedAgain = await facts.waitFor((f) => f.sessionId === ended && f.type === "running" && f.runnerGeneration === old + 1);
+      expect(liveAgain.placementGeneration).toBe(1);
+      expect(endedAgain.placementGeneration).toBe(1);
+      // Nothing was started twice: one process per session, one exit marker for the ended one.
+      await dispatchTo(nc, t, startCmd(t, live, { cmd: ["sleep", "600"] }, old + 1));
+      const probe = nextSessionId();
+      await dispatchTo(nc, t, startCmd(t, probe, { cmd: ["true"] }, old + 1));
+      await facts.waitFor((f) => f.sessionId === probe && f.type === "running");
+      expect(facts.items.filter((f) => f.sessionId === live && f.type === "running")).toHaveLength(2);
+      expect(facts.items.filter((f) => f.sessionId === ended && f.type === "app" && f.run.phase === "running")).toHaveLength(1);
+    });
+
+    it("does not state running again after a re-registration unless the start is sent again", async () => {
+      const sessionId = nextSessionId();
+      await dispatchTo(nc, t, startCmd(t, sessionId, { cmd: ["sleep", "600"] }));
+      const old = t.agent.generation;
+      await facts.waitFor((f) => f.sessionId === sessionId && f.type === "running" && f.runnerGeneration === old);
+      await markLost(nc, t.config.poolId, t.config.runnerId);
+      await registered.waitFor((e) => e.reason === "lost" && e.generation === old + 1);
+      const probe = nextSessionId();
+      await dispatchTo(nc, t, startCmd(t, probe, { cmd: ["true"] }, old + 1));
+      await facts.waitFor((f) => f.sessionId === probe && f.type === "running");
+      expect(facts.items.filter((f) => f.sessionId === sessionId && f.type === "running")).toHaveLength(1);
     });
   });
 });

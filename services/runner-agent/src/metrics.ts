@@ -8,6 +8,8 @@ export interface RunnerMetrics extends BusMetrics {
   staleInput: Counter;
   /** Dispatch commands ignored because they carry another runner generation. */
   staleDispatch: Counter;
+  /** Sessions torn down because the held check found their record ended (the scheduler's teardown never came). */
+  releasedByHeldCheck: Counter;
   /** Terminal publishes retried after a non-fencing error (timeouts). */
   termRetries: Counter;
   /** Sessions held right now. */
@@ -46,6 +48,11 @@ export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
     staleDispatch: new Counter({
       name: "paddock_stale_dispatch_total",
       help: "Dispatch commands ignored because they carry another runner generation",
+      registers,
+    }),
+    releasedByHeldCheck: new Counter({
+      name: "paddock_runner_released_by_held_check_total",
+      help: "Sessions torn down because the held check found their record ended without the teardown reaching this runner",
       registers,
     }),
     termRetries: new Counter({

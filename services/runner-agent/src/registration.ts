@@ -9,7 +9,7 @@ import { decodeJson, encodeJson } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { z } from "zod";
 import { RegistrationRefusedError, StoppedError } from "./errors.ts";
-import type { HeldSession } from "./types.ts";
+import type { HeldSession } from "@paddock/contracts";
 
 export interface RegisterOptions {
   nc: NatsConnection;

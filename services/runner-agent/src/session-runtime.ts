@@ -15,7 +15,7 @@ import { killLeftoverProcesses } from "./leftovers.ts";
 import { removeDirSoon } from "./remove-dir.ts";
 import { baseEnv, buildAppSlot, tokenEnv, type AppWiring } from "./app-wiring.ts";
 import type { Phase, SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
-import type { HeldSession } from "./types.ts";
+import type { HeldSession } from "@paddock/contracts";
 import { UsageMeter } from "./usage.ts";
 import { watchWorkspace, type WorkspaceWatcher } from "./watcher.ts";
 
@@ -29,6 +29,8 @@ const DEFAULT_USAGE_SAMPLE_MS = 5_000;
  */
 export class SessionRuntime {
   readonly held: HeldSession;
+  /** When this runner took the placement (ms): the held check asks only about placements older than its interval. */
+  readonly heldSince: number;
   readonly workspace: string;
   phase: Phase = "booting";
   /** Aborted by destroy and shutdown: a long setup or init stops at once. */
@@ -46,6 +48,8 @@ export class SessionRuntime {
   private silenced = false;
   /** The runner generation the exited fact was produced under, once it was. */
   private exitedUnder: number | undefined;
+  /** The runner generation the (latest) running fact was produced under, once it was. */
+  private runningUnder: number | undefined;
   /** Measures this placement generation's usage from running until it ends. */
   private meter: UsageMeter | undefined;
   /** Egress: this session's proxy (egressAllow), from boot until the session ends. */
@@ -57,6 +61,7 @@ export class SessionRuntime {
     readonly dir: string,
   ) {
     this.held = { sessionId: cmd.sessionId, workspaceId: cmd.workspaceId, placementGeneration: cmd.placementGeneration };
+    this.heldSince = deps.now();
     this.workspace = join(dir, "workspace");
     this.mode = cmd.mode;
     this.limiter = new SlidingWindowLimiter(deps.watch.maxReloads, deps.watch.windowMs, deps.now);
@@ -92,6 +97,7 @@ export class SessionRuntime {
     if (this.silenced) return Promise.resolve(false);
     const generation = this.deps.facts.generation();
     if (body.type === "exited") this.exitedUnder = generation;
+    if (body.type === "running") this.runningUnder = generation;
     const next = this.factChain.then(() => (this.silenced ? false : this.deps.facts.publish(this.held, body, key, generation)));
     this.factChain = next;
     return next;
@@ -279,6 +285,23 @@ export class SessionRuntime {
     const generation = this.deps.facts.generation();
     if (this.phase !== "exited" || this.exitedUnder === undefined || this.exitedUnder === generation) return;
     void this.reportExited(`r${generation}`);
+  }
+
+  /**
+   * A start redelivered for this placement: the scheduler sends it again only
+   * while the record is still creating. A running fact produced under an
+   * older runner generation is dropped by the scheduler's fence, even when
+   * committed (it may be applied after the re-registration), and the record
+   * would stay creating, refuse the exit and fail at its timeout (found by
+   * `pnpm chaos`, broker). So state it again under the current generation.
+   * Only on this request: restating it for every kept session at each
+   * re-registration would repeat hundreds of facts nobody needs.
+   */
+  restateRunning(): void {
+    const generation = this.deps.facts.generation();
+    if (this.runningUnder === undefined || this.runningUnder === generation) return;
+    if (this.phase !== "running" && this.phase !== "exited") return;
+    void this.emit({ type: "running" }, `r${generation}`);
   }
 
   /** Agent shutdown: kill the apps, append their markers, report exited (the sandbox is gone with the agent). */

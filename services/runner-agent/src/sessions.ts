@@ -3,7 +3,7 @@ import { killLeftoverProcesses } from "./leftovers.ts";
 import { removeDirSoon } from "./remove-dir.ts";
 import type { DispatchCommand } from "@paddock/contracts";
 import { RunnerError } from "./errors.ts";
-import type { HeldSession } from "./types.ts";
+import type { HeldSession } from "@paddock/contracts";
 import type { SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
 import { SessionRuntime } from "./session-runtime.ts";
 
@@ -33,6 +33,11 @@ export class SessionManager {
 
   held(): HeldSession[] {
     return [...this.sessions.values()].map((s) => s.held);
+  }
+
+  /** Placements held since `before` or earlier. */
+  heldSince(before: number): HeldSession[] {
+    return [...this.sessions.values()].filter((s) => s.heldSince <= before).map((s) => s.held);
   }
 
   /** The runtime holding a session here, if any. */
@@ -74,10 +79,14 @@ export class SessionManager {
     while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
   }
 
-  /** Idempotent by (session, placement generation): a redelivered start does nothing. */
+  /**
+   * Idempotent by (session, placement generation): a redelivered start boots
+   * nothing, but may state running again (SessionRuntime.restateRunning).
+   */
   private start(cmd: StartCommand): void {
     const existing = this.sessions.get(cmd.sessionId);
-    if (existing && existing.held.placementGeneration >= cmd.placementGeneration) return;
+    if (existing && existing.held.placementGeneration === cmd.placementGeneration) return existing.restateRunning();
+    if (existing && existing.held.placementGeneration > cmd.placementGeneration) return;
     if ((this.ended.get(cmd.sessionId) ?? 0) >= cmd.placementGeneration) return;
     // An older placement of the same session here is superseded by this one.
     const prior = existing ? this.teardown(existing) : this.closing.get(cmd.sessionId);

@@ -12,6 +12,8 @@ import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node"
 import { Kvm } from "@nats-io/kv";
 import {
   Buckets,
+  HeldCheckReply,
+  HeldCheckRequest,
   PlacementCheckReply,
   PlacementCheckRequest,
   replyEnvelope,
@@ -22,6 +24,7 @@ import {
   runnerKey,
   Subjects,
   Headers,
+  type HeldSession,
 } from "@paddock/contracts";
 import { decodeJson, encodeJson } from "@paddock/bus";
 import { jetstream } from "@nats-io/jetstream";
@@ -29,7 +32,6 @@ import { DispatchCommand } from "@paddock/contracts";
 import { silentLogger, type Logger } from "@paddock/logging";
 import { createRunnerAgent, type AgentConfig, type RunnerAgent, type RunnerAgentDeps } from "./agent.ts";
 import { createRunnerMetrics, type RunnerMetrics } from "./metrics.ts";
-import type { HeldSession } from "./types.ts";
 
 /** Collects items and resolves waiters whose predicate matches (already seen or future). */
 export class Collector<T> {
@@ -60,7 +62,10 @@ export interface FakeScheduler {
   destroy: HeldSession[];
   /** Answers placement checks (terminal-log fence resolution); every placement is current unless a test says otherwise. */
   isCurrent: (req: PlacementCheckRequest) => boolean;
-  /** One subscription for every fleet call (registration and placement checks). */
+  /** Held checks received; `ended` answers them (nothing ended unless a test says otherwise). */
+  heldChecks: Collector<HeldCheckRequest>;
+  ended: (req: HeldCheckRequest) => HeldSession[];
+  /** One subscription for every fleet call (registration, placement and held checks). */
   sub: Subscription;
 }
 
@@ -70,12 +75,19 @@ export interface FakeScheduler {
  * as the scheduler does; the runner reads it on every lease renewal.
  */
 export function fakeScheduler(nc: NatsConnection, stored = 0): FakeScheduler {
-  const fake: FakeScheduler = { requests: new Collector(), stored, destroy: [], isCurrent: () => true, sub: undefined as never };
+  const fake: FakeScheduler = { requests: new Collector(), stored, destroy: [], isCurrent: () => true, heldChecks: new Collector(), ended: () => [], sub: undefined as never };
   fake.sub = nc.subscribe("paddock.fleet.v1.>", {
     callback: (_err, msg) => {
       if (msg.subject === Subjects.placementCheck) {
         const check = decodeJson(PlacementCheckRequest, msg.data);
         if (check.ok) msg.respond(encodeJson(replyEnvelope(PlacementCheckReply), { ok: true, result: { current: fake.isCurrent(check.value) } }));
+        return;
+      }
+      if (msg.subject === Subjects.heldCheck) {
+        const check = decodeJson(HeldCheckRequest, msg.data);
+        if (!check.ok) return;
+        fake.heldChecks.push(check.value);
+        msg.respond(encodeJson(replyEnvelope(HeldCheckReply), { ok: true, result: { ended: fake.ended(check.value) } }));
         return;
       }
       if (msg.subject !== Subjects.register) return;

@@ -18,6 +18,7 @@ import {
 } from "@paddock/contracts";
 import type { BusMetrics } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
+import type { FactBacklog } from "./fact-backlog.ts";
 import type { SchedulerConfig } from "./config.ts";
 import type { RunnerRecords, SessionRecords, Versioned } from "./store.ts";
 import type { KvView } from "./view.ts";
@@ -84,6 +85,8 @@ export interface SchedulerContext {
   runnerView: KvView<typeof Runner>;
   /** Exact reads of runner records for the fact fence, shared by facts that arrive together. */
   runnerReads: CoalescedReads<Versioned<Runner> | undefined>;
+  /** How far the schedulers have got through the runners' facts (creating timeouts wait for them). */
+  factBacklog: FactBacklog;
   names: KV;
   idempotency: KV;
   envs: EnvironmentStore;

@@ -1,4 +1,4 @@
-import { canTransition, occupiesSlot, runnerKey, sessionKey, UnavailableError, type RunnerFact, type Session, type Usage } from "@paddock/contracts";
+import { canTransition, occupiesSlot, runnerKey, sessionKey, type RunnerFact, type Session, type Usage } from "@paddock/contracts";
 import { transition, withFact, writeSession, type SchedulerContext } from "./context.ts";
 import { releaseSlot } from "./slots.ts";
 import { CasConflictError } from "./store.ts";
@@ -26,19 +26,26 @@ function onDestroyed(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact
 }
 
 function onExited(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "exited" }>): Session | "illegal" | undefined {
+  // The exit overtook the start: the running fact is late (nak'd after a
+  // broker failover) or lost (produced under a runner generation that a
+  // re-registration superseded). An exit that passed the fence proves the
+  // process ran, so the start is committed first, on the runner's word, and
+  // the exit on the next pass; the running fact, if it comes, is a duplicate.
+  if (s.state === "creating") return transition(ctx, s, "running", "start", fact.runnerId);
   // A one-shot session is released as soon as its command exits (seed 002).
   const to = s.oneShot ? "destroyed" : "dead";
-  if (!canTransition(s.state, to)) {
-    // The exit overtook the start: the `running` fact was nak'd (a write lost
-    // to a broker failover) and comes back after this one. creating →
-    // destroyed is not a transition, so wait for it rather than terminate the
-    // exit and leave the record running forever (found by `pnpm chaos`).
-    if (s.state === "creating") throw new UnavailableError(`exit of ${s.id} before its start was applied`);
-    return s.state === "dead" || s.state === "destroyed" ? undefined : "illegal";
-  }
+  if (!canTransition(s.state, to)) return s.state === "dead" || s.state === "destroyed" ? undefined : "illegal";
   const error = fact.signal ? `process killed by ${fact.signal}` : undefined;
   const patch = { childExitCode: fact.exitCode, ...(error ? { error } : {}) };
   return withUsage(transition(ctx, withoutPending(s), to, "exit", fact.runnerId, patch), s, fact);
+}
+
+/** A start report: applied to a creating record; one that comes after the record moved past creating is a duplicate. */
+function onRunning(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "running" }>): Session | "illegal" | undefined {
+  if (s.state === "creating") return transition(ctx, s, "running", "start", fact.runnerId);
+  // Past its start in this placement (the fence checked it is this one): an exit applied it, or it went on.
+  if (s.state === "running" || s.state === "suspended_warm" || s.state === "dead" || s.state === "destroyed") return undefined;
+  return "illegal";
 }
 
 function onSuspended(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "suspended" }>): Session | "illegal" | undefined {
@@ -66,9 +73,7 @@ function nextFor(ctx: SchedulerContext, s: Session, fact: RunnerFact): Session |
   const actor = fact.runnerId;
   switch (fact.type) {
     case "running":
-      if (s.state === "running") return undefined;
-      if (s.state !== "creating") return "illegal";
-      return transition(ctx, s, "running", "start", actor);
+      return onRunning(ctx, s, fact);
     case "exited":
       return onExited(ctx, s, fact);
     case "failed":
@@ -138,14 +143,7 @@ export async function applyRunnerFact(ctx: SchedulerContext, fact: RunnerFact): 
       ctx.metrics.staleFacts.inc({ type: fact.type });
       return "stale";
     }
-    let next: ReturnType<typeof nextFor>;
-    try {
-      next = nextFor(ctx, s, fact);
-    } catch (err) {
-      // A refusal to decide yet (e.g. an exit before its start) is also judged on an exact read.
-      if (fromView) continue;
-      throw err;
-    }
+    const next = nextFor(ctx, s, fact);
     if (next === undefined || next === "illegal") {
       if (fromView) continue;
       if (next === undefined) return "duplicate";
@@ -166,6 +164,8 @@ export async function applyRunnerFact(ctx: SchedulerContext, fact: RunnerFact): 
       await releaseSlot(ctx, s.poolId, s.runnerId);
       ctx.requestPlacement();
     }
+    // The start an exit implied is written; the exit itself goes on the next pass.
+    if (fact.type === "exited" && s.state === "creating") continue;
     return "applied";
   }
 }

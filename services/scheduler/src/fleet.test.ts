@@ -16,6 +16,7 @@ import {
   waitForRecord,
   waitForState,
   type SchedulerHarness,
+  factsSettled,
   testSealKey,
 } from "./testkit.ts";
 
@@ -136,19 +137,40 @@ describe("placement", () => {
     await expect(callRpc(h.nc, Api.setRunnerState, { scope: alice, runnerId: "nope", state: "active" })).rejects.toMatchObject({ code: "not_found" });
   });
 
-  it("a slot leaked by a scheduler killed mid-placement is repaired after a quiet period", async () => {
+  it("a slot leaked by a scheduler killed mid-placement is repaired once its reservation left the repair window", async () => {
     const s = await h.start();
     await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 2 });
     const kv = await new Kvm(h.nc).open("runners");
     const entry = await kv.get("default.r1");
     const r = entry?.json<Record<string, unknown>>() ?? {};
-    await kv.update("default.r1", JSON.stringify({ ...r, capacityUsed: 2, reservedAt: h.clock.ms }), entry?.revision ?? 0);
+    await kv.update("default.r1", JSON.stringify({ ...r, capacityUsed: 2, reservations: [{ at: h.clock.ms, count: 2 }] }), entry?.revision ?? 0);
     await waitForCapacityUsed(h.nc, "r1", 2);
     await s.sweep();
     expect((await runner("r1"))?.capacityUsed).toBe(2);
     h.clock.advance(31_000);
     await s.sweep();
     await waitForCapacityUsed(h.nc, "r1", 0);
+  });
+
+  it("leaked slots are repaired while placements go on: only the recent reservations stay counted", async () => {
+    const s = await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 8 });
+    await runningSession(h.nc, "r1", inbox);
+    // Six slots leaked long ago (lost releases) and one reserved a moment ago whose session is not written yet.
+    const kv = await new Kvm(h.nc).open("runners");
+    const entry = await kv.get("default.r1");
+    const r = entry?.json<Record<string, unknown>>() ?? {};
+    await kv.update("default.r1", JSON.stringify({ ...r, capacityUsed: 8, reservations: [{ at: h.clock.ms, count: 1 }] }), entry?.revision ?? 0);
+    await waitForCapacityUsed(h.nc, "r1", 8);
+    await s.sweep();
+    await waitForCapacityUsed(h.nc, "r1", 2);
+    // And a count below what is placed is raised to it.
+    const low = await kv.get("default.r1");
+    await kv.update("default.r1", JSON.stringify({ ...low?.json<Record<string, unknown>>(), capacityUsed: 0 }), low?.revision ?? 0);
+    await waitForCapacityUsed(h.nc, "r1", 0);
+    await s.sweep();
+    await waitForCapacityUsed(h.nc, "r1", 1);
   });
 
   it("a start that was never sent (scheduler killed after placing) is re-sent", async () => {
@@ -167,6 +189,28 @@ describe("placement", () => {
     await s.sweep();
     expect(await inbox.next()).toMatchObject({ type: "start", sessionId: session.id, placementGeneration: 1 });
     expect((await get(h.nc, alice, session.id)).state).toBe("creating");
+  });
+
+  it("a running fact dropped by the fence at a re-registration: the start is sent again under the new generation, and the running the runner answers applies", async () => {
+    const s = await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session } = await create(h.nc, alice, { spec: { cmd: ["sleep", "600"] } });
+    const start = await inbox.next();
+    await waitForState(h.nc, session.id, "creating");
+    // The runner re-registers keeping the session; its running fact of generation 1 lands after that.
+    const held = { sessionId: session.id, workspaceId: session.workspaceId, placementGeneration: 1 };
+    await register(h.nc, { runnerId: "r1", generation: 2, sessions: [held] });
+    await publishFact(h.nc, factFor("r1", start, { type: "running" }));
+    await factsSettled(h.nc);
+    expect((await s.context.metrics.staleFacts.get()).values.reduce((n, v) => n + v.value, 0)).toBe(1);
+    expect((await get(h.nc, alice, session.id)).state).toBe("creating");
+    h.clock.advance(6_000);
+    await s.sweep();
+    expect(await inbox.next()).toMatchObject({ type: "start", sessionId: session.id, placementGeneration: 1, runnerGeneration: 2 });
+    // What the runner answers to that start: running again under generation 2.
+    await publishFact(h.nc, factFor("r1", { ...start, runnerGeneration: 2 }, { type: "running" }));
+    await waitForState(h.nc, session.id, "running");
   });
 ;
 });

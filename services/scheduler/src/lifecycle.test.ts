@@ -18,7 +18,10 @@ import {
   waitForState,
   type SchedulerHarness,
   testSealKey,
+  factsSettled,
+  revisionsOf,
 } from "./testkit.ts";
+import { RUNNER_FACTS_CONSUMER } from "./fact-backlog.ts";
 
 let h: SchedulerHarness;
 beforeAll(async () => {
@@ -142,6 +145,38 @@ describe("timeouts: nothing is stuck forever", () => {
     expect(failed.lastFact.action).toBe("timeout");
   });
 
+  it("creating outlives its timeout while its runner's facts wait to be applied, and their start lands; not past twice the timeout", async () => {
+    const s = await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 2 });
+    const jsm = await jetstreamManager(h.nc);
+    // A paused facts consumer: what a consumer whose leader moved looks like from here.
+    await jsm.consumers.pause(Streams.runner, RUNNER_FACTS_CONSUMER, new Date(Date.now() + 60_000));
+    try {
+      const late = (await create(h.nc, alice)).session;
+      const lateStart = await inbox.next();
+      await publishFact(h.nc, factFor("r1", lateStart, { type: "running" }));
+      h.clock.advance(121_000);
+      await s.sweep();
+      expect((await get(h.nc, alice, late.id)).state).toBe("creating");
+      await jsm.consumers.resume(Streams.runner, RUNNER_FACTS_CONSUMER);
+      await waitForState(h.nc, late.id, "running");
+
+      await jsm.consumers.pause(Streams.runner, RUNNER_FACTS_CONSUMER, new Date(Date.now() + 60_000));
+      const stuck = (await create(h.nc, alice)).session;
+      const stuckStart = await inbox.next();
+      await publishFact(h.nc, factFor("r1", stuckStart, { type: "running" }));
+      h.clock.advance(121_000);
+      await s.sweep();
+      expect((await get(h.nc, alice, stuck.id)).state).toBe("creating");
+      h.clock.advance(120_000);
+      await s.sweep();
+      expect((await waitForState(h.nc, stuck.id, "failed")).error).toBe("runner did not start the sandbox within 120 s");
+    } finally {
+      await jsm.consumers.resume(Streams.runner, RUNNER_FACTS_CONSUMER);
+    }
+  });
+
   it("queued with no eligible runner → failed with a reason", async () => {
     const s = await h.start({ PADDOCK_QUEUED_TIMEOUT_MS: "60000" });
     const { session } = await create(h.nc, alice);
@@ -252,19 +287,24 @@ describe("one-shot, recycle, children, apps", () => {
     expect(await inbox.next()).toMatchObject({ type: "destroy", sessionId: session.id });
   });
 
-  it("a one-shot's exit that overtakes its running fact (redelivered after a lost write) waits for it instead of being dropped", async () => {
-    await h.start();
+  it("a one-shot's exit that overtakes its running fact commits the start it proves, then the exit; the late running fact changes nothing", async () => {
+    const s = await h.start();
     const inbox = await dispatchInbox(h.nc, "r1");
     await register(h.nc, { runnerId: "r1", generation: 1 });
     const { session } = await create(h.nc, alice, { spec: { cmd: ["true"] }, oneShot: true });
     const start = await inbox.next();
     await waitForState(h.nc, session.id, "creating");
     await publishFact(h.nc, factFor("r1", start, { type: "exited", exitCode: 5 }));
-    await new Promise((r) => setTimeout(r, 300));
-    expect((await get(h.nc, alice, session.id)).state).toBe("creating");
-    await publishFact(h.nc, factFor("r1", start, { type: "running" }));
     const done = await waitForState(h.nc, session.id, "destroyed");
     expect(done.childExitCode).toBe(5);
+    const actions = (await revisionsOf(h.nc, session.id)).map((r) => `${r.state}:${r.lastFact.action}:${r.lastFact.actorId}`);
+    expect(actions.slice(-2)).toEqual(["running:start:r1", "destroyed:exit:r1"]);
+    // The running fact, redelivered after the exit, is a duplicate: no revision, not counted as illegal.
+    const before = await revisionsOf(h.nc, session.id);
+    await publishFact(h.nc, factFor("r1", start, { type: "running" }));
+    await factsSettled(h.nc);
+    expect(await revisionsOf(h.nc, session.id)).toEqual(before);
+    expect((await s.context.metrics.illegalFacts.get()).values.reduce((n, v) => n + v.value, 0)).toBe(0);
   });
 
   it("recycle releases the session and creates a fresh one with the same spec and a new id", async () => {

@@ -3,6 +3,7 @@ import { occupiesSlot, runnerKey, type Now, type Runner, type Session } from "@p
 import type { Logger } from "@paddock/logging";
 import { SCHEDULER_ACTOR, transition, writeRunner, writeSession, type SchedulerContext } from "./context.ts";
 import { CasConflictError } from "./store.ts";
+import { recentlyReserved } from "./slots.ts";
 
 interface LeaseSeen {
   /** Last renewal this replica saw. */
@@ -114,9 +115,14 @@ export function lostRunners(ctx: SchedulerContext, startedAt: number): Runner[] 
 
 /**
  * Repairs a runner's slot count from the sessions placed on it. A scheduler
- * killed between reserving a slot and placing the session leaks one; only a
- * runner without placements for a quiet period is repaired, so a placement in
- * flight is never undone.
+ * killed between reserving a slot and placing the session leaks one, and so
+ * does a release lost to a broker failover. The count is raised to what the
+ * view shows placed, or lowered to that plus what was reserved within the
+ * repair window (a reservation's sessions are written just after it), so a
+ * placement in flight is never undone. It need not wait for a quiet runner:
+ * under a steady backlog none is ever quiet, and leaked slots would throttle
+ * it to the few left free (found by `pnpm chaos`, broker: create → end p50
+ * 17 s with both runners at 31-32 of 32 slots and a handful of sessions live).
  */
 export async function repairCapacity(ctx: SchedulerContext): Promise<void> {
   const used = new Map<string, number>();
@@ -126,14 +132,22 @@ export async function repairCapacity(ctx: SchedulerContext): Promise<void> {
       used.set(key, (used.get(key) ?? 0) + 1);
     }
   }
-  const quietBefore = ctx.now() - ctx.config.capacityRepairQuietMs;
+  const now = ctx.now();
+  const windowMs = ctx.config.capacityRepairQuietMs;
+  const repaired = (r: Runner, actual: number): number | undefined => {
+    if (r.state === "lost") return undefined;
+    if (r.capacityUsed < actual) return actual;
+    const ceiling = actual + recentlyReserved(r, now, windowMs);
+    return r.capacityUsed > ceiling ? ceiling : undefined;
+  };
   for (const { value } of ctx.runnerView.values()) {
     const key = runnerKey(value.poolId, value.id);
     const actual = used.get(key) ?? 0;
-    if (value.state === "lost" || value.capacityUsed === actual || (value.reservedAt ?? 0) > quietBefore) continue;
-    const written = await ctx.runners.mutate(key, (r) =>
-      r.capacityUsed !== actual && r.state !== "lost" && (r.reservedAt ?? 0) <= quietBefore ? { ...r, capacityUsed: actual } : undefined,
-    );
+    if (repaired(value, actual) === undefined) continue;
+    const written = await ctx.runners.mutate(key, (r) => {
+      const capacityUsed = repaired(r, actual);
+      return capacityUsed === undefined ? undefined : { ...r, capacityUsed };
+    });
     if (written) ctx.runnerView.apply(key, written);
   }
 }

@@ -3,13 +3,15 @@
  * (terminal-log fence resolution) and the release of a booting session's
  * secret envelopes — only to the runner it is placed on, only names its
  * environment references, and (with per-principal credentials) only to that
- * runner's own inbox.
+ * runner's own inbox; and held checks, which name the placements a runner
+ * still holds whose record ended without the teardown reaching it.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Api, Buckets, FleetRpc, inboxPrefixOf, runnerNatsUser, secretKey, type Session } from "@paddock/contracts";
 import { callRpc, SecretBox } from "@paddock/bus";
+import { HELD_CHECK_GRACE_MS } from "./runner-rpc.ts";
 import { alice, dispatchInbox, factFor, publishFact, register, startHarness, waitForState, type SchedulerHarness } from "./testkit.ts";
 
 let h: SchedulerHarness;
@@ -116,5 +118,57 @@ describe("session secrets", () => {
     const values = (await (h.schedulers[0]?.context.metrics.secretsRefused.get() ?? Promise.resolve({ values: [] }))).values;
     const by = Object.fromEntries(values.map((v) => [String(v.labels.reason), v.value]));
     expect(by).toMatchObject({ inbox: 2, placement: 2, not_referenced: 1 });
+  });
+});
+
+describe("held check", () => {
+  const holder = () => session.runnerId ?? "";
+  const held = (id: string, placementGeneration = 1) => ({ workspaceId: "ws1", sessionId: id, placementGeneration });
+  const ask = (conn: NatsConnection, ids: Array<ReturnType<typeof held>>, overrides: Record<string, unknown> = {}) =>
+    callRpc(conn, FleetRpc.heldCheck, { poolId: "default", runnerId: holder(), runnerGeneration: 1, sessions: ids, ...overrides });
+
+  it("names the held placements whose record ended there or is gone, and no live, dead or moved one", async () => {
+    const kv = await new Kvm(h.nc).open(Buckets.sessions);
+    const longAgo = h.clock.ms - HELD_CHECK_GRACE_MS - 1;
+    const put = (id: string, patch: Partial<Session>) => kv.put(`ws1.${id}`, JSON.stringify({ ...session, id, updatedAt: longAgo, ...patch }));
+    await put("held_destroyed", { state: "destroyed" });
+    await put("held_failed", { state: "failed" });
+    await put("held_canceled", { state: "canceled" });
+    await put("held_dead", { state: "dead" });
+    await put("held_moved", { state: "destroyed", runnerId: other() });
+    await put("held_newer", { state: "destroyed", placementGeneration: 2 });
+    // Ended a moment ago: its teardown is still on its way.
+    await put("held_just_ended", { state: "destroyed", updatedAt: h.clock.ms });
+    const reply = await ask(asRunner[holder()] as NatsConnection, [
+      held(session.id),
+      held("held_destroyed"),
+      held("held_failed"),
+      held("held_canceled"),
+      held("held_dead"),
+      held("held_moved"),
+      held("held_newer"),
+      held("held_never_existed"),
+      held("held_just_ended"),
+    ]);
+    expect(reply.ended.map((e) => e.sessionId).sort()).toEqual(["held_canceled", "held_destroyed", "held_failed", "held_never_existed"]);
+  });
+
+  it("refuses a superseded runner generation, another runner's inbox, and malformed requests", async () => {
+    const conn = asRunner[holder()] as NatsConnection;
+    await expect(ask(conn, [held(session.id)], { runnerGeneration: 2 })).rejects.toMatchObject({ code: "conflict" });
+    await expect(ask(asRunner[other()] as NatsConnection, [held(session.id)])).rejects.toMatchObject({ code: "forbidden" });
+    await expect(ask(plain, [held(session.id)])).rejects.toMatchObject({ code: "forbidden" });
+    const valid = { poolId: "default", runnerId: holder(), runnerGeneration: 1, sessions: [held(session.id)] };
+    for (const body of [
+      { ...valid, runnerGeneration: 0 },
+      { ...valid, extra: true },
+      { ...valid, sessions: [{ ...held(session.id), extra: 1 }] },
+      { ...valid, sessions: Array.from({ length: 501 }, (_, i) => held(`s${i}`)) },
+      { ...valid, runnerId: "" },
+      "not json",
+    ]) {
+      const reply = await conn.request(FleetRpc.heldCheck.subject, typeof body === "string" ? body : JSON.stringify(body), { timeout: 5_000 });
+      expect(reply.json()).toMatchObject({ ok: false, error: { code: "invalid" } });
+    }
   });
 });

@@ -1,8 +1,9 @@
 /**
  * What runners ask the scheduler besides registration, answered from the
  * session record (the authority on who holds a session at which generation):
- * whether a placement is still current (terminal-log fence resolution), and
- * the secret envelopes a runner needs to boot a session it holds.
+ * whether a placement is still current (terminal-log fence resolution), the
+ * secret envelopes a runner needs to boot a session it holds, and which held
+ * sessions ended without their teardown reaching the runner.
  */
 import { Kvm, type KV } from "@nats-io/kv";
 import type { Subscription } from "@nats-io/transport-node";
@@ -13,9 +14,13 @@ import {
   ForbiddenError,
   inboxPrefixOf,
   NotFoundError,
+  runnerKey,
   runnerNatsUser,
   secretKey,
   sessionKey,
+  type HeldCheckReply,
+  type HeldCheckRequest,
+  type HeldSession,
   type PlacementCheckReply,
   type PlacementCheckRequest,
   type Session,
@@ -75,7 +80,40 @@ export async function sessionSecrets(ctx: SchedulerContext, deps: SecretsDeps, r
   return { secrets };
 }
 
-/** Serves both calls in the scheduler queue group. */
+/** States in which a record no longer needs its sandbox. A dead one keeps its workspace until the record expires. */
+const RELEASED_STATES: ReadonlySet<Session["state"]> = new Set(["destroyed", "failed", "canceled"]);
+
+/** A record that ended more recently than this is not named: its teardown is most likely still on its way. */
+export const HELD_CHECK_GRACE_MS = 10_000;
+
+/**
+ * Answers which held placements ended without their teardown reaching the
+ * runner. The local view picks the candidates (it lags, never leads: one it
+ * still shows live is caught on a later check); each candidate is confirmed
+ * on an exact read, so a session placed a moment ago is never named.
+ */
+export async function checkHeld(ctx: SchedulerContext, deps: Pick<SecretsDeps, "requireRunnerInbox">, req: HeldCheckRequest, meta: RpcMeta): Promise<HeldCheckReply> {
+  if (deps.requireRunnerInbox && !meta.reply?.startsWith(`${inboxPrefixOf(runnerNatsUser(req.poolId, req.runnerId))}.`)) {
+    throw new ForbiddenError("held checks are answered only to the inbox of the runner that asks");
+  }
+  const runner = await ctx.runners.get(runnerKey(req.poolId, req.runnerId));
+  if (!runner || runner.value.state === "lost" || runner.value.generation !== req.runnerGeneration) {
+    throw new ConflictError("this runner generation is not the registered one; register again");
+  }
+  const endedBefore = ctx.now() - HELD_CHECK_GRACE_MS;
+  const released = (s: Session | undefined, h: HeldSession): boolean =>
+    !s ||
+    (s.poolId === req.poolId &&
+      s.runnerId === req.runnerId &&
+      s.placementGeneration === h.placementGeneration &&
+      RELEASED_STATES.has(s.state) &&
+      s.updatedAt <= endedBefore);
+  const candidates = req.sessions.filter((h) => released(ctx.sessionView.get(sessionKey(h.workspaceId, h.sessionId))?.value, h));
+  const confirmed = await Promise.all(candidates.map(async (h) => released((await ctx.sessions.get(sessionKey(h.workspaceId, h.sessionId)))?.value, h)));
+  return { ended: candidates.filter((_, i) => confirmed[i]) };
+}
+
+/** Serves the runner calls in the scheduler queue group. */
 export function serveRunnerRpc(ctx: SchedulerContext): Subscription[] {
   let opening: Promise<KV> | undefined;
   const deps: SecretsDeps = {
@@ -90,5 +128,6 @@ export function serveRunnerRpc(ctx: SchedulerContext): Subscription[] {
   return [
     serveRpc(ctx.nc, FleetRpc.placementCheck, (req) => checkPlacement(ctx, req), opts),
     serveRpc(ctx.nc, FleetRpc.sessionSecrets, (req, meta) => sessionSecrets(ctx, deps, req, meta), opts),
+    serveRpc(ctx.nc, FleetRpc.heldCheck, (req, meta) => checkHeld(ctx, deps, req, meta), opts),
   ];
 }

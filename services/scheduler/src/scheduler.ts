@@ -38,6 +38,7 @@ import { bootEnvironmentOf } from "./layering.ts";
 import { serveRunnerRpc } from "./runner-rpc.ts";
 import { SealKeys } from "./seal-keys.ts";
 import { createCheckpointGc, type CheckpointGcResult } from "./checkpoint-gc.ts";
+import { createFactBacklog, RUNNER_FACTS_CONSUMER } from "./fact-backlog.ts";
 import { createEnvironmentStore, isDeleted } from "./environment-store.ts";
 import { applyEnvSnapshotFact, createEnvironmentApi } from "./environments.ts";
 
@@ -80,8 +81,6 @@ function sessionOfFact(msg: JsMsg): string {
  */
 const FACT_LANES = 256;
 
-/** The durable consumer all scheduler replicas share on RUNNER: each fact is handled once. */
-export const RUNNER_FACTS_CONSUMER = "scheduler";
 
 async function ensureFactsConsumer(nc: NatsConnection): Promise<void> {
   const jsm = await jetstreamManager(nc);
@@ -117,6 +116,7 @@ async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContex
     sessions: new SessionRecords(sessionsKv, Session, { jsm, bucket: Buckets.sessions }),
     runners,
     runnerReads: new CoalescedReads((key) => runners.get(key)),
+    factBacklog: createFactBacklog(jsm),
     sessionView: new KvView(Session, sessionIndex.onEntry),
     sessionIndex,
     runnerView: new KvView(Runner),

@@ -1,4 +1,4 @@
-import { DispatchCommand, runnerKey, Subjects, type Session } from "@paddock/contracts";
+import { DispatchCommand, MAX_RESERVATIONS, runnerKey, Subjects, type Runner, type Session, type SlotReservation } from "@paddock/contracts";
 import { mintSessionToken } from "./tokens.ts";
 import { encodeJson } from "@paddock/bus";
 import type { SchedulerContext } from "./context.ts";
@@ -28,7 +28,8 @@ export async function reserveSlots(
     const count = Math.min(wanted, r.capacityTotal - r.capacityUsed);
     if (r.state !== "active" || count <= 0) return undefined;
     try {
-      const written = await ctx.runners.update(key, { ...r, capacityUsed: r.capacityUsed + count, reservedAt: ctx.now() }, current.revision);
+      const reservations = withReservation(r.reservations, ctx.now(), count, ctx.config.capacityRepairQuietMs);
+      const written = await ctx.runners.update(key, { ...r, capacityUsed: r.capacityUsed + count, reservations }, current.revision);
       ctx.runnerView.apply(key, written);
       return { generation: r.generation, count };
     } catch (err) {
@@ -36,6 +37,26 @@ export async function reserveSlots(
     }
   }
   return undefined;
+}
+
+/**
+ * The reservation list after taking `count` slots at `at`: entries that left
+ * the repair window dropped, the oldest merged into the next past the cap
+ * (keeping the later time, so the merged slots count as taken for longer).
+ */
+export function withReservation(list: readonly SlotReservation[] | undefined, at: number, count: number, windowMs: number): SlotReservation[] {
+  let kept = [...(list ?? []).filter((r) => r.at > at - windowMs), { at, count }];
+  while (kept.length > MAX_RESERVATIONS) {
+    const [first, second, ...rest] = kept;
+    if (!first || !second) break;
+    kept = [{ at: second.at, count: first.count + second.count }, ...rest];
+  }
+  return kept;
+}
+
+/** Slots reserved within `windowMs` before `now`: their sessions may not be written (or seen) yet. */
+export function recentlyReserved(r: Runner, now: number, windowMs: number): number {
+  return (r.reservations ?? []).reduce((n, x) => (x.at > now - windowMs ? n + x.count : n), 0);
 }
 
 /** Gives `count` slots back (never below zero). */

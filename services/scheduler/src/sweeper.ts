@@ -4,6 +4,7 @@ import { suspendSession } from "./lifecycle.ts";
 import { dispatchDestroy, dispatchStart, releaseSlot, runnerGenerationOf, sendCommand } from "./slots.ts";
 import { lostRunners, markRunnerLost, repairCapacity } from "./liveness.ts";
 import { CasConflictError, type Versioned } from "./store.ts";
+import { perPass, type FactBacklog } from "./fact-backlog.ts";
 
 const SECOND_MS = 1_000;
 const schedulerScope = (s: Session) => ({ workspaceId: s.workspaceId, actor: { id: SCHEDULER_ACTOR, kind: "service" as const } });
@@ -22,10 +23,36 @@ type SweepStep =
 export interface SweepMemory {
   /** `<session>.<placementGeneration>` → the redispatch window last re-sent in. */
   redispatched: Map<string, number>;
+  /**
+   * `<session>.<placementGeneration>` → the stream sequence of its runner's
+   * latest fact when the creating timeout fell due: the timeout applies once
+   * the facts consumer has settled everything up to it.
+   */
+  timeoutBarriers: Map<string, number>;
 }
 
 export function newSweepMemory(): SweepMemory {
-  return { redispatched: new Map() };
+  return { redispatched: new Map(), timeoutBarriers: new Map() };
+}
+
+const placementKey = (s: Session) => `${s.id}.${s.placementGeneration}`;
+
+/**
+ * Whether a creating session's timeout may apply now: every fact its runner
+ * had published when the timeout fell due has been settled (none of them was
+ * its start), or twice the timeout has passed (a fact consumer that never
+ * catches up must not keep a session creating forever).
+ */
+async function runnerHeard(ctx: SchedulerContext, s: Session, memory: SweepMemory, backlog: FactBacklog): Promise<boolean> {
+  if (!s.poolId || !s.runnerId || ctx.now() - s.updatedAt > 2 * ctx.config.creatingTimeoutMs) return true;
+  const key = placementKey(s);
+  const known = memory.timeoutBarriers.get(key);
+  const barrier = known ?? (await backlog.lastFactSeq(s.poolId, s.runnerId));
+  memory.timeoutBarriers.set(key, barrier);
+  const settled = await backlog.settledThrough();
+  if (settled >= barrier) return true;
+  if (known === undefined) ctx.log.info({ sessionId: s.id, runnerId: s.runnerId, barrier, settled }, "creating timeout waits until the runner's facts are applied");
+  return false;
 }
 
 function stepFor(ctx: SchedulerContext, s: Session, startedAt: number, memory: SweepMemory): SweepStep | undefined {
@@ -129,17 +156,21 @@ export async function sweep(ctx: SchedulerContext, startedAt: number, memory: Sw
     await markRunnerLost(ctx, runner).catch((err: unknown) => ctx.log.warn({ err, runnerId: runner.id }, "marking runner lost failed"));
   }
   await repairCapacity(ctx).catch((err: unknown) => ctx.log.warn({ err }, "capacity repair failed"));
-  const due: Array<[string, SweepStep]> = [];
+  const due: Array<[Session, SweepStep]> = [];
   const creating = new Set<string>();
   for (const { value } of ctx.sessionView.values()) {
-    if (value.state === "creating") creating.add(`${value.id}.${value.placementGeneration}`);
+    if (value.state === "creating") creating.add(placementKey(value));
     const step = stepFor(ctx, value, startedAt, memory);
-    if (step) due.push([ctx.sessions.keyOf(value), step]);
+    if (step) due.push([value, step]);
   }
   // Forget placements that are no longer creating.
   for (const key of memory.redispatched.keys()) if (!creating.has(key)) memory.redispatched.delete(key);
-  for (const [key, step] of due) {
+  for (const key of memory.timeoutBarriers.keys()) if (!creating.has(key)) memory.timeoutBarriers.delete(key);
+  const backlog = perPass(ctx.factBacklog);
+  for (const [s, step] of due) {
+    const key = ctx.sessions.keyOf(s);
     try {
+      if (step.kind === "timeout" && s.state === "creating" && !(await runnerHeard(ctx, s, memory, backlog))) continue;
       await apply(ctx, key, step);
     } catch (err) {
       ctx.log.warn({ err, key, step: step.kind }, "sweep step failed");

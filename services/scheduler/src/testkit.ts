@@ -25,6 +25,7 @@ import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { loadConfig } from "./config.ts";
 import { createSchedulerMetrics } from "./context.ts";
 import { createScheduler, type Scheduler } from "./scheduler.ts";
+import { RUNNER_FACTS_CONSUMER } from "./fact-backlog.ts";
 
 export const alice: Scope = { workspaceId: "ws1", actor: { id: "alice", kind: "user" } };
 export const mallory: Scope = { workspaceId: "ws2", actor: { id: "mallory", kind: "user" } };
@@ -135,6 +136,14 @@ export async function get(nc: NatsConnection, scope: Scope, id: string): Promise
   return (await callRpc(nc, Api.getSession, { scope, sessionId: id })).session;
 }
 
+/** Every stored revision of a session's record, oldest first (the bucket keeps its history). */
+export async function revisionsOf(nc: NatsConnection, id: string): Promise<Session[]> {
+  const kv = await new Kvm(nc).open("sessions");
+  const out: Session[] = [];
+  for await (const e of await kv.history({ key: `*.${id}` })) if (e.operation === "PUT") out.push(e.json<Session>());
+  return out;
+}
+
 /** Resolves when the session's record satisfies pred (watching the KV, no polling). */
 export async function waitForRecord(nc: NatsConnection, id: string, pred: (s: Session) => boolean): Promise<Session> {
   const kv = await new Kvm(nc).open("sessions");
@@ -156,6 +165,21 @@ export function waitForState(nc: NatsConnection, id: string, state: string): Pro
 
 export async function publishFact(nc: NatsConnection, fact: RunnerFact): Promise<void> {
   await jetstream(nc).publish(Subjects.runnerEvents(fact.poolId, fact.runnerId), encodeJson(RunnerFact, fact));
+}
+
+/**
+ * Resolves once the schedulers' facts consumer has settled every fact
+ * published so far (consumer info has no watch, so it is read again until then).
+ */
+export async function factsSettled(nc: NatsConnection): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  const last = (await jsm.streams.info(Streams.runner)).state.last_seq;
+  for (let i = 0; i < 500; i++) {
+    const info = await jsm.consumers.info(Streams.runner, RUNNER_FACTS_CONSUMER);
+    if (info.ack_floor.stream_seq >= last) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`facts up to ${last} never settled`);
 }
 
 type FactBody = RunnerFact extends infer F ? (F extends unknown ? Omit<F, "runnerId" | "poolId" | "runnerGeneration" | "sessionId" | "workspaceId" | "placementGeneration" | "at"> : never) : never;

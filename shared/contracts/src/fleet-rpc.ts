@@ -1,5 +1,5 @@
 /**
- * Runner → scheduler request/reply calls (besides registration). Both are
+ * Runner → scheduler request/reply calls (besides registration). All are
  * answered from the session record, the authority on who holds a session.
  */
 import { z } from "zod";
@@ -7,6 +7,10 @@ import type { Rpc } from "./api.ts";
 import { SecretName } from "./environment.ts";
 import { Generation, Id } from "./ids.ts";
 import { Subjects } from "./names.ts";
+import { HeldSession } from "./fleet.ts";
+
+/** Sessions one held check names at most (a runner with more asks in several). */
+export const HELD_CHECK_MAX_SESSIONS = 500;
 
 /** One placement of a session as a runner names it. */
 const PlacementRef = {
@@ -63,7 +67,34 @@ export const SessionSecretsReply = z
   .strict();
 export type SessionSecretsReply = z.infer<typeof SessionSecretsReply>;
 
+/**
+ * "Which of these do I hold for nothing?" — a runner's periodic check of the
+ * sessions it has held for a while. The scheduler's teardown is sent after
+ * the write that ends a session, so it can be lost (a scheduler killed in
+ * between, a publish that failed in a broker failover) and the sandbox would
+ * live on. Answered only about the asker's own placements.
+ */
+export const HeldCheckRequest = z
+  .object({
+    poolId: Id,
+    runnerId: Id,
+    /** The asker's registration generation: a superseded runner is refused (it re-registers instead). */
+    runnerGeneration: Generation.min(1),
+    sessions: z.array(HeldSession).max(HELD_CHECK_MAX_SESSIONS),
+  })
+  .strict();
+export type HeldCheckRequest = z.infer<typeof HeldCheckRequest>;
+
+export const HeldCheckReply = z
+  .object({
+    /** Held placements whose record ended there (destroyed, failed, canceled) or is gone: tear them down. */
+    ended: z.array(HeldSession).max(HELD_CHECK_MAX_SESSIONS),
+  })
+  .strict();
+export type HeldCheckReply = z.infer<typeof HeldCheckReply>;
+
 export const FleetRpc = {
   placementCheck: { subject: Subjects.placementCheck, request: PlacementCheckRequest, result: PlacementCheckReply },
   sessionSecrets: { subject: Subjects.secrets, request: SessionSecretsRequest, result: SessionSecretsReply },
+  heldCheck: { subject: Subjects.heldCheck, request: HeldCheckRequest, result: HeldCheckReply },
 } as const satisfies Record<string, Rpc<z.ZodType, z.ZodType>>;

@@ -17,6 +17,13 @@ export const RunnerResources = z
   .strict();
 export type RunnerResources = z.infer<typeof RunnerResources>;
 
+/** One compare-and-set that took `count` slots of a runner at `at`. */
+export const SlotReservation = z.object({ at: EpochMs, count: z.number().int().positive() }).strict();
+export type SlotReservation = z.infer<typeof SlotReservation>;
+
+/** Reservations a runner record lists at most (older ones are merged into the oldest kept). */
+export const MAX_RESERVATIONS = 64;
+
 /** The runner record stored in KV `runners` under `<pool>.<runner>`; written by schedulers only. */
 export const Runner = z
   .object({
@@ -33,8 +40,12 @@ export const Runner = z
     resources: RunnerResources.optional(),
     registeredAt: EpochMs,
     lastSeenAt: EpochMs,
-    /** When a scheduler last reserved a slot here; slot-count repair waits for a quiet period after it. */
-    reservedAt: EpochMs.optional(),
+    /**
+     * Slots reserved here recently (within the scheduler's capacity-repair
+     * window), oldest first: a reservation's sessions are written just after
+     * it, so until then slot-count repair counts them as taken.
+     */
+    reservations: z.array(SlotReservation).max(MAX_RESERVATIONS).optional(),
     /** Why the runner is lost (lease expired), when it is. */
     lostReason: z.string().max(256).optional(),
   })
@@ -49,6 +60,7 @@ export function runnerKey(poolId: string, runnerId: string): string {
 export const HeldSession = z
   .object({ sessionId: Id, workspaceId: Id, placementGeneration: Generation })
   .strict();
+export type HeldSession = z.infer<typeof HeldSession>;
 
 /** Request on `paddock.fleet.v1.register`. */
 export const RegisterRunnerRequest = z

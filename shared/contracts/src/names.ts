@@ -92,6 +92,8 @@ export const Subjects = {
   placementCheck: "paddock.fleet.v1.placement",
   /** Runner → scheduler: the sealed secret values of a session it is booting (answered only to that runner's inbox). */
   secrets: "paddock.fleet.v1.secrets",
+  /** Runner → scheduler: which of the sessions it has held a while have ended without their teardown reaching it. */
+  heldCheck: "paddock.fleet.v1.held",
   /** Gateway heartbeat while clients are attached to a session: core NATS, all schedulers listen. */
   presence: (sessionId: string) => `paddock.presence.${sessionId}`,
   presenceAll: "paddock.presence.*",

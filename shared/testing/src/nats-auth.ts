@@ -139,7 +139,7 @@ export function schedulerPermissions(): Permissions {
         ...objectStore(ObjectStores.envSnapshots),
       ],
     },
-    subscribe: { allow: ["paddock.api.v1.>", Subjects.register, Subjects.placementCheck, Subjects.secrets, Subjects.presenceAll, inbox(ControlPlaneUsers.scheduler)] },
+    subscribe: { allow: ["paddock.api.v1.>", Subjects.register, Subjects.placementCheck, Subjects.secrets, Subjects.heldCheck, Subjects.presenceAll, inbox(ControlPlaneUsers.scheduler)] },
     allowResponses: true,
   };
 }
@@ -202,9 +202,10 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal): Permis
         // Its own DISPATCH durable, creatable only with its own filter subject.
         ...durable(Streams.dispatch, name, Subjects.dispatch(poolId, runnerId)),
         Subjects.register,
-        // Fence resolution and boot secrets: answered from the session record, secrets only to this runner's inbox.
+        // Fence resolution, boot secrets and held checks: answered from the session record, secrets and held checks only to this runner's inbox.
         Subjects.placementCheck,
         Subjects.secrets,
+        Subjects.heldCheck,
         // Terminal logs: only under its own pool/runner tokens, and it reads back only those (last chunk per subject).
         Subjects.termOfRunner(poolId, runnerId),
         `${API}.DIRECT.GET.${Streams.term}.${Subjects.termOfRunner(poolId, runnerId)}`,
