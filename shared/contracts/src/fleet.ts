@@ -22,7 +22,7 @@ export const SlotReservation = z.object({ at: EpochMs, count: z.number().int().p
 export type SlotReservation = z.infer<typeof SlotReservation>;
 
 /** Reservations a runner record lists at most (older ones are merged into the oldest kept). */
-export const MAX_RESERVATIONS = 64;
+export const MAX_RESERVATIONS = 8;
 
 /** The runner record stored in KV `runners` under `<pool>.<runner>`; written by schedulers only. */
 export const Runner = z
