@@ -1,5 +1,6 @@
 /** Generators of malformed values for the bad-input scenario; every choice comes from the seeded PRNG. */
 import type { z } from "zod";
+import { Id, SecretName } from "@paddock/contracts";
 import type { Prng } from "./prng.ts";
 
 const NASTY_STRINGS = [
@@ -74,9 +75,14 @@ export function badId(p: Prng): string {
   }
 }
 
-/** The string itself when it already fails the Id schema, else with a dot appended (ids never hold one). */
+/**
+ * The string itself when it fails both the Id and the secret-name schema (a
+ * route parameter is one or the other), else with a dot appended (neither
+ * ever holds one). Found by a full chaos run: "xpv6" + 64 × "x" is too long
+ * for an id but a fine secret name, and `PUT /v1/secrets/:name` rightly took it.
+ */
 export function invalidated(s: string): string {
-  return /^[A-Za-z0-9_-]{1,64}$/.test(s) ? `${s}.` : s;
+  return Id.safeParse(s).success || SecretName.safeParse(s).success ? `${s}.` : s;
 }
 
 export function randomNumber(p: Prng): number {

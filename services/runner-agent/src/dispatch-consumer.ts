@@ -14,11 +14,11 @@ export function dispatchConsumerName(poolId: string, runnerId: string): string {
  * flowed, which was half of nats-server's CPU with 500 runners (`pnpm bench`,
  * benchmark 1). What that costs is the consumer itself on a broker restart;
  * the runner makes it again from what it settled (`recovery` below). On a
- * cluster (replicas > 1) the state stays on file: in `pnpm chaos` (broker,
- * after the crash scenario) sessions created around a node's kill ended
- * within 0.1-0.2 s at the median with file-backed R3 consumers and 14.6 s
- * once with memory-backed ones; too few runs to be sure, so the proven
- * setting stays where a node can die.
+ * cluster (replicas > 1) the state stays on file: in `pnpm chaos`, broker,
+ * sessions created around the node kills ended at a median of 0.2-0.25 s
+ * with file-backed R3 consumers (four of five runs; one 7.6 s) and of 0.9 s
+ * and 5.6 s with memory-backed ones (2026-12-04, after the slot-repair fix
+ * that had made both look slow).
  */
 function dispatchConsumerConfig(poolId: string, runnerId: string, memory: boolean, start: { afterSeq: number } | "new"): Partial<ConsumerConfig> {
   return {

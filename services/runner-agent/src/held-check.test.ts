@@ -6,44 +6,32 @@
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { describe, expect, it } from "vitest";
 import type { DispatchCommand } from "@paddock/contracts";
-import { provision } from "@paddock/bus";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import { collectFacts, counterValue, dispatchTo, fakeScheduler, testAgent, type TestAgent } from "./test-support.ts";
+import { agentTestServer, collectFacts, counterValue, dispatchTo, fakeScheduler, testAgent, type TestAgent } from "./test-support.ts";
 
-let server: NatsServerHandle;
-let nc: NatsConnection;
-const agents: TestAgent[] = [];
-
-beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-  await provision(nc, { replicas: 1 });
-});
-afterAll(async () => {
-  for (const t of agents) await t.agent.stop();
-  await nc.drain();
-  await server.stop();
-});
+const env = agentTestServer();
 
 function startCmd(t: TestAgent, sessionId: string): DispatchCommand {
   return { type: "start", sessionId, workspaceId: "ws1", runnerGeneration: t.agent.generation, placementGeneration: 1, spec: { cmd: ["sleep", "600"] }, mode: "run", trigger: "initial" };
 }
 
+/** A started agent (with its stand-in scheduler) running the given sessions. */
+async function agentRunning(heldCheckMs: number, sessionIds: string[]) {
+  const scheduler = fakeScheduler(env.nc, 0);
+  const t = testAgent(env.nc, { heldCheckMs });
+  env.agents.push(t);
+  await t.agent.start();
+  const facts = collectFacts(env.nc, t.config.poolId, t.config.runnerId);
+  for (const id of sessionIds) await dispatchTo(env.nc, t, startCmd(t, id));
+  for (const id of sessionIds) await facts.waitFor((f) => f.sessionId === id && f.type === "running");
+  return { scheduler, t, facts };
+}
+
 describe("held check", () => {
   it("tears down the placements the scheduler names as ended and keeps the rest", async () => {
-    const scheduler = fakeScheduler(nc, 0);
     // 0: no periodic checks (the test runs one); every placement counts as held long enough.
-    const t = testAgent(nc, { heldCheckMs: 0 });
-    agents.push(t);
-    await t.agent.start();
-    const facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
-    await dispatchTo(nc, t, startCmd(t, "ended1"));
-    await dispatchTo(nc, t, startCmd(t, "kept1"));
-    await facts.waitFor((f) => f.sessionId === "ended1" && f.type === "running");
-    await facts.waitFor((f) => f.sessionId === "kept1" && f.type === "running");
+    const { scheduler, t, facts } = await agentRunning(0, ["ended1", "kept1"]);
     scheduler.ended = (req) => req.sessions.filter((h) => h.sessionId === "ended1");
 
     const released = await t.agent.testing.checkHeld();
@@ -60,13 +48,7 @@ describe("held check", () => {
   });
 
   it("does not ask about placements held for less than the interval", async () => {
-    const scheduler = fakeScheduler(nc, 0);
-    const t = testAgent(nc, { heldCheckMs: 60_000 });
-    agents.push(t);
-    await t.agent.start();
-    const facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
-    await dispatchTo(nc, t, startCmd(t, "young1"));
-    await facts.waitFor((f) => f.sessionId === "young1" && f.type === "running");
+    const { scheduler, t } = await agentRunning(60_000, ["young1"]);
     scheduler.ended = (req) => req.sessions;
     expect(await t.agent.testing.checkHeld()).toEqual([]);
     expect(scheduler.heldChecks.items).toHaveLength(0);

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { Readable } from "node:stream";
 import { gzipSync } from "node:zlib";
 import { sealStream } from "@paddock/archive";
-import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node";
+import { connect, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import {
   Buckets,
@@ -26,10 +26,12 @@ import {
   Headers,
   type HeldSession,
 } from "@paddock/contracts";
-import { decodeJson, encodeJson } from "@paddock/bus";
+import { decodeJson, encodeJson, provision } from "@paddock/bus";
 import { jetstream } from "@nats-io/jetstream";
 import { DispatchCommand } from "@paddock/contracts";
 import { silentLogger, type Logger } from "@paddock/logging";
+import { afterAll, beforeAll } from "vitest";
+import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { createRunnerAgent, type AgentConfig, type RunnerAgent, type RunnerAgentDeps } from "./agent.ts";
 import { createRunnerMetrics, type RunnerMetrics } from "./metrics.ts";
 
@@ -292,4 +294,31 @@ export function stillRuns(pid: number): boolean {
   if (/^State:\s+[ZX]/m.test(status)) return false;
   const pending = [...status.matchAll(/^(?:SigPnd|ShdPnd):\s+([0-9a-f]+)$/gm)].map((m) => BigInt(`0x${m[1]}`));
   return !pending.some((mask) => (mask & SIGKILL_BIT) !== 0n);
+}
+
+/**
+ * A nats-server (provisioned, one replica) for one test file and the agents
+ * its tests start; all are stopped after the file.
+ */
+export function agentTestServer(): { readonly nc: NatsConnection; agents: TestAgent[] } {
+  let server: NatsServerHandle | undefined;
+  let conn: NatsConnection | undefined;
+  const env = {
+    agents: [] as TestAgent[],
+    get nc(): NatsConnection {
+      if (!conn) throw new Error("the test server is not up yet (use it inside tests)");
+      return conn;
+    },
+  };
+  beforeAll(async () => {
+    server = await startNatsServer();
+    conn = await connect({ servers: server.url });
+    await provision(conn, { replicas: 1 });
+  });
+  afterAll(async () => {
+    for (const t of env.agents) await t.agent.stop();
+    await conn?.drain();
+    await server?.stop();
+  });
+  return env;
 }
