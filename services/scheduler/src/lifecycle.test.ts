@@ -20,6 +20,7 @@ import {
   testSealKey,
   factsSettled,
   revisionsOf,
+  tokenRevoked,
 } from "./testkit.ts";
 import { RUNNER_FACTS_CONSUMER } from "./fact-backlog.ts";
 
@@ -336,16 +337,7 @@ describe("one-shot, recycle, children, apps", () => {
     await callRpc(h.nc, Api.deleteSession, { scope: alice, sessionId: parent.id });
     expect((await waitForState(h.nc, child.id, "canceled")).id).toBe(child.id);
     await waitForRecord(h.nc, parent.id, (s) => s.state === "destroyed");
-    for (;;) {
-      // Revocation runs right after the terminal write; watch the key until it goes.
-      const entry = await tokens.get(tokenKey(start.sessionToken));
-      if (!entry || entry.operation !== "PUT") break;
-      const w = await tokens.watch({ key: tokenKey(start.sessionToken) });
-      for await (const e of w) {
-        if (e.operation !== "PUT") break;
-      }
-      w.stop();
-    }
+    await tokenRevoked(h.nc, start.sessionToken);
   });
 
   it("restarts one app and records each app generation without touching the session state", async () => {

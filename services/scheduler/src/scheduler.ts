@@ -30,7 +30,7 @@ import { recordTransfer, recycleSession, restartApp, resumeSession, snapshotSess
 import { PresenceTracker } from "./presence.ts";
 import { LeaseTracker } from "./liveness.ts";
 import { newSweepMemory, sweep } from "./sweeper.ts";
-import { onSessionTerminal } from "./terminal.ts";
+import { createEndOfLife, type EndOfLife } from "./terminal.ts";
 import { SessionWaiters } from "./waiters.ts";
 import { SessionIndex } from "./session-index.ts";
 import { CoalescedReads } from "./coalesce.ts";
@@ -93,7 +93,7 @@ async function ensureFactsConsumer(nc: NatsConnection): Promise<void> {
   });
 }
 
-async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContext; placer: Placer }> {
+async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContext; placer: Placer; endOfLife: EndOfLife }> {
   const kvm = new Kvm(deps.nc);
   const [sessionsKv, runnersKv, names, idempotency, tokens, leasesKv, sealKeysKv] = await Promise.all([
     kvm.open(Buckets.sessions),
@@ -110,6 +110,8 @@ async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContex
   // Exact reads decide fences (a fact's runner generation, a placement check): from the leader.
   const jsm = await jetstreamManager(deps.nc);
   const runners = new RunnerRecords(runnersKv, Runner, { jsm, bucket: Buckets.runners });
+  // Made once the context exists; nothing ends a session before the views start below.
+  let endOfLife: EndOfLife | undefined;
   const ctx = {
     ...deps,
     js: jetstream(deps.nc),
@@ -148,10 +150,9 @@ async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContex
     },
     requestPlacement: () => {},
     placeOnWrite: ((): undefined => undefined) as SchedulerContext["placeOnWrite"],
-    onTerminal: (session) => {
-      onSessionTerminal(ctx, session).catch((err: unknown) => deps.log.warn({ err, sessionId: session.id }, "end-of-life cleanup failed"));
-    },
+    onTerminal: (session) => endOfLife?.run(session),
   } satisfies SchedulerContext;
+  endOfLife = createEndOfLife(ctx);
   const placer = createPlacer(ctx);
   ctx.requestPlacement = placer.request;
   ctx.placeOnWrite = placer.placeOnWrite;
@@ -163,7 +164,9 @@ async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContex
   });
   await ctx.runnerView.start(deps.nc, runnersKv, Buckets.runners, deps.log, () => ctx.requestPlacement());
   await ctx.leases.start(leasesKv, deps.log);
-  return { ctx, placer };
+  // The replica that ended one of these may have died before its end of life was done.
+  endOfLife.replayRecent();
+  return { ctx, placer, endOfLife };
 }
 
 function serveApi(ctx: SchedulerContext): Subscription[] {
@@ -208,7 +211,7 @@ function serveRegistration(ctx: SchedulerContext): Subscription {
 }
 
 export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
-  const { ctx, placer } = await buildContext(deps);
+  const { ctx, placer, endOfLife } = await buildContext(deps);
   await ensureFactsConsumer(deps.nc);
   const facts: ConsumerHandle = await consumeTyped(ctx.js, {
     stream: Streams.runner,
@@ -263,6 +266,7 @@ export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
       await collecting?.catch(() => undefined);
       ctx.presence.stop();
       ctx.leases.stop();
+      endOfLife.stop();
       await placer.stop();
       await sweeping;
       for (const s of subs) s.unsubscribe();

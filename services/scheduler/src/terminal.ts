@@ -1,13 +1,38 @@
-import { isTerminal, type Session } from "@paddock/contracts";
+import { isTerminal, tokenKey, type Session } from "@paddock/contracts";
 import { SCHEDULER_ACTOR, type SchedulerContext } from "./context.ts";
 import { deleteSession } from "./queries.ts";
 import { dispatchDestroy } from "./slots.ts";
-import { revokeSessionTokens } from "./tokens.ts";
+import { sessionTokenOf } from "./tokens.ts";
+
+/** First retry of an end of life that failed (a broker failover), doubling up to the cap. */
+const RETRY_FIRST_MS = 1_000;
+const RETRY_MAX_MS = 30_000;
 
 /**
- * End of life, run once by the replica whose write made the session terminal:
- * revoke its service tokens, tear its sandbox down (a dead session keeps its
- * workspace until its record expires), and end its live children.
+ * Records that ended this recently are given their end of life again when a
+ * replica starts: the replica whose write ended one may have died before
+ * finishing it. Everything it does is idempotent.
+ */
+export const END_OF_LIFE_REPLAY_MS = 15 * 60_000;
+
+/**
+ * Revokes every token the session was ever given (one per placement
+ * generation). Reads first: deleting a key that is already gone would still
+ * write a delete marker, and a replayed end of life would leave one per
+ * session and generation.
+ */
+export async function revokeSessionTokens(ctx: SchedulerContext, s: Session): Promise<void> {
+  for (let g = 1; g <= s.placementGeneration; g++) {
+    const key = tokenKey(sessionTokenOf(ctx, s, g));
+    const entry = await ctx.tokens.get(key);
+    if (entry?.operation === "PUT") await ctx.tokens.delete(key);
+  }
+}
+
+/**
+ * End of life: revoke the session's service tokens, tear its sandbox down (a
+ * dead session keeps its workspace until its record expires), and end its
+ * live children.
  */
 export async function onSessionTerminal(ctx: SchedulerContext, s: Session): Promise<void> {
   ctx.presence.forget(s.id);
@@ -19,4 +44,53 @@ export async function onSessionTerminal(ctx: SchedulerContext, s: Session): Prom
   }
   const scope = { workspaceId: s.workspaceId, actor: { id: SCHEDULER_ACTOR, kind: "service" as const } };
   for (const child of children) await deleteSession(ctx, scope, child.id);
+}
+
+export interface EndOfLife {
+  /** Runs a session's end of life, and again after a failure until it succeeds (or the replica stops). */
+  run(s: Session): void;
+  /** Runs it for every record in the view that ended within END_OF_LIFE_REPLAY_MS. */
+  replayRecent(): void;
+  stop(): void;
+}
+
+/**
+ * The end of life used to be tried once: a token revocation lost to a broker
+ * failover (or a replica killed right after the write that ended the
+ * session) left the session's token valid for good and its sandbox running.
+ */
+export function createEndOfLife(ctx: SchedulerContext): EndOfLife {
+  const timers = new Set<NodeJS.Timeout>();
+  let stopped = false;
+  const attempt = (s: Session, delayMs: number): void => {
+    onSessionTerminal(ctx, s).catch((err: unknown) => {
+      if (stopped) return;
+      if (delayMs === RETRY_FIRST_MS) ctx.log.warn({ err, sessionId: s.id }, "end-of-life cleanup failed; retrying");
+      const timer = setTimeout(() => {
+        timers.delete(timer);
+        attempt(s, Math.min(delayMs * 2, RETRY_MAX_MS));
+      }, delayMs);
+      timer.unref();
+      timers.add(timer);
+    });
+  };
+  return {
+    run: (s) => attempt(s, RETRY_FIRST_MS),
+    replayRecent: () => {
+      const since = ctx.now() - END_OF_LIFE_REPLAY_MS;
+      const recent = [...ctx.sessionView.values()].map((v) => v.value).filter((s) => isTerminal(s.state) && s.updatedAt >= since);
+      // One at a time, in the background: a replica starting after a busy spell may find thousands.
+      void (async () => {
+        for (const s of recent) {
+          if (stopped) return;
+          await onSessionTerminal(ctx, s).catch(() => attempt(s, RETRY_FIRST_MS));
+        }
+      })();
+    },
+    stop: () => {
+      stopped = true;
+      for (const t of timers) clearTimeout(t);
+      timers.clear();
+    },
+  };
 }

@@ -16,6 +16,7 @@ import {
   RunnerFact,
   Streams,
   Subjects,
+  tokenKey,
   type Scope,
   type Session,
 } from "@paddock/contracts";
@@ -134,6 +135,16 @@ export function create(nc: NatsConnection, scope: Scope, body: Record<string, un
 
 export async function get(nc: NatsConnection, scope: Scope, id: string): Promise<Session> {
   return (await callRpc(nc, Api.getSession, { scope, sessionId: id })).session;
+}
+
+/** Resolves once a token's record is gone (revoked), watching its key. */
+export async function tokenRevoked(nc: NatsConnection, token: string): Promise<void> {
+  const tokens = await new Kvm(nc).open("tokens");
+  const watch = await tokens.watch({ key: tokenKey(token) });
+  for await (const e of watch) {
+    if (e.operation !== "PUT") break;
+  }
+  watch.stop();
 }
 
 /** Every stored revision of a session's record, oldest first (the bucket keeps its history). */

@@ -30,10 +30,3 @@ export async function mintSessionToken(ctx: SchedulerContext, s: Session): Promi
   await ctx.tokens.put(tokenKey(token), encodeJson(TokenRecord, record));
   return token;
 }
-
-/** Revokes every token the session was ever given (one per placement generation). */
-export async function revokeSessionTokens(ctx: SchedulerContext, s: Session): Promise<void> {
-  for (let g = 1; g <= s.placementGeneration; g++) {
-    await ctx.tokens.delete(tokenKey(sessionTokenOf(ctx, s, g)));
-  }
-}
