@@ -53,8 +53,20 @@ describe("end of life", () => {
     await kv.put(`ws1.${session.id}`, JSON.stringify(ended));
     const tokens = await new Kvm(h.nc).open(Buckets.tokens);
     expect((await tokens.get(tokenKey(token)))?.operation).toBe("PUT");
-    await h.start();
+    const second = await h.start();
     await tokenRevoked(h.nc, token);
     expect(await inbox.next()).toMatchObject({ type: "destroy", sessionId: session.id });
+    expect(await second.replayed).toBe(1);
+  });
+
+  it("is not done again by a replica that starts after it was done", async () => {
+    const first = await h.start();
+    const { session, token, inbox } = await runningWithToken();
+    await callRpc(h.nc, Api.deleteSession, { scope: alice, sessionId: session.id });
+    expect(await inbox.next()).toMatchObject({ type: "destroy", sessionId: session.id });
+    await tokenRevoked(h.nc, token);
+    await first.stop();
+    const second = await h.start();
+    expect(await second.replayed).toBe(0);
   });
 });

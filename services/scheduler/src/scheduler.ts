@@ -64,6 +64,8 @@ export interface Scheduler {
   collectCheckpoints(): Promise<CheckpointGcResult>;
   /** For tests: the context the handlers share. */
   context: SchedulerContext;
+  /** For tests: the end-of-life replay at start; resolves with how many sessions it redid. */
+  replayed: Promise<number>;
 }
 
 function sessionOfFact(msg: JsMsg): string {
@@ -93,7 +95,7 @@ async function ensureFactsConsumer(nc: NatsConnection): Promise<void> {
   });
 }
 
-async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContext; placer: Placer; endOfLife: EndOfLife }> {
+async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContext; placer: Placer; endOfLife: EndOfLife; replayed: Promise<number> }> {
   const kvm = new Kvm(deps.nc);
   const [sessionsKv, runnersKv, names, idempotency, tokens, leasesKv, sealKeysKv] = await Promise.all([
     kvm.open(Buckets.sessions),
@@ -165,8 +167,8 @@ async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContex
   await ctx.runnerView.start(deps.nc, runnersKv, Buckets.runners, deps.log, () => ctx.requestPlacement());
   await ctx.leases.start(leasesKv, deps.log);
   // The replica that ended one of these may have died before its end of life was done.
-  endOfLife.replayRecent();
-  return { ctx, placer, endOfLife };
+  const replayed = endOfLife.replayRecent();
+  return { ctx, placer, endOfLife, replayed };
 }
 
 function serveApi(ctx: SchedulerContext): Subscription[] {
@@ -211,7 +213,7 @@ function serveRegistration(ctx: SchedulerContext): Subscription {
 }
 
 export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
-  const { ctx, placer, endOfLife } = await buildContext(deps);
+  const { ctx, placer, endOfLife, replayed } = await buildContext(deps);
   await ensureFactsConsumer(deps.nc);
   const facts: ConsumerHandle = await consumeTyped(ctx.js, {
     stream: Streams.runner,
@@ -258,6 +260,7 @@ export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
   gcTimer?.unref();
   return {
     context: ctx,
+    replayed,
     sweep: runSweep,
     collectCheckpoints: collect,
     stop: async () => {

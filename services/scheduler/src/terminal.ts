@@ -29,6 +29,14 @@ export async function revokeSessionTokens(ctx: SchedulerContext, s: Session): Pr
   }
 }
 
+/** Whether any of the session's service tokens is still stored. */
+async function tokensLeft(ctx: SchedulerContext, s: Session): Promise<boolean> {
+  for (let g = 1; g <= s.placementGeneration; g++) {
+    if ((await ctx.tokens.get(tokenKey(sessionTokenOf(ctx, s, g))))?.operation === "PUT") return true;
+  }
+  return false;
+}
+
 /**
  * End of life: revoke the session's service tokens, tear its sandbox down (a
  * dead session keeps its workspace until its record expires), and end its
@@ -49,8 +57,12 @@ export async function onSessionTerminal(ctx: SchedulerContext, s: Session): Prom
 export interface EndOfLife {
   /** Runs a session's end of life, and again after a failure until it succeeds (or the replica stops). */
   run(s: Session): void;
-  /** Runs it for every record in the view that ended within END_OF_LIFE_REPLAY_MS. */
-  replayRecent(): void;
+  /**
+   * Runs it again, in the background, for every record in the view that ended
+   * within END_OF_LIFE_REPLAY_MS and whose end of life never ran; resolves
+   * with how many that were.
+   */
+  replayRecent(): Promise<number>;
   stop(): void;
 }
 
@@ -78,13 +90,25 @@ export function createEndOfLife(ctx: SchedulerContext): EndOfLife {
     run: (s) => attempt(s, RETRY_FIRST_MS),
     replayRecent: () => {
       const since = ctx.now() - END_OF_LIFE_REPLAY_MS;
-      const recent = [...ctx.sessionView.values()].map((v) => v.value).filter((s) => isTerminal(s.state) && s.updatedAt >= since);
+      const records = [...ctx.sessionView.values()].map((v) => v.value);
+      const parents = new Set(records.flatMap((s) => (s.parentId && !isTerminal(s.state) ? [`${s.workspaceId}.${s.parentId}`] : [])));
+      const recent = records.filter((s) => isTerminal(s.state) && s.updatedAt >= since);
       // One at a time, in the background: a replica starting after a busy spell may find thousands.
-      void (async () => {
+      // The revocation goes first, so a token still there (or a live child) means the end of life never ran.
+      return (async () => {
+        let redone = 0;
         for (const s of recent) {
-          if (stopped) return;
-          await onSessionTerminal(ctx, s).catch(() => attempt(s, RETRY_FIRST_MS));
+          if (stopped) break;
+          const unfinished = async () => parents.has(`${s.workspaceId}.${s.id}`) || (await tokensLeft(ctx, s));
+          await unfinished()
+            .then(async (yes) => {
+              if (!yes) return;
+              redone += 1;
+              await onSessionTerminal(ctx, s);
+            })
+            .catch(() => attempt(s, RETRY_FIRST_MS));
         }
+        return redone;
       })();
     },
     stop: () => {
