@@ -15,10 +15,10 @@ export function dispatchConsumerName(poolId: string, runnerId: string): string {
  * benchmark 1). What that costs is the consumer itself on a broker restart;
  * the runner makes it again from what it settled (`recovery` below). On a
  * cluster (replicas > 1) the state stays on file: in `pnpm chaos`, broker,
- * sessions created around the node kills ended at a median of 0.2-0.25 s
- * with file-backed R3 consumers (four of five runs; one 7.6 s) and of 0.9 s
- * and 5.6 s with memory-backed ones (2026-12-04, after the slot-repair fix
- * that had made both look slow).
+ * sessions created around the node kills ended at a median of 0.22-0.25 s
+ * with file-backed R3 consumers and 0.94 s with memory-backed ones, in runs
+ * with as many acknowledged creates (224-250; the median grows with that
+ * backlog, 2026-12-04).
  */
 function dispatchConsumerConfig(poolId: string, runnerId: string, memory: boolean, start: { afterSeq: number } | "new"): Partial<ConsumerConfig> {
   return {
