@@ -214,7 +214,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
         confirmation.confirm(askedAt);
         void lease?.renewNow();
         await requireSessions().discard(reply.destroy);
-        requireSessions().restate();
+        requireSessions().restate(reply.kept);
         deps.onRegistered?.({ generation, reason, destroyed: reply.destroy });
       } catch (err) {
         if (err instanceof StoppedError || stopped) return;

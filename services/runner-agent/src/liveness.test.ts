@@ -258,6 +258,42 @@ describe("liveness", () => {
       expect(facts.items.filter((f) => f.sessionId === ended && f.type === "app" && f.run.phase === "running")).toHaveLength(1);
     });
 
+    it("states a warm suspend or resume again under the new generation where the kept record says otherwise", async () => {
+      const [frozen, resumed, matching] = [nextSessionId(), nextSessionId(), nextSessionId()];
+      for (const id of [frozen, resumed, matching]) await dispatchTo(nc, t, startCmd(t, id, { cmd: ["sleep", "600"] }));
+      for (const id of [frozen, resumed, matching]) await facts.waitFor((f) => f.sessionId === id && f.type === "running");
+      const old = t.agent.generation;
+      const command = (sessionId: string, type: "suspend" | "resume", requestId: string): DispatchCommand =>
+        type === "suspend"
+          ? { type, sessionId, workspaceId: "ws1", runnerGeneration: old, placementGeneration: 1, requestId, warm: true }
+          : { type, sessionId, workspaceId: "ws1", runnerGeneration: old, placementGeneration: 1, requestId };
+      await dispatchTo(nc, t, command(frozen, "suspend", "q1"));
+      await dispatchTo(nc, t, command(resumed, "suspend", "q2"));
+      await facts.waitFor((f) => f.sessionId === resumed && f.type === "suspended");
+      await dispatchTo(nc, t, command(resumed, "resume", "q3"));
+      await facts.waitFor((f) => f.sessionId === frozen && f.type === "suspended");
+      await facts.waitFor((f) => f.sessionId === resumed && f.type === "resumed");
+      // The records missed those facts (dropped by the fence): one still says running, one suspended.
+      scheduler.kept = () => [
+        { sessionId: frozen, placementGeneration: 1, state: "running" },
+        { sessionId: resumed, placementGeneration: 1, state: "suspended_warm" },
+        { sessionId: matching, placementGeneration: 1, state: "running" },
+      ];
+      try {
+        await markLost(nc, t.config.poolId, t.config.runnerId);
+        await registered.waitFor((e) => e.reason === "lost" && e.generation === old + 1);
+        const suspendedAgain = await facts.waitFor((f) => f.sessionId === frozen && f.type === "suspended" && f.runnerGeneration === old + 1);
+        expect(suspendedAgain).toMatchObject({ warm: true, placementGeneration: 1 });
+        await facts.waitFor((f) => f.sessionId === resumed && f.type === "resumed" && f.runnerGeneration === old + 1);
+        const probe = nextSessionId();
+        await dispatchTo(nc, t, startCmd(t, probe, { cmd: ["true"] }, old + 1));
+        await facts.waitFor((f) => f.sessionId === probe && f.type === "running");
+        expect(facts.items.filter((f) => f.sessionId === matching && f.runnerGeneration === old + 1)).toEqual([]);
+      } finally {
+        scheduler.kept = () => undefined;
+      }
+    });
+
     it("does not state running again after a re-registration unless the start is sent again", async () => {
       const sessionId = nextSessionId();
       await dispatchTo(nc, t, startCmd(t, sessionId, { cmd: ["sleep", "600"] }));

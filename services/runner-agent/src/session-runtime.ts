@@ -15,7 +15,7 @@ import { killLeftoverProcesses } from "./leftovers.ts";
 import { removeDirSoon } from "./remove-dir.ts";
 import { baseEnv, buildAppSlot, tokenEnv, type AppWiring } from "./app-wiring.ts";
 import type { Phase, SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
-import type { HeldSession } from "@paddock/contracts";
+import type { HeldSession, SessionState } from "@paddock/contracts";
 import { UsageMeter } from "./usage.ts";
 import { watchWorkspace, type WorkspaceWatcher } from "./watcher.ts";
 
@@ -276,15 +276,24 @@ export class SessionRuntime {
   }
 
   /**
-   * After a re-registration that kept this placement: an exited fact produced
-   * under the old runner generation is dropped by the scheduler's fence, and a
-   * run-mode session has no other way to end, so state it again under the new
-   * generation (a new fact with its own message id, not the old one upgraded).
+   * After a re-registration that kept this placement: a fact produced under
+   * the old runner generation is dropped by the scheduler's fence, even one
+   * committed but not yet applied. An exited fact is stated again under the
+   * new generation (a run-mode session has no other way to end); a start,
+   * warm suspend or resume is stated again where the record (`recordState`,
+   * as the registration reply shows it) says otherwise than the sandbox.
+   * Each is a new fact with its own message id, not the old one upgraded.
    */
-  restate(): void {
+  restate(recordState?: SessionState): void {
     const generation = this.deps.facts.generation();
-    if (this.phase !== "exited" || this.exitedUnder === undefined || this.exitedUnder === generation) return;
-    void this.reportExited(`r${generation}`);
+    if (this.phase === "exited") {
+      if (this.exitedUnder !== undefined && this.exitedUnder !== generation) void this.reportExited(`r${generation}`);
+      return;
+    }
+    const key = `r${generation}`;
+    if (recordState === "creating" && (this.phase === "running" || this.phase === "frozen")) void this.emit({ type: "running" }, key);
+    if ((recordState === "creating" || recordState === "running") && this.phase === "frozen") void this.emit({ type: "suspended", warm: true }, key);
+    if (recordState === "suspended_warm" && this.phase === "running") void this.emit({ type: "resumed" }, key);
   }
 
   /**

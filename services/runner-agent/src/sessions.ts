@@ -3,7 +3,7 @@ import { killLeftoverProcesses } from "./leftovers.ts";
 import { removeDirSoon } from "./remove-dir.ts";
 import type { DispatchCommand } from "@paddock/contracts";
 import { RunnerError } from "./errors.ts";
-import type { HeldSession } from "@paddock/contracts";
+import type { HeldSession, KeptSession } from "@paddock/contracts";
 import type { SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
 import { SessionRuntime } from "./session-runtime.ts";
 
@@ -142,9 +142,14 @@ export class SessionManager {
     );
   }
 
-  /** After a re-registration: the kept sessions state again what the old generation's facts may have lost. */
-  restate(): void {
-    for (const s of this.sessions.values()) s.restate();
+  /**
+   * After a re-registration: the kept sessions state again what the old
+   * generation's facts may have lost, given what their records show (`kept`,
+   * absent from a scheduler that does not say).
+   */
+  restate(kept: readonly KeptSession[] = []): void {
+    const states = new Map(kept.map((k) => [`${k.sessionId}.${k.placementGeneration}`, k.state]));
+    for (const s of this.sessions.values()) s.restate(states.get(`${s.held.sessionId}.${s.held.placementGeneration}`));
   }
 
   /**

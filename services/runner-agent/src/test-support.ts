@@ -25,6 +25,7 @@ import {
   Subjects,
   Headers,
   type HeldSession,
+  type KeptSession,
 } from "@paddock/contracts";
 import { decodeJson, encodeJson, provision } from "@paddock/bus";
 import { jetstream } from "@nats-io/jetstream";
@@ -64,6 +65,8 @@ export interface FakeScheduler {
   destroy: HeldSession[];
   /** Answers placement checks (terminal-log fence resolution); every placement is current unless a test says otherwise. */
   isCurrent: (req: PlacementCheckRequest) => boolean;
+  /** The `kept` of an accepted registration's reply (none unless a test says otherwise). */
+  kept: (req: RegisterRunnerRequest) => KeptSession[] | undefined;
   /** Held checks received; `ended` answers them (nothing ended unless a test says otherwise). */
   heldChecks: Collector<HeldCheckRequest>;
   ended: (req: HeldCheckRequest) => HeldSession[];
@@ -77,7 +80,7 @@ export interface FakeScheduler {
  * as the scheduler does; the runner reads it on every lease renewal.
  */
 export function fakeScheduler(nc: NatsConnection, stored = 0): FakeScheduler {
-  const fake: FakeScheduler = { requests: new Collector(), stored, destroy: [], isCurrent: () => true, heldChecks: new Collector(), ended: () => [], sub: undefined as never };
+  const fake: FakeScheduler = { requests: new Collector(), stored, destroy: [], isCurrent: () => true, kept: () => undefined, heldChecks: new Collector(), ended: () => [], sub: undefined as never };
   fake.sub = nc.subscribe("paddock.fleet.v1.>", {
     callback: (_err, msg) => {
       if (msg.subject === Subjects.placementCheck) {
@@ -100,7 +103,8 @@ export function fakeScheduler(nc: NatsConnection, stored = 0): FakeScheduler {
       const destroy = accepted ? fake.destroy : [];
       void (async () => {
         if (accepted) await writeRunnerRecord(nc, req.value, fake.stored);
-        msg.respond(encodeJson(RegisterRunnerReply, { accepted, generation: fake.stored, destroy }));
+        const kept = accepted ? fake.kept(req.value) : undefined;
+        msg.respond(encodeJson(RegisterRunnerReply, { accepted, generation: fake.stored, destroy, ...(kept ? { kept } : {}) }));
         fake.requests.push(req.value);
       })();
     },

@@ -200,7 +200,9 @@ describe("placement", () => {
     await waitForState(h.nc, session.id, "creating");
     // The runner re-registers keeping the session; its running fact of generation 1 lands after that.
     const held = { sessionId: session.id, workspaceId: session.workspaceId, placementGeneration: 1 };
-    await register(h.nc, { runnerId: "r1", generation: 2, sessions: [held] });
+    const reply = await register(h.nc, { runnerId: "r1", generation: 2, sessions: [held, { ...held, sessionId: "ses_gone" }] });
+    // The reply says what the kept record shows (so the runner can state what it lacks) and what to destroy.
+    expect(reply).toMatchObject({ accepted: true, kept: [{ sessionId: session.id, placementGeneration: 1, state: "creating" }], destroy: [{ sessionId: "ses_gone" }] });
     await publishFact(h.nc, factFor("r1", start, { type: "running" }));
     await factsSettled(h.nc);
     expect((await s.context.metrics.staleFacts.get()).values.reduce((n, v) => n + v.value, 0)).toBe(1);

@@ -60,14 +60,20 @@ async function claimRegistration(
 /**
  * Reconciles what a (re)registered runner holds against the records: held
  * sandboxes no live record places there are destroyed; records whose sandbox
- * the runner no longer holds are re-dispatched (creating) or end as dead.
+ * the runner no longer holds are re-dispatched (creating) or end as dead; the
+ * rest are kept and named with their records' states (the runner states
+ * again what its sandbox says otherwise).
  */
-async function reconcile(ctx: SchedulerContext, req: RegisterRunnerRequest, generation: number): Promise<RegisterRunnerReply["destroy"]> {
+async function reconcile(ctx: SchedulerContext, req: RegisterRunnerRequest, generation: number): Promise<Pick<RegisterRunnerReply, "destroy" | "kept">> {
   const placed = sessionsPlacedOn(ctx, req.poolId, req.runnerId);
   const held = new Map(req.sessions.map((h) => [h.sessionId, h]));
   const destroy = req.sessions.filter((h) => {
     const s = placed.find((p) => p.id === h.sessionId);
     return !s || s.placementGeneration !== h.placementGeneration;
+  });
+  const kept = placed.flatMap((s) => {
+    const h = held.get(s.id);
+    return h && h.placementGeneration === s.placementGeneration ? [{ sessionId: s.id, placementGeneration: s.placementGeneration, state: s.state }] : [];
   });
   for (const s of placed) {
     const h = held.get(s.id);
@@ -85,13 +91,13 @@ async function reconcile(ctx: SchedulerContext, req: RegisterRunnerRequest, gene
       if (!(err instanceof CasConflictError)) throw err;
     }
   }
-  return destroy;
+  return { destroy, kept };
 }
 
 export async function registerRunner(ctx: SchedulerContext, req: RegisterRunnerRequest): Promise<RegisterRunnerReply> {
   const claim = await claimRegistration(ctx, req);
   if (!claim.accepted) return { accepted: false, generation: claim.generation, destroy: [] };
-  const destroy = await reconcile(ctx, req, claim.generation);
+  const { destroy, kept } = await reconcile(ctx, req, claim.generation);
   // Sessions that reconciliation ended free their slots: recount, but only on
   // the revision the claim wrote. A placement may already have reserved slots
   // whose sessions are not creating yet; a recount over that would let the
@@ -108,7 +114,7 @@ export async function registerRunner(ctx: SchedulerContext, req: RegisterRunnerR
   }
   ctx.log.info({ runnerId: req.runnerId, poolId: req.poolId, generation: claim.generation, destroy: destroy.length }, "runner registered");
   ctx.requestPlacement();
-  return { accepted: true, generation: claim.generation, destroy };
+  return { accepted: true, generation: claim.generation, destroy, kept };
 }
 
 /** Drain, cordon or reactivate a runner. A lost runner becomes active only by registering again. */

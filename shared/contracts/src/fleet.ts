@@ -2,7 +2,7 @@ import { z } from "zod";
 import { EpochMs, Generation, Id } from "./ids.ts";
 import { Usage } from "./audit.ts";
 import { BootEnvironment } from "./environment.ts";
-import { AppRun, Checkpoint, PortableSpec, RunTrigger, SealKey, SessionMode } from "./session.ts";
+import { AppRun, Checkpoint, PortableSpec, RunTrigger, SealKey, SessionMode, SessionStateSchema } from "./session.ts";
 
 export const RunnerState = { active: "active", draining: "draining", cordoned: "cordoned", lost: "lost" } as const;
 export type RunnerState = (typeof RunnerState)[keyof typeof RunnerState];
@@ -77,6 +77,12 @@ export const RegisterRunnerRequest = z
   .strict();
 export type RegisterRunnerRequest = z.infer<typeof RegisterRunnerRequest>;
 
+/** A held placement the registration kept, with the state its record shows (the scheduler's view). */
+export const KeptSession = z
+  .object({ sessionId: Id, placementGeneration: Generation, state: SessionStateSchema })
+  .strict();
+export type KeptSession = z.infer<typeof KeptSession>;
+
 export const RegisterRunnerReply = z
   .object({
     /** False: the claim was stale — this runner is fenced and must claim again above `generation`. */
@@ -85,6 +91,12 @@ export const RegisterRunnerReply = z
     generation: Generation,
     /** Sessions the runner holds that no live record places there: destroy them. */
     destroy: z.array(HeldSession),
+    /**
+     * The held placements kept, with their records' states: where the runner's
+     * sandbox is elsewhere (a start, suspend or resume whose fact the new
+     * generation's fence will drop), the runner states it again.
+     */
+    kept: z.array(KeptSession).max(100_000).optional(),
   })
   .strict();
 export type RegisterRunnerReply = z.infer<typeof RegisterRunnerReply>;
