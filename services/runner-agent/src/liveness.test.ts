@@ -294,6 +294,40 @@ describe("liveness", () => {
       }
     });
 
+    it("lists a placement a cold suspend released when it re-registers, and states the suspend again where the record missed it", async () => {
+      const sessionId = nextSessionId();
+      await dispatchTo(nc, t, startCmd(t, sessionId, { cmd: ["sleep", "600"] }));
+      await facts.waitFor((f) => f.sessionId === sessionId && f.type === "running");
+      const old = t.agent.generation;
+      await dispatchTo(nc, t, { type: "suspend", sessionId, workspaceId: "ws1", runnerGeneration: old, placementGeneration: 1, requestId: "c1", warm: false });
+      const first = await facts.waitFor((f) => f.sessionId === sessionId && f.type === "suspended");
+      if (first.type !== "suspended" || !first.checkpoint) throw new Error("a cold suspend reports its checkpoint");
+      // Released once the fact is out: the runtime goes right after.
+      await eventually(() => t.agent.sessions.get(sessionId) === undefined, "the runtime released");
+      // The record missed the suspend (dropped by the fence): it still says running.
+      scheduler.kept = (req) => req.sessions.flatMap((h) => (h.sessionId === sessionId ? [{ sessionId, placementGeneration: 1, state: "running" as const }] : []));
+      try {
+        await markLost(nc, t.config.poolId, t.config.runnerId);
+        await registered.waitFor((e) => e.reason === "lost" && e.generation === old + 1);
+        expect(scheduler.requests.items.at(-1)?.sessions.map((h) => h.sessionId)).toContain(sessionId);
+        const again = await facts.waitFor((f) => f.sessionId === sessionId && f.type === "suspended" && f.runnerGeneration === old + 1);
+        expect(again).toMatchObject({ warm: false, placementGeneration: 1, checkpoint: first.checkpoint, sealKey: first.sealKey });
+      } finally {
+        scheduler.kept = () => undefined;
+      }
+      // A registration whose reply no longer keeps it (the record has the fact) forgets it.
+      scheduler.kept = () => [];
+      try {
+        await markLost(nc, t.config.poolId, t.config.runnerId);
+        await registered.waitFor((e) => e.reason === "lost" && e.generation === old + 2);
+        await markLost(nc, t.config.poolId, t.config.runnerId);
+        await registered.waitFor((e) => e.reason === "lost" && e.generation === old + 3);
+      } finally {
+        scheduler.kept = () => undefined;
+      }
+      expect(scheduler.requests.items.at(-1)?.sessions.map((h) => h.sessionId)).not.toContain(sessionId);
+    });
+
     it("does not state running again after a re-registration unless the start is sent again", async () => {
       const sessionId = nextSessionId();
       await dispatchTo(nc, t, startCmd(t, sessionId, { cmd: ["sleep", "600"] }));

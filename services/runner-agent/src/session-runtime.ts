@@ -50,6 +50,8 @@ export class SessionRuntime {
   private exitedUnder: number | undefined;
   /** The runner generation the (latest) running fact was produced under, once it was. */
   private runningUnder: number | undefined;
+  /** The fact a cold suspend released the sandbox with (the manager keeps it across a re-registration). */
+  releasedBy: FactBody | undefined;
   /** Measures this placement generation's usage from running until it ends. */
   private meter: UsageMeter | undefined;
   /** Egress: this session's proxy (egressAllow), from boot until the session ends. */
@@ -216,7 +218,9 @@ export class SessionRuntime {
     await this.killAll();
     await Promise.all([...this.slots.values()].map((s) => s.closeLog()));
     await removeDirSoon(this.dir, this.deps.log);
-    await this.emit({ type: "suspended", warm: false, ...saved, ...(usage ? { usage } : {}) }, requestId);
+    const body: FactBody = { type: "suspended", warm: false, ...saved, ...(usage ? { usage } : {}) };
+    this.releasedBy = body;
+    await this.emit(body, requestId);
     this.deps.log.info(this.ids(), "session suspended cold");
   }
 

@@ -6,6 +6,7 @@ import { RunnerError } from "./errors.ts";
 import type { HeldSession, KeptSession } from "@paddock/contracts";
 import type { SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
 import { SessionRuntime } from "./session-runtime.ts";
+import { ReleasedPlacements } from "./released.ts";
 
 export interface SessionManagerOptions extends SessionRuntimeDeps {
   dataDir: string;
@@ -28,11 +29,16 @@ export class SessionManager {
   /** sessionId → the teardown of a placement being replaced; the next boot waits for it. */
   private readonly closing = new Map<string, Promise<void>>();
   private readonly inflight = new Set<Promise<void>>();
+  private readonly released: ReleasedPlacements;
 
-  constructor(private readonly opts: SessionManagerOptions) {}
+  constructor(private readonly opts: SessionManagerOptions) {
+    this.released = new ReleasedPlacements(opts.now);
+  }
 
+  /** What a registration lists: the sandboxes held, and the placements a cold suspend released recently (released.ts). */
   held(): HeldSession[] {
-    return [...this.sessions.values()].map((s) => s.held);
+    const released = this.released.list().flatMap((r) => (this.sessions.has(r.held.sessionId) ? [] : [r.held]));
+    return [...[...this.sessions.values()].map((s) => s.held), ...released];
   }
 
   /** Placements held since `before` or earlier. */
@@ -88,6 +94,7 @@ export class SessionManager {
     if (existing && existing.held.placementGeneration === cmd.placementGeneration) return existing.restateRunning();
     if (existing && existing.held.placementGeneration > cmd.placementGeneration) return;
     if ((this.ended.get(cmd.sessionId) ?? 0) >= cmd.placementGeneration) return;
+    this.released.forget(cmd.sessionId);
     // An older placement of the same session here is superseded by this one.
     const prior = existing ? this.teardown(existing) : this.closing.get(cmd.sessionId);
     const runtime = new SessionRuntime(this.opts, cmd, join(this.sessionsDir(), cmd.sessionId));
@@ -147,9 +154,17 @@ export class SessionManager {
    * generation's facts may have lost, given what their records show (`kept`,
    * absent from a scheduler that does not say).
    */
-  restate(kept: readonly KeptSession[] = []): void {
-    const states = new Map(kept.map((k) => [`${k.sessionId}.${k.placementGeneration}`, k.state]));
-    for (const s of this.sessions.values()) s.restate(states.get(`${s.held.sessionId}.${s.held.placementGeneration}`));
+  restate(kept?: readonly KeptSession[]): void {
+    const states = new Map((kept ?? []).map((k) => [`${k.sessionId}.${k.placementGeneration}`, k.state]));
+    const stateOf = (h: HeldSession) => states.get(`${h.sessionId}.${h.placementGeneration}`);
+    for (const s of this.sessions.values()) s.restate(stateOf(s.held));
+    if (!kept) return;
+    for (const r of this.released.list()) {
+      const state = stateOf(r.held);
+      // Not kept: the record moved on (it has the fact, or is placed anew).
+      if (state === undefined) this.released.forget(r.held.sessionId);
+      else if (state === "running" || state === "suspended_warm") void this.opts.facts.publish(r.held, r.body, `r${this.opts.facts.generation()}`);
+    }
   }
 
   /**
@@ -187,6 +202,7 @@ export class SessionManager {
         if (cmd.warm) return runtime.suspendWarm(cmd.requestId);
         await runtime.suspendCold(cmd.requestId);
         this.forget(runtime);
+        if (runtime.releasedBy) this.released.add(runtime.held, runtime.releasedBy);
         return;
       case "resume":
         return runtime.resumeWarm(cmd.requestId);
