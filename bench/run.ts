@@ -2,9 +2,9 @@
 // next to a baseline measured in the same run, and their ratio; JSON under bench-results/.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { parseArgs } from "node:util";
 import { setOutgoingValidation } from "@paddock/bus";
-import { repoRoot } from "@paddock/testing";
+import { parseScriptArgsOrExit, repoRoot } from "@paddock/testing";
+import { BENCH_USAGE, parseBenchArgs } from "./src/args.ts";
 import { checkpointBench } from "./src/checkpoint.ts";
 import { removeLeftovers } from "./src/leftovers.ts";
 import { lifecycleBench } from "./src/lifecycle.ts";
@@ -12,14 +12,7 @@ import { formatTable, type Figure } from "./src/stats.ts";
 import { memoryBenches } from "./src/memory.ts";
 import { terminalBenches } from "./src/terminal.ts";
 
-const { values } = parseArgs({
-  options: { quick: { type: "boolean", default: false }, only: { type: "string" } },
-  strict: true,
-});
-const quick = values.quick ?? false;
-const groups = ["lifecycle", "checkpoint", "terminal", "memory"] as const;
-const only = new Set(values.only?.split(",").map((s) => s.trim()) ?? groups);
-for (const g of only) if (!(groups as readonly string[]).includes(g)) throw new Error(`--only: unknown bench ${g}; expected ${groups.join(", ")}`);
+const { quick, only } = parseScriptArgsOrExit(BENCH_USAGE, parseBenchArgs);
 
 async function main(): Promise<void> {
   // The simulated runners and clients in this process run as the services do when deployed.

@@ -1,11 +1,11 @@
-// `pnpm chaos [--quick] [--seed N] [--only a,b]`: fault injection with real
+// `pnpm chaos [--quick] [--seed N] [--only a,b] [--keep-data]` (`--help` prints the usage): fault injection with real
 // processes and a real nats-server. Prints per scenario the faults injected,
 // the sessions, every anomaly count (goal: zero) and timing figures with their
 // method; writes JSON under bench-results/; exits non-zero on any anomaly.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { parseArgs } from "node:util";
-import { repoRoot } from "@paddock/testing";
+import { parseScriptArgsOrExit, repoRoot } from "@paddock/testing";
+import { CHAOS_SCENARIOS, CHAOS_USAGE, parseChaosArgs, type ChaosScenario } from "./src/args.ts";
 import { badInputScenario } from "./src/badinput.ts";
 import { brokerScenario } from "./src/broker.ts";
 import { crashScenario } from "./src/crashes.ts";
@@ -14,22 +14,10 @@ import { formatResults, log, totalAnomalies, type ScenarioResult } from "./src/r
 import { ChaosStack } from "./src/stack.ts";
 import { takeoverScenario } from "./src/takeover.ts";
 
-const SCENARIOS = ["takeovers", "bad-input", "crashes", "broker"] as const;
-type ScenarioName = (typeof SCENARIOS)[number];
-
-const { values } = parseArgs({
-  options: {
-    quick: { type: "boolean", default: false },
-    seed: { type: "string" },
-    only: { type: "string" },
-    "keep-data": { type: "boolean", default: false },
-  },
-  strict: true,
-});
-const quick = values.quick ?? false;
-const seed = values.seed !== undefined ? Number(values.seed) >>> 0 : freshSeed();
-const only = new Set((values.only ?? SCENARIOS.join(",")).split(",").map((s) => s.trim()));
-for (const s of only) if (!(SCENARIOS as readonly string[]).includes(s)) throw new Error(`unknown scenario ${s}; expected ${SCENARIOS.join(", ")}`);
+const args = parseScriptArgsOrExit(CHAOS_USAGE, parseChaosArgs);
+const quick = args.quick;
+const seed = args.seed ?? freshSeed();
+const only = args.only;
 
 /** Sizes: full runs meet the issue's numbers; quick runs keep every scenario and finish in under two minutes. */
 const size = quick
@@ -40,9 +28,9 @@ async function main(): Promise<number> {
   process.stderr.write(`[chaos] seed ${seed} (repeat with --seed ${seed})${quick ? ", quick" : ""}\n`);
   const root = new Prng(seed);
   // One generator per scenario, derived in a fixed order, so --only reproduces the same choices.
-  const prngs = Object.fromEntries(SCENARIOS.map((s) => [s, root.fork()])) as Record<ScenarioName, Prng>;
+  const prngs = Object.fromEntries(CHAOS_SCENARIOS.map((s) => [s, root.fork()])) as Record<ChaosScenario, Prng>;
   const results: ScenarioResult[] = [];
-  const run = async (name: ScenarioName, body: () => Promise<ScenarioResult>) => {
+  const run = async (name: ChaosScenario, body: () => Promise<ScenarioResult>) => {
     if (!only.has(name)) return;
     const started = Date.now();
     log(name, "starting");
@@ -67,12 +55,12 @@ async function main(): Promise<number> {
       await run("crashes", () => crashScenario(stack, nc, { sessions: size.crashSessions, killEveryMs: size.killEveryMs, minKills: size.minKills }, prngs.crashes));
     } finally {
       await nc.close();
-      const keep = (values["keep-data"] ?? false) || results.some((r) => totalAnomalies(r) > 0 || r.error);
+      const keep = args.keepData || results.some((r) => totalAnomalies(r) > 0 || r.error);
       await stack.stop({ keepData: keep });
       if (keep) log("stack", `logs and data kept in ${stack.dataDir}`);
     }
   }
-  await run("broker", () => brokerScenario({ ...size.broker, keepData: values["keep-data"] ?? false }, prngs.broker));
+  await run("broker", () => brokerScenario({ ...size.broker, keepData: args.keepData }, prngs.broker));
 
   process.stdout.write(`${formatResults(results)}\n`);
   const total = results.reduce((n, r) => n + totalAnomalies(r), 0);

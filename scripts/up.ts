@@ -3,34 +3,11 @@
 import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { join, resolve } from "node:path";
-import { parseArgs } from "node:util";
-import { startNatsServer, startService, type ServiceProcess } from "@paddock/testing";
+import { parseScriptArgsOrExit, startNatsServer, startService, type ServiceProcess } from "@paddock/testing";
+import { parseUpArgs, UP_USAGE } from "./up-args.ts";
 
-const { values } = parseArgs({
-  options: {
-    "http-port": { type: "string", default: "8080" },
-    "data-dir": { type: "string", default: ".data" },
-    "nats-port": { type: "string", default: "-1" },
-    runners: { type: "string", default: "1" },
-    capacity: { type: "string", default: "8" },
-  },
-  strict: true,
-});
-
-function intArg(name: string, raw: string | undefined, min: number): number {
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < min) {
-    process.stderr.write(`--${name} must be an integer >= ${min}\n`);
-    process.exit(2);
-  }
-  return n;
-}
-
-const httpPort = intArg("http-port", values["http-port"], 0);
-const natsPort = intArg("nats-port", values["nats-port"], -1);
-const runnerCount = intArg("runners", values.runners, 1);
-const capacity = intArg("capacity", values.capacity, 1);
-const dataDir = resolve(values["data-dir"] ?? ".data");
+const { httpPort, natsPort, runners: runnerCount, capacity, dataDir: dataDirArg } = parseScriptArgsOrExit(UP_USAGE, parseUpArgs);
+const dataDir = resolve(dataDirArg);
 mkdirSync(join(dataDir, "logs"), { recursive: true });
 
 /** A secret kept in the data dir, so restarts keep the dev token and sessions' tokens valid. */

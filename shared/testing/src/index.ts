@@ -4,3 +4,4 @@ export * from "./stack.ts";
 export * from "./nats-auth.ts";
 export * from "./nats-cluster.ts";
 export * from "./scratch.ts";
+export * from "./script-args.ts";

@@ -1,0 +1,48 @@
+// `npm run up`'s command line, parsed by a pure function the tests call directly.
+import { intFlag, parseScriptFlags, stringFlag, type ScriptArgs } from "@paddock/testing";
+
+export interface UpArgs {
+  /** The gateway's HTTP port; 0 picks a free one. */
+  readonly httpPort: number;
+  /** Where every piece of state lives (JetStream store, workspaces, logs, the dev token); relative to the cwd. */
+  readonly dataDir: string;
+  /** The nats-server client port; -1 picks a free one. */
+  readonly natsPort: number;
+  /** How many runner-agents to start. */
+  readonly runners: number;
+  /** Sessions each runner takes. */
+  readonly capacity: number;
+}
+
+export const UP_USAGE = `usage: npm run up -- [--http-port N] [--data-dir DIR] [--nats-port N] [--runners N] [--capacity N]
+
+  --http-port N    the gateway's HTTP port (default 8080; 0 picks a free one)
+  --data-dir DIR   all state: JetStream store, workspaces, logs, the dev token (default .data)
+  --nats-port N    the nats-server client port (default: a free one)
+  --runners N      runner-agents to start, 1 to 64 (default 1)
+  --capacity N     sessions per runner, 1 to 1024 (default 8)
+  -h, --help       this text`;
+
+const SPEC = {
+  "http-port": { type: "string" },
+  "data-dir": { type: "string" },
+  "nats-port": { type: "string" },
+  runners: { type: "string" },
+  capacity: { type: "string" },
+} as const;
+
+export function parseUpArgs(argv: readonly string[]): ScriptArgs<UpArgs> {
+  const parsed = parseScriptFlags("up", argv, SPEC);
+  if (parsed.help) return parsed;
+  const flags = parsed.values;
+  return {
+    help: false,
+    values: {
+      httpPort: intFlag("up", flags, "http-port", { min: 0, max: 65_535 }, 8080),
+      dataDir: stringFlag("up", flags, "data-dir", ".data"),
+      natsPort: intFlag("up", flags, "nats-port", { min: -1, max: 65_535 }, -1),
+      runners: intFlag("up", flags, "runners", { min: 1, max: 64 }, 1),
+      capacity: intFlag("up", flags, "capacity", { min: 1, max: 1_024 }, 8),
+    },
+  };
+}
