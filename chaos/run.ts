@@ -10,7 +10,7 @@ import { badInputScenario } from "./src/badinput.ts";
 import { brokerScenario } from "./src/broker.ts";
 import { crashScenario } from "./src/crashes.ts";
 import { freshSeed, Prng } from "./src/prng.ts";
-import { formatResults, log, totalAnomalies, type ScenarioResult } from "./src/report.ts";
+import { formatResults, log, runExitCode, totalAnomalies, type ScenarioResult } from "./src/report.ts";
 import { ChaosStack } from "./src/stack.ts";
 import { takeoverScenario } from "./src/takeover.ts";
 
@@ -71,7 +71,7 @@ async function main(): Promise<number> {
   const file = join(dir, `chaos-${quick ? "quick-" : ""}${at.replace(/[:.]/g, "-")}.json`);
   writeFileSync(file, JSON.stringify({ quick, seed, at, anomalies: total, results }, null, 2));
   process.stdout.write(`seed ${seed}; ${total} anomal${total === 1 ? "y" : "ies"}; wrote ${file}\n`);
-  return total > 0 || results.some((r) => r.error) ? 1 : 0;
+  return runExitCode(results);
 }
 
 main().then(

@@ -57,6 +57,11 @@ export function totalAnomalies(r: ScenarioResult): number {
   return Object.values(r.anomalies).reduce((a, b) => a + b, 0);
 }
 
+/** The chaos run's exit code: 1 when any scenario found an anomaly or its harness failed, else 0. */
+export function runExitCode(results: readonly ScenarioResult[]): 0 | 1 {
+  return results.some((r) => totalAnomalies(r) > 0 || r.error !== undefined) ? 1 : 0;
+}
+
 export function formatResults(results: ScenarioResult[]): string {
   const rows: string[][] = [];
   for (const r of results) {
