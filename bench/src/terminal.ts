@@ -221,13 +221,23 @@ async function bridgeOutputMBs(bridge: Bridge): Promise<number> {
 /** Attaches measured for the since=screen figure. */
 const SCREEN_ATTACHES = 9;
 
-/** Upgrade request → first binary frame of a since=screen attach. */
-async function screenFirstFrameMs(stack: Stack, sessionId: string): Promise<number> {
+/**
+ * Upgrade request → first binary frame of a since=screen attach, and → its
+ * hello (the handshake alone: token, membership, the attach rpc), the
+ * baseline that says how much of the figure is the snapshot.
+ */
+async function screenFirstFrameMs(stack: Stack, sessionId: string): Promise<{ frameMs: number; helloMs: number }> {
   const start = performance.now();
   const ws = new WebSocket(`${stack.url.replace("http", "ws")}/v1/sessions/${sessionId}/terminal?since=screen`, { headers: { authorization: `Bearer ${stack.token}` } });
-  const ms = await new Promise<number>((resolve) => ws.on("message", (_d, isBinary) => isBinary && resolve(performance.now() - start)));
+  let helloMs = Number.NaN;
+  const frameMs = await new Promise<number>((resolve) =>
+    ws.on("message", (_d, isBinary) => {
+      if (isBinary) resolve(performance.now() - start);
+      else if (Number.isNaN(helloMs)) helloMs = performance.now() - start;
+    }),
+  );
   ws.close();
-  return ms;
+  return { frameMs, helloMs };
 }
 
 /** Benchmarks 4 and 5: live output throughput against the bridge; replay rate and time to a screen snapshot. */
@@ -261,14 +271,19 @@ async function outputAndReplay(stack: Stack, nc: NatsConnection, watch: RunningW
   // first also pays for the gateway's cold code path (30-45 ms against 10-16 here); the log line
   // prints every sample.
   const screenMs: number[] = [];
-  for (let i = 0; i < SCREEN_ATTACHES; i++) screenMs.push(await screenFirstFrameMs(stack, s.id));
+  const helloMs: number[] = [];
+  for (let i = 0; i < SCREEN_ATTACHES; i++) {
+    const attach = await screenFirstFrameMs(stack, s.id);
+    screenMs.push(attach.frameMs);
+    helloMs.push(attach.helloMs);
+  }
   const firstFrameMs = percentile(screenMs, 50);
   log(`since=screen first frame over ${SCREEN_ATTACHES} attaches: ${screenMs.map((v) => v.toFixed(1)).join(", ")} ms`);
   return [
     figure({ bench: "4 output", metric: `${megabytes} MB live to a client`, value: liveMBs, unit: "MB/s", baseline: { name: "direct bridge", value: bridgeMBs }, goal: "≥ 0.8x bridge", met: liveMBs >= 0.8 * bridgeMBs }),
     figure({ bench: "4 output", metric: "bridge in the bench's own process", value: inProcessMBs, unit: "MB/s" }),
     figure({ bench: "5 replay", metric: `since=all of ${(replay.bytes / 1e6).toFixed(0)} MB`, value: replay.bytes / 1e6 / replay.seconds, unit: "MB/s", baseline: { name: "raw ordered consume", value: rawMBs }, goal: "≥ 50 MB/s", met: replay.bytes / 1e6 / replay.seconds >= 50 }),
-    figure({ bench: "5 replay", metric: `since=screen first frame p50 (${SCREEN_ATTACHES} attaches)`, value: firstFrameMs, unit: "ms", goal: "≤ 50 ms", met: firstFrameMs <= 50 }),
+    figure({ bench: "5 replay", metric: `since=screen first frame p50 (${SCREEN_ATTACHES} attaches)`, value: firstFrameMs, unit: "ms", baseline: { name: "its hello p50", value: percentile(helloMs, 50) }, goal: "≤ 50 ms", met: firstFrameMs <= 50 }),
   ];
 }
 
