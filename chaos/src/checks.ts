@@ -127,9 +127,14 @@ export async function checkPlacedOnce(nc: NatsConnection, anomalies: Anomalies, 
     (targets.get(key) ?? targets.set(key, new Set()).get(key))?.add(`record:${s.poolId ?? ""}.${s.runnerId}`);
   }
   for (const [key, where] of targets) {
-    const runners = new Set([...where].map((w) => w.slice(w.lastIndexOf(".") + 1)));
+    const runners = new Set([...where].map(poolAndRunner));
     if (runners.size > 1) anomalies.add("placed twice in one generation", `${key}: ${[...where].join(", ")}`);
   }
+}
+
+/** `<pool>.<runner>` of a DISPATCH subject (`paddock.dispatch.<pool>.<runner>`) or a `record:<pool>.<runner>` entry: a runner id is unique within its pool only. */
+function poolAndRunner(where: string): string {
+  return where.startsWith("record:") ? where.slice("record:".length) : where.split(".").slice(-2).join(".");
 }
 
 export interface SandboxProcess {

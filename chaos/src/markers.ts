@@ -38,9 +38,10 @@ export interface StaleReport {
 }
 
 /**
- * Walks frames in log order: a tag never seen before is a new incarnation
- * (it becomes the current one); a marker of any other tag seen before is
- * stale output of a copy that was superseded.
+ * Walks frames in log order: a tag never seen before whose start count is
+ * at least the current one's is a new incarnation (it becomes the current
+ * one); a marker of any other tag — seen before, or counting fewer starts —
+ * is stale output of a copy that was superseded.
  */
 export function staleOutput(frames: readonly FrameLike[]): StaleReport {
   const text = frames.map((f) => f.text).join("");
@@ -60,9 +61,14 @@ export function staleOutput(frames: readonly FrameLike[]): StaleReport {
     const end = (m.index ?? 0) + m[0].length - 1;
     while (frame < ends.length && (ends[frame] ?? 0) <= end) frame++;
     const tag = `${m[1] ?? ""}-${m[2] ?? ""}`;
-    if (!seen.has(tag)) {
+    const fresh = !seen.has(tag);
+    if (fresh) {
       seen.add(tag);
       tags.push(tag);
+    }
+    // A copy started later counts its starts higher (the count survives checkpoints), so a
+    // first sight of a lower count is a superseded copy, even if its earlier lines aged out.
+    if (fresh && (current === undefined || startsOf(tag) >= startsOf(current))) {
       current = tag;
     } else if (tag !== current) {
       if (!stale.has(frame)) first ??= `frame ${frame}: ${JSON.stringify(text.slice(Math.max(0, end - 40), end + 20))} after ${current ?? "?"}`;
