@@ -137,8 +137,22 @@ function ensureNats() {
   return bin;
 }
 
+const COMMANDS = ["up", "test", "bench", "chaos"];
+const USAGE = `usage: node scripts/bootstrap.mjs <${COMMANDS.join("|")}> [flags...]
+  installs what is missing (pnpm, node modules, nats-server) into the project, then runs the command;
+  \`npm run <command> -- --help\` lists a command's flags`;
+
 function main() {
   const [command, ...rest] = process.argv.slice(2);
+  // Checked before installing anything: a typo costs nothing.
+  if (command === "--help" || command === "-h") {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
+  if (!COMMANDS.includes(command)) {
+    process.stderr.write(`bootstrap: unknown command ${JSON.stringify(command ?? "")}; expected ${COMMANDS.join(", ")}\n\n${USAGE}\n`);
+    process.exit(2);
+  }
   const pnpm = ensurePnpm();
   ensureModules(pnpm);
   const natsServer = ensureNats();
@@ -154,7 +168,6 @@ function main() {
     bench: [[tsx, ["bench/run.ts", ...rest]]],
     chaos: [[tsx, ["chaos/run.ts", ...rest]]],
   }[command];
-  if (!steps) throw new Error(`unknown command ${command}; expected up, test, bench or chaos`);
   for (const [cmd, args] of steps) {
     const r = spawnSync(cmd, args, { stdio: "inherit", cwd: root, env });
     if (r.status !== 0) process.exit(r.status ?? 1);

@@ -145,6 +145,16 @@ describe("the scripts themselves", () => {
     expect(r.stdout).toBe("");
   });
 
+  it("the bootstrap refuses an unknown command before installing anything, and --help is its usage", () => {
+    const bad = spawnSync(process.execPath, ["scripts/bootstrap.mjs", "bnech"], { cwd: repoRoot, encoding: "utf8", timeout: 30_000 });
+    expect(bad.status).toBe(2);
+    expect(bad.stderr.split("\n")[0]).toBe('bootstrap: unknown command "bnech"; expected up, test, bench, chaos');
+    expect(bad.stderr).not.toContain("[bootstrap]");
+    const help = spawnSync(process.execPath, ["scripts/bootstrap.mjs", "--help"], { cwd: repoRoot, encoding: "utf8", timeout: 30_000 });
+    expect(help.status).toBe(0);
+    expect(help.stdout).toMatch(/^usage: node scripts\/bootstrap\.mjs <up\|test\|bench\|chaos>/);
+  });
+
   it("up with a bad port creates nothing: no data dir, no server", () => {
     const parent = mkdtempSync(join(tmpdir(), "paddock-up-args-"));
     const dataDir = join(parent, "data");
