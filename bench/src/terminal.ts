@@ -243,12 +243,18 @@ async function screenFirstFrameMs(stack: Stack, sessionId: string): Promise<{ fr
 /** Benchmarks 4 and 5: live output throughput against the bridge; replay rate and time to a screen snapshot. */
 async function outputAndReplay(stack: Stack, nc: NatsConnection, watch: RunningWatch, megabytes: number): Promise<Figure[]> {
   const cmd = ["sh", "-c", `head -c ${megabytes * 1024 * 1024} /dev/zero | tr '\\0' 'x' | fold -w 100`];
+  // The bridge runs before and after the live run and the baseline is their mean: this VM's
+  // speed drifts within a minute (the bridge alone measured 15-21 MB/s in one session), and
+  // bracketing cancels a steady drift instead of charging it to one side.
+  const bridgeBefore = await bridgeOutputMBs(await startBridgeProcess(cmd));
   const s = await post(stack, "/v1/sessions", { spec: { cmd } });
   const ws = await openWs(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?since=all`, { authorization: `Bearer ${stack.token}` });
   const cpu = cpuMeter({ nats: stack.nats.process.pid, runner: stack.runners[0]?.process.pid, gateway: stack.gateway.process.pid });
   const live = await drain(ws, true);
   log(`live: ${(live.bytes / 1e6).toFixed(0)} MB in ${live.seconds.toFixed(1)} s; ${cpu().text}`);
-  const bridgeMBs = await bridgeOutputMBs(await startBridgeProcess(cmd));
+  const bridgeAfter = await bridgeOutputMBs(await startBridgeProcess(cmd));
+  const bridgeMBs = (bridgeBefore + bridgeAfter) / 2;
+  log(`direct bridge: ${bridgeBefore.toFixed(1)} MB/s before, ${bridgeAfter.toFixed(1)} MB/s after the live run`);
   const inProcessMBs = await bridgeOutputMBs(await startBridge(cmd));
   const liveMBs = live.bytes / 1e6 / live.seconds;
 
@@ -280,7 +286,7 @@ async function outputAndReplay(stack: Stack, nc: NatsConnection, watch: RunningW
   const firstFrameMs = percentile(screenMs, 50);
   log(`since=screen first frame over ${SCREEN_ATTACHES} attaches: ${screenMs.map((v) => v.toFixed(1)).join(", ")} ms`);
   return [
-    figure({ bench: "4 output", metric: `${megabytes} MB live to a client`, value: liveMBs, unit: "MB/s", baseline: { name: "direct bridge", value: bridgeMBs }, goal: "≥ 0.8x bridge", met: liveMBs >= 0.8 * bridgeMBs }),
+    figure({ bench: "4 output", metric: `${megabytes} MB live to a client`, value: liveMBs, unit: "MB/s", baseline: { name: "direct bridge (mean of before and after)", value: bridgeMBs }, goal: "≥ 0.8x bridge", met: liveMBs >= 0.8 * bridgeMBs }),
     figure({ bench: "4 output", metric: "bridge in the bench's own process", value: inProcessMBs, unit: "MB/s" }),
     figure({ bench: "5 replay", metric: `since=all of ${(replay.bytes / 1e6).toFixed(0)} MB`, value: replay.bytes / 1e6 / replay.seconds, unit: "MB/s", baseline: { name: "raw ordered consume", value: rawMBs }, goal: "≥ 50 MB/s", met: replay.bytes / 1e6 / replay.seconds >= 50 }),
     figure({ bench: "5 replay", metric: `since=screen first frame p50 (${SCREEN_ATTACHES} attaches)`, value: firstFrameMs, unit: "ms", baseline: { name: "its hello p50", value: percentile(helloMs, 50) }, goal: "≤ 50 ms", met: firstFrameMs <= 50 }),
