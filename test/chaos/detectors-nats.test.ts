@@ -19,7 +19,6 @@ import {
   environmentKey,
   FLEET_WORKSPACE,
   kvStreamName,
-  NO_REQUIREMENTS,
   runnerKey,
   sessionKey,
   Streams,
@@ -33,6 +32,7 @@ import {
 } from "@paddock/contracts";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { checkAudit, checkPlacedOnce } from "../../chaos/src/checks.ts";
+import { makeEnvironment } from "../../services/gateway/src/fake-scheduler.ts";
 import { Anomalies } from "../../chaos/src/report.ts";
 
 const WS = "default";
@@ -101,19 +101,7 @@ function session(id: string, p: Partial<Session>): Session {
 }
 
 function environment(id: string, action: string): Environment {
-  return {
-    id,
-    workspaceId: WS,
-    name: id,
-    setupHash: "0".repeat(64),
-    egressAllow: [],
-    secretRefs: [],
-    connectors: [],
-    requirements: NO_REQUIREMENTS,
-    createdAt: NOW,
-    updatedAt: NOW,
-    lastFact: { eventId: uid("evt"), action, actorId: "alice", at: NOW },
-  };
+  return makeEnvironment({ id, workspaceId: WS, name: id, createdAt: NOW, updatedAt: NOW, lastFact: { eventId: uid("evt"), action, actorId: "alice", at: NOW } });
 }
 
 /** One committed revision of a session record. */
