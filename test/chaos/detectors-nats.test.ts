@@ -5,9 +5,9 @@
  *
  * checkAudit first waits for the event recorder's feed consumers to drain. No
  * recorder runs here: `recordFeeds` stands in for it over the real durable
- * consumers (one event per session/environment revision, message id = fact
- * id, acked after the publish), so the faults are planted on top of what a
- * recorder would have left.
+ * consumers (the recorder's own derivation of one event per session or
+ * environment revision, message id = fact id, acked after the publish), so
+ * the faults are planted on top of what a recorder would have left.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
@@ -32,6 +32,8 @@ import {
 } from "@paddock/contracts";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { checkAudit, checkPlacedOnce } from "../../chaos/src/checks.ts";
+import { environmentEvent, sessionEvent } from "../../services/event-recorder/src/derive.ts";
+import { FEED_CONSUMER } from "../../services/event-recorder/src/recorder.ts";
 import { makeEnvironment } from "../../services/gateway/src/fake-scheduler.ts";
 import { Anomalies } from "../../chaos/src/report.ts";
 
@@ -45,8 +47,6 @@ const ORPHAN = "audit events without a committed fact";
 const MALFORMED = "audit events malformed";
 const AUDIT_KINDS = [MISSING, DUPLICATED, ORPHAN, MALFORMED];
 const FEEDS = [Buckets.sessions, Buckets.environments, Buckets.runners];
-/** The recorder's durable on each change feed (what checkAudit waits on). */
-const FEED_CONSUMER = "event-recorder";
 
 let nats: NatsServerHandle;
 let nc: NatsConnection;
@@ -121,19 +121,6 @@ async function dispatch(type: "start" | "destroy", sessionId: string, runnerId: 
   await js.publish(Subjects.dispatch(poolId, runnerId), JSON.stringify(cmd));
 }
 
-function eventOf(r: Session | Environment, kind: "session" | "environment"): AuditEvent {
-  return {
-    id: r.lastFact.eventId,
-    workspaceId: r.workspaceId,
-    actorId: r.lastFact.actorId,
-    action: r.lastFact.action as AuditEvent["action"],
-    resource: { kind, workspaceId: r.workspaceId, id: r.id, creatorId: "alice" },
-    at: r.lastFact.at,
-    usage: ZERO_USAGE,
-    placementGeneration: kind === "session" ? (r as Session).placementGeneration : 0,
-  };
-}
-
 /** Publishes an event to AUDIT (on its resource's subject); the stored sequence. */
 async function publishEvent(e: AuditEvent, msgID?: string): Promise<number> {
   const ack = await js.publish(Subjects.audit(e.workspaceId, e.resource.kind, e.resource.id), JSON.stringify(e), msgID ? { msgID } : undefined);
@@ -156,13 +143,8 @@ async function recordFeeds(): Promise<Map<string, number>> {
       let got = 0;
       for await (const m of await consumer.fetch({ max_messages: Math.min(pending, 256), expires: 5_000 })) {
         got += 1;
-        if (bucket === Buckets.sessions) {
-          const e = eventOf(m.json<Session>(), "session");
-          stored.set(e.id, await publishEvent(e, e.id));
-        } else if (bucket === Buckets.environments) {
-          const e = eventOf(m.json<Environment>(), "environment");
-          stored.set(e.id, await publishEvent(e, e.id));
-        }
+        const e = bucket === Buckets.sessions ? sessionEvent(m.json<Session>()) : bucket === Buckets.environments ? environmentEvent(m.json<Environment>()) : undefined;
+        if (e) stored.set(e.id, await publishEvent(e, e.id));
         await m.ackAck();
       }
       if (got === 0) throw new Error(`feed ${bucket}: ${pending} pending but nothing fetched`);
@@ -293,10 +275,10 @@ describe("checkAudit (real nats-server)", () => {
     const once = await commit(session(uid("ses"), {}));
     const twice = await commitEnvironment(environment(uid("env"), "create"));
     const stored = await recordFeeds();
-    for (let i = 0; i < 3; i++) await publishEvent(eventOf(thrice, "session"), uid("copy"));
-    for (let i = 0; i < 2; i++) await publishEvent(eventOf(twice, "environment"), uid("copy"));
+    for (let i = 0; i < 3; i++) await publishEvent(sessionEvent(thrice), uid("copy"));
+    for (let i = 0; i < 2; i++) await publishEvent(environmentEvent(twice), uid("copy"));
     // Same message id as the recorder's publish: inside the duplicate window, so not stored again.
-    expect(await publishEvent(eventOf(once, "session"), once.lastFact.eventId)).toBe(stored.get(once.lastFact.eventId));
+    expect(await publishEvent(sessionEvent(once), once.lastFact.eventId)).toBe(stored.get(once.lastFact.eventId));
 
     const { a, ...figures } = await audit();
     expect(a.counts).toEqual(counts({ duplicated: 5 }));
@@ -309,11 +291,11 @@ describe("checkAudit (real nats-server)", () => {
     const real = await commit(session(uid("ses"), {}));
     await recordFeeds();
     const ghost = session(uid("ses"), {}); // never committed
-    await publishEvent(eventOf(ghost, "session"), ghost.lastFact.eventId);
+    await publishEvent(sessionEvent(ghost), ghost.lastFact.eventId);
     const subject = Subjects.audit(WS, "session", real.id);
     const notJson = await js.publish(subject, "not json");
     // A copy of the real event with one field too many: the schema is strict, so not a duplicate but malformed.
-    const extra = await js.publish(subject, JSON.stringify({ ...eventOf(real, "session"), note: "extra" }));
+    const extra = await js.publish(subject, JSON.stringify({ ...sessionEvent(real), note: "extra" }));
 
     const { a, ...figures } = await audit();
     expect(a.counts).toEqual(counts({ orphan: 1, malformed: 2 }));
@@ -344,7 +326,7 @@ describe("checkAudit (real nats-server)", () => {
     expect(r.a.details[0]).toBe(neverDrained);
 
     // The recorder catches up: its event published, then the revision acked.
-    await publishEvent(eventOf(late, "session"), late.lastFact.eventId);
+    await publishEvent(sessionEvent(late), late.lastFact.eventId);
     for (const m of held) await m.ackAck();
     r = await audit(0);
     expect(r.a.counts).toEqual(counts());
@@ -360,8 +342,8 @@ describe("checkAudit (real nats-server)", () => {
     const s = await commit(session(uid("ses"), {}));
     await recordFeeds();
     // Planted: an event of each resource whose fact no retained revision carries.
-    const envOrphan = eventOf(environment(env, "update"), "environment");
-    const sesOrphan = eventOf(session(s.id, {}), "session");
+    const envOrphan = environmentEvent(environment(env, "update"));
+    const sesOrphan = sessionEvent(session(s.id, {}));
     for (const e of [envOrphan, sesOrphan]) await publishEvent(e, e.id);
 
     // keep - 1 revisions: the environment's history has room, so both orphans count.

@@ -141,3 +141,17 @@ describe("Anomalies and the scenario totals", () => {
     expect(totalAnomalies(result(a.counts))).toBe(200);
   });
 });
+
+describe("the chaos run's exit code", () => {
+  const clean: ScenarioResult = { name: "x", faults: 1, sessions: 1, anomalies: { stale: 0, lost: 0 }, figures: [], details: [], seconds: 1 };
+
+  it("is 0 only when every scenario is clean", () => {
+    expect(runExitCode([])).toBe(0);
+    expect(runExitCode([clean, { ...clean, name: "y" }])).toBe(0);
+  });
+
+  it("is 1 on a single anomaly anywhere, or a harness error", () => {
+    expect(runExitCode([clean, { ...clean, anomalies: { stale: 0, lost: 1 } }])).toBe(1);
+    expect(runExitCode([{ ...clean, error: "stack did not start" }, clean])).toBe(1);
+  });
+});

@@ -12,7 +12,6 @@ import { parseScriptFlags, repoRoot, ScriptUsageError, tsxBin, type ScriptArgs }
 import { BENCH_GROUPS, parseBenchArgs } from "../../bench/src/args.ts";
 import { CHAOS_SCENARIOS, parseChaosArgs } from "../../chaos/src/args.ts";
 import { parseUpArgs } from "../../scripts/up-args.ts";
-import { runExitCode, type ScenarioResult } from "../../chaos/src/report.ts";
 
 function values<V>(parsed: ScriptArgs<V>): V {
   if (parsed.help) throw new Error("expected values, got help");
@@ -163,19 +162,5 @@ describe("the scripts themselves", () => {
     expect(r.stderr.split("\n")[0]).toBe('up: --http-port must be an integer from 0 to 65535, got "99999"');
     expect(existsSync(dataDir)).toBe(false);
     rmSync(parent, { recursive: true, force: true });
-  });
-});
-
-describe("the chaos run's exit code", () => {
-  const clean: ScenarioResult = { name: "x", faults: 1, sessions: 1, anomalies: { stale: 0, lost: 0 }, figures: [], details: [], seconds: 1 };
-
-  it("is 0 only when every scenario is clean", () => {
-    expect(runExitCode([])).toBe(0);
-    expect(runExitCode([clean, { ...clean, name: "y" }])).toBe(0);
-  });
-
-  it("is 1 on a single anomaly anywhere, or a harness error", () => {
-    expect(runExitCode([clean, { ...clean, anomalies: { stale: 0, lost: 1 } }])).toBe(1);
-    expect(runExitCode([{ ...clean, error: "stack did not start" }, clean])).toBe(1);
   });
 });
