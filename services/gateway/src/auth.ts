@@ -65,6 +65,13 @@ export function tokenHashOf(authorization: string | undefined): string {
   return hashToken(token);
 }
 
+/**
+ * An expired token. It answers exactly like any other token failure (same
+ * code, same message: no "expired" versus "unknown" oracle); only the
+ * gateway's own stream guard tells it apart, to say why it closed a socket.
+ */
+export class TokenExpiredError extends UnauthenticatedError {}
+
 /** The principal of a token hash as KV holds it NOW: revoked (deleted), unknown and expired are unauthenticated. */
 export async function principalOfHash(tokens: () => Promise<KV>, tokenHash: string, now: () => number): Promise<Principal> {
   const entry = await (await tokens()).get(tokenHash);
@@ -72,7 +79,7 @@ export async function principalOfHash(tokens: () => Promise<KV>, tokenHash: stri
   const decoded = decodeJson(TokenRecord, entry.value);
   if (!decoded.ok) throw new UnauthenticatedError();
   const record = decoded.value;
-  if (record.expiresAt !== undefined && record.expiresAt <= now()) throw new UnauthenticatedError("token expired");
+  if (record.expiresAt !== undefined && record.expiresAt <= now()) throw new TokenExpiredError();
   // A session's own service token: the scheduler makes this principal's creates children of it.
   const scope: Scope = { workspaceId: record.workspaceId, actor: record.actor, ...(record.sessionId !== undefined ? { sessionId: record.sessionId } : {}) };
   return { scope, tokenHash, expiresAt: record.expiresAt };
@@ -106,6 +113,12 @@ export const Action = {
   getRunner: "runner.get",
   setRunnerState: "runner.set_state",
   createEnvironment: "environment.create",
+  /**
+   * Reference secrets from an environment (create with secretRefs; an update
+   * is admin-only anyway): every session of the environment is given their
+   * values, so only an admin decides which secrets reach which sessions.
+   */
+  grantSecrets: "environment.grant_secrets",
   listEnvironments: "environment.list",
   getEnvironment: "environment.get",
   updateEnvironment: "environment.update",
@@ -150,7 +163,7 @@ const secretActions: ReadonlySet<Action> = new Set([Action.putSecret, Action.lis
 const userOnlyActions: ReadonlySet<Action> = new Set([Action.createToken]);
 
 /** Actions only a workspace admin may take (environments have no creator). */
-const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment, Action.putSecret, Action.deleteSecret]);
+const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment, Action.grantSecrets, Action.putSecret, Action.deleteSecret]);
 
 /**
  * Actions on the fleet itself: only a fleet operator — a user who is an admin
@@ -167,6 +180,16 @@ function sessionPrincipalMay(scope: Scope, action: Action, resource: Resource): 
   if (scope.sessionId === undefined) return false;
   if (action === Action.createSession) return resource.kind === "workspace";
   return action === Action.getSession && resource.kind === "session" && resource.id === scope.sessionId;
+}
+
+/**
+ * Whether a principal without a membership may still see a resource (and so
+ * be told 403 rather than 404): the workspace its token is for, and a session
+ * principal's own session.
+ */
+function mayStillSee(scope: Scope, resource: Resource): boolean {
+  if (resource.kind === "workspace") return true;
+  return resource.kind === "session" && scope.sessionId !== undefined && resource.id === scope.sessionId;
 }
 
 export class Authorizer {
@@ -206,7 +229,11 @@ export class Authorizer {
     }
     if (sessionPrincipalMay(scope, action, resource)) return;
     const membership = await (this.prefetched.get(scope) ?? this.membership(scope.workspaceId, scope.actor.id));
-    if (!membership) throw new ForbiddenError("not a member of this workspace");
+    if (!membership) {
+      // Who may not see a resource gets the 404 of one that does not exist (no existence oracle).
+      if (!mayStillSee(scope, resource)) throw new NotFoundError(resource.kind);
+      throw new ForbiddenError("not a member of this workspace");
+    }
     if (fleetActions.has(action)) {
       const operator = scope.actor.kind === "user" && scope.sessionId === undefined ? await this.membership(FLEET_WORKSPACE, scope.actor.id) : undefined;
       if (operator?.role === "admin") return;

@@ -5,7 +5,7 @@ import { Buckets, Streams, Subjects, ZERO_USAGE, type AuditEvent } from "@paddoc
 import { Kvm } from "@nats-io/kv";
 import { memberKey, seedMember, seedToken } from "./auth.ts";
 import { LOG_CURSOR_HEADER } from "./events.ts";
-import { api, makeSession, NOW, publishChunk, startHarness, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
+import { api, makeSession, NOW, publishChunk, startHarness, SVC_SESSION, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
 
 let h: Harness;
 beforeAll(async () => {
@@ -211,8 +211,21 @@ describe("GET and DELETE /v1/sessions/:id", () => {
     expect((await api(h.url, "GET", "/v1/sessions/g1", { token })).status).toBe(200);
     await (await new Kvm(h.nc).open(Buckets.members)).delete(memberKey(WS1, "gina"));
     const denied = await api(h.url, "GET", "/v1/sessions/g1", { token });
-    expectError(denied, 403, "forbidden");
-    expect(denied.json.error.message).toContain("not a member");
+    // No longer a member: the session is not_found to it, exactly like one that does not exist.
+    expectError(denied, 404, "not_found");
+    expect(denied.json).toEqual((await api(h.url, "GET", "/v1/sessions/g_none", { token })).json);
+    expectError(await api(h.url, "GET", "/v1/sessions", { token }), 403, "forbidden");
+  });
+
+  it("a session's token: its own session is visible, another existing one is the 404 of a missing one", async () => {
+    h.scheduler.put(makeSession({ id: SVC_SESSION, workspaceId: WS1, creatorId: "alice" }));
+    h.scheduler.put(makeSession({ id: "sibling1", workspaceId: WS1, creatorId: "alice" }));
+    expect((await api(h.url, "GET", `/v1/sessions/${SVC_SESSION}`, { token: TOKENS.svc })).status).toBe(200);
+    expectError(await api(h.url, "DELETE", `/v1/sessions/${SVC_SESSION}`, { token: TOKENS.svc }), 403, "forbidden");
+    const other = await api(h.url, "GET", "/v1/sessions/sibling1", { token: TOKENS.svc });
+    expectError(other, 404, "not_found");
+    expect(other.json).toEqual((await api(h.url, "GET", "/v1/sessions/sibling_none", { token: TOKENS.svc })).json);
+    expectError(await api(h.url, "DELETE", "/v1/sessions/sibling1", { token: TOKENS.svc }), 404, "not_found");
   });
 
   it("a token that now names another principal is authorized against that principal's membership, not the one it named before", async () => {

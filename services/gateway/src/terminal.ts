@@ -24,7 +24,7 @@ import { resolveApp, sessionResource, type GatewayContext } from "./context.ts";
 import { errorResponse, parseWith, queryObject } from "./http.ts";
 import { RateLimitedError } from "./limits.ts";
 import { PresenceTracker } from "./presence.ts";
-import { TokenGuard } from "./revocation.ts";
+import { StreamGuard } from "./revocation.ts";
 import { consumeTicket } from "./tokens.ts";
 import { lastSeqOf } from "./termlog.ts";
 
@@ -40,11 +40,11 @@ export class TerminalHub {
   /** Sockets per session, open or being prepared (the per-session attach limit). */
   private readonly slots = new Map<string, number>();
   readonly presence: PresenceTracker;
-  readonly guard: TokenGuard;
+  readonly guard: StreamGuard;
 
   constructor(private readonly ctx: GatewayContext) {
     this.presence = new PresenceTracker(ctx);
-    this.guard = new TokenGuard(ctx);
+    this.guard = new StreamGuard(ctx);
     this.wss = new WebSocketServer({ noServer: true, maxPayload: ctx.deps.config.wsMaxPayloadBytes, clientTracking: false });
     // Dead peers (no close, no FIN) would hold a consumer forever: ping, and drop the silent.
     this.keepalive = setInterval(() => {
@@ -76,7 +76,9 @@ export class TerminalHub {
           this.attachments.add(a);
           this.presence.join(a);
           a.start();
-          this.guard.add(a, grant.principal.expiresAt);
+          // Lives by its token and by the access it was granted: re-authorized on every change of either.
+          const action = grant.mode === "controller" ? Action.attachController : Action.attachViewer;
+          this.guard.add(a, grant.principal, (scope) => this.ctx.authorizer.authorize(scope, action, sessionResource(grant.session)));
         });
       },
       (err: unknown) => {
@@ -112,8 +114,7 @@ export class TerminalHub {
       if (req.headers.authorization !== undefined) throw new InvalidError("give the Authorization header or ?ticket=, not both");
       // Validate before spending the ticket: a typo must not burn it.
       query = parseWith(AttachQuery, raw, "query");
-      const t = await consumeTicket(this.ctx, raw.ticket, parseWith(Id, m[1], "session id"));
-      if (raw.mode !== undefined && raw.mode !== t.mode) throw new InvalidError(`query: mode: the ticket is for ${t.mode}`);
+      const t = await consumeTicket(this.ctx, raw.ticket, parseWith(Id, m[1], "session id"), raw.mode !== undefined ? query.mode : undefined);
       principal = t.principal;
       mode = t.mode;
     } else {

@@ -164,21 +164,31 @@ const TICKET_SHAPE = /^pdt_[A-Za-z0-9_-]{43}$/;
  * two concurrent uses race to one winner), later ones are unauthenticated. Then
  * the token that asked for it is re-read: a revoked or expired one fails here.
  */
-export async function consumeTicket(ctx: GatewayContext, ticket: string, sessionId: string): Promise<{ principal: Principal; mode: AttachMode }> {
-  const refused = () => new UnauthenticatedError("invalid, expired or already used attach ticket");
+export async function consumeTicket(
+  ctx: GatewayContext,
+  ticket: string,
+  sessionId: string,
+  mode: AttachMode | undefined,
+): Promise<{ principal: Principal; mode: AttachMode }> {
+  // The one answer of every token failure (auth.ts): nothing tells which check failed.
+  const refused = () => new UnauthenticatedError();
   if (!TICKET_SHAPE.test(ticket)) throw refused();
   const kv = await ctx.tokens();
   const key = ticketKey(ticket);
   const entry = await kv.get(key);
   if (!entry || entry.operation !== "PUT") throw refused();
+  const decoded = decodeJson(AttachTicketRecord, entry.value);
+  if (!decoded.ok) throw refused();
+  const t = decoded.value;
+  // A wrong ?mode is the caller's typo: answered before the ticket is spent, so it can be used right.
+  if (mode !== undefined && mode !== t.mode && t.expiresAt > ctx.deps.now() && t.sessionId === sessionId) {
+    throw new InvalidError(`query: mode: the ticket is for ${t.mode}`);
+  }
   try {
     await kv.purge(key, { previousSeq: entry.revision });
   } catch {
     throw refused(); // another use won the race
   }
-  const decoded = decodeJson(AttachTicketRecord, entry.value);
-  if (!decoded.ok) throw refused();
-  const t = decoded.value;
   if (t.expiresAt <= ctx.deps.now() || t.sessionId !== sessionId) throw refused();
   const principal = await ctx.principalOfHash(t.tokenHash);
   if (principal.scope.workspaceId !== t.workspaceId || principal.scope.actor.id !== t.actorId) throw refused();
