@@ -3,9 +3,10 @@ import { z } from "zod";
 import { DeliverPolicy, jetstream, type ConsumerMessages } from "@nats-io/jetstream";
 import { decodeJson, PULL_OPTIONS } from "@paddock/bus";
 import { AuditEvent, Id, InvalidError, Streams, Subjects, type Scope } from "@paddock/contracts";
-import { Action } from "./auth.ts";
+import { Action, type Principal } from "./auth.ts";
 import { resolveApp, sessionResource, workspaceResource, type GatewayContext } from "./context.ts";
 import { parseWith, queryObject, route, type Route } from "./http.ts";
+import type { Reauthorize, StreamGuard } from "./revocation.ts";
 import { QueryLimit } from "./sessions.ts";
 import { ChunkVerdict, exitCodeOf, judgeChunk, lastSeqOf, readRange } from "./termlog.ts";
 
@@ -41,17 +42,20 @@ function drainOrClose(res: ServerResponse): Promise<void> {
   });
 }
 
-export function eventRoutes(ctx: GatewayContext): Route[] {
+export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
   const { log, metrics } = ctx.deps;
 
-  const auditSubject = async (scope: Scope, sessionId: string | undefined): Promise<string> => {
+  /** The audit subject the caller may read, and how to re-check that it still may (a followed stream). */
+  const auditSubject = async (scope: Scope, sessionId: string | undefined): Promise<{ subject: string; reauthorize: Reauthorize }> => {
     if (sessionId === undefined) {
-      await ctx.authorizer.authorize(scope, Action.readEvents, workspaceResource(scope));
-      return Subjects.auditWorkspace(scope.workspaceId);
+      const reauthorize: Reauthorize = (s) => ctx.authorizer.authorize(s, Action.readEvents, workspaceResource(s));
+      await reauthorize(scope);
+      return { subject: Subjects.auditWorkspace(scope.workspaceId), reauthorize };
     }
     const session = await ctx.getSession(scope, sessionId);
-    await ctx.authorizer.authorize(scope, Action.readEvents, sessionResource(session));
-    return Subjects.audit(scope.workspaceId, "session", session.id);
+    const reauthorize: Reauthorize = (s) => ctx.authorizer.authorize(s, Action.readEvents, sessionResource(session));
+    await reauthorize(scope);
+    return { subject: Subjects.audit(scope.workspaceId, "session", session.id), reauthorize };
   };
 
   const decodeEvent = (scope: Scope, m: { seq: number; subject: string; data: Uint8Array }): AuditEvent | undefined => {
@@ -71,14 +75,19 @@ export function eventRoutes(ctx: GatewayContext): Route[] {
    * that can fail with a typed error (auth, query, consumer creation) has
    * happened before the 200 is written.
    */
-  const followEvents = async (scope: Scope, subject: string, since: number, res: ServerResponse): Promise<void> => {
+  const followEvents = async (principal: Principal, allowed: { subject: string; reauthorize: Reauthorize }, since: number, res: ServerResponse): Promise<void> => {
+    const { scope } = principal;
     const consumer = await jetstream(ctx.deps.nc).consumers.get(Streams.audit, {
-      filter_subjects: [subject],
+      filter_subjects: [allowed.subject],
       ...(since > 0 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: since + 1 } : { deliver_policy: DeliverPolicy.All }),
     });
+    await guard.ready();
     const messages: ConsumerMessages = await consumer.consume(PULL_OPTIONS);
     const stop = () => void messages.close();
     res.once("close", stop);
+    // Revoked token, removed member: the stream is cut (not ended: the client must not take it as complete).
+    const stream = { tokenHash: principal.tokenHash, revoke: () => res.destroy() };
+    guard.add(stream, principal, allowed.reauthorize);
     try {
       res.writeHead(200, { "content-type": NDJSON, "cache-control": "no-store", "x-content-type-options": "nosniff" });
       res.flushHeaders();
@@ -89,6 +98,7 @@ export function eventRoutes(ctx: GatewayContext): Route[] {
         if (!res.write(JSON.stringify(event) + "\n")) await drainOrClose(res);
       }
     } finally {
+      guard.remove(stream);
       res.off("close", stop);
       await messages.close();
       if (!res.destroyed) res.end();
@@ -97,13 +107,14 @@ export function eventRoutes(ctx: GatewayContext): Route[] {
 
   return [
     route("GET", "/v1/events", async ({ req, res, query }) => {
-      const scope = await ctx.authenticate(req);
+      const principal = await ctx.principal(req);
+      const { scope } = principal;
       const raw = queryObject(query);
       const q = parseWith(EventsQuery, raw, "query");
       if (q.follow && raw.limit !== undefined) throw new InvalidError("query: limit does not apply with follow=true");
-      const subject = await auditSubject(scope, q.sessionId);
+      const { subject, reauthorize } = await auditSubject(scope, q.sessionId);
       if (q.follow) {
-        await followEvents(scope, subject, q.since, res);
+        await followEvents(principal, { subject, reauthorize }, q.since, res);
         return;
       }
       const jsm = await ctx.jsm();

@@ -31,8 +31,9 @@ export interface Gateway {
  */
 export function createGateway(deps: GatewayDeps): Gateway {
   const ctx = new GatewayContext(deps);
-  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx), ...workspaceRoutes(ctx), ...tokenRoutes(ctx), ...secretRoutes(ctx)];
   const terminals = new TerminalHub(ctx);
+  // Followed events live by their token and access like terminal sockets: one guard for both.
+  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx), ...tokenRoutes(ctx), ...secretRoutes(ctx)];
   const { log, metrics, nc } = deps;
   let listening = false;
   const isReady = () => listening && !nc.isClosed();
