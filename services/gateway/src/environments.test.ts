@@ -30,10 +30,10 @@ describe("environment CRUD", () => {
   it("a member creates (201), gets and lists; the scope reaches the scheduler", async () => {
     const c = await api(h.url, "POST", "/v1/environments", {
       token: TOKENS.bob,
-      body: body({ name: "node", image: "node:20", egressAllow: ["github.com"], secretRefs: ["GH_TOKEN"] }),
+      body: body({ name: "node", image: "node:20", egressAllow: ["github.com"], secretRefs: [] }),
     });
     expect(c.status).toBe(201);
-    expect(c.json).toMatchObject({ workspaceId: WS1, name: "node", image: "node:20", egressAllow: ["github.com"], secretRefs: ["GH_TOKEN"] });
+    expect(c.json).toMatchObject({ workspaceId: WS1, name: "node", image: "node:20", egressAllow: ["github.com"], secretRefs: [] });
     expect(h.scheduler.callsOf("createEnvironment")[0]?.request).toMatchObject({
       scope: { workspaceId: WS1, actor: { id: "bob" } },
       body: { name: "node" },
@@ -81,12 +81,29 @@ describe("environment CRUD", () => {
     expect(h.scheduler.callsOf("deleteEnvironment")).toEqual([]);
   });
 
-  it("a non-member and a session's service token may do nothing with environments", async () => {
+  it("only an admin creates an environment that references secrets: a member's is forbidden and reaches nothing", async () => {
+    const refs = body({ name: "with-secret", secretRefs: ["GH_TOKEN"] });
+    const refused = await api(h.url, "POST", "/v1/environments", { token: TOKENS.bob, body: refs });
+    expectError(refused, 403, "forbidden");
+    expect(refused.json.error.message).toContain("workspace admin");
+    expect(h.scheduler.callsOf("createEnvironment")).toEqual([]);
+    const made = await api(h.url, "POST", "/v1/environments", { token: TOKENS.admin, body: refs });
+    expect(made.status).toBe(201);
+    expect(made.json).toMatchObject({ secretRefs: ["GH_TOKEN"] });
+    // Adding a reference later is an update: admins only, as before.
+    const patched = await api(h.url, "PATCH", `/v1/environments/${made.json.id as string}`, { token: TOKENS.bob, body: body({ secretRefs: ["OTHER"] }) });
+    expectError(patched, 403, "forbidden");
+  });
+
+  it("a non-member and a session's service token may do nothing with environments (an existing one is not_found to them)", async () => {
     const id = freshEnv();
     for (const token of [TOKENS.outsider, TOKENS.svc]) {
       expectError(await api(h.url, "POST", "/v1/environments", { token, body: body({ name: "x" }) }), 403, "forbidden");
       expectError(await api(h.url, "GET", "/v1/environments", { token }), 403, "forbidden");
-      expectError(await api(h.url, "GET", `/v1/environments/${id}`, { token }), 403, "forbidden");
+      const existing = await api(h.url, "GET", `/v1/environments/${id}`, { token });
+      const missing = await api(h.url, "GET", "/v1/environments/env_nope", { token });
+      expectError(existing, 404, "not_found");
+      expect(existing.json).toEqual(missing.json);
     }
     expect(h.scheduler.callsOf("createEnvironment")).toEqual([]);
     expect(h.scheduler.callsOf("listEnvironments")).toEqual([]);

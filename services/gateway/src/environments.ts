@@ -9,7 +9,8 @@ export const ListEnvironmentsQuery = z.object({ limit: QueryLimit, cursor: z.str
 
 /**
  * Environment CRUD. Members create, get and list; only admins update and
- * delete (an environment has no creator). Another workspace's environment is
+ * delete (an environment has no creator), and only admins create one that
+ * references secrets. Another workspace's environment is
  * not_found: the scheduler's keys embed the workspace.
  */
 export function environmentRoutes(ctx: GatewayContext): Route[] {
@@ -20,6 +21,7 @@ export function environmentRoutes(ctx: GatewayContext): Route[] {
       parseWith(NoQuery, queryObject(query), "query");
       await ctx.authorizer.authorize(scope, Action.createEnvironment, workspaceResource(scope));
       const body = parseWith(CreateEnvironmentBody, await readJsonBody(req, config.maxBodyBytes), "body");
+      if (body.secretRefs !== undefined && body.secretRefs.length > 0) await ctx.authorizer.authorize(scope, Action.grantSecrets, workspaceResource(scope));
       const { environment } = await ctx.call(Api.createEnvironment, { scope, body });
       sendJson(res, 201, environment);
     }),

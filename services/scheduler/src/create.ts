@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import { z } from "zod";
 import {
   ConflictError,
+  ForbiddenError,
   InvalidError,
   isTerminal,
   NotFoundError,
@@ -71,15 +72,32 @@ function withParentOfScope(scope: Scope, body: CreateSessionBody): CreateSession
 }
 
 async function checkReferences(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody): Promise<Environment | undefined> {
+  let parent: Session | undefined;
   if (body.parentId !== undefined) {
-    const parent = await ctx.sessions.get(sessionKey(scope.workspaceId, body.parentId));
+    parent = (await ctx.sessions.get(sessionKey(scope.workspaceId, body.parentId)))?.value;
     if (!parent) throw new InvalidError("parentId names no session of this workspace");
-    if (isTerminal(parent.value.state)) throw new ConflictError("the parent session has ended");
+    if (isTerminal(parent.state)) throw new ConflictError("the parent session has ended");
   }
   if (body.environmentId === undefined) return undefined;
   const env = await ctx.envs.find(scope.workspaceId, body.environmentId);
   if (!env) throw new NotFoundError("environment");
+  if (scope.sessionId !== undefined && parent) await checkSecretsGiven(ctx, parent, env.value);
   return env.value;
+}
+
+/**
+ * A session's token creates children only in environments whose secrets its
+ * own session was given (its environment references them now): an admin
+ * granted those secrets to that session, and a child must not widen them.
+ */
+async function checkSecretsGiven(ctx: SchedulerContext, parent: Session, env: Environment): Promise<void> {
+  if (env.secretRefs.length === 0) return;
+  const own = parent.environmentId === undefined ? undefined : await ctx.envs.find(parent.workspaceId, parent.environmentId);
+  const given = new Set(own?.value.secretRefs ?? []);
+  const missing = env.secretRefs.filter((name) => !given.has(name));
+  if (missing.length > 0) {
+    throw new ForbiddenError(`a session's token cannot create a session with secrets its own session was not given: ${missing.join(", ")}`);
+  }
 }
 
 /**
