@@ -44,6 +44,12 @@ export const GatewayEnv = z.object({
   PADDOCK_CREATES_PER_MINUTE: z.coerce.number().int().positive().default(600),
   /** AES-256-GCM key sealing secret values in KV `secrets` (64 hex chars or base64 of 32 bytes); unset stores them as is. */
   PADDOCK_SECRETS_KEY: SecretsKeySetting,
+  /** A request whose headers are not complete this long after it started is answered 408 and closed (slow-header clients). */
+  PADDOCK_HTTP_HEADERS_TIMEOUT_MS: envSchemas.positiveMs.default(10_000),
+  /** Open connections (HTTP and WebSocket) in all; more are answered 503 at once. */
+  PADDOCK_HTTP_MAX_CONNECTIONS: z.coerce.number().int().positive().default(16_384),
+  /** Open connections from one client address; more are answered 429 at once. */
+  PADDOCK_HTTP_MAX_CONNECTIONS_PER_ADDRESS: z.coerce.number().int().positive().default(2_048),
 });
 
 export interface GatewayConfig {
@@ -74,6 +80,9 @@ export interface GatewayConfig {
   createsPerMinute: number;
   /** Seals secret values at rest; undefined stores them unencrypted (see ARCHITECTURE.md, Secrets). */
   secretsKey?: Buffer | undefined;
+  httpHeadersTimeoutMs: number;
+  httpMaxConnections: number;
+  httpMaxConnectionsPerAddress: number;
 }
 
 export function loadConfig(env: Record<string, string | undefined>): GatewayConfig {
@@ -97,6 +106,9 @@ export function loadConfig(env: Record<string, string | undefined>): GatewayConf
     maxAttachPerSession: e.PADDOCK_MAX_ATTACH_PER_SESSION,
     createsPerMinute: e.PADDOCK_CREATES_PER_MINUTE,
     secretsKey: e.PADDOCK_SECRETS_KEY,
+    httpHeadersTimeoutMs: e.PADDOCK_HTTP_HEADERS_TIMEOUT_MS,
+    httpMaxConnections: e.PADDOCK_HTTP_MAX_CONNECTIONS,
+    httpMaxConnectionsPerAddress: e.PADDOCK_HTTP_MAX_CONNECTIONS_PER_ADDRESS,
   };
 }
 

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { NotFoundError, PaddockError, TooLargeError } from "@paddock/contracts";
+import { ConnectionGate } from "./connections.ts";
 import { GatewayContext, type GatewayDeps } from "./context.ts";
 import { environmentRoutes } from "./environments.ts";
 import { eventRoutes } from "./events.ts";
@@ -77,15 +78,38 @@ export function createGateway(deps: GatewayDeps): Gateway {
     }
   };
 
-  const server = createServer({ requestTimeout: 60_000 }, (req, res) => {
-    handle(req, res).catch((err: unknown) => {
-      log.error({ err }, "request handler crashed");
-      res.destroy();
-    });
+  const { httpHeadersTimeoutMs: headersTimeout } = deps.config;
+  const server = createServer(
+    {
+      headersTimeout,
+      requestTimeout: Math.max(60_000, headersTimeout),
+      // Node checks both timeouts only this often (30 s by default): a slow-header socket would outlive its timeout by that much.
+      connectionsCheckingInterval: Math.max(10, Math.min(1_000, Math.floor(headersTimeout / 4))),
+    },
+    (req, res) => {
+      if (gate.isRefused(req.socket)) {
+        req.socket.destroy();
+        return;
+      }
+      handle(req, res).catch((err: unknown) => {
+        log.error({ err }, "request handler crashed");
+        res.destroy();
+      });
+    },
+  );
+  const gate = new ConnectionGate(
+    { maxConnections: deps.config.httpMaxConnections, maxConnectionsPerAddress: deps.config.httpMaxConnectionsPerAddress },
+    (reason) => metrics.connectionsRefused.inc({ reason }),
+  );
+  gate.attach(server);
+  server.on("upgrade", (req, socket, head) => {
+    if (gate.isRefused(req.socket)) socket.destroy();
+    else terminals.handleUpgrade(req, socket, head);
   });
-  server.on("upgrade", (req, socket, head) => terminals.handleUpgrade(req, socket, head));
-  server.on("clientError", (_err, socket) => {
-    if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
+  server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
+    // Headers (or a request) not complete within the timeout: a slow client, told so.
+    const status = err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? "408 Request Timeout" : "400 Bad Request";
+    if (socket.writable) socket.end(`HTTP/1.1 ${status}\r\nConnection: close\r\n\r\n`);
     else socket.destroy();
   });
 

@@ -19,6 +19,8 @@ export interface GatewayMetrics {
   screenSnapshots: Counter<"source">;
   /** Screen checkpoints not used: `stale`, `foreign`, `ahead` (as chunks), `invalid` body, cursor `beyond_log`. */
   droppedCheckpoints: Counter<"reason">;
+  /** Connections turned away at accept: over the `total` cap or the `per_address` cap. */
+  connectionsRefused: Counter<"reason">;
 }
 
 export function createGatewayMetrics(registry = new Registry()): GatewayMetrics {
@@ -47,6 +49,12 @@ export function createGatewayMetrics(registry = new Registry()): GatewayMetrics 
     droppedCheckpoints: new Counter({
       name: "paddock_gateway_dropped_checkpoints_total",
       help: "Screen checkpoints not used: stale, foreign, ahead, invalid, beyond_log",
+      labelNames: ["reason"],
+      registers: r,
+    }),
+    connectionsRefused: new Counter({
+      name: "paddock_gateway_connections_refused_total",
+      help: "Connections turned away at accept, by cap: total, per_address",
       labelNames: ["reason"],
       registers: r,
     }),
