@@ -57,8 +57,7 @@ export function baseEnv(childPath: string, workspace: string, sessionId: string)
 }
 
 /** The session's own credentials for calling Paddock back; a secret, never logged. */
-export function tokenEnv(cmd: Extract<DispatchCommand, { type: "start" }>, gatewayUrl: string | undefined): Record<string, string> {
-  const token = cmd.sessionToken;
+export function tokenEnv(cmd: Extract<DispatchCommand, { type: "start" }>, token: string | undefined, gatewayUrl: string | undefined): Record<string, string> {
   if (token === undefined) return {};
   return { PADDOCK_TOKEN: token, ...(gatewayUrl ? { PADDOCK_URL: gatewayUrl } : {}), PADDOCK_SESSION_ID: cmd.sessionId };
 }

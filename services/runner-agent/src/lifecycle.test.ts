@@ -4,14 +4,16 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Registry } from "prom-client";
 import { Objm } from "@nats-io/obj";
 import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
-import { Headers, ObjectStores, Subjects, type BootEnvironment, type DispatchCommand, type PortableSpec, type RunnerFact } from "@paddock/contracts";
-import { provision } from "@paddock/bus";
+import { FleetRpc, Headers, ObjectStores, Subjects, type BootEnvironment, type DispatchCommand, type PortableSpec, type RunnerFact, type SessionSecretsRequest as FleetRpcRequest } from "@paddock/contracts";
+import { createBusMetrics, provision, serveRpc } from "@paddock/bus";
 import { newSealKey, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT } from "@paddock/archive";
-import { createLogger } from "@paddock/logging";
+import { createLogger, silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import type { AgentConfig } from "./agent.ts";
+import { RpcSecretResolver } from "./secrets.ts";
 import { collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, maliciousTar, sealBytes, stillRuns, tarEntry, testAgent, type TestAgent } from "./test-support.ts";
 
 let server: NatsServerHandle;
@@ -41,9 +43,9 @@ interface Harness {
   send(cmd: Record<string, unknown> & { type: DispatchCommand["type"]; sessionId: string }): Promise<void>;
 }
 
-async function harness(overrides: Partial<AgentConfig> = {}, log?: ReturnType<typeof createLogger>): Promise<Harness> {
+async function harness(overrides: Partial<AgentConfig> = {}, log?: ReturnType<typeof createLogger>, extra?: Parameters<typeof testAgent>[3]): Promise<Harness> {
   const scheduler = fakeScheduler(nc, 0);
-  const t = testAgent(nc, overrides, log);
+  const t = testAgent(nc, overrides, log, extra);
   agents.push(t);
   const facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
   await t.agent.start();
@@ -329,13 +331,28 @@ describe("app environment and pipes", () => {
         cb();
       },
     });
-    const h = await harness({}, createLogger({ service: "runner-agent", level: "trace", destination: sink }));
     const token = "tok_0123456789abcdef_secret";
     const sessionId = nextId();
+    // The scheduler's side of the boot call: the token of this placement, only when asked for it.
+    const asked: FleetRpcRequest[] = [];
+    const answering = serveRpc(
+      nc,
+      FleetRpc.sessionSecrets,
+      (req) => {
+        asked.push(req);
+        return Promise.resolve({ secrets: [], ...(req.token === true && req.sessionId === sessionId ? { sessionToken: token } : {}) });
+      },
+      { log: silentLogger(), metrics: createBusMetrics(new Registry()), queue: `boot-${sessionId}` },
+    );
+    const runnerLog = createLogger({ service: "runner-agent", level: "trace", destination: sink });
+    const runnerId = `boot-${sessionId}`;
+    const h = await harness({ runnerId }, runnerLog, { secrets: new RpcSecretResolver(nc, undefined, { poolId: "default", runnerId }) });
     const term = collectTerm(nc, sessionId, "main");
     const cmd = 'printf %s "$PADDOCK_TOKEN" | sha256sum; echo "url=$PADDOCK_URL sid=$PADDOCK_SESSION_ID"';
-    await h.start(sessionId, { cmd: ["sh", "-c", cmd] }, { sessionToken: token });
+    await h.start(sessionId, { cmd: ["sh", "-c", cmd] });
     await h.fact(sessionId, "exited");
+    answering.unsubscribe();
+    expect(asked).toMatchObject([{ runnerId, sessionId, token: true, names: [] }]);
     expect(term.text()).toContain(createHash("sha256").update(token).digest("hex"));
     expect(term.text()).toContain(`url=http://gateway.test:8080 sid=${sessionId}`);
     expect(term.text()).not.toContain(token);

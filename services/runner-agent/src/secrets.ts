@@ -8,7 +8,7 @@ export interface SecretContext {
   workspaceId: string;
   sessionId: string;
   placementGeneration: number;
-  environmentId: string;
+  environmentId?: string | undefined;
 }
 
 /**
@@ -18,10 +18,22 @@ export interface SecretContext {
  */
 export interface SecretResolver {
   resolve(refs: readonly string[], ctx: SecretContext): Promise<Record<string, string>>;
+  /**
+   * What a boot needs in one call: the values of `refs` and the session's
+   * service token for this placement (undefined when none is given). A
+   * secret: never logged.
+   */
+  boot(refs: readonly string[], ctx: SecretContext): Promise<BootSecrets>;
+}
+
+export interface BootSecrets {
+  values: Record<string, string>;
+  sessionToken?: string | undefined;
 }
 
 export const noSecrets: SecretResolver = {
   resolve: () => Promise.resolve({}),
+  boot: () => Promise.resolve({ values: {} }),
 };
 
 /**
@@ -48,14 +60,23 @@ export class RpcSecretResolver implements SecretResolver {
   }
 
   async resolve(refs: readonly string[], ctx: SecretContext): Promise<Record<string, string>> {
+    if (refs.length === 0) return {};
+    return (await this.ask(refs, ctx, false)).values;
+  }
+
+  /** One call for the values and the service token (asked for on every boot: DISPATCH never carries it). */
+  boot(refs: readonly string[], ctx: SecretContext): Promise<BootSecrets> {
+    return this.ask(refs, ctx, true);
+  }
+
+  private async ask(refs: readonly string[], ctx: SecretContext, token: boolean): Promise<BootSecrets> {
     const out: Record<string, string> = {};
-    if (refs.length === 0) return out;
     // Names come validated from the environment record; re-check so a key can never span workspaces.
     if (!refs.every((name) => SecretName.safeParse(name).success)) throw new BootError("secret reference is not a valid name");
     let reply: Awaited<ReturnType<typeof callRpc<typeof FleetRpc.sessionSecrets>>>;
     try {
       const { environmentId: _environmentId, ...placement } = ctx;
-      reply = await callRpc(this.nc, FleetRpc.sessionSecrets, { ...this.runner, ...placement, names: [...refs] }, { timeoutMs: this.timeoutMs });
+      reply = await callRpc(this.nc, FleetRpc.sessionSecrets, { ...this.runner, ...placement, names: [...refs], ...(token ? { token } : {}) }, { timeoutMs: this.timeoutMs });
     } catch (err) {
       // The scheduler's reasons (no such placement, a name the environment does not reference) say nothing secret.
       if (err instanceof PaddockError && err.code !== "unavailable") throw new BootError(`secrets refused: ${err.message}`);
@@ -71,6 +92,6 @@ export class RpcSecretResolver implements SecretResolver {
         throw new BootError(`secret ${name} could not be read`);
       }
     }
-    return out;
+    return { values: out, sessionToken: reply.sessionToken };
   }
 }

@@ -114,13 +114,16 @@ export class SessionRuntime {
     const cmd = this.cmd;
     const trigger: RunTrigger = cmd.trigger;
     try {
+      const env = cmd.environment;
+      // Secret values and the service token (never in DISPATCH), asked for while the sandbox is prepared.
+      const credentials = this.deps.secrets.boot(env?.secretRefs ?? [], { ...this.held, environmentId: env?.environmentId });
+      credentials.catch(() => undefined); // awaited below, unless the restore fails first
       // Synchronous: a thread-pool round trip here is on every create's path to running, and this is two mkdirs.
       mkdirSync(this.workspace, { recursive: true });
       if (cmd.restore) await this.deps.checkpoints.restore(cmd.restore, cmd.restoreKey, this.workspace).catch(rethrowAs("restore failed"));
-      const env = cmd.environment;
-      const secrets = env ? await this.deps.secrets.resolve(env.secretRefs, { ...this.held, environmentId: env.environmentId }) : {};
+      const { values: secrets, sessionToken } = await credentials;
       const base = baseEnv(this.deps.childPath, this.workspace, this.held.sessionId);
-      const appEnv = { ...base, ...secrets, ...tokenEnv(cmd, this.deps.gatewayUrl) };
+      const appEnv = { ...base, ...secrets, ...tokenEnv(cmd, sessionToken, this.deps.gatewayUrl) };
       // Egress: setup, init and the apps reach the network through the session's proxy (last: nothing overrides it).
       const proxyEnv = await this.startEgress();
       Object.assign(appEnv, proxyEnv);

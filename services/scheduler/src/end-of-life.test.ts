@@ -8,7 +8,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Api, Buckets, tokenKey, type Session } from "@paddock/contracts";
 import { callRpc, provision } from "@paddock/bus";
-import { alice, dispatchInbox, register, runningSession, startHarness, tokenRevoked, waitForState, type SchedulerHarness } from "./testkit.ts";
+import { alice, dispatchInbox, register, runningSession, serviceTokenOf, startHarness, tokenRevoked, waitForState, type SchedulerHarness } from "./testkit.ts";
 
 let h: SchedulerHarness;
 beforeAll(async () => {
@@ -22,8 +22,7 @@ async function runningWithToken() {
   const inbox = await dispatchInbox(h.nc, "r1");
   await register(h.nc, { runnerId: "r1", generation: 1 });
   const { session, start } = await runningSession(h.nc, "r1", inbox);
-  if (start.type !== "start" || !start.sessionToken) throw new Error("start carries no session token");
-  return { session, token: start.sessionToken, inbox };
+  return { session, token: await serviceTokenOf(h.nc, start, "r1"), inbox };
 }
 
 describe("end of life", () => {

@@ -20,6 +20,7 @@ import {
   testSealKey,
   factsSettled,
   revisionsOf,
+  serviceTokenOf,
   tokenRevoked,
 } from "./testkit.ts";
 import { RUNNER_FACTS_CONSUMER } from "./fact-backlog.ts";
@@ -322,9 +323,9 @@ describe("one-shot, recycle, children, apps", () => {
     const inbox = await dispatchInbox(h.nc, "r1");
     await register(h.nc, { runnerId: "r1", generation: 1 });
     const { session: parent, start } = await runningSession(h.nc, "r1", inbox);
-    if (start.type !== "start" || !start.sessionToken) throw new Error("start carries no session token");
+    const token = await serviceTokenOf(h.nc, start, "r1");
     const tokens = await new Kvm(h.nc).open("tokens");
-    const record = await tokens.get(tokenKey(start.sessionToken));
+    const record = await tokens.get(tokenKey(token));
     expect(record?.json()).toMatchObject({ workspaceId: "ws1", sessionId: parent.id, actor: { id: parent.id, kind: "service" } });
 
     const asParent: Scope = { workspaceId: "ws1", actor: { id: parent.id, kind: "service" }, sessionId: parent.id };
@@ -337,7 +338,7 @@ describe("one-shot, recycle, children, apps", () => {
     await callRpc(h.nc, Api.deleteSession, { scope: alice, sessionId: parent.id });
     expect((await waitForState(h.nc, child.id, "canceled")).id).toBe(child.id);
     await waitForRecord(h.nc, parent.id, (s) => s.state === "destroyed");
-    await tokenRevoked(h.nc, start.sessionToken);
+    await tokenRevoked(h.nc, token);
   });
 
   it("restarts one app and records each app generation without touching the session state", async () => {

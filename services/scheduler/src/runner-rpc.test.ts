@@ -9,7 +9,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { Api, Buckets, FleetRpc, inboxPrefixOf, runnerNatsUser, secretKey, type Session } from "@paddock/contracts";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { Api, Buckets, FleetRpc, inboxPrefixOf, runnerNatsUser, secretKey, Streams, tokenKey, type Session } from "@paddock/contracts";
 import { callRpc, SecretBox } from "@paddock/bus";
 import { HELD_CHECK_GRACE_MS } from "./runner-rpc.ts";
 import { alice, dispatchInbox, factFor, publishFact, register, startHarness, waitForState, type SchedulerHarness } from "./testkit.ts";
@@ -114,10 +115,30 @@ describe("session secrets", () => {
     await expect(ask(asRunner[session.runnerId ?? ""] as NatsConnection, ["API_KEY", "NOT_REFERENCED"])).rejects.toMatchObject({ code: "forbidden" });
   });
 
+  it("answers the placement's service token only to the holder; DISPATCH never carries it", async () => {
+    const holder = asRunner[session.runnerId ?? ""] as NatsConnection;
+    const { sessionToken } = await ask(holder, [], { token: true });
+    expect(sessionToken).toMatch(/^pdk_ses_/);
+    const record = await (await new Kvm(h.nc).open(Buckets.tokens)).get(tokenKey(sessionToken ?? ""));
+    expect(record?.json()).toMatchObject({ workspaceId: "ws1", sessionId: session.id });
+    // Not without asking, and never to anyone else.
+    expect((await ask(holder, [])).sessionToken).toBeUndefined();
+    await expect(ask(asRunner[other()] as NatsConnection, [], { token: true })).rejects.toMatchObject({ code: "forbidden" });
+    await expect(ask(holder, [], { token: true, placementGeneration: 2 })).rejects.toMatchObject({ code: "not_found" });
+    // Every command sent so far, as any reader of the stream sees it: no token in any.
+    const jsm = await jetstreamManager(h.nc);
+    const { state } = await jsm.streams.info(Streams.dispatch);
+    expect(state.messages).toBeGreaterThan(0);
+    for (let seq = state.first_seq; seq <= state.last_seq; seq++) {
+      const m = await jsm.streams.getMessage(Streams.dispatch, { seq }).catch(() => undefined);
+      if (m) expect(new TextDecoder().decode(m.data)).not.toContain(sessionToken);
+    }
+  });
+
   it("counts every refusal by reason", async () => {
     const values = (await (h.schedulers[0]?.context.metrics.secretsRefused.get() ?? Promise.resolve({ values: [] }))).values;
     const by = Object.fromEntries(values.map((v) => [String(v.labels.reason), v.value]));
-    expect(by).toMatchObject({ inbox: 2, placement: 2, not_referenced: 1 });
+    expect(by).toMatchObject({ inbox: 3, placement: 3, not_referenced: 1 });
   });
 });
 

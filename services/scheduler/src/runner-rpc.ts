@@ -2,7 +2,7 @@
  * What runners ask the scheduler besides registration, answered from the
  * session record (the authority on who holds a session at which generation):
  * whether a placement is still current (terminal-log fence resolution), the
- * secret envelopes a runner needs to boot a session it holds, and which held
+ * secret envelopes and service token a runner needs to boot a session it holds, and which held
  * sessions ended without their teardown reaching the runner.
  */
 import { Kvm, type KV } from "@nats-io/kv";
@@ -29,6 +29,7 @@ import {
 } from "@paddock/contracts";
 import { serveRpc, type RpcMeta } from "@paddock/bus";
 import type { SchedulerContext } from "./context.ts";
+import { sessionTokenOf } from "./tokens.ts";
 
 /** States in which a runner boots (or restarts apps of) a session and may need its secrets. */
 const SECRET_STATES: ReadonlySet<Session["state"]> = new Set(["creating", "running"]);
@@ -71,13 +72,15 @@ export async function sessionSecrets(ctx: SchedulerContext, deps: SecretsDeps, r
     throw new ForbiddenError("only secrets the session's environment references are released");
   }
   const kv = await deps.secrets();
+  // Derived, not read: the record of this placement's token was stored before its start was sent.
+  const sessionToken = req.token === true ? sessionTokenOf(ctx, { id: req.sessionId }, req.placementGeneration) : undefined;
   const secrets = await Promise.all(
     req.names.map(async (name) => {
       const entry = await kv.get(secretKey(req.workspaceId, name));
       return entry?.operation === "PUT" ? { name, envelope: Buffer.from(entry.value).toString("base64") } : { name };
     }),
   );
-  return { secrets };
+  return { secrets, ...(sessionToken !== undefined ? { sessionToken } : {}) };
 }
 
 /** States in which a record no longer needs its sandbox. A dead one keeps its workspace until the record expires. */

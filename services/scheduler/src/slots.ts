@@ -105,7 +105,8 @@ export async function sendCommand(ctx: SchedulerContext, s: Session, body: Comma
  */
 export async function dispatchStart(ctx: SchedulerContext, s: Session, runnerGeneration: number, token?: Promise<string>): Promise<void> {
   const resume = s.placementGeneration > 1 && s.checkpoint !== undefined;
-  const [sessionToken, boot, restoreKey] = await Promise.all([
+  // The token's record is stored before the start goes out; the runner asks for the token itself.
+  const [, boot, restoreKey] = await Promise.all([
     token ?? mintSessionToken(ctx, s),
     ctx.bootEnvironment(s),
     resume && s.checkpoint ? ctx.sealKeys.get(s.checkpoint.ref) : Promise.resolve(undefined),
@@ -121,7 +122,6 @@ export async function dispatchStart(ctx: SchedulerContext, s: Session, runnerGen
       // Without its key the restore fails on the runner and the boot is reported failed.
       ...(resume && s.checkpoint ? { restore: s.checkpoint, ...(restoreKey !== undefined ? { restoreKey } : {}) } : {}),
       ...boot,
-      sessionToken,
     },
     runnerGeneration,
   );

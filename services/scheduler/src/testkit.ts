@@ -11,6 +11,7 @@ import { Registry } from "prom-client";
 import {
   Api,
   DispatchCommand,
+  FleetRpc,
   RegisterRunnerReply,
   RegisterRunnerRequest,
   RunnerFact,
@@ -227,4 +228,19 @@ export async function waitForCapacityUsed(nc: NatsConnection, runnerId: string, 
     if (e.operation === "PUT" && e.json<{ capacityUsed: number }>().capacityUsed === used) break;
   }
   watch.stop();
+}
+
+/** A started session's service token, asked for as its runner does at boot (DISPATCH never carries it). */
+export async function serviceTokenOf(nc: NatsConnection, start: DispatchCommand, runnerId: string, poolId = "default"): Promise<string> {
+  const reply = await callRpc(nc, FleetRpc.sessionSecrets, {
+    poolId,
+    runnerId,
+    workspaceId: start.workspaceId,
+    sessionId: start.sessionId,
+    placementGeneration: start.placementGeneration,
+    names: [],
+    token: true,
+  });
+  if (reply.sessionToken === undefined) throw new Error("no session token answered");
+  return reply.sessionToken;
 }

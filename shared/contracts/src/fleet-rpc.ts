@@ -40,13 +40,16 @@ export const PlacementCheckReply = z
 export type PlacementCheckReply = z.infer<typeof PlacementCheckReply>;
 
 /**
- * The secret values a runner needs to boot a session it holds. The scheduler
- * answers only when the record places the session on that runner at that
- * generation, only names the session's environment references, and (with
- * per-principal NATS credentials) only to that runner's own inbox.
+ * The secrets a runner needs to boot a session it holds: the envelopes of
+ * its environment's references and, asked with `token`, the placement's
+ * service token (injected as PADDOCK_TOKEN; never put in DISPATCH, a stream
+ * others may read). The scheduler answers only when the record places the
+ * session on that runner at that generation, only names the session's
+ * environment references, and (with per-principal NATS credentials) only to
+ * that runner's own inbox.
  */
 export const SessionSecretsRequest = z
-  .object({ ...PlacementRef, names: z.array(SecretName).max(128) })
+  .object({ ...PlacementRef, names: z.array(SecretName).max(128), token: z.boolean().optional() })
   .strict();
 export type SessionSecretsRequest = z.infer<typeof SessionSecretsRequest>;
 
@@ -63,6 +66,8 @@ export const SessionSecretsReply = z
           .strict(),
       )
       .max(128),
+    /** The placement's service token, when asked for. A secret: never logged. */
+    sessionToken: z.string().min(16).max(256).optional(),
   })
   .strict();
 export type SessionSecretsReply = z.infer<typeof SessionSecretsReply>;

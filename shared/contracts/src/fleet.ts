@@ -204,11 +204,8 @@ export const DispatchCommand = z.discriminatedUnion("type", [
       /** The key `restore` was sealed with. A secret: never logged. */
       restoreKey: SealKey.optional(),
       environment: BootEnvironment.optional(),
-      /**
-       * The session's own service token, injected into the sandbox as
-       * PADDOCK_TOKEN so its agent can create child sessions. A secret: never logged.
-       */
-      sessionToken: z.string().min(16).max(256).optional(),
+      // No service token here: DISPATCH is a stream others may read. The runner asks for it
+      // over its own inbox (FleetRpc.sessionSecrets with `token`).
     })
     .strict(),
   z
