@@ -9,8 +9,13 @@
  *   environments; only a fleet operator (an admin of the reserved workspace
  *   `fleet`, here a plain member of another workspace) changes runner state,
  *   not any workspace's admin; another workspace's resource is always 404, never 403, and its
- *   404 is byte-for-byte the 404 of an id that does not exist; a revoked or
- *   missing token is 401.
+ *   404 is byte-for-byte the 404 of an id that does not exist; a revoked,
+ *   expired or missing token is 401, always with the same body.
+ * Also walked (issue 21, items 7 and 13): a session's own service token (of
+ * another session of `default`) and a token whose membership was removed —
+ * neither may see `default`'s resources, so each existing one is the 404 of
+ * one that does not exist — and creating an environment that references
+ * secrets, which only a workspace's admin may do.
  * Cells that change a resource run against a fresh one (made by the owner just
  * for that cell), so the walk does not depend on order; runner state changes
  * come last (each allowed principal drains, cordons and uncordons, leaving the
@@ -32,9 +37,12 @@ import { openTerminal } from "./authz-helpers.ts";
 
 const WS = "default";
 const OTHER_WS = "other";
-const P = ["owner", "peer", "admin", "stranger", "strangerAdmin", "operator", "revoked", "none"] as const;
+const P = ["owner", "peer", "admin", "stranger", "strangerAdmin", "operator", "session", "exMember", "revoked", "expired", "none"] as const;
 type Principal = (typeof P)[number];
 const TOKENS: Record<Exclude<Principal, "revoked" | "none">, string> = {
+  session: "pdk_authz_session_service_00000000007",
+  exMember: "pdk_authz_removed_member_rex_000008",
+  expired: "pdk_authz_expired_eli_00000000000009",
   owner: "pdk_authz_owner_oscar_000000000001",
   peer: "pdk_authz_peer_mia_00000000000000002",
   admin: "pdk_authz_admin_ada_0000000000000003",
@@ -44,6 +52,10 @@ const TOKENS: Record<Exclude<Principal, "revoked" | "none">, string> = {
 };
 /** Principals of another workspace: everything of `default` is 404 to them. */
 const FOREIGN: ReadonlySet<Principal> = new Set(["stranger", "strangerAdmin", "operator"]);
+/** Principals of `default` that may not see its resources: a session's own token (of another session), a removed member. */
+const BLIND: ReadonlySet<Principal> = new Set(["session", "exMember"]);
+/** The one body of every token failure (no oracle on which). */
+const UNAUTHENTICATED = { error: { code: "unauthenticated", message: "missing or invalid token" } };
 /** Ids of the owner's side that must never reach another workspace. */
 const OWNER_ACTORS = ["oscar-owner", "mia-peer", "ada-admin"];
 
@@ -152,12 +164,21 @@ type Kind =
   /** Runner reads: every member of any workspace (runners are the fleet's). */
   | "fleetRead"
   /** Runner state: a fleet operator (an admin of the reserved workspace `fleet`) only. */
-  | "fleetAdmin";
+  | "fleetAdmin"
+  /** A workspace-level create only an admin of the caller's own workspace makes (an environment referencing secrets). */
+  | "workspaceAdmin";
 
-function expected(kind: Kind, p: Principal, ok: number): number {
-  if (p === "revoked" || p === "none") return 401;
+function expected(kind: Kind, p: Principal, ok: number, sessionOk = false): number {
+  if (p === "revoked" || p === "expired" || p === "none") return 401;
+  if (BLIND.has(p)) {
+    // Workspace-level: refused (a session's token only creates sessions, its children); anything in it: not found.
+    if (kind === "workspace" || kind === "fleetRead" || kind === "fleetAdmin" || kind === "workspaceAdmin") return p === "session" && sessionOk ? ok : 403;
+    return 404;
+  }
   const foreign = FOREIGN.has(p);
   switch (kind) {
+    case "workspaceAdmin":
+      return p === "admin" || p === "strangerAdmin" ? ok : 403;
     case "workspace":
     case "fleetRead":
       return ok;
@@ -181,6 +202,8 @@ interface RouteCase extends Cell {
   name: string;
   kind: Kind;
   ok: number;
+  /** A session's own token may do this (create a session: its child). */
+  sessionOk?: boolean;
 }
 
 /** Runs a request on a fresh resource when this principal is allowed to change it, else on the shared one. */
@@ -230,6 +253,7 @@ const ROUTES: RouteCase[] = [
     name: "POST /v1/sessions",
     kind: "workspace",
     ok: 201,
+    sessionOk: true,
     run: async (p) => {
       const answer = await call(p, "POST", "/v1/sessions", { spec: { cmd: ["true"] }, oneShot: true });
       return { answer };
@@ -266,6 +290,12 @@ const ROUTES: RouteCase[] = [
   sessionCase("GET /v1/events?sessionId=", "read", 200, (p, id) => call(p, "GET", `/v1/events?sessionId=${id}`)),
   // Environments
   { name: "POST /v1/environments", kind: "workspace", ok: 201, run: async (p) => ({ answer: await call(p, "POST", "/v1/environments", { name: `env-${uniq(p)}` }) }) },
+  {
+    name: "POST /v1/environments (secretRefs)",
+    kind: "workspaceAdmin",
+    ok: 201,
+    run: async (p) => ({ answer: await call(p, "POST", "/v1/environments", { name: `env-secret-${uniq(p)}`, secretRefs: ["AUTHZ_SECRET"] }) }),
+  },
   { name: "GET /v1/environments", kind: "workspace", ok: 200, run: async (p) => ({ answer: await call(p, "GET", "/v1/environments?limit=500") }) },
   {
     name: "GET /v1/environments/:id",
@@ -367,6 +397,14 @@ beforeAll(async () => {
 
   ownerTokenId = await freshOwnerToken();
   session = await freshSession();
+  // A session's own service token (of another live session of `default`), as its runner injects it.
+  const host = await freshSession();
+  await seedToken(nc, TOKENS.session, { workspaceId: WS, actor: { id: host.id, kind: "service" }, sessionId: host.id, createdAt: 1 });
+  // A member removed after its token was minted; an expired token of a member.
+  await seed("exMember", WS, "rex-removed", "member");
+  await (await new Kvm(nc).open("members")).delete(`${WS}.rex-removed`);
+  await seed("expired", WS, "eli-expired", "member");
+  await seedToken(nc, TOKENS.expired, { workspaceId: WS, actor: { id: "eli-expired", kind: "user" }, createdAt: 1, expiresAt: 2 });
   envId = await freshEnvironment();
   env2Id = await freshEnvironment();
   // A second live session of the owner, so its list has a next page.
@@ -393,10 +431,10 @@ describe("the Authorizer matrix", () => {
       const { answer, realId, probe } = await r.run(p);
       collectIds(answer.body);
       got[p] = answer.status;
-      want[p] = expected(r.kind, p, r.ok);
+      want[p] = expected(r.kind, p, r.ok, r.sessionOk);
       row[p] = got[p] === want[p] ? String(got[p]) : `${got[p]}≠${want[p]}`;
-      if (FOREIGN.has(p)) {
-        assertNoLeak(p, name, answer.body);
+      if (FOREIGN.has(p) || BLIND.has(p)) {
+        if (FOREIGN.has(p)) assertNoLeak(p, name, answer.body);
         // No existence oracle: the 404 of a real id is the 404 of an id that names nothing.
         if (answer.status === 404 && realId && probe) {
           const fake = fakeOf(realId);
@@ -405,7 +443,7 @@ describe("the Authorizer matrix", () => {
           expect(JSON.stringify(answer.body).replaceAll(realId, "ID")).toBe(JSON.stringify(missing.body).replaceAll(fake, "ID"));
         }
       }
-      if (answer.status === 401) expect(answer.body).toMatchObject({ error: { code: "unauthenticated" } });
+      if (answer.status === 401) expect(answer.body).toEqual(UNAUTHENTICATED);
       if (answer.status === 403) expect(answer.body).toMatchObject({ error: { code: "forbidden" } });
       if (answer.status === 404) expect(answer.body).toMatchObject({ error: { code: "not_found" } });
     }
