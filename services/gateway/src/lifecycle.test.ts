@@ -88,11 +88,11 @@ describe("lifecycle routes: what each answers", () => {
 
 describe("lifecycle routes: authorization", () => {
   for (const [name, path, b, verb] of ROUTES) {
-    it(`${name}: the creator and an admin may; another member is forbidden; an outsider too`, async () => {
+    it(`${name}: the creator and an admin may; another member is forbidden; an outsider and another session's token see nothing (not_found)`, async () => {
       const id = fresh();
       expectError(await api(h.url, "POST", path(id), { token: TOKENS.bob, ...(b ? { body: b } : {}) }), 403, "forbidden");
-      expectError(await api(h.url, "POST", path(id), { token: TOKENS.outsider, ...(b ? { body: b } : {}) }), 403, "forbidden");
-      expectError(await api(h.url, "POST", path(id), { token: TOKENS.svc, ...(b ? { body: b } : {}) }), 403, "forbidden");
+      expectError(await api(h.url, "POST", path(id), { token: TOKENS.outsider, ...(b ? { body: b } : {}) }), 404, "not_found");
+      expectError(await api(h.url, "POST", path(id), { token: TOKENS.svc, ...(b ? { body: b } : {}) }), 404, "not_found");
       expect(h.scheduler.callsOf(verb)).toEqual([]);
       expect((await api(h.url, "POST", path(id), { token: TOKENS.alice, ...(b ? { body: b } : {}) })).status).toBeLessThan(300);
       expect((await api(h.url, "POST", path(fresh()), { token: TOKENS.admin, ...(b ? { body: b } : {}) })).status).toBeLessThan(300);
@@ -173,7 +173,7 @@ describe("a session's own service token", () => {
     h.scheduler.put(makeSession({ id: SVC_SESSION, workspaceId: WS1, creatorId: "alice" }));
     const other = fresh();
     expect((await api(h.url, "GET", `/v1/sessions/${SVC_SESSION}`, { token: TOKENS.svc })).json).toMatchObject({ id: SVC_SESSION });
-    expectError(await api(h.url, "GET", `/v1/sessions/${other}`, { token: TOKENS.svc }), 403, "forbidden");
+    expectError(await api(h.url, "GET", `/v1/sessions/${other}`, { token: TOKENS.svc }), 404, "not_found");
     expectError(await api(h.url, "GET", "/v1/sessions", { token: TOKENS.svc }), 403, "forbidden");
     expectError(await api(h.url, "DELETE", `/v1/sessions/${SVC_SESSION}`, { token: TOKENS.svc }), 403, "forbidden");
     expectError(await api(h.url, "GET", `/v1/sessions/${SVC_SESSION}/log`, { token: TOKENS.svc }), 403, "forbidden");

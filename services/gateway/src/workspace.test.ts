@@ -124,8 +124,8 @@ describe("PUT /v1/sessions/:id/workspace", () => {
     expectError(await put(`/v1/sessions/${id}/workspace`, TOKENS.eve), 404, "not_found");
     expectError(await put(`/v1/sessions/${fresh("running", WS2, "eve")}/workspace`, TOKENS.alice), 404, "not_found");
     expectError(await put(`/v1/sessions/${id}/workspace`, TOKENS.bob), 403, "forbidden");
-    expectError(await put(`/v1/sessions/${id}/workspace`, TOKENS.outsider), 403, "forbidden");
-    expectError(await put(`/v1/sessions/${id}/workspace`, TOKENS.svc), 403, "forbidden");
+    expectError(await put(`/v1/sessions/${id}/workspace`, TOKENS.outsider), 404, "not_found");
+    expectError(await put(`/v1/sessions/${id}/workspace`, TOKENS.svc), 404, "not_found");
     expectError(await put(`/v1/sessions/${fresh("suspended_cold")}/workspace`, TOKENS.alice), 409, "conflict");
     expectError(await put(`/v1/sessions/${fresh("queued")}/workspace`, TOKENS.alice), 409, "conflict");
     expect(seen).toEqual([]);
@@ -189,7 +189,7 @@ describe("GET /v1/sessions/:id/workspace", () => {
     expectError(await get(`/v1/sessions/b@d/workspace`, TOKENS.alice), 400, "invalid");
     expectError(await get(`/v1/sessions/${id}/workspace`), 401, "unauthenticated");
     expectError(await get(`/v1/sessions/${id}/workspace`, TOKENS.eve), 404, "not_found");
-    expectError(await get(`/v1/sessions/${id}/workspace`, TOKENS.outsider), 403, "forbidden");
+    expectError(await get(`/v1/sessions/${id}/workspace`, TOKENS.outsider), 404, "not_found");
     expectError(await get(`/v1/sessions/${fresh("suspended_cold")}/workspace`, TOKENS.alice), 409, "conflict");
     expect(seen).toEqual([]);
   });
@@ -209,7 +209,7 @@ describe("GET /v1/sessions/:id/diff", () => {
     expectError(await get(`/v1/sessions/a.b/diff`, TOKENS.alice), 400, "invalid");
     expectError(await get(`/v1/sessions/${id}/diff`), 401, "unauthenticated");
     expectError(await get(`/v1/sessions/${id}/diff`, TOKENS.eve), 404, "not_found");
-    expectError(await get(`/v1/sessions/${id}/diff`, TOKENS.outsider), 403, "forbidden");
+    expectError(await get(`/v1/sessions/${id}/diff`, TOKENS.outsider), 404, "not_found");
     expectError(await get(`/v1/sessions/${fresh("queued")}/diff`, TOKENS.alice), 409, "conflict");
     expect(seen).toEqual([]);
   });
