@@ -51,6 +51,36 @@ afterAll(async () => {
 });
 
 describe("RpcSecretResolver", () => {
+  it("asks for the session token at boot, and waits out a moment with no scheduler answering", async () => {
+    // A bus of its own, where nobody answers at first.
+    const lone = await startNatsServer();
+    const c = await connect({ servers: lone.url });
+    try {
+      const asked: unknown[] = [];
+      let waits = 0;
+      const schedulerComesBack = async () => {
+        waits++;
+        serveRpc(
+          c,
+          FleetRpc.sessionSecrets,
+          (req) => {
+            asked.push(req);
+            return Promise.resolve({ secrets: [], sessionToken: "pdk_ses_0123456789abcdef" });
+          },
+          { metrics: createBusMetrics(), log: silentLogger() },
+        );
+        await c.flush();
+      };
+      const r = new RpcSecretResolver(c, KEY, RUNNER, 10_000, schedulerComesBack);
+      expect(await r.boot([], ctx("wsA"))).toEqual({ values: {}, sessionToken: "pdk_ses_0123456789abcdef" });
+      expect(waits).toBe(1);
+      expect(asked).toMatchObject([{ ...RUNNER, sessionId: "s1", names: [], token: true }]);
+    } finally {
+      await c.close();
+      await lone.stop();
+    }
+  });
+
   it("resolves refs of the session's workspace only", async () => {
     await store("wsA", "TOKEN", "value-a");
     await store("wsB", "TOKEN", "value-b");

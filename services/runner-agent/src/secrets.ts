@@ -1,6 +1,6 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { callRpc, SecretBox } from "@paddock/bus";
-import { FleetRpc, PaddockError, SecretName, secretKey } from "@paddock/contracts";
+import { FleetRpc, PaddockError, SecretName, secretKey, UnavailableError, type SessionSecretsReply, type SessionSecretsRequest } from "@paddock/contracts";
 import { BootError } from "./errors.ts";
 
 /** Which placement of which session asks, so the scheduler can authorize the lookup. */
@@ -55,6 +55,8 @@ export class RpcSecretResolver implements SecretResolver {
     key: Buffer | undefined,
     private readonly runner: { poolId: string; runnerId: string },
     private readonly timeoutMs = 10_000,
+    /** Waits between attempts while no scheduler answers (tests inject it). */
+    private readonly sleep: (ms: number) => Promise<void> = (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
   ) {
     this.box = new SecretBox(key);
   }
@@ -76,7 +78,7 @@ export class RpcSecretResolver implements SecretResolver {
     let reply: Awaited<ReturnType<typeof callRpc<typeof FleetRpc.sessionSecrets>>>;
     try {
       const { environmentId: _environmentId, ...placement } = ctx;
-      reply = await callRpc(this.nc, FleetRpc.sessionSecrets, { ...this.runner, ...placement, names: [...refs], ...(token ? { token } : {}) }, { timeoutMs: this.timeoutMs });
+      reply = await this.call({ ...this.runner, ...placement, names: [...refs], ...(token ? { token } : {}) });
     } catch (err) {
       // The scheduler's reasons (no such placement, a name the environment does not reference) say nothing secret.
       if (err instanceof PaddockError && err.code !== "unavailable") throw new BootError(`secrets refused: ${err.message}`);
@@ -93,5 +95,22 @@ export class RpcSecretResolver implements SecretResolver {
       }
     }
     return { values: out, sessionToken: reply.sessionToken };
+  }
+
+  /**
+   * Every boot asks (the token is never in DISPATCH), so a moment with no
+   * scheduler answering (a replica restarting) is waited out, with backoff,
+   * within the time budget; any answer, a refusal included, is final.
+   */
+  private async call(request: SessionSecretsRequest): Promise<SessionSecretsReply> {
+    const deadline = Date.now() + this.timeoutMs;
+    for (let backoffMs = 100; ; backoffMs = Math.min(backoffMs * 2, 2_000)) {
+      try {
+        return await callRpc(this.nc, FleetRpc.sessionSecrets, request, { timeoutMs: Math.max(1, deadline - Date.now()) });
+      } catch (err) {
+        if (!(err instanceof UnavailableError) || Date.now() + backoffMs >= deadline) throw err;
+      }
+      await this.sleep(backoffMs);
+    }
   }
 }
