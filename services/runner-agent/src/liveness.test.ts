@@ -402,6 +402,8 @@ describe("a stopped process", () => {
     const nc = await connect({ servers: server.url });
     await provision(nc, { replicas: 1, leaseMarkerTtlMs: 1_000 });
     const scheduler = fakeScheduler(nc, 0);
+    // A runner process asks for its session's secrets and token at every boot: none here.
+    scheduler.boot = () => ({ secrets: [] });
     const runnerId = "stopped1";
     const lease = await watchKey(nc, Buckets.runnerLeases, runnerKey("default", runnerId));
     const svc = await startService("runner-agent", {

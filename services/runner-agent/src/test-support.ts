@@ -15,6 +15,8 @@ import {
   HeldCheckReply,
   HeldCheckRequest,
   PlacementCheckReply,
+  SessionSecretsReply,
+  SessionSecretsRequest,
   PlacementCheckRequest,
   replyEnvelope,
   RegisterRunnerReply,
@@ -70,6 +72,12 @@ export interface FakeScheduler {
   /** Held checks received; `ended` answers them (nothing ended unless a test says otherwise). */
   heldChecks: Collector<HeldCheckRequest>;
   ended: (req: HeldCheckRequest) => HeldSession[];
+  /**
+   * Answers a boot's secrets and token call (`FleetRpc.sessionSecrets`) when a
+   * test sets it; unset, the call goes unanswered (in-process agents use
+   * noSecrets and never ask; a runner process always does).
+   */
+  boot: ((req: SessionSecretsRequest) => SessionSecretsReply) | undefined;
   /** One subscription for every fleet call (registration, placement and held checks). */
   sub: Subscription;
 }
@@ -80,7 +88,7 @@ export interface FakeScheduler {
  * as the scheduler does; the runner reads it on every lease renewal.
  */
 export function fakeScheduler(nc: NatsConnection, stored = 0): FakeScheduler {
-  const fake: FakeScheduler = { requests: new Collector(), stored, destroy: [], isCurrent: () => true, kept: () => undefined, heldChecks: new Collector(), ended: () => [], sub: undefined as never };
+  const fake: FakeScheduler = { requests: new Collector(), stored, destroy: [], isCurrent: () => true, kept: () => undefined, heldChecks: new Collector(), ended: () => [], boot: undefined, sub: undefined as never };
   fake.sub = nc.subscribe("paddock.fleet.v1.>", {
     callback: (_err, msg) => {
       if (msg.subject === Subjects.placementCheck) {
@@ -93,6 +101,11 @@ export function fakeScheduler(nc: NatsConnection, stored = 0): FakeScheduler {
         if (!check.ok) return;
         fake.heldChecks.push(check.value);
         msg.respond(encodeJson(replyEnvelope(HeldCheckReply), { ok: true, result: { ended: fake.ended(check.value) } }));
+        return;
+      }
+      if (msg.subject === Subjects.secrets) {
+        const ask = decodeJson(SessionSecretsRequest, msg.data);
+        if (ask.ok && fake.boot) msg.respond(encodeJson(replyEnvelope(SessionSecretsReply), { ok: true, result: fake.boot(ask.value) }));
         return;
       }
       if (msg.subject !== Subjects.register) return;
