@@ -81,6 +81,7 @@ describe("placement check", () => {
       [FleetRpc.placementCheck.subject, { ...placement(), placementGeneration: 0 }],
       [FleetRpc.placementCheck.subject, { ...placement(), extra: true }],
       [FleetRpc.sessionSecrets.subject, { ...placement(), names: ["not a name"] }],
+      [FleetRpc.sessionSecrets.subject, { ...placement(), names: [], token: "yes" }],
       [FleetRpc.sessionSecrets.subject, "not json"],
     ] as const) {
       const reply = await h.nc.request(subject, typeof body === "string" ? body : JSON.stringify(body), { timeout: 5_000 });
