@@ -22,6 +22,7 @@ import {
   Runner,
   RunnerFact,
   runnerKey,
+  parseRegisterSubject,
   Subjects,
   Headers,
   type HeldSession,
@@ -95,7 +96,7 @@ export function fakeScheduler(nc: NatsConnection, stored = 0): FakeScheduler {
         msg.respond(encodeJson(replyEnvelope(HeldCheckReply), { ok: true, result: { ended: fake.ended(check.value) } }));
         return;
       }
-      if (msg.subject !== Subjects.register) return;
+      if (parseRegisterSubject(msg.subject) === undefined) return;
       const req = decodeJson(RegisterRunnerRequest, msg.data);
       if (!req.ok) return;
       const accepted = req.value.generation > fake.stored;

@@ -87,7 +87,13 @@ export const Subjects = {
   auditAll: "paddock.audit.>",
   /** Gateway → scheduler request/reply; schedulers serve it in one queue group. */
   api: (resource: string, verb: string) => `paddock.api.v1.${resource}.${verb}`,
-  register: "paddock.fleet.v1.register",
+  /**
+   * Runner → scheduler registration, under the runner's own pool/runner
+   * tokens: NATS permissions let a runner publish only its own, and the
+   * scheduler refuses a body that names another runner than the subject.
+   */
+  register: (poolId: string, runnerId: string) => `paddock.fleet.v1.register.${poolId}.${runnerId}`,
+  registerAll: "paddock.fleet.v1.register.*.*",
   /** Runner → scheduler: is this placement still the session's current one (terminal-log fence resolution). */
   placementCheck: "paddock.fleet.v1.placement",
   /** Runner → scheduler: the sealed secret values of a session it is booting (answered only to that runner's inbox). */
@@ -112,6 +118,22 @@ export const Headers = {
 } as const;
 
 export const QueueGroups = { scheduler: "scheduler" } as const;
+
+/** The pool and runner of a RUNNER fact subject (`paddock.runner.<pool>.<runner>.events`); undefined when it is not one. */
+export function parseRunnerEventsSubject(subject: string): { poolId: string; runnerId: string } | undefined {
+  const parts = subject.split(".");
+  if (parts.length !== 5 || parts[0] !== "paddock" || parts[1] !== "runner" || parts[4] !== "events") return undefined;
+  const [, , poolId, runnerId] = parts as [string, string, string, string];
+  return { poolId, runnerId };
+}
+
+/** The pool and runner of a registration subject (`paddock.fleet.v1.register.<pool>.<runner>`); undefined when it is not one. */
+export function parseRegisterSubject(subject: string): { poolId: string; runnerId: string } | undefined {
+  const parts = subject.split(".");
+  if (parts.length !== 6 || parts.slice(0, 4).join(".") !== "paddock.fleet.v1.register") return undefined;
+  const [, , , , poolId, runnerId] = parts as [string, string, string, string, string, string];
+  return { poolId, runnerId };
+}
 
 /** The parts of a TERM subject (`paddock.term.<pool>.<runner>.<session>.<app>`); undefined when it is not one. */
 export function parseTermSubject(subject: string): { poolId: string; runnerId: string; sessionId: string; app: string } | undefined {

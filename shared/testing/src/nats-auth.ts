@@ -139,7 +139,7 @@ export function schedulerPermissions(): Permissions {
         ...objectStore(ObjectStores.envSnapshots),
       ],
     },
-    subscribe: { allow: ["paddock.api.v1.>", Subjects.register, Subjects.placementCheck, Subjects.secrets, Subjects.heldCheck, Subjects.presenceAll, inbox(ControlPlaneUsers.scheduler)] },
+    subscribe: { allow: ["paddock.api.v1.>", Subjects.registerAll, Subjects.placementCheck, Subjects.secrets, Subjects.heldCheck, Subjects.presenceAll, inbox(ControlPlaneUsers.scheduler)] },
     allowResponses: true,
   };
 }
@@ -201,7 +201,8 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal): Permis
         `${API}.DIRECT.GET.${kvStream(Buckets.runners)}.${kvSubject(Buckets.runners, key)}`,
         // Its own DISPATCH durable, creatable only with its own filter subject.
         ...durable(Streams.dispatch, name, Subjects.dispatch(poolId, runnerId)),
-        Subjects.register,
+        // Registration under its own pool/runner tokens only: the subject is its identity (the scheduler refuses a body naming another runner).
+        Subjects.register(poolId, runnerId),
         // Fence resolution, boot secrets and held checks: answered from the session record, secrets and held checks only to this runner's inbox.
         Subjects.placementCheck,
         Subjects.secrets,
