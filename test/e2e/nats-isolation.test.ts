@@ -79,8 +79,9 @@ describe("NATS permissions per principal", () => {
     await server?.stop();
   });
 
-  it("refuses a connection without credentials or with a wrong password", async () => {
+  it("refuses a connection without credentials, with a wrong password, or as a runner that is not declared", async () => {
     await expect(connect({ servers: server.url })).rejects.toThrow(/authorization/i);
+    await expect(connect({ servers: server.url, user: runnerUser("default", "r3"), pass: passwords[runnerUser(R1.poolId, R1.runnerId)] ?? "" })).rejects.toThrow(/authorization/i);
     await expect(connect({ servers: server.url, user: "scheduler", pass: "wrong" })).rejects.toThrow(/authorization/i);
   });
 
@@ -168,6 +169,12 @@ describe("NATS permissions per principal", () => {
     it("cannot publish facts as another runner", async () => {
       const subject = "paddock.runner.default.r2.events";
       expect(await denied(r1(), subject, () => jetstream(r1()).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
+    });
+
+    it("cannot register as another runner, nor on the shared registration subject", async () => {
+      for (const subject of [Subjects.register(R2.poolId, R2.runnerId), "paddock.fleet.v1.register"]) {
+        expect(await denied(r1(), subject, () => r1().publish(subject, "{}"))).toMatch(/permissions violation/i);
+      }
     });
 
     it("cannot publish dispatch commands or listen on DISPATCH subjects", async () => {
@@ -364,6 +371,47 @@ describe("the whole stack with per-service credentials", () => {
     const s = sessionOf(await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", "exec sleep 600"] } }));
     const sessions = [{ workspaceId: "default", sessionId: s.id, placementGeneration: 1 }];
     await expect(callRpc(intruder, FleetRpc.heldCheck, { poolId: "default", runnerId: "runner-1", runnerGeneration: 1, sessions })).rejects.toMatchObject({ code: "forbidden" });
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
+  });
+
+  /** Resolves once the schedulers' facts consumer has settled every fact up to seq (consumer info has no watch). */
+  async function factsSettledThrough(seq: number): Promise<void> {
+    const jsm = await jetstreamManager(nc);
+    while ((await jsm.consumers.info("RUNNER", "scheduler")).ack_floor.stream_seq < seq) await new Promise((r) => setTimeout(r, 20));
+  }
+
+  async function runningOnRunner1(): Promise<{ id: string; generation: number }> {
+    const s = sessionOf(await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", "exec sleep 600"] } }));
+    await waitForAuditEvents(nc, "default", s.id, (evs) => evs.some((e) => e.action === "start"));
+    const running = sessionOf(await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}`));
+    expect(running).toMatchObject({ state: "running", runnerId: "runner-1" });
+    const record = (await (await new Kvm(nc).open("runners")).get("default.runner-1"))?.json<{ generation: number }>();
+    return { id: s.id, generation: record?.generation ?? 0 };
+  }
+
+  it("another runner's fact about a session on runner-1 is never applied, whatever runner it names", async () => {
+    const s = await runningOnRunner1();
+    // Published under the intruder's own subject (all its credentials allow), naming runner-1 and its generations.
+    const forged = { type: "exited", runnerId: "runner-1", poolId: "default", runnerGeneration: s.generation, sessionId: s.id, workspaceId: "default", placementGeneration: 1, at: Date.now(), exitCode: 0 };
+    const ack = await jetstream(intruder).publish(Subjects.runnerEvents(INTRUDER.poolId, INTRUDER.runnerId), JSON.stringify(forged));
+    await factsSettledThrough(ack.seq);
+    expect(sessionOf(await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}`))).toMatchObject({ state: "running", runnerId: "runner-1" });
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
+  });
+
+  it("another runner cannot register as runner-1: not on its subject, nor by naming it on its own", async () => {
+    const s = await runningOnRunner1();
+    const claim = { runnerId: "runner-1", poolId: "default", generation: s.generation + 1, capacityTotal: 1, capabilities: [], sessions: [] };
+    const theirs = Subjects.register("default", "runner-1");
+    expect(await denied(intruder, theirs, () => intruder.publish(theirs, JSON.stringify(claim)))).toMatch(/permissions violation/i);
+    // On its own subject the body names runner-1: refused without effect or answer. Its own registration, asked next, is answered.
+    intruder.publish(Subjects.register(INTRUDER.poolId, INTRUDER.runnerId), JSON.stringify(claim), { reply: `${inboxPrefixOf(runnerUser(INTRUDER.poolId, INTRUDER.runnerId))}.forged` });
+    const own = { ...claim, runnerId: INTRUDER.runnerId, generation: 1, capacityTotal: 0 };
+    const answer = await intruder.request(Subjects.register(INTRUDER.poolId, INTRUDER.runnerId), JSON.stringify(own), { timeout: 10_000 });
+    expect(answer.json()).toMatchObject({ accepted: true, generation: 1 });
+    const record = (await (await new Kvm(nc).open("runners")).get("default.runner-1"))?.json<{ generation: number; state: string }>();
+    expect(record).toMatchObject({ generation: s.generation, state: "active" });
+    expect(sessionOf(await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}`))).toMatchObject({ state: "running", runnerId: "runner-1" });
     expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
   });
 
