@@ -284,3 +284,20 @@ describe("a runner's word about another runner", () => {
     expect(await runner("r2")).toBeUndefined();
   });
 });
+
+describe("runner records", () => {
+  it("lastSeenAt follows the lease renewals (the lease entry's time), without a runner-record write per renewal", async () => {
+    await h.start();
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const records = await new Kvm(h.nc).open("runners");
+    const before = await records.get("default.r1");
+    const leases = await new Kvm(h.nc).open("runner-leases");
+    for (let i = 0; i < 3; i++) await leases.put("default.r1", JSON.stringify({ runnerId: "r1", poolId: "default", generation: 1, renewedAt: i }));
+    const renewedAt = (await leases.get("default.r1"))?.created.getTime();
+    // The scheduler's lease watch delivers the renewal; its list answers from then on.
+    let seen = (await runner("r1"))?.lastSeenAt;
+    while (seen !== renewedAt) seen = await new Promise<number | undefined>((resolve) => setTimeout(() => void runner("r1").then((r) => resolve(r?.lastSeenAt)), 10));
+    expect(seen).toBeGreaterThan(before?.json<{ lastSeenAt: number }>().lastSeenAt ?? Infinity);
+    expect((await records.get("default.r1"))?.revision).toBe(before?.revision);
+  });
+});

@@ -155,5 +155,5 @@ export async function setRunnerState(ctx: SchedulerContext, runnerId: string, st
   if (!written) throw new NotFoundError("runner");
   ctx.runnerView.apply(key, written);
   if (state === "active") ctx.requestPlacement();
-  return written.value;
+  return ctx.leases.withLastSeen(written.value);
 }
