@@ -14,7 +14,8 @@ import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/
 import { Kvm } from "@nats-io/kv";
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { callRpc, provision } from "@paddock/bus";
-import { FleetRpc, Headers, inboxPrefixOf, Subjects } from "@paddock/contracts";
+import { Objm } from "@nats-io/obj";
+import { FleetRpc, Headers, inboxPrefixOf, ObjectStores, runnerObjectStore, Subjects } from "@paddock/contracts";
 import { connectAs, ControlPlaneUsers, natsAuthConfig, runnerUser, startNatsServer, startStack, type NatsServerHandle, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal, waitForAuditEvents } from "./helpers.ts";
 
@@ -217,6 +218,34 @@ describe("NATS permissions per principal", () => {
       expect(await denied(r1(), "$JS.API.STREAM.CREATE.EVIL", () => jsm.streams.add({ name: "EVIL", subjects: ["evil.>"] }))).toMatch(/permissions violation/i);
     });
 
+    it("cannot add, replace or delete objects in another runner's stores or the shared ones, nor purge them; reads them, and writes its own", async () => {
+      // r2 provisions its own stores and writes a checkpoint there (its own, allowed).
+      await provision(as(runnerUser(R2.poolId, R2.runnerId)), { replicas: 1, runner: R2 });
+      await provision(r1(), { replicas: 1, runner: R1 });
+      const theirs = runnerObjectStore(ObjectStores.checkpoints, R2.poolId, R2.runnerId);
+      await (await new Objm(as(runnerUser(R2.poolId, R2.runnerId))).open(theirs)).putBlob({ name: "ws/s2/1-a" }, new TextEncoder().encode("r2's sealed bytes"));
+      const os = await new Objm(r1()).open(theirs);
+      expect(new TextDecoder().decode((await os.getBlob("ws/s2/1-a")) ?? new Uint8Array())).toBe("r2's sealed bytes");
+      const meta = `$O.${theirs}.M.`;
+      expect(await denied(r1(), meta, () => os.delete("ws/s2/1-a"))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), `$O.${theirs}.C.`, () => os.putBlob({ name: "ws/s2/1-a" }, new TextEncoder().encode("replaced")))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), `$O.${theirs}.C.`, () => os.putBlob({ name: "ws/s2/1-new" }, new TextEncoder().encode("planted")))).toMatch(/permissions violation/i);
+      const jsm = await jetstreamManager(r1());
+      expect(await denied(r1(), `$JS.API.STREAM.PURGE.OBJ_${theirs}`, () => jsm.streams.purge(`OBJ_${theirs}`))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), `$JS.API.STREAM.MSG.DELETE.OBJ_${theirs}`, () => jsm.streams.deleteMessage(`OBJ_${theirs}`, 1))).toMatch(/permissions violation/i);
+      // The shared (legacy) stores are read-only for every runner.
+      const shared = await new Objm(r1()).open(ObjectStores.checkpoints);
+      expect(await denied(r1(), `$O.${ObjectStores.checkpoints}.C.`, () => shared.putBlob({ name: "x" }, new TextEncoder().encode("x")))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), `$JS.API.STREAM.PURGE.OBJ_${ObjectStores.envSnapshots}`, () => jsm.streams.purge(`OBJ_${ObjectStores.envSnapshots}`))).toMatch(/permissions violation/i);
+      // r2's object is intact; r1 writes (and may delete) in its own store.
+      const intact = await new Objm(admin()).open(theirs);
+      expect(new TextDecoder().decode((await intact.getBlob("ws/s2/1-a")) ?? new Uint8Array())).toBe("r2's sealed bytes");
+      expect((await intact.list()).map((i) => i.name)).toEqual(["ws/s2/1-a"]);
+      const mine = await new Objm(r1()).open(runnerObjectStore(ObjectStores.checkpoints, R1.poolId, R1.runnerId));
+      await mine.putBlob({ name: "ws/s1/1-a" }, new TextEncoder().encode("r1's"));
+      expect(await mine.delete("ws/s1/1-a")).toMatchObject({ success: true });
+    });
+
     it("cannot serve another runner's workspace requests", async () => {
       const subject = "paddock.workspace.default.r2.pull";
       expect(await denied(r1(), subject, () => r1().subscribe(subject, { queue: "workspace-r2" }))).toMatch(/permissions violation/i);
@@ -352,6 +381,27 @@ describe("the whole stack with per-service credentials", () => {
     expect(sessionOf(resumed)).toMatchObject({ state: "running", placementGeneration: 2 });
     const after = await Terminal.open(stack.url, stack.token, s.id, "mode=viewer&since=all");
     await after.until((t) => t.output().includes("restored:first"));
+    after.ws.close();
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
+  });
+
+  it("another runner can neither delete nor replace runner-1's checkpoint: the session resumes from it", async () => {
+    const script = "if [ -f state ]; then echo restored:$(cat state); else echo kept > state; echo wrote; fi; exec sleep 600";
+    const s = sessionOf(await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", script] } }));
+    const before = await Terminal.open(stack.url, stack.token, s.id, "mode=viewer&since=all");
+    await before.until((t) => t.output().includes("wrote"));
+    before.ws.close();
+    const ref = sessionOf(await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/suspend`, { warm: false })).checkpoint?.ref ?? "";
+    const [store = "", ...path] = ref.split("/");
+    expect(store).toBe(runnerObjectStore(ObjectStores.checkpoints, "default", "runner-1"));
+    const os = await new Objm(intruder).open(store);
+    expect(await denied(intruder, `$O.${store}.M.`, () => os.delete(path.join("/")))).toMatch(/permissions violation/i);
+    expect(await denied(intruder, `$O.${store}.C.`, () => os.putBlob({ name: path.join("/") }, new TextEncoder().encode("garbage")))).toMatch(/permissions violation/i);
+    const jsm = await jetstreamManager(intruder);
+    expect(await denied(intruder, `$JS.API.STREAM.PURGE.OBJ_${store}`, () => jsm.streams.purge(`OBJ_${store}`))).toMatch(/permissions violation/i);
+    expect(sessionOf(await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/resume`, {}))).toMatchObject({ state: "running", placementGeneration: 2 });
+    const after = await Terminal.open(stack.url, stack.token, s.id, "mode=viewer&since=all");
+    await after.until((t) => t.output().includes("restored:kept"));
     after.ws.close();
     expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
   });

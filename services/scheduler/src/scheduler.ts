@@ -253,6 +253,7 @@ export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
     sealKeys: ctx.sealKeys,
     sessions: () => [...ctx.sessionView.values()].map((v) => v.value),
     environments: () => [...ctx.envs.view.values()].map((v) => v.value).filter((e) => !isDeleted(e)),
+    runners: () => [...ctx.runnerView.values()].map((v) => v.value),
     now: deps.now,
     graceMs: deps.config.checkpointGcGraceMs,
     metrics: deps.metrics.checkpointGc,

@@ -33,6 +33,27 @@ export const ObjectStores = {
   transfers: "transfers",
 } as const;
 
+/** The kinds of sealed objects a runner stores (each kind has a shared legacy store and one store per runner). */
+export type RunnerObjectKind = typeof ObjectStores.checkpoints | typeof ObjectStores.envSnapshots;
+
+/**
+ * The object store one runner writes its objects of a kind into:
+ * `<kind>-runner-<len(pool)>-<pool>-<runner>`. NATS permissions let only that
+ * runner write or delete in it; every runner may read it (a takeover restores
+ * from another runner's checkpoint) and the scheduler collects it.
+ */
+export function runnerObjectStore(kind: RunnerObjectKind, poolId: string, runnerId: string): string {
+  return `${kind}-${runnerNatsUser(poolId, runnerId)}`;
+}
+
+/** The kind of a store holding runners' sealed objects (a runner's own, or the shared legacy store), or undefined. */
+export function objectStoreKind(store: string): RunnerObjectKind | undefined {
+  for (const kind of [ObjectStores.checkpoints, ObjectStores.envSnapshots] as const) {
+    if (store === kind || (store.startsWith(`${kind}-runner-`) && /^[A-Za-z0-9_-]+$/.test(store))) return kind;
+  }
+  return undefined;
+}
+
 /** A transfer object left behind by a crashed gateway or runner is removed by the store after this long. */
 export const TRANSFER_TTL_MS = 60 * 60 * 1000;
 
