@@ -277,6 +277,22 @@ describe("a runner's word about another runner", () => {
     expect((await get(h.nc, alice, session.id)).state).toBe("running");
   });
 
+  it("a malformed registration is counted invalid and changes nothing; a fact on a subject that is no runner's events subject is foreign", async () => {
+    const s = await h.start();
+    h.nc.publish(Subjects.register("default", "r1"), "{not json");
+    h.nc.publish(Subjects.register("default", "r1"), JSON.stringify({ runnerId: "r1", poolId: "default", generation: 0 }));
+    await judged(Subjects.register("default", "r2"), { runnerId: "r2", poolId: "default", generation: 1, capacityTotal: 0, capabilities: [], sessions: [] });
+    expect(await total(s.context.bus.invalidMessages, ["subject", Subjects.registerAll])).toBe(2);
+    expect(await runner("r1")).toBeUndefined();
+    const inbox = await dispatchInbox(h.nc, "r3");
+    await register(h.nc, { runnerId: "r3", generation: 1, capacityTotal: 1 });
+    const { session, start } = await runningSession(h.nc, "r3", inbox);
+    await jetstream(h.nc).publish("paddock.runner.default.r3.other", encodeJson(RunnerFact, factFor("r3", start, { type: "exited", exitCode: 0 })));
+    await factsSettled(h.nc);
+    expect(await total(s.context.metrics.foreignFacts)).toBe(1);
+    expect((await get(h.nc, alice, session.id)).state).toBe("running");
+  });
+
   it("with per-principal credentials a registration is answered only to the registering runner's own inbox", async () => {
     const s = await h.start({ PADDOCK_NATS_USER: "scheduler" });
     await judged(Subjects.register("default", "r2"), { runnerId: "r2", poolId: "default", generation: 1, capacityTotal: 1, capabilities: [], sessions: [] });
