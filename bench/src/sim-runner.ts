@@ -38,7 +38,7 @@ export async function startSimulatedRunner(
     mem_storage: true,
   });
   const req: RegisterRunnerRequest = { runnerId, poolId, generation: 1, capacityTotal: capacity, capabilities: [], sessions: [] };
-  const reply = decodeJson(RegisterRunnerReply, (await nc.request(Subjects.register, encodeJson(RegisterRunnerRequest, req), { timeout: 10_000 })).data);
+  const reply = decodeJson(RegisterRunnerReply, (await nc.request(Subjects.register(req.poolId, req.runnerId), encodeJson(RegisterRunnerRequest, req), { timeout: 10_000 })).data);
   if (!reply.ok || !reply.value.accepted) throw new Error(`simulated runner ${runnerId} was not accepted`);
   const generation = reply.value.generation;
   const js = jetstream(nc);

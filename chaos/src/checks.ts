@@ -229,7 +229,10 @@ export async function snapshotState(nc: NatsConnection): Promise<StateSnapshot> 
     }
   }
   const objm = new Objm(nc);
-  for (const store of Object.values(ObjectStores)) {
+  // The shared stores and every runner's own (checkpoints-<runner user>, env-snapshots-<runner user>).
+  const stores = new Set<string>(Object.values(ObjectStores));
+  for await (const status of objm.list()) stores.add(status.bucket);
+  for (const store of [...stores].sort()) {
     const os = await objm.open(store);
     for (const info of await os.list()) if (!info.deleted) out.set(`obj ${store} ${info.name}`, { summary: `${info.size} ${info.digest}` });
   }

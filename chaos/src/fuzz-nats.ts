@@ -114,7 +114,7 @@ export async function fuzzNats(ctx: FuzzContext, count: number, p: Prng, only?: 
         else if (reply?.error?.code === "internal") ctx.anomalies.add("internal errors", `${what} → ${excerpt(text)}`);
       },
     ],
-    [5, "nats register", async () => nc.publish(Subjects.register, payload(p, RegisterRunnerRequest, { runnerId: runner, poolId: pool, generation: 1, capacityTotal: 1, capabilities: [], sessions: [] }))],
+    [5, "nats register", async () => nc.publish(Subjects.register(pool, runner), payload(p, RegisterRunnerRequest, { runnerId: runner, poolId: pool, generation: 1, capacityTotal: 1, capabilities: [], sessions: [] }))],
     [15, "nats runner facts", async () => void (await js.publish(Subjects.runnerEvents(pool, p.pick(ctx.stack.runnerIds)), payload(p, RunnerFact, factSample)))],
     [12, "nats dispatch", async () => void (await js.publish(Subjects.dispatch(pool, p.pick(ctx.stack.runnerIds)), payload(p, DispatchCommand, commandSample)))],
     [

@@ -14,7 +14,8 @@ import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/
 import { Kvm } from "@nats-io/kv";
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { callRpc, provision } from "@paddock/bus";
-import { FleetRpc, Headers, inboxPrefixOf, Subjects } from "@paddock/contracts";
+import { Objm } from "@nats-io/obj";
+import { FleetRpc, Headers, inboxPrefixOf, ObjectStores, runnerObjectStore, Subjects } from "@paddock/contracts";
 import { connectAs, ControlPlaneUsers, natsAuthConfig, runnerUser, startNatsServer, startStack, type NatsServerHandle, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal, waitForAuditEvents } from "./helpers.ts";
 
@@ -79,8 +80,9 @@ describe("NATS permissions per principal", () => {
     await server?.stop();
   });
 
-  it("refuses a connection without credentials or with a wrong password", async () => {
+  it("refuses a connection without credentials, with a wrong password, or as a runner that is not declared", async () => {
     await expect(connect({ servers: server.url })).rejects.toThrow(/authorization/i);
+    await expect(connect({ servers: server.url, user: runnerUser("default", "r3"), pass: passwords[runnerUser(R1.poolId, R1.runnerId)] ?? "" })).rejects.toThrow(/authorization/i);
     await expect(connect({ servers: server.url, user: "scheduler", pass: "wrong" })).rejects.toThrow(/authorization/i);
   });
 
@@ -170,6 +172,12 @@ describe("NATS permissions per principal", () => {
       expect(await denied(r1(), subject, () => jetstream(r1()).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
     });
 
+    it("cannot register as another runner, nor on the shared registration subject", async () => {
+      for (const subject of [Subjects.register(R2.poolId, R2.runnerId), "paddock.fleet.v1.register"]) {
+        expect(await denied(r1(), subject, () => r1().publish(subject, "{}"))).toMatch(/permissions violation/i);
+      }
+    });
+
     it("cannot publish dispatch commands or listen on DISPATCH subjects", async () => {
       const subject = "paddock.dispatch.default.r1";
       expect(await denied(r1(), subject, () => jetstream(r1()).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
@@ -208,6 +216,34 @@ describe("NATS permissions per principal", () => {
       expect(await denied(r1(), "$JS.API.STREAM.DELETE.KV_sessions", () => jsm.streams.delete("KV_sessions"))).toMatch(/permissions violation/i);
       expect(await denied(r1(), "$JS.API.STREAM.PURGE.TERM", () => jsm.streams.purge("TERM"))).toMatch(/permissions violation/i);
       expect(await denied(r1(), "$JS.API.STREAM.CREATE.EVIL", () => jsm.streams.add({ name: "EVIL", subjects: ["evil.>"] }))).toMatch(/permissions violation/i);
+    });
+
+    it("cannot add, replace or delete objects in another runner's stores or the shared ones, nor purge them; reads them, and writes its own", async () => {
+      // r2 provisions its own stores and writes a checkpoint there (its own, allowed).
+      await provision(as(runnerUser(R2.poolId, R2.runnerId)), { replicas: 1, runner: R2 });
+      await provision(r1(), { replicas: 1, runner: R1 });
+      const theirs = runnerObjectStore(ObjectStores.checkpoints, R2.poolId, R2.runnerId);
+      await (await new Objm(as(runnerUser(R2.poolId, R2.runnerId))).open(theirs)).putBlob({ name: "ws/s2/1-a" }, new TextEncoder().encode("r2's sealed bytes"));
+      const os = await new Objm(r1()).open(theirs);
+      expect(new TextDecoder().decode((await os.getBlob("ws/s2/1-a")) ?? new Uint8Array())).toBe("r2's sealed bytes");
+      const meta = `$O.${theirs}.M.`;
+      expect(await denied(r1(), meta, () => os.delete("ws/s2/1-a"))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), `$O.${theirs}.C.`, () => os.putBlob({ name: "ws/s2/1-a" }, new TextEncoder().encode("replaced")))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), `$O.${theirs}.C.`, () => os.putBlob({ name: "ws/s2/1-new" }, new TextEncoder().encode("planted")))).toMatch(/permissions violation/i);
+      const jsm = await jetstreamManager(r1());
+      expect(await denied(r1(), `$JS.API.STREAM.PURGE.OBJ_${theirs}`, () => jsm.streams.purge(`OBJ_${theirs}`))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), `$JS.API.STREAM.MSG.DELETE.OBJ_${theirs}`, () => jsm.streams.deleteMessage(`OBJ_${theirs}`, 1))).toMatch(/permissions violation/i);
+      // The shared (legacy) stores are read-only for every runner.
+      const shared = await new Objm(r1()).open(ObjectStores.checkpoints);
+      expect(await denied(r1(), `$O.${ObjectStores.checkpoints}.C.`, () => shared.putBlob({ name: "x" }, new TextEncoder().encode("x")))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), `$JS.API.STREAM.PURGE.OBJ_${ObjectStores.envSnapshots}`, () => jsm.streams.purge(`OBJ_${ObjectStores.envSnapshots}`))).toMatch(/permissions violation/i);
+      // r2's object is intact; r1 writes (and may delete) in its own store.
+      const intact = await new Objm(admin()).open(theirs);
+      expect(new TextDecoder().decode((await intact.getBlob("ws/s2/1-a")) ?? new Uint8Array())).toBe("r2's sealed bytes");
+      expect((await intact.list()).map((i) => i.name)).toEqual(["ws/s2/1-a"]);
+      const mine = await new Objm(r1()).open(runnerObjectStore(ObjectStores.checkpoints, R1.poolId, R1.runnerId));
+      await mine.putBlob({ name: "ws/s1/1-a" }, new TextEncoder().encode("r1's"));
+      expect(await mine.delete("ws/s1/1-a")).toMatchObject({ success: true });
     });
 
     it("cannot serve another runner's workspace requests", async () => {
@@ -349,6 +385,27 @@ describe("the whole stack with per-service credentials", () => {
     expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
   });
 
+  it("another runner can neither delete nor replace runner-1's checkpoint: the session resumes from it", async () => {
+    const script = "if [ -f state ]; then echo restored:$(cat state); else echo kept > state; echo wrote; fi; exec sleep 600";
+    const s = sessionOf(await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", script] } }));
+    const before = await Terminal.open(stack.url, stack.token, s.id, "mode=viewer&since=all");
+    await before.until((t) => t.output().includes("wrote"));
+    before.ws.close();
+    const ref = sessionOf(await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/suspend`, { warm: false })).checkpoint?.ref ?? "";
+    const [store = "", ...path] = ref.split("/");
+    expect(store).toBe(runnerObjectStore(ObjectStores.checkpoints, "default", "runner-1"));
+    const os = await new Objm(intruder).open(store);
+    expect(await denied(intruder, `$O.${store}.M.`, () => os.delete(path.join("/")))).toMatch(/permissions violation/i);
+    expect(await denied(intruder, `$O.${store}.C.`, () => os.putBlob({ name: path.join("/") }, new TextEncoder().encode("garbage")))).toMatch(/permissions violation/i);
+    const jsm = await jetstreamManager(intruder);
+    expect(await denied(intruder, `$JS.API.STREAM.PURGE.OBJ_${store}`, () => jsm.streams.purge(`OBJ_${store}`))).toMatch(/permissions violation/i);
+    expect(sessionOf(await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/resume`, {}))).toMatchObject({ state: "running", placementGeneration: 2 });
+    const after = await Terminal.open(stack.url, stack.token, s.id, "mode=viewer&since=all");
+    await after.until((t) => t.output().includes("restored:kept"));
+    after.ws.close();
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
+  });
+
   it("another runner gets no secret of a session placed elsewhere, whatever it claims", async () => {
     const s = sessionOf(await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", "exec sleep 600"] } }));
     const ask = (runnerId: string) =>
@@ -364,6 +421,47 @@ describe("the whole stack with per-service credentials", () => {
     const s = sessionOf(await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", "exec sleep 600"] } }));
     const sessions = [{ workspaceId: "default", sessionId: s.id, placementGeneration: 1 }];
     await expect(callRpc(intruder, FleetRpc.heldCheck, { poolId: "default", runnerId: "runner-1", runnerGeneration: 1, sessions })).rejects.toMatchObject({ code: "forbidden" });
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
+  });
+
+  /** Resolves once the schedulers' facts consumer has settled every fact up to seq (consumer info has no watch). */
+  async function factsSettledThrough(seq: number): Promise<void> {
+    const jsm = await jetstreamManager(nc);
+    while ((await jsm.consumers.info("RUNNER", "scheduler")).ack_floor.stream_seq < seq) await new Promise((r) => setTimeout(r, 20));
+  }
+
+  async function runningOnRunner1(): Promise<{ id: string; generation: number }> {
+    const s = sessionOf(await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", "exec sleep 600"] } }));
+    await waitForAuditEvents(nc, "default", s.id, (evs) => evs.some((e) => e.action === "start"));
+    const running = sessionOf(await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}`));
+    expect(running).toMatchObject({ state: "running", runnerId: "runner-1" });
+    const record = (await (await new Kvm(nc).open("runners")).get("default.runner-1"))?.json<{ generation: number }>();
+    return { id: s.id, generation: record?.generation ?? 0 };
+  }
+
+  it("another runner's fact about a session on runner-1 is never applied, whatever runner it names", async () => {
+    const s = await runningOnRunner1();
+    // Published under the intruder's own subject (all its credentials allow), naming runner-1 and its generations.
+    const forged = { type: "exited", runnerId: "runner-1", poolId: "default", runnerGeneration: s.generation, sessionId: s.id, workspaceId: "default", placementGeneration: 1, at: Date.now(), exitCode: 0 };
+    const ack = await jetstream(intruder).publish(Subjects.runnerEvents(INTRUDER.poolId, INTRUDER.runnerId), JSON.stringify(forged));
+    await factsSettledThrough(ack.seq);
+    expect(sessionOf(await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}`))).toMatchObject({ state: "running", runnerId: "runner-1" });
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
+  });
+
+  it("another runner cannot register as runner-1: not on its subject, nor by naming it on its own", async () => {
+    const s = await runningOnRunner1();
+    const claim = { runnerId: "runner-1", poolId: "default", generation: s.generation + 1, capacityTotal: 1, capabilities: [], sessions: [] };
+    const theirs = Subjects.register("default", "runner-1");
+    expect(await denied(intruder, theirs, () => intruder.publish(theirs, JSON.stringify(claim)))).toMatch(/permissions violation/i);
+    // On its own subject the body names runner-1: refused without effect or answer. Its own registration, asked next, is answered.
+    intruder.publish(Subjects.register(INTRUDER.poolId, INTRUDER.runnerId), JSON.stringify(claim), { reply: `${inboxPrefixOf(runnerUser(INTRUDER.poolId, INTRUDER.runnerId))}.forged` });
+    const own = { ...claim, runnerId: INTRUDER.runnerId, generation: 1, capacityTotal: 0 };
+    const answer = await intruder.request(Subjects.register(INTRUDER.poolId, INTRUDER.runnerId), JSON.stringify(own), { timeout: 10_000 });
+    expect(answer.json()).toMatchObject({ accepted: true, generation: 1 });
+    const record = (await (await new Kvm(nc).open("runners")).get("default.runner-1"))?.json<{ generation: number; state: string }>();
+    expect(record).toMatchObject({ generation: s.generation, state: "active" });
+    expect(sessionOf(await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}`))).toMatchObject({ state: "running", runnerId: "runner-1" });
     expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
   });
 

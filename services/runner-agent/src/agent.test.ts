@@ -97,7 +97,7 @@ describe("registration", () => {
     let firstSeen!: () => void;
     const seen = new Promise<void>((resolve) => (firstSeen = resolve));
     // A subscriber that never answers: the agent's request times out and is retried.
-    const mute = nc.subscribe(Subjects.register, { callback: () => firstSeen() });
+    const mute = nc.subscribe(Subjects.registerAll, { callback: () => firstSeen() });
     const t = testAgent(nc, { registerTimeoutMs: 100 });
     running.push(t);
     const starting = t.agent.start();

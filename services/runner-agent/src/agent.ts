@@ -292,7 +292,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       log,
       metrics,
       facts,
-      checkpoints: createCheckpointStore(nc, config.checkpointCompression),
+      checkpoints: createCheckpointStore(nc, { poolId: config.poolId, runnerId: config.runnerId }, config.checkpointCompression),
       secrets: deps.secrets ?? noSecrets,
       now: deps.now,
       dataDir: config.dataDir,

@@ -3,14 +3,12 @@ import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Objm, setSha256Backend, type ObjectStore } from "@nats-io/obj";
 import { newSealKey, SealError, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
-import { ObjectStores, type Checkpoint, type SealKey } from "@paddock/contracts";
+import { objectStoreKind, ObjectStores, runnerObjectStore, type Checkpoint, type RunnerObjectKind, type SealKey } from "@paddock/contracts";
 import { extractArchive, packDirectory } from "./archive.ts";
 import { ArchiveRefusedError, CheckpointError } from "./errors.ts";
 
-/** The stores a checkpoint may live in (not `transfers`, which only holds archives in transit). */
-export type StoreName = typeof ObjectStores.checkpoints | typeof ObjectStores.envSnapshots;
-
-const storeNames: ReadonlySet<string> = new Set([ObjectStores.checkpoints, ObjectStores.envSnapshots]);
+/** The kinds of stores a checkpoint may live in (not `transfers`, which only holds archives in transit). */
+export type StoreName = RunnerObjectKind;
 
 /** A session checkpoint's object name: one per placement and request. */
 export function checkpointObjectName(workspaceId: string, sessionId: string, placementGeneration: number, requestId: string): string {
@@ -22,13 +20,13 @@ export function envSnapshotObjectName(workspaceId: string, environmentId: string
   return `${workspaceId}/${environmentId}/${setupHash}`;
 }
 
-/** Splits `<store>/<object name>`; the prefix picks the bucket. */
-export function parseCheckpointRef(ref: string): { store: StoreName; name: string } {
+/** Splits `<store>/<object name>`; the prefix picks the bucket (a runner's own store of a kind, or the shared legacy one). */
+export function parseCheckpointRef(ref: string): { store: string; name: string } {
   const slash = ref.indexOf("/");
   const store = slash > 0 ? ref.slice(0, slash) : "";
   const name = ref.slice(slash + 1);
-  if (!storeNames.has(store) || slash < 0 || name.length === 0) throw new CheckpointError("checkpoint ref names no known store");
-  return { store: store as StoreName, name };
+  if (objectStoreKind(store) === undefined || slash < 0 || name.length === 0) throw new CheckpointError("checkpoint ref names no known store");
+  return { store, name };
 }
 
 /** A stored checkpoint and the key it was sealed with (reported to the scheduler only, never logged). */
@@ -38,7 +36,7 @@ export interface SavedCheckpoint {
 }
 
 export interface CheckpointStore {
-  /** Streams a tar of workspace (gzipped unless compression is none), sealed with a fresh key, into the store under name. */
+  /** Streams a tar of workspace (gzipped unless compression is none), sealed with a fresh key, into this runner's own store of that kind under name. */
   save(store: StoreName, name: string, workspace: string): Promise<SavedCheckpoint>;
   /** Streams the checkpoint's archive out of its store, opening it with its key, into workspace (which must exist). */
   restore(checkpoint: Checkpoint, sealKey: SealKey | undefined, workspace: string): Promise<void>;
@@ -61,21 +59,29 @@ const formats: Record<CheckpointCompression, string> = { gzip: SEALED_ARCHIVE_FO
 /**
  * Checkpoints in the NATS object stores. Neither direction holds the archive
  * in memory: the tar is produced, sealed and stored as the store reads it, and
- * opened and extracted as chunks arrive. Every runner can read and replace
- * objects in these stores, so each is sealed with a key of its own
- * (`@paddock/archive` sealed.ts) bound to its ref: another runner reads
- * nothing from it, and a replaced or swapped object does not open.
+ * opened and extracted as chunks arrive. A runner writes only into its own
+ * stores (`runnerObjectStore`; NATS permissions keep every other runner from
+ * writing or deleting there) and reads any runner's (a takeover restores from
+ * the previous holder's checkpoint). Every runner can read every object, so
+ * each is sealed with a key of its own (`@paddock/archive` sealed.ts) bound to
+ * its ref: another runner reads nothing from it.
  */
-export function createCheckpointStore(nc: NatsConnection, compression: CheckpointCompression = CheckpointCompression.gzip): CheckpointStore {
+export function createCheckpointStore(
+  nc: NatsConnection,
+  owner: { poolId: string; runnerId: string },
+  compression: CheckpointCompression = CheckpointCompression.gzip,
+): CheckpointStore {
   // The object store digests every chunk (put and get); its default is a
   // pure-JS SHA-256, several times slower than node:crypto on large objects.
   setSha256Backend("native");
   const objm = new Objm(nc);
-  const opened = new Map<StoreName, Promise<ObjectStore>>();
-  const open = (store: StoreName): Promise<ObjectStore> => {
+  const own = new Set([ObjectStores.checkpoints, ObjectStores.envSnapshots].map((kind) => runnerObjectStore(kind, owner.poolId, owner.runnerId)));
+  const opened = new Map<string, Promise<ObjectStore>>();
+  const open = (store: string): Promise<ObjectStore> => {
     let os = opened.get(store);
     if (!os) {
-      os = objm.open(store);
+      // Its own stores are made where missing (provisioned at start; tests may skip that); another runner's only opened.
+      os = own.has(store) ? objm.create(store) : objm.open(store);
       // A failed open is retried next time rather than cached.
       os.catch(() => opened.delete(store));
       opened.set(store, os);
@@ -83,7 +89,8 @@ export function createCheckpointStore(nc: NatsConnection, compression: Checkpoin
     return os;
   };
   return {
-    save: async (store, name, workspace) => {
+    save: async (kind, name, workspace) => {
+      const store = runnerObjectStore(kind, owner.poolId, owner.runnerId);
       const ref = `${store}/${name}`;
       const key = newSealKey();
       try {

@@ -164,6 +164,32 @@ describe("egress proxy", () => {
     expect(all).not.toContain("/x");
   });
 
+  it("counts every byte the sandbox side sends and receives, tunnels and forwarded requests alike", async () => {
+    const other = await startEgressProxy({ allow: ["localhost"], log: silentLogger(), refused: egressRefusals(registry) });
+    expect(other.bytes()).toBe(0);
+    // A tunnel: the client's own socket says what crossed; it waits for the whole answer, so the proxy has read all it sent.
+    const client = await new Promise<Socket>((resolve, reject) => {
+      const s = netConnect(other.port, "127.0.0.1", () => s.write(`CONNECT localhost:${portOf(listed)} HTTP/1.1\r\nHost: x\r\n\r\n`));
+      let got = "";
+      s.on("data", (c: Buffer) => {
+        got += c.toString("utf8");
+        if (got.includes("200 Connection Established\r\n\r\n") && !got.includes("GET /")) s.write(`GET /${"x".repeat(5_000)} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+      });
+      s.once("end", () => resolve(s));
+      s.once("error", reject);
+    });
+    const tunneled = client.bytesRead + client.bytesWritten;
+    expect(tunneled).toBeGreaterThan(5_000);
+    expect(other.bytes()).toBe(tunneled);
+    client.destroy();
+    const forwarded = await viaProxy(other, `${listedUrl}/again`, "POST", "b".repeat(1_000));
+    expect(forwarded.status).toBe(200);
+    expect(other.bytes()).toBeGreaterThan(tunneled + 1_000 + forwarded.body.length);
+    await other.close();
+    // Still answered after close: the usage report reads it when the generation ends.
+    expect(other.bytes()).toBeGreaterThan(tunneled + 1_000);
+  });
+
   it("close cuts open tunnels and stops listening", async () => {
     const other = await startEgressProxy({ allow: ["localhost"], log: silentLogger(), refused: egressRefusals(registry) });
     const tunnel = await new Promise<Socket>((resolve, reject) => {
@@ -278,6 +304,9 @@ describe("egress in a session", () => {
     expect(line("TUN_UNLISTED")).toContain("connect=403");
     expect(line("TUN_UNLISTED")).not.toContain("unlisted GET");
     expect(await counterValue(egressRefusals(t.metrics.registry))).toBe(refusedBefore + 2);
+    // What passed the proxy is the generation's network use, reported on the fact that ends it.
+    const exited = await facts.waitFor((f) => f.sessionId === sessionId && f.type === "exited");
+    expect(exited.type === "exited" ? exited.usage?.networkBytes : undefined).toBeGreaterThan(4 * 100);
 
     // The session ended: its proxy stopped with it.
     const port = Number(/proxy=http:\/\/127\.0\.0\.1:(\d+)/.exec(text)?.[1]);

@@ -27,6 +27,10 @@
  * with the host name only. Request and response bodies, paths and headers
  * are never logged.
  *
+ * Network use: the bytes crossing the proxy's sandbox-facing connections
+ * (`bytes()`) are the session's `networkBytes` for the placement generation
+ * (usage.ts); traffic that bypasses the proxy (below) is not measured.
+ *
  * Limits of the process backend: the apps are ordinary processes in the
  * runner's network namespace. Nothing stops one from ignoring the proxy
  * variables and opening sockets directly (raw TCP, UDP, DNS, or a client
@@ -116,6 +120,11 @@ export interface EgressProxy {
   /** `http://127.0.0.1:<port>` */
   readonly url: string;
   readonly port: number;
+  /**
+   * Bytes that crossed the proxy's sandbox-facing sockets so far, both ways
+   * (requests, responses, tunnels, headers included); still answers after close.
+   */
+  bytes(): number;
   /** Stops listening and cuts every connection, tunnels included. Idempotent. */
   close(): Promise<void>;
 }
@@ -229,9 +238,21 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     client.once("close", () => upstream.destroy());
   };
 
+  // Network use is measured where the sandbox meets the proxy: every connection an app opens here.
+  const clients = new Set<Socket>();
+  let closedBytes = 0;
+  const measure = (socket: Socket) => {
+    clients.add(socket);
+    socket.once("close", () => {
+      clients.delete(socket);
+      closedBytes += socket.bytesRead + socket.bytesWritten;
+    });
+  };
+
   const server: Server = createServer(onRequest);
   server.on("connect", onConnect);
   server.on("connection", track);
+  server.on("connection", measure);
   server.on("clientError", (_err, socket) => socket.destroy());
 
   await new Promise<void>((resolve, reject) => {
@@ -246,6 +267,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   return {
     url: `http://127.0.0.1:${port}`,
     port,
+    bytes: () => [...clients].reduce((n, c) => n + c.bytesRead + c.bytesWritten, closedBytes),
     close: () =>
       (closed ??= new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Registry } from "prom-client";
 import { Objm } from "@nats-io/obj";
 import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
-import { FleetRpc, Headers, ObjectStores, Subjects, type BootEnvironment, type DispatchCommand, type PortableSpec, type RunnerFact, type SessionSecretsRequest as FleetRpcRequest } from "@paddock/contracts";
+import { FleetRpc, Headers, ObjectStores, runnerObjectStore, Subjects, type BootEnvironment, type DispatchCommand, type PortableSpec, type RunnerFact, type SessionSecretsRequest as FleetRpcRequest } from "@paddock/contracts";
 import { createBusMetrics, provision, serveRpc } from "@paddock/bus";
 import { newSealKey, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT } from "@paddock/archive";
 import { createLogger, silentLogger } from "@paddock/logging";
@@ -122,9 +122,11 @@ describe("suspend, resume, checkpoint", () => {
     await h.send({ type: "suspend", sessionId, requestId: "c1", warm: false });
     const suspended = await h.fact(sessionId, "suspended");
     const name = `ws1/${sessionId}/1-c1`;
-    expect(suspended).toMatchObject({ warm: false, checkpoint: { ref: `checkpoints/${name}`, format: SEALED_ARCHIVE_FORMAT, capabilities: ["portable"] } });
+    // In the runner's own store, which only it may write.
+    const own = runnerObjectStore(ObjectStores.checkpoints, h.t.config.poolId, h.t.config.runnerId);
+    expect(suspended).toMatchObject({ warm: false, checkpoint: { ref: `${own}/${name}`, format: SEALED_ARCHIVE_FORMAT, capabilities: ["portable"] } });
     if (suspended.type !== "suspended" || !suspended.checkpoint || !suspended.sealKey) throw new Error("expected a sealed cold checkpoint");
-    const os = await new Objm(nc).open(ObjectStores.checkpoints);
+    const os = await new Objm(nc).open(own);
     expect((await os.info(name))?.size).toBeGreaterThan(0);
     expect(existsSync(join(h.t.config.dataDir, "sessions", sessionId))).toBe(false);
     // Commands for the suspended placement are refused now.
@@ -156,7 +158,7 @@ describe("suspend, resume, checkpoint", () => {
     await h.fact(sessionId, "running");
     await h.send({ type: "checkpoint", sessionId, requestId: "snap1" });
     const snap = await h.fact(sessionId, "checkpointed");
-    expect(snap).toMatchObject({ requestId: "snap1", checkpoint: { ref: `checkpoints/ws1/${sessionId}/1-snap1` } });
+    expect(snap).toMatchObject({ requestId: "snap1", checkpoint: { ref: `${runnerObjectStore(ObjectStores.checkpoints, h.t.config.poolId, h.t.config.runnerId)}/ws1/${sessionId}/1-snap1` } });
     sendInput(h.t, sessionId, "still-here\r");
     await term.waitFor(() => term.text().includes("still-here"));
     expect(h.facts.items.some((f) => f.sessionId === sessionId && f.type === "exited")).toBe(false);
@@ -220,7 +222,8 @@ describe("suspend, resume, checkpoint", () => {
     const snap = await plain.fact(sessionId, "checkpointed", (f) => f.requestId === "p1");
     if (snap.type !== "checkpointed") throw new Error("unreachable");
     expect(snap.checkpoint.format).toBe(SEALED_TAR_FORMAT);
-    const raw = await (await new Objm(nc).open(ObjectStores.checkpoints)).getBlob(snap.checkpoint.ref.slice("checkpoints/".length));
+    const [store = "", ...path] = snap.checkpoint.ref.split("/");
+    const raw = await (await new Objm(nc).open(store)).getBlob(path.join("/"));
     expect(Buffer.from(raw ?? []).includes("kept\n")).toBe(false);
     // h gzips its own checkpoints; it reads this one by its format (into a session of its own: the log fence is per session).
     const other = nextId();
@@ -291,7 +294,7 @@ describe("environment boot", () => {
     const term1 = collectTerm(nc, first, "main");
     await h.start(first, { cmd: ["sh", "-c", "cat built.txt; exit 0"] }, { environment: env() });
     const snap = await h.fact(first, "env_snapshot");
-    expect(snap).toMatchObject({ environmentId: "env1", setupHash: "h1", checkpoint: { ref: "env-snapshots/ws1/env1/h1", format: SEALED_ARCHIVE_FORMAT } });
+    expect(snap).toMatchObject({ environmentId: "env1", setupHash: "h1", checkpoint: { ref: `${runnerObjectStore(ObjectStores.envSnapshots, h.t.config.poolId, h.t.config.runnerId)}/ws1/env1/h1`, format: SEALED_ARCHIVE_FORMAT } });
     if (snap.type !== "env_snapshot") throw new Error("unreachable");
     await h.fact(first, "exited");
     expect(term1.text()).toContain("built");

@@ -13,7 +13,7 @@ const log = createLogger({ service: "runner-agent", level: config.logLevel });
 
 runMain(log, async () => {
   const nc = await connectBus({ servers: config.natsUrl, name: `runner-agent-${config.runnerId}`, user: config.natsUser, pass: config.natsPass }, log);
-  await provision(nc, { replicas: config.replicas });
+  await provision(nc, { replicas: config.replicas, runner: { poolId: config.poolId, runnerId: config.runnerId } });
   const metrics = createRunnerMetrics();
   const agent = createRunnerAgent({ nc, config, log, metrics, now: Date.now, newId: randomUUID, secrets: new RpcSecretResolver(nc, config.secretsKey, { poolId: config.poolId, runnerId: config.runnerId }) });
   const { generation } = await agent.start();

@@ -68,7 +68,7 @@ async function requestOnce(opts: RegisterOptions, generation: number): Promise<{
     sessions: opts.sessions,
   });
   try {
-    const msg = await opts.nc.request(Subjects.register, body, { timeout: opts.timeoutMs });
+    const msg = await opts.nc.request(Subjects.register(opts.poolId, opts.runnerId), body, { timeout: opts.timeoutMs });
     const decoded = decodeJson(RegisterRunnerReply, msg.data);
     return decoded.ok ? decoded : { ok: false, reason: `malformed reply: ${decoded.reason}` };
   } catch (err) {

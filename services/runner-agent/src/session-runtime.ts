@@ -56,6 +56,8 @@ export class SessionRuntime {
   private meter: UsageMeter | undefined;
   /** Egress: this session's proxy (egressAllow), from boot until the session ends. */
   private egress: EgressProxy | undefined;
+  /** What this generation sent and received through its proxy (kept after the proxy stops, for the usage report). */
+  private egressBytes: () => number = () => 0;
 
   constructor(
     private readonly deps: SessionRuntimeDeps,
@@ -152,7 +154,7 @@ export class SessionRuntime {
         starts.push([slot, started]);
       }
       this.phase = "running";
-      this.meter = new UsageMeter(() => this.appGroups(), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS);
+      this.meter = new UsageMeter(() => this.appGroups(), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS, () => this.egressBytes());
       this.meter.start();
       this.input = subscribeInput({
         ...this.deps,
@@ -437,6 +439,7 @@ export class SessionRuntime {
     // Ended while the proxy was starting: nothing will stop it later.
     if (this.phase === "ending") void proxy.close();
     else this.egress = proxy;
+    this.egressBytes = () => proxy.bytes();
     return egressEnv(proxy.url);
   }
 

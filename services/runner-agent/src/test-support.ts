@@ -24,6 +24,7 @@ import {
   Runner,
   RunnerFact,
   runnerKey,
+  parseRegisterSubject,
   Subjects,
   Headers,
   type HeldSession,
@@ -108,7 +109,7 @@ export function fakeScheduler(nc: NatsConnection, stored = 0): FakeScheduler {
         if (ask.ok && fake.boot) msg.respond(encodeJson(replyEnvelope(SessionSecretsReply), { ok: true, result: fake.boot(ask.value) }));
         return;
       }
-      if (msg.subject !== Subjects.register) return;
+      if (parseRegisterSubject(msg.subject) === undefined) return;
       const req = decodeJson(RegisterRunnerRequest, msg.data);
       if (!req.ok) return;
       const accepted = req.value.generation > fake.stored;

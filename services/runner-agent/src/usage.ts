@@ -106,7 +106,8 @@ function sizeOrZero(path: string): number {
  * memory byte-seconds of its apps' process groups, every sampleMs. A process
  * is only seen while alive, so the last interval of one that exits between
  * samples is not counted (documented as the sampling error). Network bytes
- * are not measurable per sandbox with the process backend and stay 0.
+ * are what passed the session's egress proxy (`networkBytes`, read at the
+ * end); traffic that bypasses the proxy is not measured with the process backend.
  */
 export class UsageMeter {
   private readonly lastTicks = new Map<number, number>();
@@ -120,6 +121,7 @@ export class UsageMeter {
     private readonly groups: () => number[],
     private readonly now: Now,
     private readonly sampleMs: number,
+    private readonly networkBytes: () => number = () => 0,
   ) {
     this.lastSampleAt = now();
   }
@@ -157,7 +159,7 @@ export class UsageMeter {
       cpuTimeSeconds: this.cpuTicks / CLOCK_TICKS_PER_SECOND,
       memoryByteSeconds: this.memoryByteSeconds,
       storageBytes: await storageBytes(workspace),
-      networkBytes: 0,
+      networkBytes: this.networkBytes(),
       agentTokenCount: 0,
     };
   }

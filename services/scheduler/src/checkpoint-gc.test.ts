@@ -1,13 +1,16 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
-import { Api, type Checkpoint } from "@paddock/contracts";
+import { Api, ObjectStores, runnerObjectStore, type Checkpoint } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
 import type { EnvSnapshotFact } from "./environments.ts";
 import { SealKeys } from "./seal-keys.ts";
 import { alice, dispatchInbox, factFor, publishFact, register, runningSession, startHarness, testSealKey, waitForRecord, type SchedulerHarness } from "./testkit.ts";
 
 const GRACE_MS = 60_000;
+/** r1's own checkpoint store (as it provisions it at start). */
+const R1_CHECKPOINTS = runnerObjectStore(ObjectStores.checkpoints, "default", "r1");
 
 let h: SchedulerHarness;
 beforeAll(async () => {
@@ -16,8 +19,8 @@ beforeAll(async () => {
 afterEach(async () => {
   await h.reset();
   const objm = new Objm(h.nc);
-  for (const store of ["checkpoints", "env-snapshots"]) {
-    const os = await objm.open(store);
+  for (const store of ["checkpoints", "env-snapshots", R1_CHECKPOINTS]) {
+    const os = await objm.create(store);
     for (const info of await os.list()) await os.delete(info.name);
   }
 });
@@ -26,7 +29,7 @@ afterAll(async () => h.close());
 const sealed = (ref: string): Checkpoint => ({ ref, format: "tar+gzip+aes256gcm", capabilities: ["portable"] });
 
 async function putObject(store: string, name: string): Promise<void> {
-  const os = await new Objm(h.nc).open(store);
+  const os = await new Objm(h.nc).create(store);
   await os.putBlob({ name }, new TextEncoder().encode(`sealed bytes of ${name}`));
 }
 
@@ -77,6 +80,27 @@ describe("checkpoint object collection", () => {
 
     // A second pass finds nothing more to do.
     expect(await s.collectCheckpoints()).toEqual({ deletedObjects: [], deletedOrphanKeys: 0 });
+  });
+
+  it("collects every known runner's own store too, keeping what a live record names, and skips a runner that has no store", async () => {
+    h.clock.ms = Date.now();
+    const s = await h.start({ PADDOCK_CHECKPOINT_GC_INTERVAL_MS: "0", PADDOCK_CHECKPOINT_GC_GRACE_MS: String(GRACE_MS) });
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 2 });
+    // r2 never provisioned its stores: nothing is created for it.
+    await register(h.nc, { runnerId: "r2", generation: 1, capacityTotal: 0 });
+    const { session, start } = await runningSession(h.nc, "r1", inbox);
+    const kept = `ws1/${session.id}/1-chk_a`;
+    await putObject(R1_CHECKPOINTS, kept);
+    await putObject(R1_CHECKPOINTS, "ws1/old/1-chk_b");
+    await publishFact(h.nc, factFor("r1", start, { type: "checkpointed", requestId: "chk_a", checkpoint: sealed(`${R1_CHECKPOINTS}/${kept}`), sealKey: testSealKey }));
+    await waitForRecord(h.nc, session.id, (x) => x.checkpoint !== undefined);
+
+    h.clock.advance(GRACE_MS + 60_000);
+    expect((await s.collectCheckpoints()).deletedObjects).toEqual([`${R1_CHECKPOINTS}/ws1/old/1-chk_b`]);
+    expect(await objectNames(R1_CHECKPOINTS)).toEqual([kept]);
+    const jsm = await jetstreamManager(h.nc);
+    await expect(jsm.streams.info(`OBJ_${runnerObjectStore(ObjectStores.checkpoints, "default", "r2")}`)).rejects.toThrow(/not found/);
   });
 
   it("collects the checkpoint of a session that ended, but never an environment's current snapshot", async () => {

@@ -15,11 +15,12 @@ import type { ObjectStore } from "@nats-io/obj";
 import { Objm } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Counter, type Registry } from "prom-client";
-import { isTerminal, ObjectStores, type Environment, type Session } from "@paddock/contracts";
+import { jetstreamManager, JetStreamApiError } from "@nats-io/jetstream";
+import { isTerminal, objectStoreKind, ObjectStores, runnerObjectStore, type Environment, type Session } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import type { SealKeys } from "./seal-keys.ts";
 
-/** The stores whose objects are sealed checkpoints referenced from records. */
+/** The shared (legacy) stores whose objects are sealed checkpoints referenced from records; each runner also has its own (`runnerObjectStore`). */
 export const COLLECTED_STORES = [ObjectStores.checkpoints, ObjectStores.envSnapshots] as const;
 
 export interface CheckpointGcMetrics {
@@ -52,6 +53,8 @@ export interface CheckpointGcDeps {
   sessions: () => Iterable<Session>;
   /** Every live environment record. */
   environments: () => Iterable<Environment>;
+  /** Every runner record the replica's view holds: each has its own stores to collect. */
+  runners: () => Iterable<{ poolId: string; id: string }>;
   now: () => number;
   /** Objects and keys younger than this are never collected (ms). */
   graceMs: number;
@@ -73,15 +76,34 @@ export function referencedRefs(sessions: Iterable<Session>, environments: Iterab
   return refs;
 }
 
+/** The stores to collect: the shared ones and every known runner's own. */
+function collectedStores(runners: Iterable<{ poolId: string; id: string }>): string[] {
+  const names: string[] = [...COLLECTED_STORES];
+  for (const r of runners) for (const kind of COLLECTED_STORES) names.push(runnerObjectStore(kind, r.poolId, r.id));
+  return names;
+}
+
 export function createCheckpointGc(deps: CheckpointGcDeps): { run(): Promise<CheckpointGcResult> } {
   const objm = new Objm(deps.nc);
-  const stores = new Map<string, Promise<ObjectStore>>();
-  const open = (name: string): Promise<ObjectStore> => {
+  const stores = new Map<string, Promise<ObjectStore | undefined>>();
+  // A runner's stores exist once it provisioned them (before registering); one
+  // that never did is skipped, never created here (only the runner may).
+  const open = (name: string): Promise<ObjectStore | undefined> => {
     const cached = stores.get(name);
     if (cached) return cached;
-    const opening = objm.open(name);
+    const opening = (async () => {
+      const jsm = await jetstreamManager(deps.nc);
+      const exists = await jsm.streams.info(`OBJ_${name}`).then(
+        () => true,
+        (err: unknown) => {
+          if (err instanceof JetStreamApiError && err.code === 10059) return false;
+          throw err;
+        },
+      );
+      return exists ? objm.open(name) : undefined;
+    })();
     stores.set(name, opening);
-    opening.catch(() => stores.delete(name));
+    opening.then((os) => os ?? stores.delete(name)).catch(() => stores.delete(name));
     return opening;
   };
 
@@ -92,8 +114,9 @@ export function createCheckpointGc(deps: CheckpointGcDeps): { run(): Promise<Che
     // that a newer record names is young, and the grace keeps it.
     const live = referencedRefs(deps.sessions(), deps.environments());
     const oldBefore = deps.now() - deps.graceMs;
-    for (const storeName of COLLECTED_STORES) {
+    for (const storeName of collectedStores(deps.runners())) {
       const store = await open(storeName);
+      if (!store) continue;
       for (const info of await store.list()) {
         const ref = `${storeName}/${info.name}`;
         const writtenAt = Date.parse(info.mtime);
@@ -104,7 +127,7 @@ export function createCheckpointGc(deps: CheckpointGcDeps): { run(): Promise<Che
         await store.delete(info.name);
         // The key after the object: a key without its object is harmless and collected below.
         await deps.sealKeys.delete(ref);
-        deps.metrics.collected.inc({ store: storeName });
+        deps.metrics.collected.inc({ store: objectStoreKind(storeName) ?? storeName });
         deletedObjects.push(ref);
       }
     }

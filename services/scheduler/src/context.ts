@@ -36,6 +36,10 @@ export interface SchedulerMetrics {
   staleFacts: Counter<"type">;
   /** Runner facts that named a transition the state machine does not allow. */
   illegalFacts: Counter<"type">;
+  /** Runner facts whose body names another runner than the subject they were published on. */
+  foreignFacts: Counter<"type">;
+  /** Registrations refused: a body naming another runner than its subject, or a reply inbox not the runner's own. */
+  registrationsRefused: Counter<"reason">;
   placements: Counter;
   /** Secret requests refused: not the holder's inbox, no such placement, or a name the environment does not reference. */
   secretsRefused: Counter<"reason">;
@@ -54,6 +58,18 @@ export function createSchedulerMetrics(registry: Registry): SchedulerMetrics {
       name: "paddock_illegal_facts_total",
       help: "Runner facts naming a transition the state machine forbids",
       labelNames: ["type"],
+      registers: [registry],
+    }),
+    foreignFacts: new Counter({
+      name: "paddock_foreign_facts_total",
+      help: "Runner facts dropped because their body names another runner than their subject",
+      labelNames: ["type"],
+      registers: [registry],
+    }),
+    registrationsRefused: new Counter({
+      name: "paddock_registrations_refused_total",
+      help: "Runner registrations refused without effect (subject/body mismatch, or a reply inbox not the runner's own)",
+      labelNames: ["reason"],
       registers: [registry],
     }),
     placements: new Counter({ name: "paddock_placements_total", help: "Sessions placed on a runner", registers: [registry] }),

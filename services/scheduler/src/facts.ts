@@ -1,9 +1,9 @@
-import { canTransition, occupiesSlot, runnerKey, sessionKey, type RunnerFact, type Session, type Usage } from "@paddock/contracts";
+import { canTransition, occupiesSlot, parseRunnerEventsSubject, runnerKey, sessionKey, type RunnerFact, type Session, type Usage } from "@paddock/contracts";
 import { transition, withFact, writeSession, type SchedulerContext } from "./context.ts";
 import { releaseSlot } from "./slots.ts";
 import { CasConflictError } from "./store.ts";
 
-type Outcome = "applied" | "stale" | "illegal" | "duplicate";
+type Outcome = "applied" | "stale" | "illegal" | "duplicate" | "foreign";
 
 function withoutPending(s: Session): Session {
   const { pending: _pending, ...rest } = s;
@@ -108,6 +108,23 @@ function sealedCheckpointOf(fact: RunnerFact): { ref: string; key: string } | un
   return undefined;
 }
 
+/** Whether the record places the session where and when the fact says it ran. */
+function placedAt(s: Session, fact: RunnerFact): boolean {
+  return s.runnerId === fact.runnerId && s.poolId === fact.poolId && s.placementGeneration === fact.placementGeneration;
+}
+
+/**
+ * Whether a fact's body names the runner whose subject it was published on.
+ * NATS permissions let a runner publish only under its own pool/runner
+ * tokens, so the subject is the publisher's identity and the body is only its
+ * word: a fact naming another runner is that runner's credentials speaking for
+ * someone else (e.g. an `exited` for a session held elsewhere).
+ */
+export function factFromItsRunner(subject: string, fact: RunnerFact): boolean {
+  const from = parseRunnerEventsSubject(subject);
+  return from !== undefined && from.poolId === fact.poolId && from.runnerId === fact.runnerId;
+}
+
 /**
  * Applies one runner fact through the fence: the record must still place the
  * session on this runner at this placement generation, and the runner must
@@ -115,8 +132,19 @@ function sealedCheckpointOf(fact: RunnerFact): { ref: string; key: string } | un
  * and counted, never applied — including a dead or failed report from a
  * superseded runner.
  */
-export async function applyRunnerFact(ctx: SchedulerContext, fact: RunnerFact): Promise<Outcome> {
+export async function applyRunnerFact(ctx: SchedulerContext, fact: RunnerFact, subject: string): Promise<Outcome> {
+  if (!factFromItsRunner(subject, fact)) {
+    ctx.metrics.foreignFacts.inc({ type: fact.type });
+    return "foreign";
+  }
   if (fact.type === "env_snapshot") {
+    // A snapshot serves every later session of the environment: only the
+    // runner that booted a session of it, in that placement, may record one.
+    const built = (await ctx.sessions.get(sessionKey(fact.workspaceId, fact.sessionId)))?.value;
+    if (!built || !placedAt(built, fact) || built.environmentId !== fact.environmentId) {
+      ctx.metrics.staleFacts.inc({ type: fact.type });
+      return "stale";
+    }
     await ctx.applyEnvSnapshot(fact);
     return "applied";
   }
@@ -134,9 +162,7 @@ export async function applyRunnerFact(ctx: SchedulerContext, fact: RunnerFact): 
       !runner ||
       // A lost runner's word counts for nothing until it registers again.
       runner.value.state === "lost" ||
-      s.runnerId !== fact.runnerId ||
-      s.poolId !== fact.poolId ||
-      s.placementGeneration !== fact.placementGeneration ||
+      !placedAt(s, fact) ||
       runner.value.generation !== fact.runnerGeneration
     ) {
       if (fromView) continue;

@@ -1,7 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { jetstream } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { Api, type Checkpoint } from "@paddock/contracts";
-import { callRpc } from "@paddock/bus";
+import { Api, inboxPrefixOf, RegisterRunnerReply, RegisterRunnerRequest, RunnerFact, runnerNatsUser, Subjects, type Checkpoint } from "@paddock/contracts";
+import { callRpc, decodeJson, encodeJson } from "@paddock/bus";
 import {
   alice,
   create,
@@ -215,4 +216,104 @@ describe("placement", () => {
     await waitForState(h.nc, session.id, "running");
   });
 ;
+});
+
+describe("a runner's word about another runner", () => {
+  const total = async (c: { get(): Promise<{ values: { value: number; labels: Record<string, string | number> }[] }> }, label?: [string, string]) =>
+    (await c.get()).values.filter((v) => !label || v.labels[label[0]] === label[1]).reduce((n, v) => n + v.value, 0);
+
+  it("a fact published under one runner's subject that names another runner is dropped and counted, never applied", async () => {
+    const s = await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 1 });
+    await register(h.nc, { runnerId: "r2", generation: 1, capacityTotal: 1 });
+    const { session, start } = await runningSession(h.nc, "r1", inbox);
+    // r2's credentials may publish only on r2's subject: it speaks for r1, with r1's generations.
+    const forged = factFor("r1", start, { type: "exited", exitCode: 0 });
+    await jetstream(h.nc).publish(Subjects.runnerEvents("default", "r2"), encodeJson(RunnerFact, forged));
+    await factsSettled(h.nc);
+    expect((await get(h.nc, alice, session.id)).state).toBe("running");
+    expect(await total(s.context.metrics.foreignFacts)).toBe(1);
+    // The same fact on r1's own subject is r1's word, and applies.
+    await publishFact(h.nc, forged);
+    expect((await waitForState(h.nc, session.id, "dead")).childExitCode).toBe(0);
+  });
+
+  it("an environment snapshot is recorded only from the runner that booted a session of that environment", async () => {
+    const s = await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 1 });
+    await register(h.nc, { runnerId: "r2", generation: 1, capacityTotal: 1 });
+    const { start } = await runningSession(h.nc, "r1", inbox);
+    const snapshot = { environmentId: "env_x", setupHash: "h", checkpoint: { ...checkpoint, ref: "env-snapshots/default/env_x/h" }, sealKey: testSealKey };
+    // r2 names r1's placement from its own subject (foreign), then itself (not placed there).
+    await jetstream(h.nc).publish(Subjects.runnerEvents("default", "r2"), encodeJson(RunnerFact, factFor("r1", start, { type: "env_snapshot", ...snapshot })));
+    await publishFact(h.nc, factFor("r2", start, { type: "env_snapshot", ...snapshot }));
+    await factsSettled(h.nc);
+    expect(await total(s.context.metrics.foreignFacts)).toBe(1);
+    expect(await total(s.context.metrics.staleFacts, ["type", "env_snapshot"])).toBe(1);
+    expect(await s.context.sealKeys.get(snapshot.checkpoint.ref)).toBeUndefined();
+  });
+
+  /** Publishes a registration, then one that is answered: the scheduler handles its registrations in order, so the first was judged. */
+  async function judged(subject: string, req: RegisterRunnerRequest): Promise<void> {
+    h.nc.publish(subject, encodeJson(RegisterRunnerRequest, req), { reply: `${inboxPrefixOf(runnerNatsUser("default", "r1"))}.forged` });
+    const own = `${inboxPrefixOf(runnerNatsUser("default", "r9"))}.reply`;
+    const answered = h.nc.subscribe(own, { max: 1 });
+    const r9: RegisterRunnerRequest = { runnerId: "r9", poolId: "default", generation: 1, capacityTotal: 0, capabilities: [], sessions: [] };
+    h.nc.publish(Subjects.register("default", "r9"), encodeJson(RegisterRunnerRequest, r9), { reply: own });
+    for await (const m of answered) expect(decodeJson(RegisterRunnerReply, m.data)).toMatchObject({ ok: true, value: { accepted: true } });
+  }
+
+  it("a registration whose body names another runner than its subject is refused without effect", async () => {
+    const s = await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 1 });
+    const { session } = await runningSession(h.nc, "r1", inbox);
+    // r2 claims r1's next generation, holding nothing: accepted, it would end r1's session.
+    await judged(Subjects.register("default", "r2"), { runnerId: "r1", poolId: "default", generation: 2, capacityTotal: 1, capabilities: [], sessions: [] });
+    expect(await total(s.context.metrics.registrationsRefused, ["reason", "subject"])).toBe(1);
+    expect((await runner("r1"))?.generation).toBe(1);
+    expect((await get(h.nc, alice, session.id)).state).toBe("running");
+  });
+
+  it("a malformed registration is counted invalid and changes nothing; a fact on a subject that is no runner's events subject is foreign", async () => {
+    const s = await h.start();
+    h.nc.publish(Subjects.register("default", "r1"), "{not json");
+    h.nc.publish(Subjects.register("default", "r1"), JSON.stringify({ runnerId: "r1", poolId: "default", generation: 0 }));
+    await judged(Subjects.register("default", "r2"), { runnerId: "r2", poolId: "default", generation: 1, capacityTotal: 0, capabilities: [], sessions: [] });
+    expect(await total(s.context.bus.invalidMessages, ["subject", Subjects.registerAll])).toBe(2);
+    expect(await runner("r1")).toBeUndefined();
+    const inbox = await dispatchInbox(h.nc, "r3");
+    await register(h.nc, { runnerId: "r3", generation: 1, capacityTotal: 1 });
+    const { session, start } = await runningSession(h.nc, "r3", inbox);
+    await jetstream(h.nc).publish("paddock.runner.default.r3.other", encodeJson(RunnerFact, factFor("r3", start, { type: "exited", exitCode: 0 })));
+    await factsSettled(h.nc);
+    expect(await total(s.context.metrics.foreignFacts)).toBe(1);
+    expect((await get(h.nc, alice, session.id)).state).toBe("running");
+  });
+
+  it("with per-principal credentials a registration is answered only to the registering runner's own inbox", async () => {
+    const s = await h.start({ PADDOCK_NATS_USER: "scheduler" });
+    await judged(Subjects.register("default", "r2"), { runnerId: "r2", poolId: "default", generation: 1, capacityTotal: 1, capabilities: [], sessions: [] });
+    expect(await total(s.context.metrics.registrationsRefused, ["reason", "inbox"])).toBe(1);
+    expect(await runner("r2")).toBeUndefined();
+  });
+});
+
+describe("runner records", () => {
+  it("lastSeenAt follows the lease renewals (the lease entry's time), without a runner-record write per renewal", async () => {
+    await h.start();
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const records = await new Kvm(h.nc).open("runners");
+    const before = await records.get("default.r1");
+    const leases = await new Kvm(h.nc).open("runner-leases");
+    for (let i = 0; i < 3; i++) await leases.put("default.r1", JSON.stringify({ runnerId: "r1", poolId: "default", generation: 1, renewedAt: i }));
+    const renewedAt = (await leases.get("default.r1"))?.created.getTime();
+    // The scheduler's lease watch delivers the renewal; its list answers from then on.
+    let seen = (await runner("r1"))?.lastSeenAt;
+    while (seen !== renewedAt) seen = await new Promise<number | undefined>((resolve) => setTimeout(() => void runner("r1").then((r) => resolve(r?.lastSeenAt)), 10));
+    expect(seen).toBeGreaterThan(before?.json<{ lastSeenAt: number }>().lastSeenAt ?? Infinity);
+    expect((await records.get("default.r1"))?.revision).toBe(before?.revision);
+  });
 });

@@ -1,8 +1,11 @@
 import {
   ConflictError,
+  inboxPrefixOf,
   NotFoundError,
   occupiesSlot,
+  parseRegisterSubject,
   runnerKey,
+  runnerNatsUser,
   type RegisterRunnerReply,
   type RegisterRunnerRequest,
   type Runner,
@@ -94,6 +97,21 @@ async function reconcile(ctx: SchedulerContext, req: RegisterRunnerRequest, gene
   return { destroy, kept };
 }
 
+/**
+ * Why a registration must not be acted on, if it must not. The subject is the
+ * publisher's identity (NATS permissions let a runner publish only under its
+ * own pool/runner tokens), so a body naming another runner is refused — else a
+ * runner could claim another's generation and have its sessions reconciled
+ * away. With per-principal credentials the answer must also go to the named
+ * runner's own inbox, as secrets and held checks are.
+ */
+export function registrationRefusal(ctx: SchedulerContext, subject: string, reply: string | undefined, req: RegisterRunnerRequest): "subject" | "inbox" | undefined {
+  const from = parseRegisterSubject(subject);
+  if (!from || from.poolId !== req.poolId || from.runnerId !== req.runnerId) return "subject";
+  if (ctx.config.natsUser !== undefined && !reply?.startsWith(`${inboxPrefixOf(runnerNatsUser(req.poolId, req.runnerId))}.`)) return "inbox";
+  return undefined;
+}
+
 export async function registerRunner(ctx: SchedulerContext, req: RegisterRunnerRequest): Promise<RegisterRunnerReply> {
   const claim = await claimRegistration(ctx, req);
   if (!claim.accepted) return { accepted: false, generation: claim.generation, destroy: [] };
@@ -137,5 +155,5 @@ export async function setRunnerState(ctx: SchedulerContext, runnerId: string, st
   if (!written) throw new NotFoundError("runner");
   ctx.runnerView.apply(key, written);
   if (state === "active") ctx.requestPlacement();
-  return written.value;
+  return ctx.leases.withLastSeen(written.value);
 }

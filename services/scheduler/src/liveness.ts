@@ -19,6 +19,8 @@ interface LeaseSeen {
  */
 export class LeaseTracker {
   private readonly seen = new Map<string, LeaseSeen>();
+  /** The server's timestamp of each runner's latest renewal (the lease entry's own time). */
+  private readonly renewals = new Map<string, number>();
   private stopWatch: (() => void) | undefined;
 
   constructor(private readonly now: Now) {}
@@ -28,7 +30,10 @@ export class LeaseTracker {
     this.stopWatch = () => watch.stop();
     void (async () => {
       for await (const e of watch) {
-        if (e.operation === "PUT") this.seen.set(e.key, { renewedAt: this.now() });
+        if (e.operation === "PUT") {
+          this.seen.set(e.key, { renewedAt: this.now() });
+          this.renewals.set(e.key, e.created.getTime());
+        }
         else this.seen.set(e.key, { ...this.seen.get(e.key), expiredAt: this.now() });
       }
     })().catch((err: unknown) => log.error({ err }, "lease watch ended"));
@@ -36,6 +41,17 @@ export class LeaseTracker {
 
   stop(): void {
     this.stopWatch?.();
+  }
+
+  /**
+   * The record with `lastSeenAt` following the lease: the latest renewal's
+   * server time when it is newer than the record's (set at registration).
+   * Derived at read time, so renewals never become runner-record writes
+   * (and audit revisions).
+   */
+  withLastSeen(runner: Runner): Runner {
+    const renewed = this.renewals.get(runnerKey(runner.poolId, runner.id));
+    return renewed !== undefined && renewed > runner.lastSeenAt ? { ...runner, lastSeenAt: renewed } : runner;
   }
 
   /**

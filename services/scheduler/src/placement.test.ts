@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
-import { Api, Environment, Runner, Session, sessionKey, type RunnerFact } from "@paddock/contracts";
+import { Api, Environment, Runner, Session, sessionKey, Subjects, type RunnerFact } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
 import type { SchedulerContext } from "./context.ts";
 import { applyRunnerFact } from "./facts.ts";
@@ -219,7 +219,7 @@ describe("facts applied on the view's revision", () => {
     const { ctx, session, overwrite, fact } = await placedWithFrozenView();
     // Another replica re-placed it (generation 2) and this view has not seen it.
     await overwrite({ state: "creating", placementGeneration: 2 });
-    expect(await applyRunnerFact(ctx, fact({ type: "running", placementGeneration: 2 }))).toBe("applied");
+    expect(await applyRunnerFact(ctx, fact({ type: "running", placementGeneration: 2 }), Subjects.runnerEvents("default", "r1"))).toBe("applied");
     expect(await get(h.nc, alice, session.id)).toMatchObject({ state: "running", placementGeneration: 2 });
     const stale = await ctx.metrics.staleFacts.get();
     expect(stale.values.reduce((n, v) => n + v.value, 0)).toBe(0);
@@ -229,11 +229,11 @@ describe("facts applied on the view's revision", () => {
     const { ctx, session, overwrite, fact } = await placedWithFrozenView();
     // The view still says running at generation 1; the record has moved on to generation 2.
     await overwrite({ state: "creating", placementGeneration: 2 });
-    expect(await applyRunnerFact(ctx, fact({ type: "exited", exitCode: 3 }))).toBe("stale");
+    expect(await applyRunnerFact(ctx, fact({ type: "exited", exitCode: 3 }), Subjects.runnerEvents("default", "r1"))).toBe("stale");
     expect(await get(h.nc, alice, session.id)).toMatchObject({ state: "creating", placementGeneration: 2 });
     // And a deleted record is not resurrected by an exit report.
     await overwrite({ state: "destroyed", placementGeneration: 1 });
-    expect(await applyRunnerFact(ctx, fact({ type: "exited", exitCode: 3 }))).toBe("duplicate");
+    expect(await applyRunnerFact(ctx, fact({ type: "exited", exitCode: 3 }), Subjects.runnerEvents("default", "r1"))).toBe("duplicate");
     expect((await get(h.nc, alice, session.id)).state).toBe("destroyed");
   });
 });

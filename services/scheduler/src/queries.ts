@@ -67,7 +67,7 @@ export function listRunners(ctx: SchedulerContext, q: { limit: number; cursor?: 
     .map((v) => v.value)
     .filter((r) => after === undefined || runnerKey(r.poolId, r.id) > after)
     .sort((a, b) => (runnerKey(a.poolId, a.id) < runnerKey(b.poolId, b.id) ? -1 : 1));
-  const page = rows.slice(0, q.limit);
+  const page = rows.slice(0, q.limit).map((r) => ctx.leases.withLastSeen(r));
   const last = page[page.length - 1];
   return rows.length > q.limit && last ? { runners: page, nextCursor: encodeCursor(runnerKey(last.poolId, last.id)) } : { runners: page };
 }

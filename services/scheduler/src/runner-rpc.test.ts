@@ -27,8 +27,10 @@ beforeAll(async () => {
   await h.start({ PADDOCK_NATS_USER: "scheduler" });
   const url = h.nc.getServer();
   for (const runnerId of ["r1", "r2"]) {
-    asRunner[runnerId] = await connect({ servers: `nats://${url}`, inboxPrefix: inboxPrefixOf(runnerNatsUser("default", runnerId)) });
-    await register(h.nc, { runnerId, generation: 1 });
+    const nc = await connect({ servers: `nats://${url}`, inboxPrefix: inboxPrefixOf(runnerNatsUser("default", runnerId)) });
+    asRunner[runnerId] = nc;
+    // Registration too is answered only to the runner's own inbox.
+    await register(nc, { runnerId, generation: 1 });
   }
   plain = await connect({ servers: `nats://${url}` });
   const { environment } = await callRpc(h.nc, Api.createEnvironment, { scope: alice, body: { name: "with-secrets", secretRefs: ["API_KEY", "UNSET"] } });

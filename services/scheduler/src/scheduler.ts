@@ -21,7 +21,7 @@ import type { SchedulerConfig } from "./config.ts";
 import type { SchedulerContext, SchedulerMetrics } from "./context.ts";
 import { createSession } from "./create.ts";
 import { applyRunnerFact } from "./facts.ts";
-import { registerRunner, setRunnerState } from "./fleet.ts";
+import { registerRunner, registrationRefusal, setRunnerState } from "./fleet.ts";
 import { createPlacer, type Placer } from "./placement.ts";
 import { attachSession, deleteSession, getSession, listRunners, listSessions } from "./queries.ts";
 import { RunnerRecords, SessionRecords } from "./store.ts";
@@ -195,13 +195,20 @@ function serveApi(ctx: SchedulerContext): Subscription[] {
  * no answer, for any reason, simply retries.
  */
 function serveRegistration(ctx: SchedulerContext): Subscription {
-  return ctx.nc.subscribe(Subjects.register, {
+  return ctx.nc.subscribe(Subjects.registerAll, {
     queue: "scheduler",
     callback: (err, msg) => {
       if (err) return;
       const decoded = decodeJson(RegisterRunnerRequest, msg.data);
       if (!decoded.ok) {
-        ctx.bus.invalidMessages.inc({ subject: Subjects.register });
+        ctx.bus.invalidMessages.inc({ subject: Subjects.registerAll });
+        return;
+      }
+      // Refused without effect or answer: the runner's credentials speak for another runner.
+      const refusal = registrationRefusal(ctx, msg.subject, msg.reply, decoded.value);
+      if (refusal !== undefined) {
+        ctx.metrics.registrationsRefused.inc({ reason: refusal });
+        ctx.log.warn({ runnerId: decoded.value.runnerId, poolId: decoded.value.poolId, reason: refusal }, "registration refused");
         return;
       }
       registerRunner(ctx, decoded.value).then(
@@ -223,8 +230,8 @@ export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
     log: ctx.log,
     // Facts about different sessions are independent; those about one session stay in order.
     lanes: { concurrency: FACT_LANES, keyOf: sessionOfFact },
-    handler: async (fact) => {
-      const outcome = await applyRunnerFact(ctx, fact);
+    handler: async (fact, msg) => {
+      const outcome = await applyRunnerFact(ctx, fact, msg.subject);
       if (outcome !== "applied") ctx.log.debug({ sessionId: fact.sessionId, type: fact.type, outcome }, "runner fact not applied");
     },
   });
@@ -246,6 +253,7 @@ export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
     sealKeys: ctx.sealKeys,
     sessions: () => [...ctx.sessionView.values()].map((v) => v.value),
     environments: () => [...ctx.envs.view.values()].map((v) => v.value).filter((e) => !isDeleted(e)),
+    runners: () => [...ctx.runnerView.values()].map((v) => v.value),
     now: deps.now,
     graceMs: deps.config.checkpointGcGraceMs,
     metrics: deps.metrics.checkpointGc,

@@ -101,7 +101,7 @@ export async function register(nc: NatsConnection, req: Partial<RegisterRunnerRe
   const full: RegisterRunnerRequest = { poolId: "default", capacityTotal: 1, capabilities: [], sessions: [], ...req };
   const leases = await new Kvm(nc).open("runner-leases");
   await leases.put(`${full.poolId}.${full.runnerId}`, JSON.stringify({ runnerId: full.runnerId, poolId: full.poolId, generation: full.generation, renewedAt: 1 }));
-  const reply = await nc.request(Subjects.register, encodeJson(RegisterRunnerRequest, full), { timeout: 5_000 });
+  const reply = await nc.request(Subjects.register(full.poolId, full.runnerId), encodeJson(RegisterRunnerRequest, full), { timeout: 5_000 });
   const decoded = decodeJson(RegisterRunnerReply, reply.data);
   if (!decoded.ok) throw new Error(decoded.reason);
   return decoded.value;

@@ -10,7 +10,7 @@ import {
 import { Kvm, type KvOptions } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Buckets, kvStreamName, MAX_SCREEN_CHECKPOINT_BYTES, ObjectStores, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
+import { Buckets, kvStreamName, MAX_SCREEN_CHECKPOINT_BYTES, ObjectStores, runnerObjectStore, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
 
 const NS_PER_MS = 1_000_000;
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -28,6 +28,8 @@ export interface ProvisionOptions {
   screensMaxBytes?: number;
   /** Per-key TTL marker lifetime of the runner lease bucket. */
   leaseMarkerTtlMs?: number;
+  /** A runner provisioning: also its own checkpoint and environment-snapshot stores. */
+  runner?: { poolId: string; runnerId: string };
 }
 
 /** The stream configs, derived from the options; exported so tests can assert them. */
@@ -216,5 +218,11 @@ async function provisionOnce(nc: NatsConnection, opts: ProvisionOptions): Promis
     // Transfers are deleted after each use; the TTL only sweeps what a crash left behind.
     const ttl = name === ObjectStores.transfers ? { ttl: TRANSFER_TTL_MS * NS_PER_MS } : {};
     await objm.create(name, { replicas: opts.replicas, ...ttl });
+  }
+  // A runner's own stores, which only it may create and write (ARCHITECTURE.md, Sealed objects).
+  if (opts.runner) {
+    for (const kind of [ObjectStores.checkpoints, ObjectStores.envSnapshots] as const) {
+      await objm.create(runnerObjectStore(kind, opts.runner.poolId, opts.runner.runnerId), { replicas: opts.replicas });
+    }
   }
 }

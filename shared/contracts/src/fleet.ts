@@ -62,7 +62,7 @@ export const HeldSession = z
   .strict();
 export type HeldSession = z.infer<typeof HeldSession>;
 
-/** Request on `paddock.fleet.v1.register`. */
+/** Request on `paddock.fleet.v1.register.<pool>.<runner>` (the subject must name the body's runner). */
 export const RegisterRunnerRequest = z
   .object({
     runnerId: Id,

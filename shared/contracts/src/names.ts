@@ -33,6 +33,27 @@ export const ObjectStores = {
   transfers: "transfers",
 } as const;
 
+/** The kinds of sealed objects a runner stores (each kind has a shared legacy store and one store per runner). */
+export type RunnerObjectKind = typeof ObjectStores.checkpoints | typeof ObjectStores.envSnapshots;
+
+/**
+ * The object store one runner writes its objects of a kind into:
+ * `<kind>-runner-<len(pool)>-<pool>-<runner>`. NATS permissions let only that
+ * runner write or delete in it; every runner may read it (a takeover restores
+ * from another runner's checkpoint) and the scheduler collects it.
+ */
+export function runnerObjectStore(kind: RunnerObjectKind, poolId: string, runnerId: string): string {
+  return `${kind}-${runnerNatsUser(poolId, runnerId)}`;
+}
+
+/** The kind of a store holding runners' sealed objects (a runner's own, or the shared legacy store), or undefined. */
+export function objectStoreKind(store: string): RunnerObjectKind | undefined {
+  for (const kind of [ObjectStores.checkpoints, ObjectStores.envSnapshots] as const) {
+    if (store === kind || (store.startsWith(`${kind}-runner-`) && /^[A-Za-z0-9_-]+$/.test(store))) return kind;
+  }
+  return undefined;
+}
+
 /** A transfer object left behind by a crashed gateway or runner is removed by the store after this long. */
 export const TRANSFER_TTL_MS = 60 * 60 * 1000;
 
@@ -87,7 +108,13 @@ export const Subjects = {
   auditAll: "paddock.audit.>",
   /** Gateway → scheduler request/reply; schedulers serve it in one queue group. */
   api: (resource: string, verb: string) => `paddock.api.v1.${resource}.${verb}`,
-  register: "paddock.fleet.v1.register",
+  /**
+   * Runner → scheduler registration, under the runner's own pool/runner
+   * tokens: NATS permissions let a runner publish only its own, and the
+   * scheduler refuses a body that names another runner than the subject.
+   */
+  register: (poolId: string, runnerId: string) => `paddock.fleet.v1.register.${poolId}.${runnerId}`,
+  registerAll: "paddock.fleet.v1.register.*.*",
   /** Runner → scheduler: is this placement still the session's current one (terminal-log fence resolution). */
   placementCheck: "paddock.fleet.v1.placement",
   /** Runner → scheduler: the sealed secret values of a session it is booting (answered only to that runner's inbox). */
@@ -112,6 +139,22 @@ export const Headers = {
 } as const;
 
 export const QueueGroups = { scheduler: "scheduler" } as const;
+
+/** The pool and runner of a RUNNER fact subject (`paddock.runner.<pool>.<runner>.events`); undefined when it is not one. */
+export function parseRunnerEventsSubject(subject: string): { poolId: string; runnerId: string } | undefined {
+  const parts = subject.split(".");
+  if (parts.length !== 5 || parts[0] !== "paddock" || parts[1] !== "runner" || parts[4] !== "events") return undefined;
+  const [, , poolId, runnerId] = parts as [string, string, string, string];
+  return { poolId, runnerId };
+}
+
+/** The pool and runner of a registration subject (`paddock.fleet.v1.register.<pool>.<runner>`); undefined when it is not one. */
+export function parseRegisterSubject(subject: string): { poolId: string; runnerId: string } | undefined {
+  const parts = subject.split(".");
+  if (parts.length !== 6 || parts.slice(0, 4).join(".") !== "paddock.fleet.v1.register") return undefined;
+  const [, , , , poolId, runnerId] = parts as [string, string, string, string, string, string];
+  return { poolId, runnerId };
+}
 
 /** The parts of a TERM subject (`paddock.term.<pool>.<runner>.<session>.<app>`); undefined when it is not one. */
 export function parseTermSubject(subject: string): { poolId: string; runnerId: string; sessionId: string; app: string } | undefined {

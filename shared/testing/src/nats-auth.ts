@@ -8,7 +8,7 @@
  * for the derivation and for what subject permissions cannot scope).
  */
 import { connect, type ConnectionOptions, type NatsConnection } from "@nats-io/transport-node";
-import { Buckets, inboxPrefixOf, kvStreamName, ObjectStores, runnerNatsUser, Streams, Subjects } from "@paddock/contracts";
+import { Buckets, inboxPrefixOf, kvStreamName, ObjectStores, runnerNatsUser, runnerObjectStore, Streams, Subjects } from "@paddock/contracts";
 
 export interface RunnerPrincipal {
   poolId: string;
@@ -120,10 +120,19 @@ function objectStore(store: string): string[] {
   return [`$O.${store}.>`, `${API}.STREAM.PURGE.${s}`, ...streamRead(s), "$JS.FC.>"];
 }
 
+/** Read an object store only (open, get, list, watch): no `$O.<store>.>` publish and no purge, so nothing can be added, replaced or deleted. */
+function objectStoreRead(store: string): string[] {
+  const s = objStream(store);
+  return [`${API}.STREAM.INFO.${s}`, ...streamRead(s), "$JS.FC.>"];
+}
+
+/** Each runner's own checkpoint and environment-snapshot stores (ARCHITECTURE.md, Sealed objects). */
+const runnerStores = (r: RunnerPrincipal): string[] => [ObjectStores.checkpoints, ObjectStores.envSnapshots].map((kind) => runnerObjectStore(kind, r.poolId, r.runnerId));
+
 /** Replies a user may receive: only under its own inbox prefix (shared/bus connects with it). */
 const inbox = (user: string) => `${inboxPrefixOf(user)}.>`;
 
-export function schedulerPermissions(): Permissions {
+export function schedulerPermissions(runners: RunnerPrincipal[] = []): Permissions {
   const owned = [Buckets.sessions, Buckets.runners, Buckets.names, Buckets.idempotency, Buckets.tokens, Buckets.environments, Buckets.sealKeys];
   return {
     publish: {
@@ -137,9 +146,11 @@ export function schedulerPermissions(): Permissions {
         ...kvGet(Buckets.secrets),
         ...objectStore(ObjectStores.checkpoints),
         ...objectStore(ObjectStores.envSnapshots),
+        // Every runner's own stores: collected here (never created: only the runner makes its own).
+        ...runners.flatMap(runnerStores).flatMap((store) => [`${API}.STREAM.INFO.${objStream(store)}`, ...objectStore(store)]),
       ],
     },
-    subscribe: { allow: ["paddock.api.v1.>", Subjects.register, Subjects.placementCheck, Subjects.secrets, Subjects.heldCheck, Subjects.presenceAll, inbox(ControlPlaneUsers.scheduler)] },
+    subscribe: { allow: ["paddock.api.v1.>", Subjects.registerAll, Subjects.placementCheck, Subjects.secrets, Subjects.heldCheck, Subjects.presenceAll, inbox(ControlPlaneUsers.scheduler)] },
     allowResponses: true,
   };
 }
@@ -188,7 +199,7 @@ export function recorderPermissions(): Permissions {
   };
 }
 
-export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal): Permissions {
+export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal, peers: RunnerPrincipal[] = []): Permissions {
   const name = runnerUser(poolId, runnerId);
   const key = `${poolId}.${runnerId}`;
   return {
@@ -201,7 +212,8 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal): Permis
         `${API}.DIRECT.GET.${kvStream(Buckets.runners)}.${kvSubject(Buckets.runners, key)}`,
         // Its own DISPATCH durable, creatable only with its own filter subject.
         ...durable(Streams.dispatch, name, Subjects.dispatch(poolId, runnerId)),
-        Subjects.register,
+        // Registration under its own pool/runner tokens only: the subject is its identity (the scheduler refuses a body naming another runner).
+        Subjects.register(poolId, runnerId),
         // Fence resolution, boot secrets and held checks: answered from the session record, secrets and held checks only to this runner's inbox.
         Subjects.placementCheck,
         Subjects.secrets,
@@ -211,8 +223,12 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal): Permis
         `${API}.DIRECT.GET.${Streams.term}.${Subjects.termOfRunner(poolId, runnerId)}`,
         // Screen checkpoints of its own apps only (written, never read back).
         Subjects.screenOfRunner(poolId, runnerId),
-        ...objectStore(ObjectStores.checkpoints),
-        ...objectStore(ObjectStores.envSnapshots),
+        // Sealed checkpoints and environment snapshots: written (and deletable) only in its own stores;
+        // any other runner's, and the shared legacy stores, are read-only (a takeover restores from them).
+        ...runnerStores({ poolId, runnerId }).flatMap((store) => [`${API}.STREAM.CREATE.${objStream(store)}`, `${API}.STREAM.INFO.${objStream(store)}`, ...objectStore(store)]),
+        ...peers.filter((p) => p.poolId !== poolId || p.runnerId !== runnerId).flatMap(runnerStores).flatMap(objectStoreRead),
+        ...objectStoreRead(ObjectStores.checkpoints),
+        ...objectStoreRead(ObjectStores.envSnapshots),
         ...objectStore(ObjectStores.transfers),
       ],
       deny: [
@@ -244,11 +260,11 @@ export function provisionerPermissions(): Permissions {
 /** Every user and its permissions. */
 export function natsPrincipals(opts: Pick<NatsAuthOptions, "runners"> & { provisioner?: boolean }): Record<string, Permissions> {
   const users: Record<string, Permissions> = {
-    [ControlPlaneUsers.scheduler]: schedulerPermissions(),
+    [ControlPlaneUsers.scheduler]: schedulerPermissions(opts.runners),
     [ControlPlaneUsers.gateway]: gatewayPermissions(),
     [ControlPlaneUsers.recorder]: recorderPermissions(),
   };
-  for (const r of opts.runners) users[runnerUser(r.poolId, r.runnerId)] = runnerPermissions(r);
+  for (const r of opts.runners) users[runnerUser(r.poolId, r.runnerId)] = runnerPermissions(r, opts.runners);
   if (opts.provisioner) users[ControlPlaneUsers.provisioner] = provisionerPermissions();
   return users;
 }
