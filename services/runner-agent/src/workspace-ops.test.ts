@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
-import { gzipSync } from "node:zlib";
+import { gunzipSync, gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -179,6 +179,41 @@ describe("workspace push and pull", () => {
     await transfers.putBlob({ name: transferObjectName(WS, h.sessionId, plain) }, archive);
     expect((await errorOf(callRpc(nc, h.rpcs.push, { ...h.target, path: "", transferId: plain, sealKey }, { timeoutMs: 10_000 }))).code).toBe("invalid");
     expect(existsSync(join(h.workspace, "planted.txt"))).toBe(false);
+  });
+});
+
+describe("a sandbox racing the transfers", () => {
+  it("swapping the target between a directory and a link to a directory outside never gets a push written there nor a pull to read from there", async () => {
+    const outside = mkdtempSync(join(tmpdir(), "paddock-outside-"));
+    writeFileSync(join(outside, "secret.txt"), "SECRET-OUTSIDE");
+    // The sandbox's own app is the attacker: `in` flips between a real directory and a link outside (two renames each way), bounded in count.
+    const racer = [
+      `const fs = require("node:fs");`,
+      `fs.mkdirSync("d"); fs.writeFileSync("d/mine.txt", "mine"); fs.symlinkSync(${JSON.stringify(outside)}, "l");`,
+      `const swap = (a, b) => { try { fs.renameSync(a, b); } catch {} };`,
+      `for (let i = 0; i < 5e6 && !(i % 1000 === 0 && fs.existsSync("stop")); i++) {`,
+      `  swap("d", "in"); swap("in", "d"); swap("l", "in"); swap("in", "l");`,
+      `}`,
+    ].join("\n");
+    const h = await session({ cmd: [process.execPath, "-e", racer] });
+    const archive = maliciousTar(tarEntry("pushed.txt", { body: "pushed" }), tarEntry("deep/pushed.txt", { body: "pushed" }));
+    let pulled = 0;
+    for (let i = 0; i < 60; i++) {
+      // Refusals (the path is a link, gone, or went away mid-way) are expected; escapes are not.
+      await push(h, "in", archive).catch((err: unknown) => expect(err).toBeInstanceOf(PaddockError));
+      const transferId = `t${++n}`;
+      const ok = await callRpc(nc, h.rpcs.pull, { ...h.target, path: "in", transferId, sealKey }).then(
+        () => true,
+        (err: unknown) => (expect(err).toBeInstanceOf(PaddockError), false),
+      );
+      if (!ok) continue;
+      pulled += 1;
+      const bytes = Buffer.concat(await (await pulledArchive(h.sessionId, transferId)).toArray());
+      expect(gunzipSync(bytes).includes("SECRET-OUTSIDE")).toBe(false);
+    }
+    writeFileSync(join(h.workspace, "stop"), "");
+    expect(pulled).toBeGreaterThan(0);
+    expect(readdirSync(outside)).toEqual(["secret.txt"]);
   });
 });
 

@@ -2,17 +2,7 @@ import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import {
-  relativeSegments,
-  resolveInside,
-  SealError,
-  sealed,
-  sealKeyFrom,
-  UnsafePathError,
-  unsealed,
-  type PackHooks,
-  type UnpackHooks,
-} from "@paddock/archive";
+import { relativeSegments, resolveInside, SealError, sealed, sealKeyFrom, UnsafePathError, unsealed } from "@paddock/archive";
 import { serveRpc, type BusMetrics } from "@paddock/bus";
 import {
   ConflictError,
@@ -47,8 +37,6 @@ export interface WorkspaceOpsDeps {
   childPath: string;
   metrics: BusMetrics;
   log: Logger;
-  /** Tests only: called between an entry's directory being held and the entry being used (the race tests swap links there). */
-  transferHooks?: PackHooks & UnpackHooks;
 }
 
 interface Target {
@@ -103,7 +91,7 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
           const source = unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(req.sealKey), transferRef(name));
           let extracted;
           try {
-            extracted = await extractArchive(source, target.dir, limits, { hooks: deps.transferHooks });
+            extracted = await extractArchive(source, target.dir, limits);
           } catch (err) {
             if (err instanceof SealError) throw new InvalidError("archive does not open with its transfer key");
             throw err;
@@ -128,7 +116,7 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
             const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
             // The reply gives the archive's own size (the client's content-length), counted before sealing.
             let size = 0;
-            const archive = Readable.fromWeb(packInside(target, { hooks: deps.transferHooks }) as NodeWebReadableStream<Uint8Array>);
+            const archive = Readable.fromWeb(packInside(target) as NodeWebReadableStream<Uint8Array>);
             const counted = archive.map((chunk: Uint8Array) => {
               size += chunk.byteLength;
               return chunk;

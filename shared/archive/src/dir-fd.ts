@@ -13,7 +13,7 @@
  * path joined to the directory's opening path: the same checks, without the
  * race guarantee. Only the runner works on a directory another party writes.
  */
-import { closeSync, constants as fsc, existsSync, fstatSync, mkdirSync, openSync, type Stats } from "node:fs";
+import { closeSync, constants as fsc, existsSync, fstatSync, lstatSync, mkdirSync, openSync, type Stats } from "node:fs";
 import { join } from "node:path";
 import { UnsafePathError } from "./errors.ts";
 
@@ -71,7 +71,14 @@ export class DirFd {
    * (as thrown by open) when it is a link or not a directory, ENOENT when missing.
    */
   child(name: string): DirFd {
-    const fd = openSync(this.at(name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NOCTTY);
+    let fd: number;
+    try {
+      fd = openSync(this.at(name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NOCTTY);
+    } catch (err) {
+      // With O_DIRECTORY a link is ENOTDIR; say ELOOP, so the caller can name it. (Only the message depends on this.)
+      if (errnoOf(err) === "ENOTDIR" && isSymlink(this.at(name))) throw Object.assign(new Error(`${name}: symbolic link`), { code: "ELOOP" });
+      throw err;
+    }
     return new DirFd(fd, DESCRIPTOR_RELATIVE ? "" : join(this.openedAs, name));
   }
 
@@ -130,6 +137,14 @@ export class DirFd {
 
   private checkOpen(): void {
     if (this.closed) throw new UnsafePathError("directory descriptor already closed");
+  }
+}
+
+function isSymlink(path: string): boolean {
+  try {
+    return lstatSync(path).isSymbolicLink();
+  } catch {
+    return false;
   }
 }
 
