@@ -183,24 +183,32 @@ describe("workspace push and pull", () => {
 });
 
 describe("a sandbox racing the transfers", () => {
-  it("swapping the target between a directory and a link to a directory outside never gets a push written there nor a pull to read from there", async () => {
+  it("swapping a directory under the target for a link to a directory outside never gets a push written there nor a pull to read from there", async () => {
     const outside = mkdtempSync(join(tmpdir(), "paddock-outside-"));
-    writeFileSync(join(outside, "secret.txt"), "SECRET-OUTSIDE");
-    // The sandbox's own app is the attacker: `in` flips between a real directory and a link outside (two renames each way), bounded in count.
+    // Named as the sandbox's own file, so a path looked up again after a swap lands on it.
+    writeFileSync(join(outside, "mine.txt"), "SECRET-OUTSIDE");
+    // The sandbox's own app is the attacker: `in/sub` flips between a real directory and a link outside (two renames each way), bounded in count.
     const racer = [
       `const fs = require("node:fs");`,
-      `fs.mkdirSync("d"); fs.writeFileSync("d/mine.txt", "mine"); fs.symlinkSync(${JSON.stringify(outside)}, "l");`,
-      `const swap = (a, b) => { try { fs.renameSync(a, b); } catch {} };`,
-      `for (let i = 0; i < 5e6 && !(i % 1000 === 0 && fs.existsSync("stop")); i++) {`,
-      `  swap("d", "in"); swap("in", "d"); swap("l", "in"); swap("in", "l");`,
+      `fs.mkdirSync("in", { recursive: true }); process.chdir("in");`,
+      `let j = 0;`,
+      `const aside = (p) => { try { fs.renameSync(p, "junk" + j++); } catch {} };`,
+      `const dir = () => { try { if (fs.lstatSync("d").isDirectory()) return; aside("d"); } catch {} fs.mkdirSync("d"); fs.writeFileSync("d/mine.txt", "mine"); };`,
+      `const link = () => { try { if (fs.lstatSync("l").isSymbolicLink()) return; aside("l"); } catch {} fs.symlinkSync(${JSON.stringify(outside)}, "l"); };`,
+      `for (let i = 0; i < 2e6 && !(i % 1000 === 0 && fs.existsSync("stop")); i++) {`,
+      // Whatever the runner made at "in/sub" goes aside; then "sub" is briefly the directory, then briefly the link.
+      `  dir(); link(); aside("sub");`,
+      `  try { fs.renameSync("d", "sub"); fs.renameSync("sub", "d"); } catch {}`,
+      `  try { fs.renameSync("l", "sub"); fs.renameSync("sub", "l"); } catch {}`,
       `}`,
     ].join("\n");
     const h = await session({ cmd: [process.execPath, "-e", racer] });
-    const archive = maliciousTar(tarEntry("pushed.txt", { body: "pushed" }), tarEntry("deep/pushed.txt", { body: "pushed" }));
+    const archive = maliciousTar(tarEntry("sub/pushed.txt", { body: "pushed" }), tarEntry("sub/deep/pushed.txt", { body: "pushed" }));
     let pulled = 0;
     for (let i = 0; i < 60; i++) {
       // Refusals (the path is a link, gone, or went away mid-way) are expected; escapes are not.
       await push(h, "in", archive).catch((err: unknown) => expect(err).toBeInstanceOf(PaddockError));
+      expect(readdirSync(outside)).toEqual(["mine.txt"]);
       const transferId = `t${++n}`;
       const ok = await callRpc(nc, h.rpcs.pull, { ...h.target, path: "in", transferId, sealKey }).then(
         () => true,
@@ -213,7 +221,7 @@ describe("a sandbox racing the transfers", () => {
     }
     writeFileSync(join(h.workspace, "stop"), "");
     expect(pulled).toBeGreaterThan(0);
-    expect(readdirSync(outside)).toEqual(["secret.txt"]);
+    expect(readdirSync(outside)).toEqual(["mine.txt"]);
   });
 });
 
