@@ -23,6 +23,7 @@ import { extractArchive, packInside } from "./archive.ts";
 import { defaultWorkspaceLimits, type WorkspaceLimits } from "./config.ts";
 import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "./errors.ts";
 import { workspaceDiff } from "./git-diff.ts";
+import type { RunAs } from "./git-isolated.ts";
 import type { SessionRuntime } from "./session-runtime.ts";
 
 export interface WorkspaceOpsDeps {
@@ -37,6 +38,12 @@ export interface WorkspaceOpsDeps {
   childPath: string;
   metrics: BusMetrics;
   log: Logger;
+  /**
+   * The user a session's sandbox runs as, when not the runner's own: git runs
+   * as that user for its diff. Unset (the process backend), git runs as the
+   * runner, which is the sessions' user.
+   */
+  sessionUser?: (sessionId: string) => RunAs | undefined;
 }
 
 interface Target {
@@ -139,6 +146,7 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
             maxBytes: limits.diffMaxBytes,
             maxRepos: limits.diffMaxRepos,
             pathEnv: deps.childPath,
+            runAs: deps.sessionUser?.(req.sessionId),
           }),
         );
       }),

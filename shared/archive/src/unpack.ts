@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { closeSync, constants as fsc, futimesSync, linkSync, openSync, renameSync, symlinkSync, unlinkSync, writeSync } from "node:fs";
 import { posix } from "node:path";
 import { Parser, type ReadEntry } from "tar";
-import { DirFd, errnoOf, MAX_DIR_DEPTH } from "./dir-fd.ts";
+import { errnoOf, MAX_DIR_DEPTH, type DirFd } from "./dir-fd.ts";
 import { ArchiveRejectedError } from "./errors.ts";
 
 const { O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW, O_NOCTTY } = fsc;
