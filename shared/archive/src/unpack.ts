@@ -58,15 +58,15 @@ export function descriptorUnpacker(
     dirs.clear();
   };
 
-  /** The directory at segments, held open; made when missing (and create). */
-  const dirAt = (segments: readonly string[]): DirFd => {
+  /** The directory at segments, held open; made (with mode, owner always rwx) when missing. */
+  const dirAt = (segments: readonly string[], mode?: number): DirFd => {
     if (segments.length > MAX_DIR_DEPTH) throw new ArchiveRejectedError(`path deeper than ${MAX_DIR_DEPTH} levels`);
     if (segments.length === 0) return root;
     const key = segments.join("/");
     const cached = dirs.get(key);
     if (cached) return cached;
     const parent = dirAt(segments.slice(0, -1));
-    const dir = parent.childOrMake(segments[segments.length - 1] as string);
+    const dir = parent.childOrMake(segments[segments.length - 1] as string, mode);
     if (dirs.size >= MAX_CACHED_DIRS) clearDirs();
     dirs.set(key, dir);
     return dir;
@@ -102,7 +102,7 @@ export function descriptorUnpacker(
     if (name === undefined) return void entry.resume(); // the root itself
     switch (entry.type) {
       case "Directory":
-        dirAt(segments);
+        dirAt(segments, (entry.mode ?? 0o755) & 0o777);
         entry.resume();
         return;
       case "SymbolicLink":
