@@ -30,6 +30,8 @@ export interface ExtractResult {
 export interface PackOptions {
   /** gzip the tar (default true); false yields a plain tar (the CLI gzips it itself to measure progress). */
   gzip?: boolean;
+  /** Open a path root even when it is a symlink (default true: the CLI's user named it); the runner's workspaces pass false. */
+  followRoot?: boolean;
   hooks?: PackHooks;
 }
 
@@ -65,7 +67,7 @@ const PACK_LOOKAHEAD_BYTES = 4 * 1024 * 1024;
 
 function packEntries(cwd: string | DirFd, entries: string[], opts: PackOptions): ReadableStream<Uint8Array> {
   // Gzip below runs in the libuv pool (zlib's stream), beside the walk and the reader.
-  const source = Readable.from(tarChunks(cwd, entries, opts.hooks), { objectMode: false });
+  const source = Readable.from(tarChunks(cwd, entries, opts.hooks, opts.followRoot ?? true), { objectMode: false });
   let out: Readable = source;
   if (opts.gzip ?? true) {
     // Fastest level: a checkpoint is on the suspend/resume path, where time
@@ -146,13 +148,15 @@ class ByteCap extends Transform {
 export interface ExtractOptions {
   /** gunzip the source first (default true). */
   gzip?: boolean;
+  /** As PackOptions.followRoot. */
+  followRoot?: boolean;
   hooks?: UnpackHooks;
 }
 
 /**
  * Extracts a gzipped tar (a plain one with `gzip: false`) from source into dir
- * (which must exist: a path, opened following a link since the caller named
- * it, or a directory held by descriptor, left open). Refuses the whole
+ * (which must exist: a path, opened following a link unless followRoot is
+ * false, or a directory held by descriptor, left open). Refuses the whole
  * archive on the first entry that is absolute, climbs out with `..`, links
  * outside dir or is not a file, directory or link, and (with limits) on the
  * entry that goes past maxEntries or maxBytes: that entry is never written,
@@ -189,7 +193,13 @@ export async function extractArchive(source: Readable, dir: string | DirFd, limi
     refused ??= new ArchiveRejectedError("archive expands past the byte limit", true);
     return refused;
   });
-  const root = typeof dir === "string" ? DirFd.open(dir, { follow: true }) : dir;
+  let root: DirFd;
+  try {
+    root = typeof dir === "string" ? DirFd.open(dir, { follow: opts.followRoot ?? true }) : dir;
+  } catch (err) {
+    source.destroy();
+    throw err;
+  }
   const { parser, release } = descriptorUnpacker(root, accept, refuse, opts.hooks);
   try {
     if (opts.gzip ?? true) await pipeline(source, createGunzip({ chunkSize: INFLATE_CHUNK_BYTES }), capper, parser, { signal: stop.signal });

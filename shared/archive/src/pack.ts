@@ -157,14 +157,14 @@ async function* fileBody(fd: number, stat: Stats): AsyncGenerator<Buffer> {
 /**
  * A plain tar of `entries` under cwd: "." (the directory itself and
  * everything under it) or single names in it. A path cwd is opened (following
- * a link: the caller named it); a DirFd is the caller's, left open. uid/gid and
+ * a link unless followRoot is false); a DirFd is the caller's, left open. uid/gid and
  * other host specifics are left out (portable), symlinks are stored as links,
  * and any tar reads the result. Produced as the consumer pulls it.
  */
-export async function* tarChunks(cwd: string | DirFd, entries: readonly string[], hooks?: PackHooks): AsyncGenerator<Buffer> {
+export async function* tarChunks(cwd: string | DirFd, entries: readonly string[], hooks?: PackHooks, followRoot = true): AsyncGenerator<Buffer> {
   let root: DirFd;
   try {
-    root = typeof cwd === "string" ? DirFd.open(cwd, { follow: true }) : cwd;
+    root = typeof cwd === "string" ? DirFd.open(cwd, { follow: followRoot }) : cwd;
   } catch (err) {
     // Gone before it was walked: an empty archive, as for anything gone meanwhile.
     if (errnoOf(err) !== "ENOENT") throw err;

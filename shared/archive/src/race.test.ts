@@ -188,4 +188,13 @@ describe.runIf(DESCRIPTOR_RELATIVE)("a symlink swapped in between check and use"
     await expect(resolveInside(workspace, ["out", "secret.txt"], { create: false })).rejects.toThrow(/symbolic link/);
     await expect(resolveInside(workspace, ["out", "x"], { create: true })).rejects.toThrow(/symbolic link/);
   });
+
+  it("a workspace root that is itself a link is refused where the root must not be followed", async () => {
+    const { workspace, outside } = world();
+    const root = join(workspace, "root");
+    symlinkSync(outside, root);
+    await expect(bytesOf(packDirectory(root, { followRoot: false }))).rejects.toMatchObject({ code: expect.stringMatching(/^(ENOTDIR|ELOOP)$/) });
+    await expect(extractArchive(archiveOf({ "x.txt": "x" }), root, undefined, { followRoot: false })).rejects.toMatchObject({ code: expect.stringMatching(/^(ENOTDIR|ELOOP)$/) });
+    expect(readdirSync(outside)).toEqual(["secret.txt"]);
+  });
 });
