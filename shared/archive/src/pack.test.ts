@@ -80,4 +80,19 @@ describe("tarChunks", () => {
     expect(statSync(join(dst, "d")).mode & 0o777).toBe(0o750);
     expect(statSync(join(dst, "d", "one")).mode & 0o777).toBe(0o700);
   });
+
+  it("extracts more directories than it keeps open, with a hard link across them", async () => {
+    const src = scratch();
+    // 127 directories and zz fill the 64 kept open exactly twice, so the link's own lookup is the one that evicts.
+    for (let i = 0; i < 127; i++) {
+      mkdirSync(join(src, `d${String(i).padStart(3, "0")}`));
+      writeFileSync(join(src, `d${String(i).padStart(3, "0")}`, "f"), `file ${i}`);
+    }
+    mkdirSync(join(src, "zz"));
+    linkSync(join(src, "d000", "f"), join(src, "zz", "link"));
+    const dst = scratch();
+    await extractArchive(Readable.from([await tarOf(src, ["."])]), dst, undefined, { gzip: false });
+    expect(readFileSync(join(dst, "d126", "f"), "utf8")).toBe("file 126");
+    expect(statSync(join(dst, "zz", "link")).ino).toBe(statSync(join(dst, "d000", "f")).ino);
+  });
 });

@@ -67,7 +67,6 @@ export function descriptorUnpacker(
     if (cached) return cached;
     const parent = dirAt(segments.slice(0, -1));
     const dir = parent.childOrMake(segments[segments.length - 1] as string, mode);
-    if (dirs.size >= MAX_CACHED_DIRS) clearDirs();
     dirs.set(key, dir);
     return dir;
   };
@@ -85,7 +84,7 @@ export function descriptorUnpacker(
         done(made);
         renameSync(dir.at(tmp), dir.at(name));
       } catch (renameErr) {
-        unlinkSync(dir.at(tmp));
+        unlinkQuietly(dir, tmp);
         throw renameErr;
       }
       return;
@@ -95,6 +94,8 @@ export function descriptorUnpacker(
 
   const onEntry = (entry: ReadEntry): void => {
     if (released) throw new ArchiveRejectedError("extraction has ended");
+    // Between entries only: within one, every directory it was handed stays open.
+    if (dirs.size >= MAX_CACHED_DIRS) clearDirs();
     const segments = segmentsOf(entry.path);
     const name = segments[segments.length - 1];
     const parent = dirAt(segments.slice(0, -1));
@@ -138,7 +139,7 @@ export function descriptorUnpacker(
       if (failed) return;
       failed = true;
       closeSync(file);
-      if (tmp !== undefined) unlinkSync(parent.at(tmp));
+      if (tmp !== undefined) unlinkQuietly(parent, tmp);
       entry.resume();
       refuse(refusal(err, entry.path));
     };
@@ -182,6 +183,15 @@ export function descriptorUnpacker(
     clearDirs();
   };
   return { parser, release };
+}
+
+/** Removes a temporary name this extraction made; it may be gone already (the sandbox can remove it). */
+function unlinkQuietly(dir: DirFd, name: string): void {
+  try {
+    unlinkSync(dir.at(name));
+  } catch {
+    // Nothing to undo.
+  }
 }
 
 /** A new file at name, or undefined when something is already there. */
