@@ -2,7 +2,7 @@ import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { relativeSegments, resolveInside, SealError, sealed, sealKeyFrom, UnsafePathError, unsealed } from "@paddock/archive";
+import { DESCRIPTOR_RELATIVE, relativeSegments, resolveInside, SealError, sealed, sealKeyFrom, UnsafePathError, unsealed } from "@paddock/archive";
 import { serveRpc, type BusMetrics } from "@paddock/bus";
 import {
   ConflictError,
@@ -65,6 +65,7 @@ export interface WorkspaceOps {
  */
 export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
   const limits = { ...defaultWorkspaceLimits, ...deps.limits };
+  if (!DESCRIPTOR_RELATIVE) deps.log.warn("no /proc/self/fd: workspace push and pull check paths without holding them, so a sandbox racing them may redirect them");
   const rpcs = workspaceRpcs(deps.poolId, deps.runnerId);
   let store: Promise<ObjectStore> | undefined;
   const transfers = (): Promise<ObjectStore> => {
