@@ -77,6 +77,16 @@ describe("workspace diff never runs what the repository configures", () => {
     expect(reply.repos[0]?.diff).toContain("+two");
   });
 
+  it("never runs a git the sandbox put in the repository, even with a relative entry on the runner's PATH", async () => {
+    const { workspace, repo } = workspaceWithRepo();
+    const markers = dirs.make();
+    writeFileSync(join(repo, "git"), `#!/bin/sh\ntouch ${join(markers, "sandbox-git")}\n`);
+    chmodSync(join(repo, "git"), 0o755);
+    const reply = await workspaceDiff(workspace, { ...bounds, pathEnv: `.::${PATH}` });
+    expect(readdirSync(markers)).toEqual([]);
+    expect(reply.repos[0]?.diff).toContain("+two");
+  });
+
   it("reads HEAD through a branch, packed refs and a detached commit; an unborn branch has no commit yet", async () => {
     const { workspace, repo } = workspaceWithRepo();
     expect((await workspaceDiff(workspace, bounds)).repos[0]?.diff).toContain("+two");

@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { lstat, readdir } from "node:fs/promises";
 import { join, relative } from "node:path";
 import type { RepoDiff, WorkspaceDiffReply } from "@paddock/contracts";
-import { diffEnv, headCommit, isolatedGitDir, type RunAs } from "./git-isolated.ts";
+import { diffEnv, gitExecutable, headCommit, isolatedGitDir, type RunAs } from "./git-isolated.ts";
 
 export interface DiffBounds {
   /** JSON-encoded bytes of one repository's diff at most. */
@@ -70,7 +70,12 @@ interface GitOutput {
 export function runGit(dir: string, args: string[], opts: { maxBytes: number; timeoutMs: number; env: NodeJS.ProcessEnv; runAs?: RunAs | undefined }): Promise<GitOutput> {
   const { maxBytes, timeoutMs } = opts;
   return new Promise((resolve) => {
-    const child = spawn("git", ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--no-optional-locks", ...args], {
+    const git = gitExecutable(opts.env.PATH ?? "");
+    if (git === undefined) {
+      resolve({ text: "", truncated: false, code: -1, stderr: "git not found on PATH" });
+      return;
+    }
+    const child = spawn(git, ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--no-optional-locks", ...args], {
       cwd: dir,
       stdio: ["ignore", "pipe", "pipe"],
       env: opts.env,

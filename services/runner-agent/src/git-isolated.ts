@@ -11,9 +11,9 @@
  * `objects/info/alternates`. No system, global or $HOME configuration is read
  * either (diffEnv).
  */
-import { chownSync, closeSync, mkdirSync, mkdtempSync, readSync, rmSync, writeFileSync } from "node:fs";
+import { accessSync, chownSync, closeSync, constants as fsc, mkdirSync, mkdtempSync, readSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { isAbsolute, join } from "node:path";
 import { DirFd } from "@paddock/archive";
 
 /** The user git runs as: the session's, never more privileged (the process backend's sessions run as the runner itself). */
@@ -138,10 +138,32 @@ export function isolatedGitDir(repoDir: string, commit: string, runAs: RunAs | u
   }
 }
 
+/** PATH without relative entries: git runs in the sandbox's repository, where "." or "" would find the sandbox's own `git`. */
+export function absolutePath(pathEnv: string): string {
+  return pathEnv
+    .split(":")
+    .filter((p) => isAbsolute(p))
+    .join(":");
+}
+
+/** The git executable on the absolute entries of pathEnv; undefined when there is none. */
+export function gitExecutable(pathEnv: string): string | undefined {
+  for (const dir of absolutePath(pathEnv).split(":")) {
+    if (dir === "") continue;
+    try {
+      accessSync(join(dir, "git"), fsc.X_OK);
+      return join(dir, "git");
+    } catch {
+      // Not here.
+    }
+  }
+  return undefined;
+}
+
 /** The whole environment of a git run on a sandbox repository: nothing inherited, no configuration but the scratch directory's. */
 export function diffEnv(repoDir: string, gitDir: string, pathEnv: string): NodeJS.ProcessEnv {
   return {
-    PATH: pathEnv,
+    PATH: absolutePath(pathEnv),
     GIT_DIR: gitDir,
     GIT_WORK_TREE: repoDir,
     GIT_INDEX_FILE: join(repoDir, ".git", "index"),
