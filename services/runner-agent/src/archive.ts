@@ -1,16 +1,16 @@
 import type { Readable } from "node:stream";
-import { ArchiveRejectedError, extractArchive as extract, type ExtractLimits, type ExtractResult } from "@paddock/archive";
+import { ArchiveRejectedError, extractArchive as extract, type DirFd, type ExtractLimits, type ExtractOptions, type ExtractResult } from "@paddock/archive";
 import { ArchiveRefusedError, WorkspaceTooLargeError } from "./errors.ts";
 
 /** The safe archive code lives in @paddock/archive (the CLI extracts with the same rules). */
-export { ARCHIVE_FORMAT, entryViolation, packDirectory, packTarget } from "@paddock/archive";
+export { ARCHIVE_FORMAT, entryViolation, packDirectory, packInside, packTarget } from "@paddock/archive";
 
 /**
  * Extracts a gzipped tar into dir with @paddock/archive's rules, as this
  * service's typed errors: a refused entry or invalid archive is
  * ArchiveRefusedError, an archive past limits WorkspaceTooLargeError.
  */
-export async function extractArchive(source: Readable, dir: string, limits?: ExtractLimits, opts?: { gzip?: boolean }): Promise<ExtractResult> {
+export async function extractArchive(source: Readable, dir: string | DirFd, limits?: ExtractLimits, opts?: ExtractOptions): Promise<ExtractResult> {
   try {
     return await extract(source, dir, limits, opts);
   } catch (err) {

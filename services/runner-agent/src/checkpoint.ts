@@ -95,7 +95,8 @@ export function createCheckpointStore(
       const key = newSealKey();
       try {
         const os = await open(store);
-        const archive = packDirectory(workspace, { gzip: compression === CheckpointCompression.gzip });
+        // The workspace itself swapped for a link by the sandbox is refused, not followed.
+        const archive = packDirectory(workspace, { gzip: compression === CheckpointCompression.gzip, followRoot: false });
         const body = sealed(Readable.fromWeb(archive as NodeWebReadableStream<Uint8Array>), key, ref);
         await os.put({ name, options: { max_chunk_size: CHECKPOINT_CHUNK_BYTES } }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
       } catch {
@@ -118,7 +119,7 @@ export function createCheckpointStore(
       if (!result) throw new CheckpointError("checkpoint not found");
       try {
         const opened = unsealed(Readable.fromWeb(result.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(sealKey), checkpoint.ref);
-        await extractArchive(opened, workspace, undefined, { gzip });
+        await extractArchive(opened, workspace, undefined, { gzip, followRoot: false });
       } catch (err) {
         // A refused entry or a sealed object that does not open says why; a transfer error stays generic.
         if (err instanceof ArchiveRefusedError || err instanceof SealError) throw new CheckpointError(err.message);

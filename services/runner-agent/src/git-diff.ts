@@ -2,6 +2,7 @@ import { spawn } from "node:child_process";
 import { lstat, readdir } from "node:fs/promises";
 import { join, relative } from "node:path";
 import type { RepoDiff, WorkspaceDiffReply } from "@paddock/contracts";
+import { diffEnv, gitExecutable, headCommit, isolatedGitDir, type RunAs } from "./git-isolated.ts";
 
 export interface DiffBounds {
   /** JSON-encoded bytes of one repository's diff at most. */
@@ -15,6 +16,8 @@ export interface DiffBounds {
   timeoutMs?: number;
   /** PATH to find git on. */
   pathEnv: string;
+  /** The session's user, when it is not the runner's own (git never runs as a more privileged one). */
+  runAs?: RunAs | undefined;
 }
 
 /** Directories never searched for repositories. */
@@ -58,22 +61,26 @@ interface GitOutput {
 }
 
 /**
- * Runs git in dir and keeps at most maxBytes of stdout (then kills it).
- * The repository's own configuration is the sandbox's, so what could run a
- * program on the runner's behalf is switched off (external diff, textconv,
- * fsmonitor, hooks); optional locks are not taken.
+ * Runs git in dir with exactly env (as runAs, when given) and keeps at most
+ * maxBytes of stdout (then kills it). The callers point git at an isolated git
+ * directory (git-isolated.ts), so the repository's own configuration is never
+ * read; fsmonitor and hooks are switched off on top, and optional locks are
+ * not taken.
  */
-export function runGit(dir: string, args: string[], maxBytes: number, timeoutMs: number, pathEnv: string): Promise<GitOutput> {
+export function runGit(dir: string, args: string[], opts: { maxBytes: number; timeoutMs: number; env: NodeJS.ProcessEnv; runAs?: RunAs | undefined }): Promise<GitOutput> {
+  const { maxBytes, timeoutMs } = opts;
   return new Promise((resolve) => {
-    const child = spawn(
-      "git",
-      ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "diff.external=", "--no-optional-locks", ...args],
-      {
-        cwd: dir,
-        stdio: ["ignore", "pipe", "pipe"],
-        env: { PATH: pathEnv, GIT_CONFIG_NOSYSTEM: "1", GIT_TERMINAL_PROMPT: "0", HOME: dir, LANG: "C.UTF-8" },
-      },
-    );
+    const git = gitExecutable(opts.env.PATH ?? "");
+    if (git === undefined) {
+      resolve({ text: "", truncated: false, code: -1, stderr: "git not found on PATH" });
+      return;
+    }
+    const child = spawn(git, ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--no-optional-locks", ...args], {
+      cwd: dir,
+      stdio: ["ignore", "pipe", "pipe"],
+      env: opts.env,
+      ...(opts.runAs ? { uid: opts.runAs.uid, gid: opts.runAs.gid } : {}),
+    });
     const chunks: Buffer[] = [];
     let size = 0;
     let truncated = false;
@@ -135,13 +142,29 @@ export async function workspaceDiff(workspace: string, bounds: DiffBounds): Prom
       repos.push({ path, diff: "", truncated: true });
       continue;
     }
-    const head = await runGit(dir, ["rev-parse", "--verify", "--quiet", "HEAD"], 256, timeoutMs, bounds.pathEnv);
-    if (head.code !== 0) {
+    if (!dotGit.isDirectory()) {
+      repos.push({ path, diff: "", truncated: false, error: "a .git file (linked worktree or submodule) is not diffed" });
+      continue;
+    }
+    // HEAD is read here, and git sees the objects through a scratch git directory: never the repository's own config.
+    const commit = headCommit(dir);
+    if (commit === undefined) {
       repos.push({ path, diff: "", truncated: false, error: "no commit yet (HEAD does not exist)" });
       continue;
     }
     const limit = Math.min(bounds.maxRepoBytes, budget);
-    const out = await runGit(dir, ["diff", "HEAD", "--no-color", "--no-ext-diff", "--no-textconv"], limit, timeoutMs, bounds.pathEnv);
+    const gitDir = isolatedGitDir(dir, commit, bounds.runAs);
+    let out: GitOutput;
+    try {
+      out = await runGit(dir, ["diff", commit, "--no-color", "--no-ext-diff", "--no-textconv", "--"], {
+        maxBytes: limit,
+        timeoutMs,
+        env: diffEnv(dir, gitDir.path, bounds.pathEnv),
+        runAs: bounds.runAs,
+      });
+    } finally {
+      gitDir.remove();
+    }
     if (!out.truncated && out.code !== 0) {
       repos.push({ path, diff: "", truncated: false, error: `git diff failed${out.stderr ? `: ${out.stderr.trim()}` : ""}`.slice(0, 512) });
       continue;

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
-import { gzipSync } from "node:zlib";
+import { gunzipSync, gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -179,6 +179,49 @@ describe("workspace push and pull", () => {
     await transfers.putBlob({ name: transferObjectName(WS, h.sessionId, plain) }, archive);
     expect((await errorOf(callRpc(nc, h.rpcs.push, { ...h.target, path: "", transferId: plain, sealKey }, { timeoutMs: 10_000 }))).code).toBe("invalid");
     expect(existsSync(join(h.workspace, "planted.txt"))).toBe(false);
+  });
+});
+
+describe("a sandbox racing the transfers", () => {
+  it("swapping a directory under the target for a link to a directory outside never gets a push written there nor a pull to read from there", async () => {
+    const outside = mkdtempSync(join(tmpdir(), "paddock-outside-"));
+    // Named as the sandbox's own file, so a path looked up again after a swap lands on it.
+    writeFileSync(join(outside, "mine.txt"), "SECRET-OUTSIDE");
+    // The sandbox's own app is the attacker: `in/sub` flips between a real directory and a link outside (two renames each way), bounded in count.
+    const racer = [
+      `const fs = require("node:fs");`,
+      `fs.mkdirSync("in", { recursive: true }); process.chdir("in");`,
+      `let j = 0;`,
+      `const aside = (p) => { try { fs.renameSync(p, "junk" + j++); } catch {} };`,
+      `const dir = () => { try { if (fs.lstatSync("d").isDirectory()) return; aside("d"); } catch {} fs.mkdirSync("d"); fs.writeFileSync("d/mine.txt", "mine"); };`,
+      `const link = () => { try { if (fs.lstatSync("l").isSymbolicLink()) return; aside("l"); } catch {} fs.symlinkSync(${JSON.stringify(outside)}, "l"); };`,
+      `for (let i = 0; i < 2e6 && !(i % 1000 === 0 && fs.existsSync("stop")); i++) {`,
+      // Whatever the runner made at "in/sub" goes aside; then "sub" is briefly the directory, then briefly the link.
+      `  dir(); link(); aside("sub");`,
+      `  try { fs.renameSync("d", "sub"); fs.renameSync("sub", "d"); } catch {}`,
+      `  try { fs.renameSync("l", "sub"); fs.renameSync("sub", "l"); } catch {}`,
+      `}`,
+    ].join("\n");
+    const h = await session({ cmd: [process.execPath, "-e", racer] });
+    const archive = maliciousTar(tarEntry("sub/pushed.txt", { body: "pushed" }), tarEntry("sub/deep/pushed.txt", { body: "pushed" }));
+    let pulled = 0;
+    for (let i = 0; i < 60; i++) {
+      // Refusals (the path is a link, gone, or went away mid-way) are expected; escapes are not.
+      await push(h, "in", archive).catch((err: unknown) => expect(err).toBeInstanceOf(PaddockError));
+      expect(readdirSync(outside)).toEqual(["mine.txt"]);
+      const transferId = `t${++n}`;
+      const ok = await callRpc(nc, h.rpcs.pull, { ...h.target, path: "in", transferId, sealKey }).then(
+        () => true,
+        (err: unknown) => (expect(err).toBeInstanceOf(PaddockError), false),
+      );
+      if (!ok) continue;
+      pulled += 1;
+      const bytes = Buffer.concat(await (await pulledArchive(h.sessionId, transferId)).toArray());
+      expect(gunzipSync(bytes).includes("SECRET-OUTSIDE")).toBe(false);
+    }
+    writeFileSync(join(h.workspace, "stop"), "");
+    expect(pulled).toBeGreaterThan(0);
+    expect(readdirSync(outside)).toEqual(["mine.txt"]);
   });
 });
 

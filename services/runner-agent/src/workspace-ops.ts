@@ -2,7 +2,7 @@ import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { relativeSegments, resolveInside, SealError, sealed, sealKeyFrom, UnsafePathError, unsealed } from "@paddock/archive";
+import { DESCRIPTOR_RELATIVE, relativeSegments, resolveInside, SealError, sealed, sealKeyFrom, UnsafePathError, unsealed } from "@paddock/archive";
 import { serveRpc, type BusMetrics } from "@paddock/bus";
 import {
   ConflictError,
@@ -19,10 +19,11 @@ import {
   type WorkspacePushReply,
 } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
-import { extractArchive, packTarget } from "./archive.ts";
+import { extractArchive, packInside } from "./archive.ts";
 import { defaultWorkspaceLimits, type WorkspaceLimits } from "./config.ts";
 import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "./errors.ts";
 import { workspaceDiff } from "./git-diff.ts";
+import type { RunAs } from "./git-isolated.ts";
 import type { SessionRuntime } from "./session-runtime.ts";
 
 export interface WorkspaceOpsDeps {
@@ -37,6 +38,12 @@ export interface WorkspaceOpsDeps {
   childPath: string;
   metrics: BusMetrics;
   log: Logger;
+  /**
+   * The user a session's sandbox runs as, when not the runner's own: git runs
+   * as that user for its diff. Unset (the process backend), git runs as the
+   * runner, which is the sessions' user.
+   */
+  sessionUser?: (sessionId: string) => RunAs | undefined;
 }
 
 interface Target {
@@ -58,6 +65,7 @@ export interface WorkspaceOps {
  */
 export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
   const limits = { ...defaultWorkspaceLimits, ...deps.limits };
+  if (!DESCRIPTOR_RELATIVE) deps.log.warn("no /proc/self/fd: workspace push and pull check paths without holding them, so a sandbox racing them may redirect them");
   const rpcs = workspaceRpcs(deps.poolId, deps.runnerId);
   let store: Promise<ObjectStore> | undefined;
   const transfers = (): Promise<ObjectStore> => {
@@ -86,14 +94,17 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
           const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
           const got = await (await transfers()).get(name);
           if (!got) throw new NotFoundError("transfer");
-          const { path } = await resolveInside(workspace, segments, { create: true });
+          // Held by descriptor from here on: a symlink the sandbox swaps in cannot redirect the writes.
+          const target = await resolveInside(workspace, segments, { create: true });
           const source = unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(req.sealKey), transferRef(name));
           let extracted;
           try {
-            extracted = await extractArchive(source, path, limits);
+            extracted = await extractArchive(source, target.dir, limits);
           } catch (err) {
             if (err instanceof SealError) throw new InvalidError("archive does not open with its transfer key");
             throw err;
+          } finally {
+            target.close();
           }
           if (await got.error) throw new InvalidError("archive is corrupt in the transfer store");
           return extracted;
@@ -109,17 +120,21 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
         const segments = relativeSegments(req.path);
         return runtime.workspaceTask(async (workspace) => {
           const target = await resolveInside(workspace, segments, { create: false });
-          const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
-          // The reply gives the archive's own size (the client's content-length), counted before sealing.
-          let size = 0;
-          const archive = Readable.fromWeb(packTarget(target.path, target.kind) as NodeWebReadableStream<Uint8Array>);
-          const counted = archive.map((chunk: Uint8Array) => {
-            size += chunk.byteLength;
-            return chunk;
-          });
-          const body = sealed(counted, sealKeyFrom(req.sealKey), transferRef(name));
-          await (await transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
-          return { size };
+          try {
+            const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
+            // The reply gives the archive's own size (the client's content-length), counted before sealing.
+            let size = 0;
+            const archive = Readable.fromWeb(packInside(target) as NodeWebReadableStream<Uint8Array>);
+            const counted = archive.map((chunk: Uint8Array) => {
+              size += chunk.byteLength;
+              return chunk;
+            });
+            const body = sealed(counted, sealKeyFrom(req.sealKey), transferRef(name));
+            await (await transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
+            return { size };
+          } finally {
+            target.close();
+          }
         });
       }),
     opts),
@@ -132,6 +147,7 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
             maxBytes: limits.diffMaxBytes,
             maxRepos: limits.diffMaxRepos,
             pathEnv: deps.childPath,
+            runAs: deps.sessionUser?.(req.sessionId),
           }),
         );
       }),

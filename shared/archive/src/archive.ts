@@ -2,9 +2,11 @@ import { basename, dirname, posix } from "node:path";
 import { Readable, Transform, type TransformCallback } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { constants as zlibConstants, createGunzip } from "node:zlib";
-import * as tar from "tar";
+import { DirFd } from "./dir-fd.ts";
 import { ArchiveRejectedError } from "./errors.ts";
-import { tarChunks } from "./pack.ts";
+import { tarChunks, type PackHooks } from "./pack.ts";
+import type { InsideTarget } from "./paths.ts";
+import { descriptorUnpacker, type UnpackHooks } from "./unpack.ts";
 import { parallelGzip } from "./parallel-gzip.ts";
 import { SealError } from "./sealed.ts";
 
@@ -28,6 +30,9 @@ export interface ExtractResult {
 export interface PackOptions {
   /** gzip the tar (default true); false yields a plain tar (the CLI gzips it itself to measure progress). */
   gzip?: boolean;
+  /** Open a path root even when it is a symlink (default true: the CLI's user named it); the runner's workspaces pass false. */
+  followRoot?: boolean;
+  hooks?: PackHooks;
 }
 
 /**
@@ -48,12 +53,21 @@ export function packTarget(target: string, kind: "directory" | "file", opts: Pac
   return kind === "directory" ? packEntries(target, ["."], opts) : packEntries(dirname(target), [basename(target)], opts);
 }
 
+/**
+ * A tar of a target resolved by resolveInside, read through its held
+ * descriptor (never by path). The caller closes the target once the stream
+ * has ended.
+ */
+export function packInside(target: InsideTarget, opts: PackOptions = {}): ReadableStream<Uint8Array> {
+  return packEntries(target.dir, target.name === undefined ? ["."] : [target.name], opts);
+}
+
 /** How far the packer may run ahead of its reader, in bytes: gzip and the reader's writes overlap. */
 const PACK_LOOKAHEAD_BYTES = 4 * 1024 * 1024;
 
-function packEntries(cwd: string, entries: string[], opts: PackOptions): ReadableStream<Uint8Array> {
+function packEntries(cwd: string | DirFd, entries: string[], opts: PackOptions): ReadableStream<Uint8Array> {
   // Gzip below runs in the libuv pool (zlib's stream), beside the walk and the reader.
-  const source = Readable.from(tarChunks(cwd, entries), { objectMode: false });
+  const source = Readable.from(tarChunks(cwd, entries, opts.hooks, opts.followRoot ?? true), { objectMode: false });
   let out: Readable = source;
   if (opts.gzip ?? true) {
     // Fastest level: a checkpoint is on the suspend/resume path, where time
@@ -131,16 +145,27 @@ class ByteCap extends Transform {
   }
 }
 
+export interface ExtractOptions {
+  /** gunzip the source first (default true). */
+  gzip?: boolean;
+  /** As PackOptions.followRoot. */
+  followRoot?: boolean;
+  hooks?: UnpackHooks;
+}
+
 /**
- * Extracts a gzipped tar (a plain one with `gzip: false`) from source into dir (which must exist). Refuses the
- * whole archive on the first entry that is absolute, climbs out with `..`,
- * links outside dir or is not a file, directory or link, and (with limits) on
- * the entry that goes past maxEntries or maxBytes: that entry is never
- * written, extraction stops at once, and the call rejects with
- * ArchiveRejectedError (a sealed source that does not open: its SealError). Owners are never applied, even as root; node-tar
- * refuses to write through a symlink already in dir.
+ * Extracts a gzipped tar (a plain one with `gzip: false`) from source into dir
+ * (which must exist: a path, opened following a link unless followRoot is
+ * false, or a directory held by descriptor, left open). Refuses the whole
+ * archive on the first entry that is absolute, climbs out with `..`, links
+ * outside dir or is not a file, directory or link, and (with limits) on the
+ * entry that goes past maxEntries or maxBytes: that entry is never written,
+ * extraction stops at once, and the call rejects with ArchiveRejectedError (a
+ * sealed source that does not open: its SealError). Entries are placed through
+ * descriptors (unpack.ts): a symlink in the workspace on an entry's path
+ * refuses the archive, whenever the sandbox made it. Owners are never applied.
  */
-export async function extractArchive(source: Readable, dir: string, limits?: ExtractLimits, opts: { gzip?: boolean } = {}): Promise<ExtractResult> {
+export async function extractArchive(source: Readable, dir: string | DirFd, limits?: ExtractLimits, opts: ExtractOptions = {}): Promise<ExtractResult> {
   let refused: ArchiveRejectedError | undefined;
   let entries = 0;
   let bytes = 0;
@@ -150,45 +175,44 @@ export async function extractArchive(source: Readable, dir: string, limits?: Ext
     stop.abort();
     return false;
   };
-  const extractor = tar.x({
-    cwd: dir,
-    // Each chunk written is unpacked with synchronous fs calls before the next
-    // is read: 3-4x less CPU than the async unpacker, whose every fs call is a
-    // thread-pool round trip (a 100 MB / 2,590-file workspace: ~1 s against
-    // ~4 s here). The event loop is held only for one chunk's files at a time.
-    sync: true,
-    strict: true,
-    preserveOwner: false,
-    noChmod: false,
-    filter: (_path, entry) => {
-      if (refused !== undefined) return false;
-      if (!("type" in entry)) return false;
-      const reason =
-        entryViolation({ path: entry.path, type: entry.type, linkpath: entry.linkpath }) ??
-        entryViolation({ path: entry.header.path ?? entry.path, type: entry.type, linkpath: entry.header.linkpath ?? entry.linkpath });
-      if (reason !== undefined) return refuse(new ArchiveRejectedError(reason));
-      entries += 1;
-      bytes += entry.size ?? 0;
-      if (limits && entries > limits.maxEntries) return refuse(new ArchiveRejectedError(`more than ${limits.maxEntries} entries`, true));
-      if (limits && bytes > limits.maxBytes) return refuse(new ArchiveRejectedError(`more than ${limits.maxBytes} bytes`, true));
-      return true;
-    },
-  });
+  const accept = (entry: { path: string; type: string; linkpath?: string | undefined; size?: number; header: { path?: string; linkpath?: string } }): boolean => {
+    if (refused !== undefined) return false;
+    const reason =
+      entryViolation({ path: entry.path, type: entry.type, linkpath: entry.linkpath }) ??
+      entryViolation({ path: entry.header.path ?? entry.path, type: entry.type, linkpath: entry.header.linkpath ?? entry.linkpath });
+    if (reason !== undefined) return refuse(new ArchiveRejectedError(reason));
+    entries += 1;
+    bytes += entry.size ?? 0;
+    if (limits && entries > limits.maxEntries) return refuse(new ArchiveRejectedError(`more than ${limits.maxEntries} entries`, true));
+    if (limits && bytes > limits.maxBytes) return refuse(new ArchiveRejectedError(`more than ${limits.maxBytes} bytes`, true));
+    return true;
+  };
   // Headers, padding and pax records on top of the file bytes; generous, but finite.
   const cap = limits ? limits.maxBytes + limits.maxEntries * 3072 + (1 << 20) : Number.POSITIVE_INFINITY;
   const capper = new ByteCap(cap, () => {
     refused ??= new ArchiveRejectedError("archive expands past the byte limit", true);
     return refused;
   });
+  let root: DirFd;
   try {
-    if (opts.gzip ?? true) await pipeline(source, createGunzip({ chunkSize: INFLATE_CHUNK_BYTES }), capper, extractor, { signal: stop.signal });
-    else await pipeline(source, capper, extractor, { signal: stop.signal });
+    root = typeof dir === "string" ? DirFd.open(dir, { follow: opts.followRoot ?? true }) : dir;
+  } catch (err) {
+    source.destroy();
+    throw err;
+  }
+  const { parser, release } = descriptorUnpacker(root, accept, refuse, opts.hooks);
+  try {
+    if (opts.gzip ?? true) await pipeline(source, createGunzip({ chunkSize: INFLATE_CHUNK_BYTES }), capper, parser, { signal: stop.signal });
+    else await pipeline(source, capper, parser, { signal: stop.signal });
   } catch (err) {
     if (refused !== undefined) throw refused;
     // A sealed source that does not open says so, rather than "invalid archive".
     if (source.errored instanceof SealError) throw source.errored;
     const code = (err as { tarCode?: unknown; code?: unknown }).tarCode ?? (err as { code?: unknown }).code;
     throw new ArchiveRejectedError(typeof code === "string" ? `invalid archive (${code})` : "invalid archive");
+  } finally {
+    release();
+    if (root !== dir) root.close();
   }
   if (refused !== undefined) throw refused;
   return { entries, bytes };

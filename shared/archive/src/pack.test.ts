@@ -1,9 +1,11 @@
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { lstatSync, mkdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync, existsSync } from "node:fs";
+import { chmodSync, linkSync, lstatSync, mkdirSync, readFileSync, readlinkSync, statSync, symlinkSync, writeFileSync, existsSync } from "node:fs";
+import { Readable } from "node:stream";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { scratchDirs } from "@paddock/testing";
+import { extractArchive } from "./archive.ts";
 import { SYNC_PACK_MAX_BYTES, tarChunks } from "./pack.ts";
 
 const dirs = scratchDirs("paddock-pack-");
@@ -57,5 +59,40 @@ describe("tarChunks", () => {
     const archive = await tarOf(src, ["missing"]);
     // Only the end-of-archive blocks.
     expect(archive.equals(Buffer.alloc(1024))).toBe(true);
+  });
+
+  it("packs a second name of a file as a hard link, and extraction makes it one again, with files' and directories' modes", async () => {
+    const src = scratch();
+    mkdirSync(join(src, "d"));
+    writeFileSync(join(src, "d", "one"), "shared bytes");
+    linkSync(join(src, "d", "one"), join(src, "two"));
+    writeFileSync(join(src, "empty"), "");
+    chmodSync(join(src, "d"), 0o750);
+    chmodSync(join(src, "d", "one"), 0o700);
+    const archive = await tarOf(src, ["."]);
+    expect(execFileSync("tar", ["-tvf", "-"], { input: archive }).toString()).toMatch(/^h.* \.\/two link to \.\/d\/one$/m);
+
+    const dst = scratch();
+    await extractArchive(Readable.from([archive]), dst, undefined, { gzip: false });
+    expect(statSync(join(dst, "two")).ino).toBe(statSync(join(dst, "d", "one")).ino);
+    expect(readFileSync(join(dst, "two"), "utf8")).toBe("shared bytes");
+    expect(readFileSync(join(dst, "empty"), "utf8")).toBe("");
+    expect(statSync(join(dst, "d")).mode & 0o777).toBe(0o750);
+    expect(statSync(join(dst, "d", "one")).mode & 0o777).toBe(0o700);
+  });
+
+  it("extracts more directories than it keeps open, with a hard link across them", async () => {
+    const src = scratch();
+    // 127 directories and zz fill the 64 kept open exactly twice, so the link's own lookup is the one that evicts.
+    for (let i = 0; i < 127; i++) {
+      mkdirSync(join(src, `d${String(i).padStart(3, "0")}`));
+      writeFileSync(join(src, `d${String(i).padStart(3, "0")}`, "f"), `file ${i}`);
+    }
+    mkdirSync(join(src, "zz"));
+    linkSync(join(src, "d000", "f"), join(src, "zz", "link"));
+    const dst = scratch();
+    await extractArchive(Readable.from([await tarOf(src, ["."])]), dst, undefined, { gzip: false });
+    expect(readFileSync(join(dst, "d126", "f"), "utf8")).toBe("file 126");
+    expect(statSync(join(dst, "zz", "link")).ino).toBe(statSync(join(dst, "d000", "f")).ino);
   });
 });

@@ -1,5 +1,5 @@
-import { lstat, mkdir } from "node:fs/promises";
-import { join } from "node:path";
+import { closeSync } from "node:fs";
+import { checkName, DirFd, errnoOf } from "./dir-fd.ts";
 import { UnsafePathError } from "./errors.ts";
 
 /**
@@ -17,33 +17,71 @@ export function relativeSegments(path: string): string[] {
 
 export type TargetKind = "directory" | "file";
 
+/** A path resolved under a root, held by descriptor: later reads and writes go through it, never through the path again. */
+export interface InsideTarget {
+  kind: TargetKind;
+  /** The directory itself, or (kind file) the file's parent. */
+  dir: DirFd;
+  /** kind file: the file's name in dir. */
+  name?: string;
+  /** Closes the held descriptor; call once the target's last use has ended. */
+  close(): void;
+}
+
+/** Why a component could not be opened as a directory, as the public error. */
+function componentError(code: string | undefined, create: boolean): UnsafePathError | undefined {
+  if (code === "ENOENT" && !create) return new UnsafePathError("path not found", true);
+  if (code === "ELOOP") return new UnsafePathError("path goes through a symbolic link");
+  if (code === "ENOTDIR") return new UnsafePathError(create ? "path is not a directory" : "path is not a file or directory");
+  return undefined;
+}
+
 /**
- * Walks root/segments one component at a time with lstat, refusing any
- * component that is a symlink (a link the sandbox made could point anywhere)
- * or not a directory on the way. With create, missing directories are made;
- * without, a missing component is an UnsafePathError with missing set.
- * Resolves with the full path and what it is.
+ * Opens root/segments one component at a time, each through its parent's
+ * descriptor with O_NOFOLLOW (dir-fd.ts), refusing a component that is a
+ * symlink or not a directory on the way: what was checked is what is held,
+ * whatever the sandbox swaps meanwhile. With create, missing directories are
+ * made; without, a missing component is an UnsafePathError with missing set,
+ * and the last component may be a regular file. The root itself must not be a
+ * symlink.
  */
-export async function resolveInside(root: string, segments: readonly string[], opts: { create: boolean }): Promise<{ path: string; kind: TargetKind }> {
-  let current = root;
-  const rootStat = await lstat(root).catch(() => undefined);
-  if (!rootStat?.isDirectory()) throw new UnsafePathError("workspace is not available", true);
-  for (const [i, segment] of segments.entries()) {
-    current = join(current, segment);
-    const last = i === segments.length - 1;
-    const st = await lstat(current).catch((err: NodeJS.ErrnoException) => {
-      if (err.code === "ENOENT") return undefined;
-      throw err;
-    });
-    if (!st) {
-      if (!opts.create) throw new UnsafePathError("path not found", true);
-      await mkdir(current);
-      continue;
-    }
-    if (st.isSymbolicLink()) throw new UnsafePathError("path goes through a symbolic link");
-    if (st.isDirectory()) continue;
-    if (last && st.isFile() && !opts.create) return { path: current, kind: "file" };
-    throw new UnsafePathError(opts.create ? "path is not a directory" : "path is not a file or directory");
+export async function resolveInside(root: string, segments: readonly string[], opts: { create: boolean }): Promise<InsideTarget> {
+  let dir: DirFd;
+  try {
+    dir = DirFd.open(root, { follow: false });
+  } catch {
+    throw new UnsafePathError("workspace is not available", true);
   }
-  return { path: current, kind: "directory" };
+  try {
+    for (const [i, segment] of segments.entries()) {
+      checkName(segment);
+      let next: DirFd;
+      try {
+        next = opts.create ? dir.childOrMake(segment) : dir.child(segment);
+      } catch (err) {
+        const code = errnoOf(err);
+        if (code === "ENOTDIR" && !opts.create && i === segments.length - 1) {
+          const file = fileTarget(dir, segment);
+          if (file) return file;
+        }
+        throw componentError(code, opts.create) ?? err;
+      }
+      dir.close();
+      dir = next;
+    }
+  } catch (err) {
+    dir.close();
+    throw err;
+  }
+  const held = dir;
+  return { kind: "directory", dir: held, close: () => held.close() };
+}
+
+/** name in dir as a file target when it is a regular file (checked on its own descriptor). */
+function fileTarget(dir: DirFd, name: string): InsideTarget | undefined {
+  const opened = dir.openEntry(name);
+  if (opened === undefined || opened === "symlink") return undefined;
+  closeSync(opened.fd);
+  if (!opened.stat.isFile()) return undefined;
+  return { kind: "file", dir, name, close: () => dir.close() };
 }

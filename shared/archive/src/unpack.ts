@@ -1,0 +1,205 @@
+import { randomBytes } from "node:crypto";
+import { closeSync, constants as fsc, futimesSync, linkSync, openSync, renameSync, symlinkSync, unlinkSync, writeSync } from "node:fs";
+import { posix } from "node:path";
+import { Parser, type ReadEntry } from "tar";
+import { errnoOf, MAX_DIR_DEPTH, type DirFd } from "./dir-fd.ts";
+import { ArchiveRejectedError } from "./errors.ts";
+
+const { O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW, O_NOCTTY } = fsc;
+/** A new file only: never truncates or writes through something already there (a link, a FIFO, another name of a file). */
+const CREATE_FLAGS = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY;
+
+/** Directories kept open between entries (most archives list a directory's entries together). */
+const MAX_CACHED_DIRS = 64;
+
+/** Observes extraction; the race tests act between an entry's directory being held and the entry being written. */
+export interface UnpackHooks {
+  beforeEntry?: (path: string) => void;
+}
+
+/** The segments of an archive path; "." and empty ones dropped. Paths were checked by entryViolation; `..` here is a bug, refused. */
+function segmentsOf(path: string): string[] {
+  const segments = path.split("/").filter((s) => s !== "" && s !== ".");
+  if (segments.includes("..")) throw new ArchiveRejectedError("path contains ..");
+  return segments;
+}
+
+/** An fs failure on one entry as the archive's refusal, naming what the workspace held in the way. */
+function refusal(err: unknown, path: string): ArchiveRejectedError {
+  if (err instanceof ArchiveRejectedError) return err;
+  const code = errnoOf(err);
+  if (code === "ELOOP") return new ArchiveRejectedError(`${path}: goes through a symbolic link in the workspace`);
+  if (code === "ENOTDIR") return new ArchiveRejectedError(`${path}: a file in the workspace is in the way of a directory`);
+  if (code === "EISDIR" || code === "ENOTEMPTY" || code === "EEXIST") return new ArchiveRejectedError(`${path}: a directory in the workspace is in the way`);
+  return new ArchiveRejectedError(`${path}: cannot be written${code ? ` (${code})` : ""}`);
+}
+
+/**
+ * A tar parser that places each entry under root through descriptors only
+ * (dir-fd.ts): each parent directory is opened component by component with
+ * O_NOFOLLOW from root's descriptor (made when missing), and the entry is
+ * created in the held parent. A file is always a new inode (O_CREAT|O_EXCL,
+ * under a temporary name renamed over what was there), so no existing link,
+ * FIFO or hard link is written through. A symlink anywhere on an entry's
+ * path refuses the archive. `accept` vets each entry first (entryViolation,
+ * limits); `refuse` stops the extraction. `release` closes the held
+ * directories once the parser is done with (root stays the caller's).
+ */
+export function descriptorUnpacker(
+  root: DirFd,
+  accept: (entry: ReadEntry) => boolean,
+  refuse: (err: ArchiveRejectedError) => void,
+  hooks?: UnpackHooks,
+): { parser: Parser; release: () => void } {
+  let released = false;
+  const dirs = new Map<string, DirFd>();
+  const clearDirs = (): void => {
+    for (const d of dirs.values()) d.close();
+    dirs.clear();
+  };
+
+  /** The directory at segments, held open; made (with mode, owner always rwx) when missing. */
+  const dirAt = (segments: readonly string[], mode?: number): DirFd => {
+    if (segments.length > MAX_DIR_DEPTH) throw new ArchiveRejectedError(`path deeper than ${MAX_DIR_DEPTH} levels`);
+    if (segments.length === 0) return root;
+    const key = segments.join("/");
+    const cached = dirs.get(key);
+    if (cached) return cached;
+    const parent = dirAt(segments.slice(0, -1));
+    const dir = parent.childOrMake(segments[segments.length - 1] as string, mode);
+    dirs.set(key, dir);
+    return dir;
+  };
+
+  /** Creates name in dir with make(path); when something is there, makes it under a fresh name and renames it over. */
+  const place = <T>(dir: DirFd, name: string, make: (path: string) => T, done: (made: T) => void): void => {
+    let made: T;
+    try {
+      made = make(dir.at(name));
+    } catch (err) {
+      if (errnoOf(err) !== "EEXIST") throw err;
+      const tmp = `.paddock-tmp-${randomBytes(6).toString("hex")}`;
+      made = make(dir.at(tmp));
+      try {
+        done(made);
+        renameSync(dir.at(tmp), dir.at(name));
+      } catch (renameErr) {
+        unlinkQuietly(dir, tmp);
+        throw renameErr;
+      }
+      return;
+    }
+    done(made);
+  };
+
+  const onEntry = (entry: ReadEntry): void => {
+    if (released) throw new ArchiveRejectedError("extraction has ended");
+    // Between entries only: within one, every directory it was handed stays open.
+    if (dirs.size >= MAX_CACHED_DIRS) clearDirs();
+    const segments = segmentsOf(entry.path);
+    const name = segments[segments.length - 1];
+    const parent = dirAt(segments.slice(0, -1));
+    hooks?.beforeEntry?.(entry.path);
+    if (name === undefined) return void entry.resume(); // the root itself
+    switch (entry.type) {
+      case "Directory":
+        dirAt(segments, (entry.mode ?? 0o755) & 0o777);
+        entry.resume();
+        return;
+      case "SymbolicLink":
+        place(parent, name, (path) => symlinkSync(entry.linkpath ?? "", path), () => undefined);
+        entry.resume();
+        return;
+      case "Link": {
+        const target = segmentsOf(posix.normalize(entry.linkpath ?? ""));
+        const targetName = target[target.length - 1];
+        if (targetName === undefined) throw new ArchiveRejectedError(`${entry.path}: empty link target`);
+        const from = dirAt(target.slice(0, -1)).at(targetName);
+        place(parent, name, (path) => linkSync(from, path), () => undefined);
+        entry.resume();
+        return;
+      }
+      default:
+        writeFile(parent, name, entry);
+    }
+  };
+
+  /** A file's bytes as they arrive, into a new inode; renamed over an existing name once complete. */
+  const writeFile = (parent: DirFd, name: string, entry: ReadEntry): void => {
+    const mode = (entry.mode ?? 0o644) & 0o777;
+    let fd: number | undefined = openFresh(parent, name, mode);
+    let tmp: string | undefined;
+    if (fd === undefined) {
+      tmp = `.paddock-tmp-${randomBytes(6).toString("hex")}`;
+      fd = openSync(parent.at(tmp), CREATE_FLAGS, mode);
+    }
+    const file = fd;
+    let failed = false;
+    const fail = (err: unknown): void => {
+      if (failed) return;
+      failed = true;
+      closeSync(file);
+      if (tmp !== undefined) unlinkQuietly(parent, tmp);
+      entry.resume();
+      refuse(refusal(err, entry.path));
+    };
+    entry.on("data", (chunk: Buffer) => {
+      if (failed) return;
+      try {
+        for (let at = 0; at < chunk.length; ) at += writeSync(file, chunk, at, chunk.length - at);
+      } catch (err) {
+        fail(err);
+      }
+    });
+    entry.on("end", () => {
+      if (failed) return;
+      try {
+        if (entry.mtime) futimesSync(file, entry.mtime, entry.mtime);
+        if (tmp !== undefined) renameSync(parent.at(tmp), parent.at(name));
+      } catch (err) {
+        fail(err);
+        return;
+      }
+      failed = true; // done: nothing left to undo
+      closeSync(file);
+    });
+  };
+
+  const parser = new Parser({
+    strict: true,
+    filter: (_path, entry) => "type" in entry && accept(entry),
+    onReadEntry: (entry) => {
+      try {
+        onEntry(entry);
+      } catch (err) {
+        entry.resume();
+        refuse(refusal(err, entry.path));
+      }
+    },
+  });
+  // Once released no descriptor is used again: its number may already name another file.
+  const release = (): void => {
+    released = true;
+    clearDirs();
+  };
+  return { parser, release };
+}
+
+/** Removes a temporary name this extraction made; it may be gone already (the sandbox can remove it). */
+function unlinkQuietly(dir: DirFd, name: string): void {
+  try {
+    unlinkSync(dir.at(name));
+  } catch {
+    // Nothing to undo.
+  }
+}
+
+/** A new file at name, or undefined when something is already there. */
+function openFresh(dir: DirFd, name: string, mode: number): number | undefined {
+  try {
+    return openSync(dir.at(name), CREATE_FLAGS, mode);
+  } catch (err) {
+    if (errnoOf(err) === "EEXIST") return undefined;
+    throw err;
+  }
+}
