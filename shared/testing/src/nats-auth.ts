@@ -139,7 +139,7 @@ export function schedulerPermissions(): Permissions {
         ...objectStore(ObjectStores.envSnapshots),
       ],
     },
-    subscribe: { allow: ["paddock.api.v1.>", Subjects.register, Subjects.placementCheck, Subjects.secrets, Subjects.heldCheck, Subjects.presenceAll, inbox(ControlPlaneUsers.scheduler)] },
+    subscribe: { allow: ["paddock.api.v1.>", Subjects.register, Subjects.placementCheck, Subjects.secrets, Subjects.heldCheck, Subjects.presenceAll, Subjects.activityAll, inbox(ControlPlaneUsers.scheduler)] },
     allowResponses: true,
   };
 }
@@ -211,6 +211,8 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal): Permis
         `${API}.DIRECT.GET.${Streams.term}.${Subjects.termOfRunner(poolId, runnerId)}`,
         // Screen checkpoints of its own apps only (written, never read back).
         Subjects.screenOfRunner(poolId, runnerId),
+        // Activity reports (idle policy) under its own pool/runner only.
+        Subjects.activity(poolId, runnerId),
         ...objectStore(ObjectStores.checkpoints),
         ...objectStore(ObjectStores.envSnapshots),
         ...objectStore(ObjectStores.transfers),
