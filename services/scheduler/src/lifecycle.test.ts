@@ -261,8 +261,11 @@ describe("policies", () => {
     }
     await waitForRecord(h.nc, quiet.id, (x) => x.checkpointedAt !== undefined);
     await waitForRecord(h.nc, chatty.id, (x) => x.checkpointedAt !== undefined);
-    // Output at +6 s: r1 reports the chatty session; another runner's report about the quiet one does not count.
+    // Output at +6 s: r1 reports the chatty session; other runners' reports about the quiet one do not count.
     h.nc.publish(Subjects.activity("default", "r2"), encodeJson(RunnerActivity, { poolId: "default", runnerId: "r2", sessions: [quiet.id] }));
+    // A body speaking for r1 on r2's subject is refused (and so is garbage).
+    h.nc.publish(Subjects.activity("default", "r2"), encodeJson(RunnerActivity, { poolId: "default", runnerId: "r1", sessions: [quiet.id] }));
+    h.nc.publish(Subjects.activity("default", "r1"), "garbage");
     h.nc.publish(Subjects.activity("default", "r1"), encodeJson(RunnerActivity, { poolId: "default", runnerId: "r1", sessions: [chatty.id] }));
     const chattyRecord = await get(h.nc, alice, chatty.id);
     while (s.context.presence.lastActiveAt(chattyRecord) === undefined) await h.nc.flush();
