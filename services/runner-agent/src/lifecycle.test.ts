@@ -292,6 +292,23 @@ describe("watch mode", () => {
     expect(await counterValue(h.t.metrics.watchReloads)).toBe(1);
   });
 
+  it("a change while warm-suspended reloads the apps on resume", async () => {
+    const h = await watchHarness({});
+    const sessionId = nextId();
+    await h.start(sessionId, { cmd: ["sh", "-c", "echo up; exec sleep 600"] }, { mode: "watch" });
+    const workspace = join(h.t.config.dataDir, "sessions", sessionId, "workspace");
+    await h.fact(sessionId, "app", (f) => f.run.generation === 1);
+    await eventually(() => runtimeOf(h, sessionId).reloadQuiet, "boot settled");
+    await h.send({ type: "suspend", sessionId, requestId: "ws1", warm: true });
+    await h.fact(sessionId, "suspended");
+    writeFileSync(join(workspace, "user.txt"), "1");
+    // The reload fell due while frozen; it starts nothing until the resume.
+    await eventually(async () => (await counterValue(h.t.metrics.watchReloads)) >= 1 && runtimeOf(h, sessionId).reloadQuiet, "reload due while frozen");
+    expect(generations(h, sessionId)).toBe(1);
+    await h.send({ type: "resume", sessionId, requestId: "wr1" });
+    expect((await h.fact(sessionId, "app", (f) => f.run.generation === 2 && f.run.phase === "running")).run.trigger).toBe("watch");
+  });
+
   it("changes under .git, node_modules and the patterns of .paddockignore reload nothing", async () => {
     const h = await watchHarness({});
     const sessionId = nextId();

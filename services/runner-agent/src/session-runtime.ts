@@ -38,6 +38,8 @@ export class SessionRuntime {
   private readonly mode: StartCommand["mode"];
   private input: Subscription | undefined;
   private watcher: WatchReloader | undefined;
+  /** A watch reload fell due while the apps were frozen. */
+  private reloadOnResume = false;
   private factChain: Promise<unknown> = Promise.resolve();
   private ops: Promise<unknown> = Promise.resolve();
   /** Restarts in progress: a run-mode session does not end while one is. */
@@ -192,6 +194,8 @@ export class SessionRuntime {
     if (this.phase !== "frozen") throw new CommandRefusedError("session is not suspended");
     for (const slot of this.slots.values()) slot.thaw();
     this.phase = "running";
+    if (this.reloadOnResume) this.watcher?.poke();
+    this.reloadOnResume = false;
     await this.emit({ type: "resumed" }, requestId);
   }
 
@@ -361,6 +365,8 @@ export class SessionRuntime {
       reload: () =>
         this.run(async () => {
           if (this.phase === "running") await this.restart([...this.slots.values()], "watch");
+          // Changed while warm-suspended: the reload happens on resume, not never.
+          else if (this.phase === "frozen") this.reloadOnResume = true;
         }).catch((err: unknown) => this.deps.log.warn({ err, ...this.ids() }, "watch reload failed")),
     });
   }
