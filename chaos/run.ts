@@ -1,7 +1,8 @@
 // `pnpm chaos [--quick] [--seed N] [--only a,b] [--keep-data]` (`--help` prints the usage): fault injection with real
 // processes and a real nats-server. Prints per scenario the faults injected,
 // the sessions, every anomaly count (goal: zero) and timing figures with their
-// method; writes JSON under bench-results/; exits non-zero on any anomaly.
+// method; writes JSON under bench-results/; exits 1 on any anomaly, 3 on a
+// harness error without one (chaos/src/report.ts, runExitCode).
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseScriptArgsOrExit, repoRoot } from "@paddock/testing";
@@ -10,7 +11,7 @@ import { badInputScenario } from "./src/badinput.ts";
 import { brokerScenario } from "./src/broker.ts";
 import { crashScenario } from "./src/crashes.ts";
 import { freshSeed, Prng } from "./src/prng.ts";
-import { formatResults, log, runExitCode, totalAnomalies, type ScenarioResult } from "./src/report.ts";
+import { ChaosExit, formatResults, log, runExitCode, summaryLine, totalAnomalies, type ScenarioResult } from "./src/report.ts";
 import { ChaosStack } from "./src/stack.ts";
 import { takeoverScenario } from "./src/takeover.ts";
 
@@ -38,7 +39,7 @@ async function main(): Promise<number> {
       results.push(await body());
     } catch (err) {
       const message = err instanceof Error ? (err.stack ?? err.message) : String(err);
-      log(name, `failed: ${message}`);
+      log(name, `HARNESS ERROR (not an anomaly): ${message}`);
       results.push({ name, faults: 0, sessions: 0, anomalies: {}, figures: [], details: [], seconds: (Date.now() - started) / 1000, error: message });
     }
   };
@@ -69,15 +70,17 @@ async function main(): Promise<number> {
   mkdirSync(dir, { recursive: true });
   const at = new Date().toISOString();
   const file = join(dir, `chaos-${quick ? "quick-" : ""}${at.replace(/[:.]/g, "-")}.json`);
-  writeFileSync(file, JSON.stringify({ quick, seed, at, anomalies: total, results }, null, 2));
-  process.stdout.write(`seed ${seed}; ${total} anomal${total === 1 ? "y" : "ies"}; wrote ${file}\n`);
+  const harnessErrors = results.filter((r) => r.error !== undefined).length;
+  writeFileSync(file, JSON.stringify({ quick, seed, at, anomalies: total, harnessErrors, results }, null, 2));
+  process.stdout.write(`seed ${seed}; ${summaryLine(results)}; wrote ${file}\n`);
   return runExitCode(results);
 }
 
 main().then(
   (code) => process.exit(code),
   (err: unknown) => {
-    process.stderr.write(`chaos failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-    process.exit(1);
+    // Outside any scenario (the shared stack did not start): the harness, not a finding.
+    process.stderr.write(`chaos HARNESS ERROR (not an anomaly): ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(ChaosExit.harnessError);
   },
 );

@@ -24,7 +24,9 @@ export const CHAOS_USAGE = `usage: pnpm chaos [--quick] [--seed N] [--only ${CHA
   --keep-data      keep the stack's data and logs (kept anyway when a run finds an anomaly)
   -h, --help       this text
 
-Exits 1 on any anomaly, 2 on a bad command line.`;
+Exits 0 when clean, 1 on any anomaly, 2 on a bad command line, 3 on a harness
+error and no anomaly (the stack or cluster did not come up, a store could not be
+read: not a finding, but the run proved nothing).`;
 
 const SPEC = { quick: { type: "boolean" }, seed: { type: "string" }, only: { type: "string" }, "keep-data": { type: "boolean" } } as const;
 

@@ -181,7 +181,13 @@ export interface StoredMessage {
 export async function readStream(nc: NatsConnection, stream: string, filter?: string): Promise<StoredMessage[]> {
   const js = jetstream(nc);
   const consumer = await js.consumers.get(stream, { deliver_policy: DeliverPolicy.All, ...(filter ? { filter_subjects: [filter] } : {}) });
-  let pending = (await consumer.info()).num_pending;
+  let info = await consumer.info();
+  // In a cluster a pull is answered by the consumer's leader: fetch once the server names one.
+  for (const deadline = Date.now() + 30_000; info.cluster !== undefined && !info.cluster.leader; info = await consumer.info()) {
+    if (Date.now() > deadline) throw new Error(`consumer on ${stream} has no leader after 30 s`);
+    await sleep(100);
+  }
+  let pending = info.num_pending;
   const out: StoredMessage[] = [];
   while (pending > 0) {
     const batch = await consumer.fetch({ max_messages: Math.min(pending, 1000), expires: 5_000 });

@@ -20,6 +20,7 @@ import {
   Presence,
   RegisterRunnerRequest,
   ResizeInput,
+  RunnerActivity,
   RunnerFact,
   Subjects,
   workspaceRpcs,
@@ -141,6 +142,16 @@ export async function fuzzNats(ctx: FuzzContext, count: number, p: Prng, only?: 
       },
     ],
     [5, "nats presence", async () => nc.publish(Subjects.presence(running.id), payload(p, Presence, { sessionId: running.id, workspaceId: running.workspaceId, clients: 1 }))],
+    [
+      3,
+      "nats activity",
+      async () => {
+        // Malformed, or well formed but speaking for another runner than its subject names: refused either way.
+        const sample = { poolId: pool, runnerId: runner, sessions: [running.id] };
+        const data = p.bool(0.8) ? payload(p, RunnerActivity, sample) : enc.encode(JSON.stringify({ ...sample, runnerId: `${runner}x` }));
+        nc.publish(Subjects.activity(pool, runner), data);
+      },
+    ],
     [
       2,
       "nats audit (attached session)",

@@ -20,7 +20,11 @@ export interface ScenarioResult {
   /** The first few anomalies, described well enough to reproduce (ids, seeds, inputs). */
   details: string[];
   seconds: number;
-  /** The harness itself failed (not an anomaly of the system, but the run is not clean either). */
+  /**
+   * The harness itself failed (the stack or the cluster did not come up, a
+   * store could not be read): not a finding about the system, and not a clean
+   * run either — the scenario proved nothing. Reported as HARNESS ERROR.
+   */
   error?: string;
 }
 
@@ -57,9 +61,26 @@ export function totalAnomalies(r: ScenarioResult): number {
   return Object.values(r.anomalies).reduce((a, b) => a + b, 0);
 }
 
-/** The chaos run's exit code: 1 when any scenario found an anomaly or its harness failed, else 0. */
-export function runExitCode(results: readonly ScenarioResult[]): 0 | 1 {
-  return results.some((r) => totalAnomalies(r) > 0 || r.error !== undefined) ? 1 : 0;
+/** Exit codes of a chaos run (2 is a bad command line, before anything runs). */
+export const ChaosExit = { clean: 0, anomaly: 1, usage: 2, harnessError: 3 } as const;
+
+/**
+ * The chaos run's exit code: 1 when any scenario found an anomaly (a finding
+ * outranks everything), else 3 when a scenario's harness failed (the run
+ * proved nothing: CI fails too, under its own label), else 0.
+ */
+export function runExitCode(results: readonly ScenarioResult[]): 0 | 1 | 3 {
+  if (results.some((r) => totalAnomalies(r) > 0)) return ChaosExit.anomaly;
+  if (results.some((r) => r.error !== undefined)) return ChaosExit.harnessError;
+  return ChaosExit.clean;
+}
+
+/** The run's last line: anomalies and harness errors counted apart. */
+export function summaryLine(results: readonly ScenarioResult[]): string {
+  const anomalies = results.reduce((n, r) => n + totalAnomalies(r), 0);
+  const failed = results.filter((r) => r.error !== undefined).map((r) => r.name);
+  const harness = failed.length === 0 ? "no harness errors" : `HARNESS ERROR in ${failed.join(", ")} (not a finding; those scenarios proved nothing)`;
+  return `${anomalies} anomal${anomalies === 1 ? "y" : "ies"}; ${harness}`;
 }
 
 export function formatResults(results: ScenarioResult[]): string {
@@ -67,7 +88,8 @@ export function formatResults(results: ScenarioResult[]): string {
   for (const r of results) {
     rows.push([r.name, "faults injected", String(r.faults), ""]);
     rows.push([r.name, "sessions", String(r.sessions), ""]);
-    rows.push([r.name, "anomalies", String(totalAnomalies(r)), r.error ? `HARNESS ERROR: ${r.error.split("\n")[0] ?? ""}` : "goal: 0"]);
+    if (r.error) rows.push([r.name, "HARNESS ERROR", "1", `${r.error.split("\n")[0] ?? ""} (not an anomaly; counts below are incomplete)`]);
+    rows.push([r.name, "anomalies", String(totalAnomalies(r)), "goal: 0"]);
     for (const [kind, n] of Object.entries(r.anomalies)) rows.push([r.name, `  ${kind}`, String(n), n > 0 ? "ANOMALY" : ""]);
     for (const f of r.figures) rows.push([r.name, f.metric, `${round(f.value)} ${f.unit}`, f.method ?? ""]);
     rows.push([r.name, "wall time", `${round(r.seconds)} s`, ""]);

@@ -6,7 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { diffState, type StateSnapshot } from "../../chaos/src/checks.ts";
 import { staleOutput, type FrameLike } from "../../chaos/src/markers.ts";
-import { Anomalies, runExitCode, totalAnomalies, type ScenarioResult } from "../../chaos/src/report.ts";
+import { Anomalies, ChaosExit, formatResults, runExitCode, summaryLine, totalAnomalies, type ScenarioResult } from "../../chaos/src/report.ts";
 
 /** A frame as the takeover scenario collects them; `bytes` may differ from the text length (latin1 of the wire bytes). */
 const frame = (text: string, bytes = text.length): FrameLike => ({ text, bytes });
@@ -150,8 +150,33 @@ describe("the chaos run's exit code", () => {
     expect(runExitCode([clean, { ...clean, name: "y" }])).toBe(0);
   });
 
-  it("is 1 on a single anomaly anywhere, or a harness error", () => {
+  it("is 1 on a single anomaly anywhere, with or without a harness error", () => {
     expect(runExitCode([clean, { ...clean, anomalies: { stale: 0, lost: 1 } }])).toBe(1);
-    expect(runExitCode([{ ...clean, error: "stack did not start" }, clean])).toBe(1);
+    expect(runExitCode([{ ...clean, error: "cluster not ready" }, { ...clean, anomalies: { stale: 0, lost: 1 } }])).toBe(1);
+  });
+
+  it("is 3 on a harness error without an anomaly: not a finding, but not a clean run", () => {
+    expect(runExitCode([{ ...clean, error: "stack did not start" }, clean])).toBe(ChaosExit.harnessError);
+    expect(ChaosExit.harnessError).toBe(3);
+  });
+});
+
+describe("the chaos report tells a harness error from an anomaly", () => {
+  const clean: ScenarioResult = { name: "broker", faults: 1, sessions: 1, anomalies: { lost: 0 }, figures: [], details: [], seconds: 1 };
+  const failed: ScenarioResult = { ...clean, error: "JetStreamStatusError: no responders\n    at fetch" };
+
+  it("prints a HARNESS ERROR row of its own, and the anomaly count stays what was counted", () => {
+    const table = formatResults([failed]);
+    expect(table).toMatch(/^broker\s+HARNESS ERROR\s+1\s+JetStreamStatusError: no responders \(not an anomaly; counts below are incomplete\)$/m);
+    expect(table).toMatch(/^broker\s+anomalies\s+0\s+goal: 0$/m);
+    expect(table).not.toMatch(/ANOMALY/);
+    expect(formatResults([clean])).not.toMatch(/HARNESS ERROR/);
+  });
+
+  it("counts anomalies and harness errors apart in the last line", () => {
+    expect(summaryLine([clean])).toBe("0 anomalies; no harness errors");
+    expect(summaryLine([failed, { ...clean, name: "takeovers", anomalies: { lost: 1 } }])).toBe(
+      "1 anomaly; HARNESS ERROR in broker (not a finding; those scenarios proved nothing)",
+    );
   });
 });

@@ -155,6 +155,15 @@ describe("NATS permissions per principal", () => {
       }
     });
 
+    it("reports activity only under its own subject, which the scheduler hears", async () => {
+      const foreign = Subjects.activity(R2.poolId, R2.runnerId);
+      expect(await denied(r1(), foreign, () => r1().publish(foreign, "{}"))).toMatch(/permissions violation/i);
+      const heard = as(ControlPlaneUsers.scheduler).subscribe(Subjects.activityAll, { max: 1 });
+      await as(ControlPlaneUsers.scheduler).flush();
+      r1().publish(Subjects.activity(R1.poolId, R1.runnerId), "{}");
+      for await (const m of heard) expect(m.subject).toBe(Subjects.activity(R1.poolId, R1.runnerId));
+    });
+
     it("cannot mint an API token", async () => {
       const subject = "$KV.tokens.deadbeef";
       expect(await denied(r1(), subject, () => jetstream(r1()).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);

@@ -21,6 +21,8 @@ import { RegistrationConfirmation } from "./confirmation.ts";
 import { noSecrets, type SecretResolver } from "./secrets.ts";
 import { SessionManager } from "./sessions.ts";
 import { serveWorkspaceOps, type WorkspaceOps } from "./workspace-ops.ts";
+import { ActivityReporter, DEFAULT_ACTIVITY_MS } from "./activity.ts";
+import { DEFAULT_SETTLE_MS } from "./watch-reload.ts";
 
 /** How often, at most, a runner looks for processes of sessions it does not hold (a /proc scan). */
 export const STRAY_SWEEP_MS = 5_000;
@@ -57,6 +59,10 @@ export type AgentConfig = Pick<
   replicas?: number;
   /** Held check interval (`PADDOCK_RUNNER_HELD_CHECK_MS`); 30 s when absent, 0 disables. */
   heldCheckMs?: number;
+  /** Watch mode: an app generation's settle window (`PADDOCK_RUNNER_WATCH_SETTLE_MS`); 2 s when absent. */
+  watchSettleMs?: number;
+  /** Activity report interval (`PADDOCK_RUNNER_ACTIVITY_MS`); 30 s when absent. */
+  activityMs?: number;
 };
 
 export interface RunnerAgentDeps {
@@ -247,6 +253,8 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     release: (held, runnerGeneration) => requireSessions().dispatch({ type: "destroy", ...held, runnerGeneration }),
   });
 
+  const activity = new ActivityReporter({ nc, log, poolId: config.poolId, runnerId: config.runnerId, intervalMs: config.activityMs ?? DEFAULT_ACTIVITY_MS });
+
   /** After each renewal: read the runner record the scheduler keeps; lost or a moved generation means fenced. */
   const checkFence = async (): Promise<void> => {
     sweepStrays();
@@ -299,7 +307,8 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       childPath: config.childPath,
       killGraceMs: config.killGraceMs,
       gatewayUrl: config.gatewayUrl,
-      watch: { debounceMs: config.watchDebounceMs, maxReloads: config.watchMaxReloads, windowMs: config.watchWindowMs },
+      watch: { debounceMs: config.watchDebounceMs, maxReloads: config.watchMaxReloads, windowMs: config.watchWindowMs, settleMs: config.watchSettleMs ?? DEFAULT_SETTLE_MS },
+      activity,
       ...(config.terminal ? { terminal: config.terminal } : {}),
     });
     await mkdir(config.dataDir, { recursive: true });
@@ -344,6 +353,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       recovery: dispatchConsumer.recovery,
     });
     watchReconnects();
+    activity.start();
     ready = true;
     deps.onRegistered?.({ generation, reason: "start", destroyed: reply.destroy });
     return { generation };
@@ -363,6 +373,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     stopped = true;
     sessions?.abortWriters();
     await lease?.stop();
+    activity.stop();
     await registering;
   };
 

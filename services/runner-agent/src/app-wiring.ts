@@ -14,6 +14,8 @@ export interface AppWiring {
   /** Asks the record whether this placement is still current (a refused terminal chunk on another runner's subject). */
   isCurrentPlacement: () => Promise<boolean>;
   onEnded: AppSlotDeps["onEnded"];
+  /** Output of this app was committed (the runner's activity report). */
+  onOutput?: () => void;
 }
 
 /**
@@ -46,7 +48,10 @@ export function buildAppSlot(w: AppWiring, spec: AppSpec, env: Record<string, st
     metrics: deps.metrics,
     log: deps.log,
     coalesceMs: terminal.coalesceMs,
-    onCommitted: screen ? (seq, body) => screen.observe(seq, body) : undefined,
+    onCommitted: (seq, body) => {
+      w.onOutput?.();
+      screen?.observe(seq, body);
+    },
   });
   return new AppSlot(spec, { cwd: w.workspace, env, writer, screen, now: deps.now, killGraceMs: deps.killGraceMs, onEnded: w.onEnded });
 }

@@ -51,6 +51,10 @@ const RunnerEnv = z
     /** Watch mode: at most this many reloads per session per window; further changes are ignored. */
     PADDOCK_RUNNER_WATCH_MAX_RELOADS: z.coerce.number().int().positive().max(10_000).default(10),
     PADDOCK_RUNNER_WATCH_WINDOW_MS: envSchemas.positiveMs.default(60_000),
+    /** Watch mode: how long after an app generation starts its own writes are told from a user's (watch-reload.ts). */
+    PADDOCK_RUNNER_WATCH_SETTLE_MS: envSchemas.positiveMs.default(2_000),
+    /** How often the runner reports which sessions had terminal output (the schedulers' idle policy). */
+    PADDOCK_RUNNER_ACTIVITY_MS: envSchemas.positiveMs.default(30_000),
     /** Workspace push: most entries and uncompressed bytes one archive may hold (more is too_large). */
     PADDOCK_RUNNER_WORKSPACE_MAX_ENTRIES: z.coerce.number().int().positive().default(100_000),
     PADDOCK_RUNNER_WORKSPACE_MAX_BYTES: z.coerce.number().int().positive().default(2 * 1024 * 1024 * 1024),
@@ -114,6 +118,8 @@ export interface RunnerConfig {
   watchDebounceMs: number;
   watchMaxReloads: number;
   watchWindowMs: number;
+  watchSettleMs: number;
+  activityMs: number;
   workspace: WorkspaceLimits;
   /** Key of the secret store (KvSecretResolver); never logged. */
   secretsKey?: Buffer | undefined;
@@ -171,6 +177,8 @@ export function loadConfig(env: Record<string, string | undefined>): RunnerConfi
     watchDebounceMs: e.PADDOCK_RUNNER_WATCH_DEBOUNCE_MS,
     watchMaxReloads: e.PADDOCK_RUNNER_WATCH_MAX_RELOADS,
     watchWindowMs: e.PADDOCK_RUNNER_WATCH_WINDOW_MS,
+    watchSettleMs: e.PADDOCK_RUNNER_WATCH_SETTLE_MS,
+    activityMs: e.PADDOCK_RUNNER_ACTIVITY_MS,
     workspace: {
       maxEntries: e.PADDOCK_RUNNER_WORKSPACE_MAX_ENTRIES,
       maxBytes: e.PADDOCK_RUNNER_WORKSPACE_MAX_BYTES,

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
@@ -7,14 +7,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Registry } from "prom-client";
 import { Objm } from "@nats-io/obj";
 import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
-import { FleetRpc, Headers, ObjectStores, runnerObjectStore, Subjects, type BootEnvironment, type DispatchCommand, type PortableSpec, type RunnerFact, type SessionSecretsRequest as FleetRpcRequest } from "@paddock/contracts";
-import { createBusMetrics, provision, serveRpc } from "@paddock/bus";
+import { FleetRpc, Headers, ObjectStores, RunnerActivity, runnerObjectStore, Subjects, type BootEnvironment, type DispatchCommand, type PortableSpec, type RunnerFact, type SessionSecretsRequest as FleetRpcRequest } from "@paddock/contracts";
+import { createBusMetrics, decodeJson, provision, serveRpc } from "@paddock/bus";
 import { newSealKey, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT } from "@paddock/archive";
 import { createLogger, silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import type { AgentConfig } from "./agent.ts";
 import { RpcSecretResolver } from "./secrets.ts";
-import { collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, maliciousTar, sealBytes, stillRuns, tarEntry, testAgent, type TestAgent } from "./test-support.ts";
+import { Collector, collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, maliciousTar, sealBytes, stillRuns, tarEntry, testAgent, type TestAgent } from "./test-support.ts";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;
@@ -43,7 +43,7 @@ interface Harness {
   send(cmd: Record<string, unknown> & { type: DispatchCommand["type"]; sessionId: string }): Promise<void>;
 }
 
-async function harness(overrides: Partial<AgentConfig> = {}, log?: ReturnType<typeof createLogger>, extra?: Parameters<typeof testAgent>[3]): Promise<Harness> {
+async function harness(overrides: Partial<AgentConfig> = {}, log?: ReturnType<typeof createLogger>, extra: Parameters<typeof testAgent>[3] = {}): Promise<Harness> {
   const scheduler = fakeScheduler(nc, 0);
   const t = testAgent(nc, overrides, log, extra);
   agents.push(t);
@@ -251,24 +251,115 @@ describe("suspend, resume, checkpoint", () => {
 });
 
 describe("watch mode", () => {
-  it("restarts every app on a workspace change with trigger watch, within the reload budget", async () => {
-    const h = await harness({ watchMaxReloads: 2 });
+  /** Real time: the reload window and the settle window are measured by the runner's clock. */
+  const watchHarness = (overrides: Partial<AgentConfig>) => harness({ watchSettleMs: 300, ...overrides }, undefined, { now: Date.now });
+  const runtimeOf = (h: Harness, sessionId: string) => {
+    const runtime = h.t.agent.sessions.get(sessionId);
+    if (!runtime) throw new Error(`no session ${sessionId}`);
+    return runtime;
+  };
+  const generations = (h: Harness, sessionId: string) =>
+    new Set(h.facts.items.flatMap((f) => (f.sessionId === sessionId && f.type === "app" ? [f.run.generation] : []))).size;
+  const ignored = async (h: Harness, reason: string) => (await h.t.metrics.watchChangesIgnored.get()).values.find((v) => v.labels.reason === reason)?.value ?? 0;
+
+  it("restarts every app on a workspace change with trigger watch; a reload over the limit waits for the window, never dropped", async () => {
+    const h = await watchHarness({ watchMaxReloads: 1, watchWindowMs: 5_000 });
     const sessionId = nextId();
     await h.start(sessionId, { cmd: ["sh", "-c", "echo tick; exit 0"] }, { mode: "watch" });
     const workspace = join(h.t.config.dataDir, "sessions", sessionId, "workspace");
     // Completing does not end a watch session.
     await h.fact(sessionId, "app", (f) => f.run.phase === "completed");
+    await eventually(() => runtimeOf(h, sessionId).reloadQuiet, "boot settled");
     writeFileSync(join(workspace, "a.txt"), "1");
     expect((await h.fact(sessionId, "app", (f) => f.run.generation === 2)).run).toMatchObject({ phase: "running", trigger: "watch" });
     writeFileSync(join(workspace, "a.txt"), "2");
-    await h.fact(sessionId, "app", (f) => f.run.generation === 3);
-    writeFileSync(join(workspace, "a.txt"), "3");
-    await eventually(async () => (await counterValue(h.t.metrics.watchReloadsSuppressed)) >= 1, "reload suppressed");
-    // The next generation is the manual one: the suppressed change started none.
-    await h.send({ type: "restart_app", sessionId, requestId: "m1", app: "main", trigger: "manual" });
-    expect((await h.fact(sessionId, "app", (f) => f.run.generation === 4)).run.trigger).toBe("manual");
+    await eventually(async () => (await counterValue(h.t.metrics.watchReloadsDeferred)) >= 1, "reload deferred");
+    // The deferred reload runs at the end of the window, with trigger watch.
+    expect((await h.fact(sessionId, "app", (f) => f.run.generation === 3)).run.trigger).toBe("watch");
     expect(await counterValue(h.t.metrics.watchReloads)).toBe(2);
     expect(h.facts.items.some((f) => f.sessionId === sessionId && f.type === "exited")).toBe(false);
+  });
+
+  it("an app writing into its own workspace as it starts does not reload itself; a user's change still does", async () => {
+    const h = await watchHarness({ watchSettleMs: 1_500 });
+    const sessionId = nextId();
+    await h.start(sessionId, { cmd: ["sh", "-c", "date +%s%N > out.txt; echo up; exec sleep 600"] }, { mode: "watch" });
+    const workspace = join(h.t.config.dataDir, "sessions", sessionId, "workspace");
+    await h.fact(sessionId, "app", (f) => f.run.generation === 1);
+    await eventually(async () => (await ignored(h, "own_write")) >= 1, "the boot's own write seen");
+    await eventually(() => runtimeOf(h, sessionId).reloadQuiet, "boot settled");
+    writeFileSync(join(workspace, "user.txt"), "1");
+    expect((await h.fact(sessionId, "app", (f) => f.run.generation === 2 && f.run.phase === "running")).run.trigger).toBe("watch");
+    // The new generation writes out.txt again as it starts: remembered as its own, it reloads nothing.
+    await eventually(async () => (await ignored(h, "own_write")) >= 2, "the reload's own write seen");
+    await eventually(() => runtimeOf(h, sessionId).reloadQuiet, "reload settled");
+    expect(generations(h, sessionId)).toBe(2);
+    expect(await counterValue(h.t.metrics.watchReloads)).toBe(1);
+  });
+
+  it("a change while warm-suspended reloads the apps on resume", async () => {
+    const h = await watchHarness({});
+    const sessionId = nextId();
+    await h.start(sessionId, { cmd: ["sh", "-c", "echo up; exec sleep 600"] }, { mode: "watch" });
+    const workspace = join(h.t.config.dataDir, "sessions", sessionId, "workspace");
+    await h.fact(sessionId, "app", (f) => f.run.generation === 1);
+    await eventually(() => runtimeOf(h, sessionId).reloadQuiet, "boot settled");
+    await h.send({ type: "suspend", sessionId, requestId: "ws1", warm: true });
+    await h.fact(sessionId, "suspended");
+    writeFileSync(join(workspace, "user.txt"), "1");
+    // The reload fell due while frozen; it starts nothing until the resume.
+    await eventually(async () => (await counterValue(h.t.metrics.watchReloads)) >= 1 && runtimeOf(h, sessionId).reloadQuiet, "reload due while frozen");
+    expect(generations(h, sessionId)).toBe(1);
+    await h.send({ type: "resume", sessionId, requestId: "wr1" });
+    expect((await h.fact(sessionId, "app", (f) => f.run.generation === 2 && f.run.phase === "running")).run.trigger).toBe("watch");
+  });
+
+  it("changes under .git, node_modules and the patterns of .paddockignore reload nothing", async () => {
+    const h = await watchHarness({});
+    const sessionId = nextId();
+    await h.start(sessionId, { cmd: ["sh", "-c", "echo up; exec sleep 600"] }, { mode: "watch" });
+    const workspace = join(h.t.config.dataDir, "sessions", sessionId, "workspace");
+    await h.fact(sessionId, "app", (f) => f.run.generation === 1);
+    await eventually(() => runtimeOf(h, sessionId).reloadQuiet, "boot settled");
+    writeFileSync(join(workspace, ".paddockignore"), "# the app's own output\nlogs/\n*.tmp\n");
+    await eventually(async () => (await ignored(h, "ignore_rule")) >= 1, "ignore file seen");
+    for (const dir of ["logs", ".git", "node_modules/p"]) mkdirSync(join(workspace, dir), { recursive: true });
+    for (const file of ["logs/app.log", "x.tmp", ".git/HEAD", "node_modules/p/index.js"]) writeFileSync(join(workspace, file), "x");
+    await eventually(async () => (await ignored(h, "ignore_rule")) >= 5, "ignored changes seen");
+    await eventually(() => runtimeOf(h, sessionId).reloadQuiet, "nothing due");
+    expect(await counterValue(h.t.metrics.watchReloads)).toBe(0);
+    writeFileSync(join(workspace, "user.txt"), "1");
+    expect((await h.fact(sessionId, "app", (f) => f.run.generation === 2 && f.run.phase === "running")).run.trigger).toBe("watch");
+    await eventually(() => runtimeOf(h, sessionId).reloadQuiet, "reload settled");
+    expect(generations(h, sessionId)).toBe(2);
+    expect(await counterValue(h.t.metrics.watchReloads)).toBe(1);
+  });
+});
+
+describe("activity report", () => {
+  it("names, once per interval, the sessions whose apps wrote output, and no other", async () => {
+    const h = await harness({ activityMs: 50 });
+    const reports = new Collector<RunnerActivity>();
+    const sub = nc.subscribe(Subjects.activity(h.t.config.poolId, h.t.config.runnerId), {
+      callback: (_err, msg) => {
+        const decoded = decodeJson(RunnerActivity, msg.data);
+        if (!decoded.ok) throw new Error(`malformed activity report: ${decoded.reason}`);
+        reports.push(decoded.value);
+      },
+    });
+    const silent = nextId();
+    const chatty = nextId();
+    await h.start(silent, { cmd: ["sleep", "600"] });
+    await h.fact(silent, "running");
+    await h.start(chatty, { cmd: ["sh", "-c", "while :; do echo x; sleep 0.1; done"] });
+    const report = await reports.waitFor((r) => r.sessions.includes(chatty));
+    expect(report).toMatchObject({ poolId: h.t.config.poolId, runnerId: h.t.config.runnerId });
+    // A second report shows the marks were cleared and set again by new output.
+    await reports.waitFor((r) => r !== report && r.sessions.includes(chatty));
+    expect(reports.items.some((r) => r.sessions.includes(silent))).toBe(false);
+    sub.unsubscribe();
+    await h.send({ type: "destroy", sessionId: silent });
+    await h.send({ type: "destroy", sessionId: chatty });
   });
 });
 

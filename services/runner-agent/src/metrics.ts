@@ -16,8 +16,10 @@ export interface RunnerMetrics extends BusMetrics {
   sessions: Gauge;
   /** Watch-mode reloads carried out. */
   watchReloads: Counter;
-  /** Watch-mode changes ignored because the session's reload budget for the window was spent. */
-  watchReloadsSuppressed: Counter;
+  /** Watch-mode reloads deferred to the end of the rate window (the session's budget for the window was spent). */
+  watchReloadsDeferred: Counter;
+  /** Watch-mode workspace changes that reload nothing: an ignore rule, or the apps' own startup writes. */
+  watchChangesIgnored: Counter<"reason">;
   /** Checkpoints (snapshot, cold suspend) that could not be stored. */
   checkpointFailures: Counter;
   /** Re-registrations after start, by what prompted them (lost, generation, missing, reconnect). */
@@ -62,9 +64,15 @@ export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
     }),
     sessions: new Gauge({ name: "paddock_runner_sessions", help: "Sessions held by this runner", registers }),
     watchReloads: new Counter({ name: "paddock_watch_reloads_total", help: "Watch-mode reloads of a session's apps", registers }),
-    watchReloadsSuppressed: new Counter({
-      name: "paddock_watch_reloads_suppressed_total",
-      help: "Watch-mode workspace changes ignored by the per-session reload rate limit",
+    watchReloadsDeferred: new Counter({
+      name: "paddock_watch_reloads_deferred_total",
+      help: "Watch-mode reloads deferred to the end of the per-session rate window",
+      registers,
+    }),
+    watchChangesIgnored: new Counter({
+      name: "paddock_watch_changes_ignored_total",
+      help: "Watch-mode workspace changes that reload nothing, by reason (ignore_rule, own_write)",
+      labelNames: ["reason"],
       registers,
     }),
     checkpointFailures: new Counter({ name: "paddock_checkpoint_failures_total", help: "Checkpoints that could not be stored", registers }),

@@ -1,6 +1,7 @@
 /**
  * At most `max` events per sliding `windowMs`, by an injected clock. An event
- * over the limit is refused (not deferred): the caller drops it.
+ * over the limit is not refused for good: the caller learns how long until
+ * the window has room and defers it to then (the trailing edge).
  */
 export class SlidingWindowLimiter {
   private readonly times: number[] = [];
@@ -11,12 +12,12 @@ export class SlidingWindowLimiter {
     private readonly now: () => number,
   ) {}
 
-  /** Records and admits the event when the window has room; false otherwise. */
-  tryAcquire(): boolean {
+  /** Records and admits the event when the window has room (0); otherwise the ms until it will have room. */
+  acquireOrWait(): number {
     const t = this.now();
     while (this.times.length > 0 && (this.times[0] as number) <= t - this.windowMs) this.times.shift();
-    if (this.times.length >= this.max) return false;
+    if (this.times.length >= this.max) return Math.max(1, (this.times[0] as number) + this.windowMs - t);
     this.times.push(t);
-    return true;
+    return 0;
   }
 }

@@ -14,6 +14,8 @@ export interface WatchSettings {
   debounceMs: number;
   maxReloads: number;
   windowMs: number;
+  /** How long after an app generation starts its own workspace writes do not reload it again (watch-reload.ts). */
+  settleMs: number;
 }
 
 export interface SessionRuntimeDeps {
@@ -35,6 +37,8 @@ export interface SessionRuntimeDeps {
   /** Handed to apps as PADDOCK_URL with a session token. */
   gatewayUrl: string | undefined;
   watch: WatchSettings;
+  /** Marks sessions with terminal output for the runner's activity report (the schedulers' idle policy). */
+  activity?: { touch(sessionId: string): void };
   /** How often a session's CPU and memory are sampled for its usage. */
   usageSampleMs?: number;
   /** Terminal log coalescing and screen checkpoints (defaultTerminalSettings when absent). */

@@ -10,14 +10,13 @@ import { egressEnv, egressRefusals, startEgressProxy, type EgressProxy } from ".
 import { BootError, CheckpointError, CommandRefusedError, RunnerError } from "./errors.ts";
 import type { FactBody } from "./facts.ts";
 import { ControllerGate, subscribeInput } from "./input.ts";
-import { SlidingWindowLimiter } from "./rate-limit.ts";
 import { killLeftoverProcesses } from "./leftovers.ts";
 import { removeDirSoon } from "./remove-dir.ts";
 import { baseEnv, buildAppSlot, tokenEnv, type AppWiring } from "./app-wiring.ts";
 import type { Phase, SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
 import type { HeldSession, SessionState } from "@paddock/contracts";
 import { UsageMeter } from "./usage.ts";
-import { watchWorkspace, type WorkspaceWatcher } from "./watcher.ts";
+import { WatchReloader } from "./watch-reload.ts";
 
 /** Sampling interval of a session's CPU and memory. */
 const DEFAULT_USAGE_SAMPLE_MS = 5_000;
@@ -37,9 +36,10 @@ export class SessionRuntime {
   readonly abort = new AbortController();
   private readonly slots = new Map<string, AppSlot>();
   private readonly mode: StartCommand["mode"];
-  private readonly limiter: SlidingWindowLimiter;
   private input: Subscription | undefined;
-  private watcher: WorkspaceWatcher | undefined;
+  private watcher: WatchReloader | undefined;
+  /** A watch reload fell due while the apps were frozen. */
+  private reloadOnResume = false;
   private factChain: Promise<unknown> = Promise.resolve();
   private ops: Promise<unknown> = Promise.resolve();
   /** Restarts in progress: a run-mode session does not end while one is. */
@@ -68,7 +68,6 @@ export class SessionRuntime {
     this.heldSince = deps.now();
     this.workspace = join(dir, "workspace");
     this.mode = cmd.mode;
-    this.limiter = new SlidingWindowLimiter(deps.watch.maxReloads, deps.watch.windowMs, deps.now);
   }
 
   /**
@@ -146,6 +145,8 @@ export class SessionRuntime {
       if (this.abort.signal.aborted) return false;
       const starts: Array<[AppSlot, GenerationStart]> = [];
       const wiring = this.wiring();
+      // Watching before the apps start: what they write as they start is told from a user's change.
+      if (this.mode === "watch") this.watcher = this.watchWorkspace();
       for (const spec of appsOf(cmd.spec)) {
         const slot = buildAppSlot(wiring, spec, appEnv);
         this.slots.set(spec.name, slot);
@@ -164,7 +165,7 @@ export class SessionRuntime {
         gate: new ControllerGate(),
         app: (name) => this.slots.get(name)?.proc,
       });
-      if (this.mode === "watch") this.watcher = watchWorkspace(this.workspace, this.deps.watch.debounceMs, () => this.onWorkspaceChange());
+      this.watcher?.started();
       void this.emit({ type: "running" });
       for (const [slot, started] of starts) void this.reportRun(slot, started.run);
       this.deps.log.info({ ...this.ids(), apps: this.slots.size, mode: this.mode, trigger }, "session started");
@@ -172,6 +173,7 @@ export class SessionRuntime {
     } catch (err) {
       if (this.abort.signal.aborted) return false;
       this.phase = "ending";
+      this.watcher?.close();
       await this.killAll();
       this.stopEgress();
       for (const slot of this.slots.values()) slot.abortLog();
@@ -197,6 +199,8 @@ export class SessionRuntime {
     if (this.phase !== "frozen") throw new CommandRefusedError("session is not suspended");
     for (const slot of this.slots.values()) slot.thaw();
     this.phase = "running";
+    if (this.reloadOnResume) this.watcher?.poke();
+    this.reloadOnResume = false;
     await this.emit({ type: "resumed" }, requestId);
   }
 
@@ -356,16 +360,25 @@ export class SessionRuntime {
     this.maybeExit();
   }
 
-  private onWorkspaceChange(): void {
-    if (this.phase !== "running") return;
-    if (!this.limiter.tryAcquire()) {
-      this.deps.metrics.watchReloadsSuppressed.inc();
-      return;
-    }
-    this.deps.metrics.watchReloads.inc();
-    this.run(async () => {
-      if (this.phase === "running") await this.restart([...this.slots.values()], "watch");
-    }).catch((err: unknown) => this.deps.log.warn({ err, ...this.ids() }, "watch reload failed"));
+  /** Watch mode: reloads every app on a workspace change (watch-reload.ts: debounce, rate limit, ignore rules). */
+  private watchWorkspace(): WatchReloader {
+    return new WatchReloader({
+      workspace: this.workspace,
+      settings: this.deps.watch,
+      now: this.deps.now,
+      metrics: this.deps.metrics,
+      reload: () =>
+        this.run(async () => {
+          if (this.phase === "running") await this.restart([...this.slots.values()], "watch");
+          // Changed while warm-suspended: the reload happens on resume, not never.
+          else if (this.phase === "frozen") this.reloadOnResume = true;
+        }).catch((err: unknown) => this.deps.log.warn({ err, ...this.ids() }, "watch reload failed")),
+    });
+  }
+
+  /** Watch mode: no reload under way, due or deferred, and no app settling (tests wait for it). */
+  get reloadQuiet(): boolean {
+    return this.watcher?.quiet ?? true;
   }
 
   private onAppEnded(slot: AppSlot, end: GenerationEnd): void {
@@ -467,6 +480,7 @@ export class SessionRuntime {
       workspace: this.workspace,
       isCurrentPlacement: () => this.isCurrentPlacement(),
       onEnded: (slot, end) => this.onAppEnded(slot, end),
+      onOutput: () => this.deps.activity?.touch(this.held.sessionId),
     };
   }
 

@@ -203,7 +203,7 @@ export function testAgent(
   nc: NatsConnection,
   overrides: Partial<AgentConfig> = {},
   log: Logger = silentLogger(),
-  extra: Pick<RunnerAgentDeps, "onRegistered" | "secrets"> = {},
+  extra: Partial<Pick<RunnerAgentDeps, "onRegistered" | "secrets" | "now">> = {},
 ): TestAgent {
   counter += 1;
   const config: AgentConfig = {

@@ -1,50 +1,94 @@
-import { watch, type FSWatcher } from "node:fs";
+import { readFileSync, watch, type FSWatcher } from "node:fs";
+import { join } from "node:path";
 
-export interface WorkspaceWatcher {
-  close(): void;
-  /** Counts as a change now (a workspace push): one reload per burst, together with what the watcher itself saw. */
-  poke(): void;
-}
+/** A workspace file of ignore patterns (its own changes never reload either). */
+export const IGNORE_FILE = ".paddockignore";
+/** Always ignored, whatever the ignore file says: version control bookkeeping and installed packages. */
+export const ALWAYS_IGNORED = [".git", "node_modules"] as const;
+/** The ignore file is read up to this size; patterns past it are not seen. */
+const MAX_IGNORE_FILE_BYTES = 64 * 1024;
 
-/** Paths whose changes never reload the apps (version control bookkeeping). */
-export function ignoredChange(relativePath: string): boolean {
-  const first = relativePath.split(/[\\/]/)[0];
-  return first === ".git";
+/** A glob of path components as a regular expression body: `**` spans components, `*` and `?` stay within one. */
+function globBody(glob: string): string {
+  let out = "";
+  for (let i = 0; i < glob.length; i++) {
+    const c = glob[i] as string;
+    if (c === "*" && glob[i + 1] === "*") {
+      const slash = glob[i + 2] === "/";
+      out += slash ? "(?:.*/)?" : ".*";
+      i += slash ? 2 : 1;
+    } else if (c === "*") out += "[^/]*";
+    else if (c === "?") out += "[^/]";
+    else out += c.replace(/[\\^$.|+()[\]{}]/g, "\\$&");
+  }
+  return out;
 }
 
 /**
- * Watches a workspace recursively and calls onChange once per burst of
- * changes: after debounceMs without a further change. A watcher error (the
- * directory went away) just ends watching.
+ * Which workspace paths never reload a watch session: `.git/`, `node_modules/`,
+ * the ignore file itself, and the patterns of `.paddockignore` at the
+ * workspace root. One pattern a line; blank lines and `#` comments skipped; a
+ * pattern matches a path and everything beneath it. Without a `/` (other than
+ * a trailing one) it matches a name at any depth (`*.log`, `dist`, `tmp/`);
+ * with one it is anchored at the workspace root (`build/out`, `/data/`). `*`
+ * and `?` stay within a name, `**` spans directories; no negation.
  */
-export function watchWorkspace(dir: string, debounceMs: number, onChange: () => void): WorkspaceWatcher {
-  let timer: NodeJS.Timeout | undefined;
+export class IgnoreRules {
+  private constructor(private readonly patterns: RegExp[]) {}
+
+  static parse(text: string): IgnoreRules {
+    const patterns: RegExp[] = [];
+    for (const raw of [...ALWAYS_IGNORED, IGNORE_FILE, ...text.split(/\r?\n/)]) {
+      const line = raw.trim();
+      if (line === "" || line.startsWith("#")) continue;
+      const body = line.replace(/^\/+/, "").replace(/\/+$/, "");
+      if (body === "") continue;
+      const anchored = line.startsWith("/") || body.includes("/");
+      patterns.push(new RegExp(`${anchored ? "^" : "(?:^|/)"}${globBody(body)}(?:/.*)?$`));
+    }
+    return new IgnoreRules(patterns);
+  }
+
+  /** The workspace's rules now (only the fixed ones when it has no readable ignore file). */
+  static read(workspace: string): IgnoreRules {
+    let text = "";
+    try {
+      text = readFileSync(join(workspace, IGNORE_FILE)).subarray(0, MAX_IGNORE_FILE_BYTES).toString("utf8");
+    } catch {
+      // none, or not readable: the fixed rules apply
+    }
+    return IgnoreRules.parse(text);
+  }
+
+  matches(relativePath: string): boolean {
+    const path = relativePath.split(/[\\/]+/).filter((p) => p !== "" && p !== ".").join("/");
+    return this.patterns.some((p) => p.test(path));
+  }
+}
+
+export interface WorkspaceWatcher {
+  close(): void;
+}
+
+/**
+ * Watches a workspace recursively and reports every change with its path
+ * relative to the workspace (undefined when the platform does not say). A
+ * watcher error (the directory went away) just ends watching.
+ */
+export function watchWorkspace(dir: string, onChange: (relativePath: string | undefined) => void): WorkspaceWatcher {
   let closed = false;
   let fsw: FSWatcher | undefined;
   const close = () => {
     closed = true;
-    clearTimeout(timer);
     fsw?.close();
-  };
-  const changed = () => {
-    clearTimeout(timer);
-    timer = setTimeout(() => {
-      if (!closed) onChange();
-    }, debounceMs);
   };
   try {
     fsw = watch(dir, { recursive: true, persistent: false }, (_event, file) => {
-      if (closed || (typeof file === "string" && ignoredChange(file))) return;
-      changed();
+      if (!closed) onChange(typeof file === "string" ? file : undefined);
     });
     fsw.on("error", close);
   } catch {
     closed = true;
   }
-  return {
-    close,
-    poke: () => {
-      if (!closed) changed();
-    },
-  };
+  return { close };
 }

@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { Api, Presence, Streams, Subjects, tokenKey, type Checkpoint, type Scope } from "@paddock/contracts";
+import { Api, Presence, RunnerActivity, Streams, Subjects, tokenKey, type Checkpoint, type Scope } from "@paddock/contracts";
 import { callRpc, encodeJson } from "@paddock/bus";
 import {
   alice,
@@ -243,6 +243,44 @@ describe("policies", () => {
     await s.sweep();
     const cmd = await inbox.next();
     expect(cmd).toMatchObject({ type: "suspend", warm: false, sessionId: idle.id });
+  });
+
+  it("the idle window runs from real activity: checkpoints do not reset it, its own runner's output does", async () => {
+    const s = await h.start({ PADDOCK_IDLE_MS: "10000", PADDOCK_CHECKPOINT_INTERVAL_MS: "5000", PADDOCK_OPERATION_WAIT_MS: "50" });
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 2 });
+    const { session: quiet } = await runningSession(h.nc, "r1", inbox, { mode: "watch" });
+    const { session: chatty } = await runningSession(h.nc, "r1", inbox, { mode: "watch" });
+    await s.sweep();
+    // Periodic checkpoints write both records at +6 s.
+    h.clock.advance(6_000);
+    await s.sweep();
+    for (let i = 0; i < 2; i++) {
+      const cmd = await inbox.next();
+      if (cmd.type !== "checkpoint") throw new Error(`expected a checkpoint, got ${cmd.type}`);
+      await publishFact(h.nc, factFor("r1", cmd, { type: "checkpointed", requestId: cmd.requestId, checkpoint: checkpointOf(cmd.requestId), sealKey: testSealKey }));
+    }
+    await waitForRecord(h.nc, quiet.id, (x) => x.checkpointedAt !== undefined);
+    await waitForRecord(h.nc, chatty.id, (x) => x.checkpointedAt !== undefined);
+    // Output at +6 s: r1 reports the chatty session; other runners' reports about the quiet one do not count.
+    h.nc.publish(Subjects.activity("default", "r2"), encodeJson(RunnerActivity, { poolId: "default", runnerId: "r2", sessions: [quiet.id] }));
+    // A body speaking for r1 on r2's subject is refused (and so is garbage).
+    h.nc.publish(Subjects.activity("default", "r2"), encodeJson(RunnerActivity, { poolId: "default", runnerId: "r1", sessions: [quiet.id] }));
+    h.nc.publish(Subjects.activity("default", "r1"), "garbage");
+    h.nc.publish(Subjects.activity("default", "r1"), encodeJson(RunnerActivity, { poolId: "default", runnerId: "r1", sessions: [chatty.id] }));
+    const chattyRecord = await get(h.nc, alice, chatty.id);
+    while (s.context.presence.lastActiveAt(chattyRecord) === undefined) await h.nc.flush();
+    h.clock.advance(6_000);
+    await s.sweep();
+    // 12 s after it started running, 6 s after its checkpoint: the quiet one is idle.
+    expect((await waitForRecord(h.nc, quiet.id, (x) => x.pending !== undefined)).pending?.op).toBe("suspend_cold");
+    // The chatty one is suspended only once 10 s passed after its output, by a later sweep.
+    h.clock.advance(5_000);
+    const thirdSweepAt = h.clock.ms;
+    await s.sweep();
+    const pending = (await waitForRecord(h.nc, chatty.id, (x) => x.pending !== undefined)).pending;
+    expect(pending?.op).toBe("suspend_cold");
+    expect(pending?.requestedAt).toBeGreaterThan(thirdSweepAt);
   });
 
   it("running sessions are checkpointed periodically, once per interval across replicas", async () => {

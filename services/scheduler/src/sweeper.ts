@@ -29,10 +29,16 @@ export interface SweepMemory {
    * the facts consumer has settled everything up to it.
    */
   timeoutBarriers: Map<string, number>;
+  /**
+   * `<session>.<placementGeneration>` → the write time of the first running
+   * revision this replica's sweep saw (after a start, a resume or a warm
+   * resume): the idle window of a watch session never reaches back before it.
+   */
+  runningSince: Map<string, number>;
 }
 
 export function newSweepMemory(): SweepMemory {
-  return { redispatched: new Map(), timeoutBarriers: new Map() };
+  return { redispatched: new Map(), timeoutBarriers: new Map(), runningSince: new Map() };
 }
 
 const placementKey = (s: Session) => `${s.id}.${s.placementGeneration}`;
@@ -83,8 +89,16 @@ function stepFor(ctx: SchedulerContext, s: Session, startedAt: number, memory: S
   if (isTerminal(s.state) && age > c.terminalTtlMs) return { kind: "expire_record" };
   if (s.state !== "running" || s.pending) return undefined;
   if (s.mode === "watch" && !ctx.presence.attached(s.id)) {
-    const lastSeen = Math.max(ctx.presence.lastAttachedAt(s.id) ?? 0, s.updatedAt, startedAt);
-    if (now - lastSeen > c.idleMs) return { kind: "idle_suspend" };
+    // Real activity only (attach and detach, terminal output reported by the runner, becoming
+    // running): not updatedAt, which every checkpoint and app fact moves. Input needs an attached
+    // client, so attachment covers it.
+    const lastActivity = Math.max(
+      ctx.presence.lastAttachedAt(s.id) ?? 0,
+      ctx.presence.lastActiveAt(s) ?? 0,
+      memory.runningSince.get(placementKey(s)) ?? now,
+      startedAt,
+    );
+    if (now - lastActivity > c.idleMs) return { kind: "idle_suspend" };
   }
   if (c.checkpointIntervalMs > 0 && now - (s.checkpointedAt ?? s.updatedAt) > c.checkpointIntervalMs) {
     // The same id on every replica within one interval: DISPATCH dedupes it to one checkpoint.
@@ -158,14 +172,21 @@ export async function sweep(ctx: SchedulerContext, startedAt: number, memory: Sw
   await repairCapacity(ctx).catch((err: unknown) => ctx.log.warn({ err }, "capacity repair failed"));
   const due: Array<[Session, SweepStep]> = [];
   const creating = new Set<string>();
+  const running = new Set<string>();
   for (const { value } of ctx.sessionView.values()) {
     if (value.state === "creating") creating.add(placementKey(value));
+    if (value.state === "running") {
+      running.add(placementKey(value));
+      // The revision a replica first sees running was written at or after the session became running.
+      if (!memory.runningSince.has(placementKey(value))) memory.runningSince.set(placementKey(value), value.updatedAt);
+    }
     const step = stepFor(ctx, value, startedAt, memory);
     if (step) due.push([value, step]);
   }
   // Forget placements that are no longer creating.
   for (const key of memory.redispatched.keys()) if (!creating.has(key)) memory.redispatched.delete(key);
   for (const key of memory.timeoutBarriers.keys()) if (!creating.has(key)) memory.timeoutBarriers.delete(key);
+  for (const key of memory.runningSince.keys()) if (!running.has(key)) memory.runningSince.delete(key);
   const backlog = perPass(ctx.factBacklog);
   for (const [s, step] of due) {
     const key = ctx.sessions.keyOf(s);

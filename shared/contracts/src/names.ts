@@ -124,6 +124,9 @@ export const Subjects = {
   /** Gateway heartbeat while clients are attached to a session: core NATS, all schedulers listen. */
   presence: (sessionId: string) => `paddock.presence.${sessionId}`,
   presenceAll: "paddock.presence.*",
+  /** Runner → every scheduler, at most once per interval: sessions with terminal output since the last report (`RunnerActivity`). */
+  activity: (poolId: string, runnerId: string) => `paddock.activity.${poolId}.${runnerId}`,
+  activityAll: "paddock.activity.*.*",
 } as const;
 
 /** Header names carried on bus messages. */

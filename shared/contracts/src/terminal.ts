@@ -100,6 +100,25 @@ export const Presence = z
   .strict();
 export type Presence = z.infer<typeof Presence>;
 
+/** Sessions one activity report names at most (a runner with more active sessions sends several). */
+export const MAX_ACTIVITY_SESSIONS = 1_000;
+
+/**
+ * A runner's coarse activity report on `paddock.activity.<pool>.<runner>`:
+ * the sessions whose apps wrote terminal output since its previous report
+ * (at most one report per interval, never per byte). Schedulers count it as
+ * real activity for the idle policy only for sessions the record places on
+ * that runner.
+ */
+export const RunnerActivity = z
+  .object({
+    poolId: Id,
+    runnerId: Id,
+    sessions: z.array(Id).min(1).max(MAX_ACTIVITY_SESSIONS),
+  })
+  .strict();
+export type RunnerActivity = z.infer<typeof RunnerActivity>;
+
 /** A screen checkpoint's serialized screen is at most this long (UTF-8 bytes); SCREENS refuses larger messages. */
 export const MAX_SCREEN_CHECKPOINT_BYTES = 512 * 1024;
 

@@ -150,7 +150,7 @@ export function schedulerPermissions(runners: RunnerPrincipal[] = []): Permissio
         ...runners.flatMap(runnerStores).flatMap((store) => [`${API}.STREAM.INFO.${objStream(store)}`, ...objectStore(store)]),
       ],
     },
-    subscribe: { allow: ["paddock.api.v1.>", Subjects.registerAll, Subjects.placementCheck, Subjects.secrets, Subjects.heldCheck, Subjects.presenceAll, inbox(ControlPlaneUsers.scheduler)] },
+    subscribe: { allow: ["paddock.api.v1.>", Subjects.registerAll, Subjects.placementCheck, Subjects.secrets, Subjects.heldCheck, Subjects.presenceAll, Subjects.activityAll, inbox(ControlPlaneUsers.scheduler)] },
     allowResponses: true,
   };
 }
@@ -223,6 +223,8 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal, peers: 
         `${API}.DIRECT.GET.${Streams.term}.${Subjects.termOfRunner(poolId, runnerId)}`,
         // Screen checkpoints of its own apps only (written, never read back).
         Subjects.screenOfRunner(poolId, runnerId),
+        // Activity reports (idle policy) under its own pool/runner only.
+        Subjects.activity(poolId, runnerId),
         // Sealed checkpoints and environment snapshots: written (and deletable) only in its own stores;
         // any other runner's, and the shared legacy stores, are read-only (a takeover restores from them).
         ...runnerStores({ poolId, runnerId }).flatMap((store) => [`${API}.STREAM.CREATE.${objStream(store)}`, `${API}.STREAM.INFO.${objStream(store)}`, ...objectStore(store)]),
