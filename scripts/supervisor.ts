@@ -100,7 +100,11 @@ export class Supervisor {
 
   /** Starts the units in order, each once the previous is ready, then supervises them. Rejects if one fails to start. */
   async start(): Promise<void> {
-    for (const unit of this.units) await this.startOnce(unit);
+    for (const unit of this.units) {
+      // A stop during the start ends it: nothing more is started behind its back.
+      if (this.stopping) throw new Error(`stopped before ${unit.name} started`);
+      await this.startOnce(unit);
+    }
     for (const unit of this.units) this.loops.push(this.supervise(unit));
   }
 

@@ -53,6 +53,7 @@ function nodeUnit(name: string, code: string, tier = 1, readyOnSpawn = false): U
       const child = spawn(process.execPath, ["-e", code], { stdio: ["ignore", "pipe", "ignore"] });
       const proc = childProc(child);
       procs.push(proc);
+      spawnedProcs.push(proc);
       spawned(proc);
       return new Promise<void>((resolve, reject) => {
         if (readyOnSpawn) child.once("spawn", () => resolve());
@@ -69,12 +70,13 @@ const LONG = "setInterval(() => {}, 1e9); console.log('ready');";
 const IGNORES_TERM = "process.on('SIGTERM', () => {}); setInterval(() => {}, 1e9); console.log('ready');";
 const backoff = { initialMs: 100, maxMs: 400, stableMs: 10_000 };
 
-let supervisor: Supervisor | undefined;
+/** Every process a test spawned: whatever one leaves running (a failed assertion) is killed after it. */
+const spawnedProcs: Proc[] = [];
 afterEach(async () => {
-  // Whatever a test left running ends here: each exits on SIGTERM, so no grace timer needs firing.
-  const s = supervisor;
-  supervisor = undefined;
-  if (s) await s.stop();
+  for (const p of spawnedProcs.splice(0)) {
+    p.kill("SIGKILL");
+    await p.exited;
+  }
 });
 
 /** The line the supervisor logs next (an event, never a sleep). */
@@ -104,7 +106,7 @@ describe("supervisor", () => {
     const timers = new ManualTimers();
     const logs = logCollector();
     const unit = nodeUnit("flaky", "process.exit(3)", 1, true);
-    supervisor = new Supervisor([unit], { log: logs.log, stopGraceMs: 5_000, backoff, timers });
+    const supervisor = new Supervisor([unit], { log: logs.log, stopGraceMs: 5_000, backoff, timers });
     await supervisor.start();
     const delays: number[] = [];
     for (let i = 0; i < 4; i++) {
@@ -123,15 +125,15 @@ describe("supervisor", () => {
     const timers = new ManualTimers();
     const logs = logCollector();
     const unit = nodeUnit("svc", LONG);
-    supervisor = new Supervisor([unit], { log: logs.log, stopGraceMs: 5_000, backoff, timers });
+    const supervisor = new Supervisor([unit], { log: logs.log, stopGraceMs: 5_000, backoff, timers });
     await supervisor.start();
     const killAndRestart = async (n: number) => {
-      const before = supervisor?.proc("svc");
+      const before = supervisor.proc("svc");
       before?.kill("SIGKILL");
       const t = await timers.next();
       timers.fire(t);
       await logs.waitFor((l) => l.startsWith("svc started") && unit.procs.length === n);
-      expect(supervisor?.proc("svc")?.pid).not.toBe(before?.pid);
+      expect(supervisor.proc("svc")?.pid).not.toBe(before?.pid);
       return t.ms;
     };
     expect(await killAndRestart(2)).toBe(100);
@@ -167,6 +169,42 @@ describe("supervisor", () => {
     expect(logs.lines.filter((l) => l.includes("did not exit"))).toEqual([`wedged did not exit within 5000ms of SIGTERM; killing it (pid ${String(wedged.procs[0]?.pid)})`]);
     expect(logs.lines.some((l) => l.includes("restarting"))).toBe(false);
     expect([broker, good, wedged].map((u) => u.procs.length)).toEqual([1, 1, 1]);
+  });
+
+  it("a stop while units are starting starts nothing more", async () => {
+    const timers = new ManualTimers();
+    const logs = logCollector();
+    // Ready only once told to stop (it ignores SIGTERM): its start completes after the stop began.
+    let onArmed: () => void = () => {};
+    const armed = new Promise<void>((resolve) => (onArmed = resolve));
+    const late: Unit & { procs: Proc[] } = {
+      name: "late",
+      tier: 1,
+      procs: [],
+      start: (spawned) => {
+        const child = spawn(process.execPath, ["-e", "process.on('SIGTERM', () => console.log('ready')); console.log('armed'); setInterval(() => {}, 1e9);"], { stdio: ["ignore", "pipe", "ignore"] });
+        const proc = childProc(child);
+        late.procs.push(proc);
+        spawnedProcs.push(proc);
+        spawned(proc);
+        return new Promise<void>((resolve) => {
+          createInterface({ input: child.stdout }).on("line", (l) => {
+            if (l === "armed") onArmed();
+            if (l === "ready") resolve();
+          });
+        });
+      },
+    };
+    const next = nodeUnit("next", LONG);
+    const s = new Supervisor([late, next], { log: logs.log, stopGraceMs: 5_000, backoff, timers });
+    const starting = s.start();
+    await armed;
+    const stopped = s.stop();
+    await expect(starting).rejects.toThrow("stopped before next started");
+    timers.fire(await timers.next()); // late's grace period
+    await stopped;
+    expect(await late.procs[0]?.exited).toEqual({ code: null, signal: "SIGKILL" });
+    expect(next.procs).toEqual([]);
   });
 
   it("stop while a restart is pending cancels it", async () => {
