@@ -118,7 +118,7 @@ describe("up args", () => {
     [["--data-dir="], /--data-dir needs a value/],
     [["--stop-grace-ms", "600001"], /--stop-grace-ms must be an integer from 0 to 600000/],
     [["--stop-grace-ms", "1.5"], /--stop-grace-ms must be an integer/],
-    [["--stop-grace-ms="], /--stop-grace-ms needs a value/],
+    [["--stop-grace-ms="], /--stop-grace-ms must be an integer from 0 to 600000, got ""/],
   ])("rejects %j", (argv, message) => {
     expect(usageError(() => parseUpArgs(argv)).message).toMatch(message);
   });
