@@ -5,6 +5,7 @@
 import { createWriteStream } from "node:fs";
 import { join, resolve } from "node:path";
 import { provision } from "@paddock/bus";
+import { FILE_SECRET_SETTINGS } from "@paddock/config";
 import {
   connectAs,
   ControlPlaneUsers,
@@ -32,7 +33,8 @@ const log = (line: string) => process.stderr.write(`up: ${line}\n`);
  * credentials, ports, runner identities, keys.
  */
 function passthroughEnv(env: NodeJS.ProcessEnv): Record<string, string> {
-  const own = new Set(["PADDOCK_NATS_USER", "PADDOCK_NATS_PASS"]);
+  // Settings that would contradict the files up passes (a service refuses both spellings).
+  const own = new Set(["PADDOCK_NATS_USER", "PADDOCK_NATS_PASS", ...FILE_SECRET_SETTINGS]);
   return Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[0].startsWith("PADDOCK_") && e[1] !== undefined && !own.has(e[0])));
 }
 
@@ -48,8 +50,10 @@ async function provisionStorage(url: string, password: string): Promise<void> {
 
 async function main(): Promise<void> {
   const token = persistedSecret(dataDir, "dev-token", { prefix: "pdk_dev_" });
-  const sessionTokenSecret = persistedSecret(dataDir, "session-token-secret");
-  const secretsKey = persistedSecret(dataDir, "secrets-key", { bytes: 32 });
+  persistedSecret(dataDir, "session-token-secret");
+  persistedSecret(dataDir, "secrets-key", { bytes: 32 });
+  // Secrets reach the services as 0600 files, never in their environment.
+  const secretFile = (name: string) => join(dataDir, name);
   const runners = Array.from({ length: args.runners }, (_, i) => ({ poolId: "default", runnerId: `local-${String(i + 1)}` }));
   const users = [...Object.values(ControlPlaneUsers), ObserverUser, ...runners.map((r) => runnerUser(r.poolId, r.runnerId))];
   const creds = upCredentials(dataDir, users);
@@ -92,9 +96,13 @@ async function main(): Promise<void> {
   };
   const units = [
     nats,
-    service("scheduler", "scheduler", ControlPlaneUsers.scheduler, () => ({ PADDOCK_SESSION_TOKEN_SECRET: sessionTokenSecret })),
+    service("scheduler", "scheduler", ControlPlaneUsers.scheduler, () => ({ PADDOCK_SESSION_TOKEN_SECRET_FILE: secretFile("session-token-secret") })),
     service("event-recorder", "event-recorder", ControlPlaneUsers.recorder, () => ({})),
-    service("gateway", "gateway", ControlPlaneUsers.gateway, () => ({ PADDOCK_HTTP_PORT: String(httpPort), PADDOCK_DEV_TOKEN: token, PADDOCK_SECRETS_KEY: secretsKey })),
+    service("gateway", "gateway", ControlPlaneUsers.gateway, () => ({
+      PADDOCK_HTTP_PORT: String(httpPort),
+      PADDOCK_DEV_TOKEN_FILE: secretFile("dev-token"),
+      PADDOCK_SECRETS_KEY_FILE: secretFile("secrets-key"),
+    })),
     ...runners.map((r) =>
       service("runner-agent", `runner-${r.runnerId}`, runnerUser(r.poolId, r.runnerId), () => ({
         PADDOCK_GATEWAY_URL: gatewayUrl(),
@@ -102,7 +110,7 @@ async function main(): Promise<void> {
         PADDOCK_POOL_ID: r.poolId,
         PADDOCK_RUNNER_CAPACITY: String(args.capacity),
         PADDOCK_RUNNER_DATA_DIR: join(dataDir, `runner-${r.runnerId}`),
-        PADDOCK_SECRETS_KEY: secretsKey,
+        PADDOCK_SECRETS_KEY_FILE: secretFile("secrets-key"),
       })),
     ),
   ];

@@ -148,9 +148,22 @@ describe("npm run up", { timeout: 120_000 }, () => {
     const files = readdirSync(credsDir).sort();
     expect(files).toEqual(["event-recorder.json", "gateway.json", "observer.json", "provisioner.json", "runner-7-default-local-1.json", "scheduler.json"]);
     for (const f of files) expect(statSync(join(credsDir, f)).mode & 0o077).toBe(0);
-    // The services got a file, never the password: none of them appears in the logs.
+    // The services got files, never the secrets: no password, key or token in their environment or logs.
+    const secrets = [
+      ...files.map((f) => readNatsCredentials(join(credsDir, f)).password),
+      ...["dev-token", "secrets-key", "session-token-secret"].map((f) => readFileSync(join(up.dataDir, f), "utf8").trim()),
+    ];
+    for (const f of ["dev-token", "secrets-key", "session-token-secret"]) expect(statSync(join(up.dataDir, f)).mode & 0o077).toBe(0);
     const logs = readdirSync(join(up.dataDir, "logs")).map((f) => readFileSync(join(up.dataDir, "logs", f), "utf8")).join("");
-    for (const f of files) expect(logs).not.toContain(readNatsCredentials(join(credsDir, f)).password);
+    for (const name of ["scheduler", "event-recorder", "gateway", "runner-local-1"]) {
+      const pid = pidOf(await up.line(new RegExp(`^up: ${name} started \\(pid (\\d+)\\)$`)));
+      const environ = readFileSync(`/proc/${String(pid)}/environ`, "utf8");
+      expect(environ).toContain("PADDOCK_NATS_CREDS_FILE=");
+      for (const secret of secrets) {
+        expect(environ).not.toContain(secret);
+        expect(logs).not.toContain(secret);
+      }
+    }
   });
 
   it("the observer credentials consume AUDIT through their own durable and cannot publish, subscribe or read anything else", async () => {

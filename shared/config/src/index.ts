@@ -9,9 +9,27 @@ export class ConfigError extends Error {
   }
 }
 
+/**
+ * Secret settings that may also come from a file: `<NAME>_FILE` names a file
+ * (not readable by group or others) whose contents, trimmed, are the value, so
+ * the secret stays out of the environment (`npm run up` passes them so).
+ */
+export const FILE_SECRET_SETTINGS = ["PADDOCK_SECRETS_KEY", "PADDOCK_SESSION_TOKEN_SECRET", "PADDOCK_DEV_TOKEN"] as const;
+
+function withFileSecrets(env: Record<string, string | undefined>): Record<string, string | undefined> {
+  const out = { ...env };
+  for (const name of FILE_SECRET_SETTINGS) {
+    const file = env[`${name}_FILE`];
+    if (file === undefined) continue;
+    if (env[name] !== undefined) throw new ConfigError(`invalid configuration: ${name}_FILE: set either it or ${name}, not both`);
+    out[name] = readPrivateFile(`${name}_FILE`, file).trim();
+  }
+  return out;
+}
+
 /** Parses an environment with a zod schema; the only way services read configuration. */
 export function parseEnv<S extends z.ZodType>(schema: S, env: Record<string, string | undefined>): z.infer<S> {
-  const parsed = schema.safeParse(env);
+  const parsed = schema.safeParse(withFileSecrets(env));
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`);
     throw new ConfigError(`invalid configuration: ${lines.join("; ")}`);
@@ -50,22 +68,28 @@ export const NatsCredentialsFile = z.object({ user: z.string().min(1).max(256), 
 export type NatsCredentialsFile = z.infer<typeof NatsCredentialsFile>;
 
 /**
- * Reads a credentials file once, at config time. Refuses a file group or
- * others may read (like ssh does with keys): the file is the only thing
- * keeping other local users off the buses. The message never quotes the contents.
+ * Reads a file holding a secret, once, at config time. Refuses a file group or
+ * others may read (like ssh does with keys): it is the only thing keeping other
+ * local users out. Messages never quote the contents.
  */
-export function readNatsCredentials(file: string): NatsCredentialsFile {
+function readPrivateFile(setting: string, file: string): string {
   let text: string;
   let mode: number;
   try {
     mode = statSync(file).mode;
     text = readFileSync(file, "utf8");
   } catch (err) {
-    throw new ConfigError(`invalid configuration: PADDOCK_NATS_CREDS_FILE: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? "error"})`);
+    throw new ConfigError(`invalid configuration: ${setting}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? "error"})`);
   }
   if ((mode & 0o077) !== 0) {
-    throw new ConfigError(`invalid configuration: PADDOCK_NATS_CREDS_FILE: ${file} is readable by others (mode ${(mode & 0o777).toString(8)}); chmod 600 it`);
+    throw new ConfigError(`invalid configuration: ${setting}: ${file} is readable by others (mode ${(mode & 0o777).toString(8)}); chmod 600 it`);
   }
+  return text;
+}
+
+/** Reads a NATS credentials file (`PADDOCK_NATS_CREDS_FILE`), refused when group or others may read it. */
+export function readNatsCredentials(file: string): NatsCredentialsFile {
+  const text = readPrivateFile("PADDOCK_NATS_CREDS_FILE", file);
   let json: unknown;
   try {
     json = JSON.parse(text);

@@ -55,3 +55,27 @@ describe("NATS credentials from a file", () => {
     expect(() => load({ PADDOCK_NATS_CREDS_FILE: "" })).toThrow(ConfigError);
   });
 });
+
+describe("secret settings from files (<NAME>_FILE)", () => {
+  const schema = z.object({ PADDOCK_SECRETS_KEY: z.string().optional(), PADDOCK_DEV_TOKEN: z.string().optional() });
+
+  it("reads the value, trimmed, from a 0600 file; the variable itself still works", () => {
+    const file = credsFile("key", "k3y-from-file\n");
+    expect(parseEnv(schema, { PADDOCK_SECRETS_KEY_FILE: file })).toEqual({ PADDOCK_SECRETS_KEY: "k3y-from-file" });
+    expect(parseEnv(schema, { PADDOCK_DEV_TOKEN: "direct" })).toEqual({ PADDOCK_DEV_TOKEN: "direct" });
+  });
+
+  it("refuses a file others may read, a missing file, and both spellings at once, without quoting the secret", () => {
+    const open = credsFile("open-key", "topsecret", 0o644);
+    expect(() => parseEnv(schema, { PADDOCK_SECRETS_KEY_FILE: open })).toThrow(/PADDOCK_SECRETS_KEY_FILE: .* is readable by others/);
+    expect(() => parseEnv(schema, { PADDOCK_DEV_TOKEN_FILE: join(dir, "none") })).toThrow(/PADDOCK_DEV_TOKEN_FILE: cannot read .* \(ENOENT\)/);
+    const file = credsFile("both-key", "topsecret");
+    expect(() => parseEnv(schema, { PADDOCK_SECRETS_KEY_FILE: file, PADDOCK_SECRETS_KEY: "x" })).toThrow(/set either it or PADDOCK_SECRETS_KEY, not both/);
+    try {
+      parseEnv(schema, { PADDOCK_SECRETS_KEY_FILE: open });
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      expect(String(err)).not.toContain("topsecret");
+    }
+  });
+});
