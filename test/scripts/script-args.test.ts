@@ -97,7 +97,7 @@ describe("bench args", () => {
 
 describe("up args", () => {
   it("defaults to port 8080, .data, a free NATS port, one runner of capacity 8", () => {
-    expect(values(parseUpArgs([]))).toEqual({ httpPort: 8080, dataDir: ".data", natsPort: -1, runners: 1, capacity: 8, stopGraceMs: 10_000 });
+    expect(values(parseUpArgs([]))).toEqual({ httpPort: 8080, dataDir: ".data", natsPort: -1, runners: 1, capacity: 8, stopGraceMs: 15_000 });
     expect(values(parseUpArgs(["--http-port", "0", "--data-dir", "/tmp/x", "--nats-port=4222", "--runners=3", "--capacity", "2", "--stop-grace-ms", "0"]))).toEqual({
       httpPort: 0,
       dataDir: "/tmp/x",
