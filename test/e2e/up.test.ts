@@ -12,7 +12,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, watch } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
@@ -154,6 +154,12 @@ describe("npm run up", { timeout: 120_000 }, () => {
       ...["dev-token", "secrets-key", "session-token-secret"].map((f) => readFileSync(join(up.dataDir, f), "utf8").trim()),
     ];
     for (const f of ["dev-token", "secrets-key", "session-token-secret"]) expect(statSync(join(up.dataDir, f)).mode & 0o077).toBe(0);
+    // The nats-server config holds every password: it is private too, and so is its directory.
+    const natsPid = pidOf(await up.line(/^up: nats-server started \(pid (\d+)\)$/));
+    const natsConf = readFileSync(`/proc/${String(natsPid)}/cmdline`, "utf8").split("\0")[2] ?? "";
+    expect(readFileSync(natsConf, "utf8")).toContain("authorization {");
+    expect(statSync(natsConf).mode & 0o077).toBe(0);
+    expect(statSync(dirname(natsConf)).mode & 0o077).toBe(0);
     const logs = readdirSync(join(up.dataDir, "logs")).map((f) => readFileSync(join(up.dataDir, "logs", f), "utf8")).join("");
     for (const name of ["scheduler", "event-recorder", "gateway", "runner-local-1"]) {
       const pid = pidOf(await up.line(new RegExp(`^up: ${name} started \\(pid (\\d+)\\)$`)));

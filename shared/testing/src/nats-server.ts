@@ -54,6 +54,8 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
       `ports_file_dir: ${JSON.stringify(portsDir)}`,
       opts.extraConfig ?? "",
     ].join("\n"),
+    // It may hold passwords (extraConfig): only this user reads it (the dir is 0700 too).
+    { mode: 0o600 },
   );
   const child = spawn(natsServerBinary(), ["-c", conf], { stdio: ["ignore", "ignore", "pipe"] });
   opts.onSpawn?.(child);
