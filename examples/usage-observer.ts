@@ -1,7 +1,11 @@
 /**
  * Example observer: a running usage total per workspace from the AUDIT stream.
  *
- *   tsx examples/usage-observer.ts --nats nats://127.0.0.1:4222 --durable billing [--workspace ws1 ...]
+ *   tsx examples/usage-observer.ts --nats "$PADDOCK_NATS_URL" --creds "$PADDOCK_OBSERVER_CREDS" --durable billing [--workspace ws1 ...]
+ *
+ * `npm run up` prints both: its NATS admits no anonymous client, and the
+ * `observer` principal (`DATA_DIR/creds/observer.json`) may read AUDIT through
+ * durables of its own and nothing else.
  *
  * It creates (or reuses) its OWN durable consumer on AUDIT — an observer never
  * shares the recorder's consumers — filtered to `paddock.audit.<ws>.>` for each
@@ -30,7 +34,8 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JsMsg } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { AuditEvent, Streams, Subjects, ZERO_USAGE, type Usage } from "@paddock/contracts";
+import { AuditEvent, inboxPrefixOf, Streams, Subjects, ZERO_USAGE, type Usage } from "@paddock/contracts";
+import { readNatsCredentials } from "@paddock/config";
 
 export interface UsageObserverOptions {
   nc: NatsConnection;
@@ -154,11 +159,15 @@ async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
       nats: { type: "string", default: process.env.PADDOCK_NATS_URL ?? "nats://127.0.0.1:4222" },
+      // A credentials file ({"user","password"}, mode 0600); none connects anonymously.
+      creds: { type: "string", default: process.env.PADDOCK_OBSERVER_CREDS },
       durable: { type: "string", default: "usage-observer" },
       workspace: { type: "string", multiple: true, default: [] },
     },
   });
-  const nc = await connect({ servers: values.nats });
+  const creds = values.creds ? readNatsCredentials(values.creds) : undefined;
+  // Replies come under the user's own inbox prefix: the only inbox its permissions let it read.
+  const nc = await connect({ servers: values.nats, ...(creds ? { user: creds.user, pass: creds.password, inboxPrefix: inboxPrefixOf(creds.user) } : {}) });
   const observer = await startUsageObserver({
     nc,
     durable: values.durable,

@@ -97,13 +97,14 @@ describe("bench args", () => {
 
 describe("up args", () => {
   it("defaults to port 8080, .data, a free NATS port, one runner of capacity 8", () => {
-    expect(values(parseUpArgs([]))).toEqual({ httpPort: 8080, dataDir: ".data", natsPort: -1, runners: 1, capacity: 8 });
-    expect(values(parseUpArgs(["--http-port", "0", "--data-dir", "/tmp/x", "--nats-port=4222", "--runners=3", "--capacity", "2"]))).toEqual({
+    expect(values(parseUpArgs([]))).toEqual({ httpPort: 8080, dataDir: ".data", natsPort: -1, runners: 1, capacity: 8, stopGraceMs: 15_000 });
+    expect(values(parseUpArgs(["--http-port", "0", "--data-dir", "/tmp/x", "--nats-port=4222", "--runners=3", "--capacity", "2", "--stop-grace-ms", "0"]))).toEqual({
       httpPort: 0,
       dataDir: "/tmp/x",
       natsPort: 4222,
       runners: 3,
       capacity: 2,
+      stopGraceMs: 0,
     });
   });
 
@@ -115,6 +116,9 @@ describe("up args", () => {
     [["--runners", "0"], /--runners must be an integer from 1 to 64/],
     [["--capacity", "1e3"], /--capacity must be an integer from 1 to 1024/],
     [["--data-dir="], /--data-dir needs a value/],
+    [["--stop-grace-ms", "600001"], /--stop-grace-ms must be an integer from 0 to 600000/],
+    [["--stop-grace-ms", "1.5"], /--stop-grace-ms must be an integer/],
+    [["--stop-grace-ms="], /--stop-grace-ms must be an integer from 0 to 600000, got ""/],
   ])("rejects %j", (argv, message) => {
     expect(usageError(() => parseUpArgs(argv)).message).toMatch(message);
   });

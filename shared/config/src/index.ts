@@ -1,3 +1,4 @@
+import { readFileSync, statSync } from "node:fs";
 import { z } from "zod";
 
 export class ConfigError extends Error {
@@ -8,9 +9,27 @@ export class ConfigError extends Error {
   }
 }
 
+/**
+ * Secret settings that may also come from a file: `<NAME>_FILE` names a file
+ * (not readable by group or others) whose contents, trimmed, are the value, so
+ * the secret stays out of the environment (`npm run up` passes them so).
+ */
+export const FILE_SECRET_SETTINGS = ["PADDOCK_SECRETS_KEY", "PADDOCK_SESSION_TOKEN_SECRET", "PADDOCK_DEV_TOKEN"] as const;
+
+function withFileSecrets(env: Record<string, string | undefined>): Record<string, string | undefined> {
+  const out = { ...env };
+  for (const name of FILE_SECRET_SETTINGS) {
+    const file = env[`${name}_FILE`];
+    if (file === undefined) continue;
+    if (env[name] !== undefined) throw new ConfigError(`invalid configuration: ${name}_FILE: set either it or ${name}, not both`);
+    out[name] = readPrivateFile(`${name}_FILE`, file).trim();
+  }
+  return out;
+}
+
 /** Parses an environment with a zod schema; the only way services read configuration. */
 export function parseEnv<S extends z.ZodType>(schema: S, env: Record<string, string | undefined>): z.infer<S> {
-  const parsed = schema.safeParse(env);
+  const parsed = schema.safeParse(withFileSecrets(env));
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`);
     throw new ConfigError(`invalid configuration: ${lines.join("; ")}`);
@@ -26,6 +45,12 @@ export const commonEnv = {
   PADDOCK_NATS_URL: z.string().default("nats://127.0.0.1:4222"),
   PADDOCK_NATS_USER: z.string().optional(),
   PADDOCK_NATS_PASS: z.string().optional(),
+  /**
+   * A file holding this service's NATS credentials (`NatsCredentialsFile`,
+   * written by `npm run up`): the password stays out of the environment. It must
+   * not be readable by group or others; excludes PADDOCK_NATS_USER/PASS.
+   */
+  PADDOCK_NATS_CREDS_FILE: z.string().min(1).optional(),
   /** Replica count for streams and buckets: 1 on one machine, 3 on a cluster. */
   PADDOCK_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
   PADDOCK_LOG_LEVEL: z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]).default("info"),
@@ -38,11 +63,59 @@ export const commonEnv = {
 
 export const envSchemas = { port, positiveMs };
 
+/** What a NATS credentials file holds (JSON). */
+export const NatsCredentialsFile = z.object({ user: z.string().min(1).max(256), password: z.string().min(1).max(1024) }).strict();
+export type NatsCredentialsFile = z.infer<typeof NatsCredentialsFile>;
+
+/**
+ * Reads a file holding a secret, once, at config time. Refuses a file group or
+ * others may read (like ssh does with keys): it is the only thing keeping other
+ * local users out. Messages never quote the contents.
+ */
+function readPrivateFile(setting: string, file: string): string {
+  let text: string;
+  let mode: number;
+  try {
+    mode = statSync(file).mode;
+    text = readFileSync(file, "utf8");
+  } catch (err) {
+    throw new ConfigError(`invalid configuration: ${setting}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? "error"})`);
+  }
+  if ((mode & 0o077) !== 0) {
+    throw new ConfigError(`invalid configuration: ${setting}: ${file} is readable by others (mode ${(mode & 0o777).toString(8)}); chmod 600 it`);
+  }
+  return text;
+}
+
+/** Reads a NATS credentials file (`PADDOCK_NATS_CREDS_FILE`), refused when group or others may read it. */
+export function readNatsCredentials(file: string): NatsCredentialsFile {
+  const text = readPrivateFile("PADDOCK_NATS_CREDS_FILE", file);
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  const parsed = NatsCredentialsFile.safeParse(json);
+  if (!parsed.success) throw new ConfigError(`invalid configuration: PADDOCK_NATS_CREDS_FILE: ${file} is not {"user","password"} JSON`);
+  return parsed.data;
+}
+
+function natsCredentials(e: { PADDOCK_NATS_USER?: string | undefined; PADDOCK_NATS_PASS?: string | undefined; PADDOCK_NATS_CREDS_FILE?: string | undefined }) {
+  if (e.PADDOCK_NATS_CREDS_FILE === undefined) return { natsUser: e.PADDOCK_NATS_USER, natsPass: e.PADDOCK_NATS_PASS };
+  if (e.PADDOCK_NATS_USER !== undefined || e.PADDOCK_NATS_PASS !== undefined) {
+    throw new ConfigError("invalid configuration: PADDOCK_NATS_CREDS_FILE: set either it or PADDOCK_NATS_USER/PASS, not both");
+  }
+  const creds = readNatsCredentials(e.PADDOCK_NATS_CREDS_FILE);
+  return { natsUser: creds.user, natsPass: creds.password };
+}
+
 /** The shared settings, named as services use them. */
 export function commonConfig(e: {
   PADDOCK_NATS_URL: string;
   PADDOCK_NATS_USER?: string | undefined;
   PADDOCK_NATS_PASS?: string | undefined;
+  PADDOCK_NATS_CREDS_FILE?: string | undefined;
   PADDOCK_REPLICAS: number;
   PADDOCK_LOG_LEVEL: "trace" | "debug" | "info" | "warn" | "error" | "fatal" | "silent";
   PADDOCK_OPS_HOST: string;
@@ -51,8 +124,7 @@ export function commonConfig(e: {
 }) {
   return {
     natsUrl: e.PADDOCK_NATS_URL,
-    natsUser: e.PADDOCK_NATS_USER,
-    natsPass: e.PADDOCK_NATS_PASS,
+    ...natsCredentials(e),
     replicas: e.PADDOCK_REPLICAS,
     logLevel: e.PADDOCK_LOG_LEVEL,
     opsHost: e.PADDOCK_OPS_HOST,

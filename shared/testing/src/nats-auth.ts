@@ -26,6 +26,8 @@ export interface NatsAuthOptions {
   passwordVariables?: boolean;
   /** Also emit the `provisioner` user (full JetStream API, no application subjects). Default true when it has a password. */
   provisioner?: boolean;
+  /** Also emit the read-only `observer` user (its own durables on AUDIT). Default true when it has a password. */
+  observer?: boolean;
 }
 
 export interface Permissions {
@@ -259,8 +261,24 @@ export function provisionerPermissions(): Permissions {
   return { publish: { allow: [`${API}.>`, "$KV.>", "$O.>", "$JS.ACK.>", "$JS.FC.>"] }, subscribe: { allow: [inbox(ControlPlaneUsers.provisioner)] } };
 }
 
+/** The read-only principal of audit observers (billing, dashboards; docs/audit.md). */
+export const ObserverUser = "observer";
+
+/**
+ * An observer reads AUDIT through durable consumers it names and nothing
+ * else: no publish outside the JetStream API of AUDIT's consumers (create,
+ * info, pull, ack), no KV, no other stream, no deletes, no subscriptions but
+ * its own inbox.
+ */
+export function observerPermissions(): Permissions {
+  return {
+    publish: { allow: [`${API}.INFO`, `${API}.STREAM.INFO.${Streams.audit}`, ...durable(Streams.audit, "*")] },
+    subscribe: { allow: [inbox(ObserverUser)] },
+  };
+}
+
 /** Every user and its permissions. */
-export function natsPrincipals(opts: Pick<NatsAuthOptions, "runners"> & { provisioner?: boolean }): Record<string, Permissions> {
+export function natsPrincipals(opts: Pick<NatsAuthOptions, "runners"> & { provisioner?: boolean; observer?: boolean }): Record<string, Permissions> {
   const users: Record<string, Permissions> = {
     [ControlPlaneUsers.scheduler]: schedulerPermissions(opts.runners),
     [ControlPlaneUsers.gateway]: gatewayPermissions(),
@@ -268,6 +286,7 @@ export function natsPrincipals(opts: Pick<NatsAuthOptions, "runners"> & { provis
   };
   for (const r of opts.runners) users[runnerUser(r.poolId, r.runnerId)] = runnerPermissions(r, opts.runners);
   if (opts.provisioner) users[ControlPlaneUsers.provisioner] = provisionerPermissions();
+  if (opts.observer) users[ObserverUser] = observerPermissions();
   return users;
 }
 
@@ -288,7 +307,8 @@ export function passwordVariable(user: string): string {
 
 /** nats-server config text: an `authorization { users = [...] }` block, one user per service and per runner. */
 export function natsAuthConfig(opts: NatsAuthOptions): string {
-  const users = natsPrincipals({ runners: opts.runners, provisioner: opts.provisioner ?? (opts.passwordVariables === true || opts.passwords[ControlPlaneUsers.provisioner] !== undefined) });
+  const has = (user: string) => opts.passwordVariables === true || opts.passwords[user] !== undefined;
+  const users = natsPrincipals({ runners: opts.runners, provisioner: opts.provisioner ?? has(ControlPlaneUsers.provisioner), observer: opts.observer ?? has(ObserverUser) });
   const blocks = Object.entries(users).map(([user, perms]) => {
     const pass = opts.passwordVariables ? `$${passwordVariable(user)}` : opts.passwords[user];
     if (pass === undefined) throw new Error(`no password for NATS user ${user}`);

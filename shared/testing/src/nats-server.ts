@@ -33,6 +33,8 @@ export interface NatsServerOptions {
   storeDir?: string;
   /** Fixed port; a random free one by default. */
   port?: number;
+  /** Called with the child as soon as it is spawned, before it listens (a supervisor can stop it while it starts). */
+  onSpawn?: (child: ChildProcess) => void;
 }
 
 /**
@@ -52,8 +54,11 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
       `ports_file_dir: ${JSON.stringify(portsDir)}`,
       opts.extraConfig ?? "",
     ].join("\n"),
+    // It may hold passwords (extraConfig): only this user reads it (the dir is 0700 too).
+    { mode: 0o600 },
   );
   const child = spawn(natsServerBinary(), ["-c", conf], { stdio: ["ignore", "ignore", "pipe"] });
+  opts.onSpawn?.(child);
   let stderr = "";
   child.stderr?.on("data", (d: Buffer) => {
     stderr = (stderr + d.toString()).slice(-8192);

@@ -41,6 +41,8 @@ export interface StartServiceOptions {
   entry?: string;
   /** Where to append the output instead of keeping it in memory (long-running use). */
   logTo?: NodeJS.WritableStream;
+  /** Called with the child as soon as it is spawned, before it is ready (a supervisor can stop it while it starts). */
+  onSpawn?: (child: ChildProcess) => void;
 }
 
 export function startService(
@@ -56,6 +58,7 @@ export function startService(
     env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
+  opts.onSpawn?.(child);
   const logs: Array<Record<string, unknown>> = [];
   let raw = "";
   const waiters: Array<{ pred: (l: Record<string, unknown>) => boolean; resolve: (l: Record<string, unknown>) => void }> = [];
