@@ -1,8 +1,8 @@
 import { z } from "zod";
 import { EpochMs, Generation, Id } from "./ids.ts";
-import { Usage } from "./audit.ts";
+import { RunTrigger, Usage } from "./audit.ts";
 import { BootEnvironment } from "./environment.ts";
-import { AppRun, Checkpoint, PortableSpec, RunTrigger, SealKey, SessionMode, SessionStateSchema } from "./session.ts";
+import { AppRun, Checkpoint, PortableSpec, SealKey, SessionMode, SessionStateSchema } from "./session.ts";
 
 export const RunnerState = { active: "active", draining: "draining", cordoned: "cordoned", lost: "lost" } as const;
 export type RunnerState = (typeof RunnerState)[keyof typeof RunnerState];
@@ -164,6 +164,8 @@ export const RunnerFact = z.discriminatedUnion("type", [
       run: AppRun,
       /** Milliseconds the generation ran, once it ended. */
       durationMs: z.number().int().nonnegative().optional(),
+      /** The restart_app command that started this generation (it settles that pending request). */
+      requestId: Id.optional(),
     })
     .strict(),
   /** A snapshot of an environment's setup, built for setupHash. */
@@ -204,6 +206,11 @@ export const DispatchCommand = z.discriminatedUnion("type", [
       /** The key `restore` was sealed with. A secret: never logged. */
       restoreKey: SealKey.optional(),
       environment: BootEnvironment.optional(),
+      /**
+       * The last generation the record shows for each app (a cold resume or a
+       * takeover): the placement numbers its apps' generations on from these.
+       */
+      appGenerations: z.record(Id, z.number().int().nonnegative()).optional(),
       /**
        * The session's own service token, injected into the sandbox as
        * PADDOCK_TOKEN so its agent can create child sessions. A secret: never logged.
