@@ -276,6 +276,56 @@ describe("policies", () => {
   });
 });
 
+describe("quotas", () => {
+  const bob: Scope = { workspaceId: "ws1", actor: { id: "bob", kind: "user" } };
+
+  /** A session of `scope` brought to suspended_cold on r1. */
+  async function coldSession(scope: Scope, inbox: Awaited<ReturnType<typeof dispatchInbox>>) {
+    const { session } = await create(h.nc, scope);
+    const start = await inbox.next();
+    await publishFact(h.nc, factFor("r1", start, { type: "running" }));
+    await waitForState(h.nc, session.id, "running");
+    const suspending = callRpc(h.nc, Api.suspendSession, { scope, sessionId: session.id, warm: false });
+    const cmd = await inbox.next();
+    await publishFact(h.nc, factFor("r1", cmd, { type: "suspended", warm: false, checkpoint: checkpointOf(session.id) }));
+    expect((await suspending).session.state).toBe("suspended_cold");
+    return session;
+  }
+
+  it("a user at the per-user limit gets a conflict naming it; another user still creates", async () => {
+    await h.start({ PADDOCK_MAX_SESSIONS_PER_USER: "2", PADDOCK_MAX_SESSIONS_PER_WORKSPACE: "10" });
+    await create(h.nc, alice);
+    await create(h.nc, alice);
+    await expect(create(h.nc, alice)).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining("limit of 2 sessions per user") });
+    expect((await create(h.nc, bob)).session.creatorId).toBe("bob");
+  });
+
+  it("reaching the workspace limit never destroys another user's suspended session: the create is a conflict naming the limit", async () => {
+    await h.start({ PADDOCK_MAX_SESSIONS_PER_WORKSPACE: "2" });
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const bobs = await coldSession(bob, inbox);
+    await create(h.nc, alice);
+    await expect(create(h.nc, alice)).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining("limit of 2 sessions") });
+    expect((await get(h.nc, bob, bobs.id)).state).toBe("suspended_cold");
+    // Bob's own create may reclaim his own suspended session.
+    await create(h.nc, bob);
+    await expect(get(h.nc, bob, bobs.id)).rejects.toMatchObject({ code: "not_found" });
+  });
+
+  it("a dead session evicted at the limit is torn down on its runner at once", async () => {
+    await h.start({ PADDOCK_MAX_SESSIONS_PER_WORKSPACE: "1" });
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session, start } = await runningSession(h.nc, "r1", inbox);
+    await publishFact(h.nc, factFor("r1", start, { type: "exited", exitCode: 0 }));
+    await waitForState(h.nc, session.id, "dead");
+    await create(h.nc, alice);
+    expect(await inbox.next()).toMatchObject({ type: "destroy", sessionId: session.id, placementGeneration: 1 });
+    await expect(get(h.nc, alice, session.id)).rejects.toMatchObject({ code: "not_found" });
+  });
+});
+
 describe("one-shot, recycle, children, apps", () => {
   it("a one-shot session is released (destroyed, torn down) as soon as its command exits", async () => {
     await h.start();
