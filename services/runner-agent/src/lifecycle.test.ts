@@ -352,6 +352,19 @@ describe("environment boot", () => {
     expect(lines("init-count")).toBe(2);
   });
 
+  it("states the setup it booted with on its running fact, and none for a restored workspace (it holds the setup it had)", async () => {
+    const fresh = nextId();
+    await h.start(fresh, { cmd: ["sleep", "600"] }, { environment: env({ setupHash: "h-fresh", setup: "true" }) });
+    expect(await h.fact(fresh, "running")).toMatchObject({ setupHash: "h-fresh" });
+    await h.send({ type: "suspend", sessionId: fresh, requestId: "sh1", warm: false });
+    const cold = await h.fact(fresh, "suspended");
+    if (cold.type !== "suspended" || !cold.checkpoint || !cold.sealKey) throw new Error("expected a sealed checkpoint");
+    await h.start(fresh, { cmd: ["sleep", "600"] }, { placementGeneration: 2, trigger: "resume", restore: cold.checkpoint, restoreKey: cold.sealKey, environment: env({ setupHash: "h-edited" }) });
+    const resumed = await h.fact(fresh, "running", (f) => f.placementGeneration === 2);
+    expect(resumed).not.toHaveProperty("setupHash");
+    await h.send({ type: "destroy", sessionId: fresh, placementGeneration: 2 });
+  });
+
   it("reports failed when setup or init fails or setup times out", async () => {
     const a = nextId();
     await h.start(a, { cmd: ["true"] }, { environment: env({ setup: "exit 7" }) });

@@ -56,6 +56,8 @@ export class SessionRuntime {
   private meter: UsageMeter | undefined;
   /** Egress: this session's proxy (egressAllow), from boot until the session ends. */
   private egress: EgressProxy | undefined;
+  /** The running fact: with the setup this sandbox was booted with (none for a restored workspace). */
+  private readonly runningFact: FactBody;
 
   constructor(
     private readonly deps: SessionRuntimeDeps,
@@ -67,6 +69,8 @@ export class SessionRuntime {
     this.workspace = join(dir, "workspace");
     this.mode = cmd.mode;
     this.limiter = new SlidingWindowLimiter(deps.watch.maxReloads, deps.watch.windowMs, deps.now);
+    const booted = cmd.environment && !cmd.restore ? { setupHash: cmd.environment.setupHash } : {};
+    this.runningFact = { type: "running", ...booted };
   }
 
   /**
@@ -162,7 +166,7 @@ export class SessionRuntime {
         app: (name) => this.slots.get(name)?.proc,
       });
       if (this.mode === "watch") this.watcher = watchWorkspace(this.workspace, this.deps.watch.debounceMs, () => this.onWorkspaceChange());
-      void this.emit({ type: "running" });
+      void this.emit(this.runningFact);
       for (const [slot, started] of starts) void this.reportRun(slot, started.run);
       this.deps.log.info({ ...this.ids(), apps: this.slots.size, mode: this.mode, trigger }, "session started");
       return true;
@@ -299,7 +303,7 @@ export class SessionRuntime {
       return;
     }
     const key = `r${generation}`;
-    if (recordState === "creating" && (this.phase === "running" || this.phase === "frozen")) void this.emit({ type: "running" }, key);
+    if (recordState === "creating" && (this.phase === "running" || this.phase === "frozen")) void this.emit(this.runningFact, key);
     if ((recordState === "creating" || recordState === "running") && this.phase === "frozen") void this.emit({ type: "suspended", warm: true }, key);
     if (recordState === "suspended_warm" && this.phase === "running") void this.emit({ type: "resumed" }, key);
   }
@@ -318,7 +322,7 @@ export class SessionRuntime {
     const generation = this.deps.facts.generation();
     if (this.runningUnder === undefined || this.runningUnder === generation) return;
     if (this.phase !== "running" && this.phase !== "exited") return;
-    void this.emit({ type: "running" }, `r${generation}`);
+    void this.emit(this.runningFact, `r${generation}`);
   }
 
   /** Agent shutdown: kill the apps, append their markers, report exited (the sandbox is gone with the agent). */

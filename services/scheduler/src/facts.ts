@@ -42,7 +42,8 @@ function onExited(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, {
 
 /** A start report: applied to a creating record; one that comes after the record moved past creating is a duplicate. */
 function onRunning(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "running" }>): Session | "illegal" | undefined {
-  if (s.state === "creating") return transition(ctx, s, "running", "start", fact.runnerId);
+  // The record names the setup the runner booted with, whatever the environment says now.
+  if (s.state === "creating") return transition(ctx, s, "running", "start", fact.runnerId, fact.setupHash !== undefined ? { setupHash: fact.setupHash } : {});
   // Past its start in this placement (the fence checked it is this one): an exit applied it, or it went on.
   if (s.state === "running" || s.state === "suspended_warm" || s.state === "dead" || s.state === "destroyed") return undefined;
   return "illegal";

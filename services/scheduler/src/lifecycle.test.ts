@@ -431,6 +431,23 @@ describe("one-shot, recycle, children, apps", () => {
 });
 
 describe("honest answers", () => {
+  it("setupHash names the setup the runner booted with, not the environment as it was when the session was created", async () => {
+    await h.start();
+    const env = (await callRpc(h.nc, Api.createEnvironment, { scope: alice, body: { name: "edited-while-queued", setup: "echo one" } })).environment;
+    const { session } = await create(h.nc, alice, { environmentId: env.id });
+    expect(session.setupHash).toBe(env.setupHash);
+    // Edited while the session waits for a runner: the start carries the setup as it is now.
+    const edited = (await callRpc(h.nc, Api.updateEnvironment, { scope: alice, environmentId: env.id, body: { setup: "echo two" } })).environment;
+    expect(edited.setupHash).not.toBe(env.setupHash);
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const start = await inbox.next();
+    if (start.type !== "start") throw new Error(`expected start, got ${start.type}`);
+    expect(start.environment?.setupHash).toBe(edited.setupHash);
+    await publishFact(h.nc, factFor("r1", start, { type: "running", setupHash: edited.setupHash }));
+    expect((await waitForState(h.nc, session.id, "running")).setupHash).toBe(edited.setupHash);
+  });
+
   it("a warm → cold suspend the runner refuses is a conflict with its reason, and the record stays suspended_warm", async () => {
     await h.start();
     const inbox = await dispatchInbox(h.nc, "r1");

@@ -123,7 +123,18 @@ const factBase = {
  * only when runner and placement generations match the record.
  */
 export const RunnerFact = z.discriminatedUnion("type", [
-  z.object({ type: z.literal("running"), ...factBase }).strict(),
+  z
+    .object({
+      type: z.literal("running"),
+      ...factBase,
+      /**
+       * The environment setup the sandbox was booted with (the start's
+       * `environment.setupHash`); absent without an environment or when a
+       * checkpoint was restored (its workspace holds the setup it had).
+       */
+      setupHash: z.string().max(128).optional(),
+    })
+    .strict(),
   z
     .object({
       type: z.literal("exited"),
