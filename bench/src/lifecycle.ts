@@ -26,7 +26,7 @@ export async function lifecycleBench(opts: { sessions: number; runners: number }
   const stack = await startStack({
     validateOutgoing: false,
     runners: 0,
-    env: { scheduler: { ...prof, PADDOCK_MAX_SESSIONS_PER_WORKSPACE: String(opts.sessions * 3) }, "event-recorder": prof, gateway: prof },
+    env: { scheduler: { ...prof, PADDOCK_MAX_SESSIONS_PER_WORKSPACE: String(opts.sessions * 3), PADDOCK_MAX_SESSIONS_PER_USER: String(opts.sessions * 3) }, "event-recorder": prof, gateway: prof },
   });
   const nc = await connect({ servers: stack.nats.url, noAsyncTraces: true });
   try {

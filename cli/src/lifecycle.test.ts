@@ -127,5 +127,8 @@ describe("against the fake gateway", () => {
     expect(JSON.parse((await runCli(["restart", "s1", "main", "--json"], env)).stdout)).toMatchObject({ apps: { main: { generation: 3 } } });
     expect(posts().slice(1)[0]).toEqual(["/v1/sessions/s1/apps/main/restart", {}]);
     expect(await runCli(["restart", "s1", "web"], env)).toEqual({ code: 1, stdout: "", stderr: "error: not_found: app not found\n" });
+    // A runner slower than the wait: the old generation is not printed as if it were the new one.
+    gw.restartPending = true;
+    expect(await runCli(["restart", "s1", "main"], env)).toEqual({ code: 0, stdout: "s1 main restart pending\n", stderr: "" });
   });
 });

@@ -141,8 +141,9 @@ export const restartCommand: Command = {
   summary: "restart one app of a session",
   help: `usage: paddock restart ID APP [--json]
 
-Starts the next generation of app APP and prints "ID APP generation N" (the
-session record with --json).
+Starts the next generation of app APP and prints "ID APP generation N" once
+it started, or "ID APP restart pending" when the runner has not answered in
+time (the session record with --json).
 `,
   async run(ctx, argv) {
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
@@ -150,7 +151,10 @@ session record with --json).
     const [id = "", app = ""] = positionals(this, args.positionals, ["id", "app"]);
     const session = await apiOf(ctx).json("POST", `${sessionPath(id)}/apps/${encodeURIComponent(app)}/restart`, SessionAnswer, { body: {} });
     const generation = session.apps?.[app]?.generation;
+    // The answer shows the new generation once the runner started it; before that, the old one is not the answer.
+    const pending = session.pending?.op === "restart_app";
     if (args.flags.json) await write(ctx.io.stdout, json(session));
+    else if (pending) await write(ctx.io.stdout, `${session.id} ${app} restart pending\n`);
     else await write(ctx.io.stdout, generation === undefined ? `${session.id} ${session.state}\n` : `${session.id} ${app} generation ${String(generation)}\n`);
     return ExitCode.ok;
   },

@@ -52,6 +52,8 @@ export interface FakeGateway {
   /** Whether the token is a workspace admin (runner state changes need one); default true. */
   admin: boolean;
   pageSize: number;
+  /** A restart answers the pending record (the runner has not started the new generation yet). */
+  restartPending: boolean;
   /** Called when a session is created (its "process" starts), and on each input chunk. */
   program: { start?(t: FakeTerminal): void; input?(t: FakeTerminal, bytes: Buffer): void };
   /** Called after hello and replay on each attach; the default does nothing. */
@@ -105,6 +107,7 @@ export async function startFakeGateway(): Promise<FakeGateway> {
     runners: new Map(),
     admin: true,
     pageSize: 50,
+    restartPending: false,
     program: {},
     close: async () => {
       for (const t of terminals.values()) for (const ws of t.sockets.keys()) ws.terminate();
@@ -204,6 +207,7 @@ export async function startFakeGateway(): Promise<FakeGateway> {
     if (req.method === "POST" && parts.length === 6 && parts[3] === "apps" && parts[5] === "restart") {
       const app = parts[4] ?? "";
       if (!appsOf(t.session.spec).some((a) => a.name === app)) return fail(res, 404, { code: "not_found", message: "app not found" });
+      if (gw.restartPending) return send(res, 200, { ...t.session, pending: { op: "restart_app", requestId: "req_1", requestedAt: 1_700_000_000_000 } });
       const generation = (t.session.apps?.[app]?.generation ?? 1) + 1;
       t.session.apps = { ...t.session.apps, [app]: { generation, phase: "running", trigger: "manual", startedAt: 1_700_000_000_000 } };
       return send(res, 200, t.session);

@@ -42,6 +42,8 @@ export function sessionEvent(s: Session): AuditEvent {
     // Usage rides on the one fact that ends a generation, so summing events never counts it twice.
     usage: s.lastFact.usage ?? ZERO_USAGE,
     placementGeneration: s.lastFact.usage ? (s.usageGeneration ?? s.placementGeneration) : s.placementGeneration,
+    // A run fact names its app generation (app, generation, trigger, exit code, signal): never output or a reason.
+    ...(s.lastFact.run ? { run: { ...s.lastFact.run } } : {}),
   };
 }
 

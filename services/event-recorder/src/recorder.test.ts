@@ -103,6 +103,21 @@ describe("runnerEvent (pure)", () => {
     expect(AuditEvent.strict().parse(e)).toEqual(e);
     expect(JSON.stringify(e)).not.toMatch(/marker|raw error/);
   });
+
+  it("a run event names its app generation (app, generation, trigger, exit code, signal) and nothing of the run's reason", () => {
+    const run = { generation: 3, phase: "failed" as const, trigger: "resume" as const, exitCode: null, signal: "SIGKILL", reason: "killed by SIGKILL marker", startedAt: NOW, endedAt: NOW };
+    const e = sessionEvent(
+      session({
+        state: "running",
+        apps: { web: run },
+        lastFact: { eventId: evt(), action: "run.failed", actorId: "r1", at: NOW, run: { app: "web", generation: 3, trigger: "resume", exitCode: null, signal: "SIGKILL" } },
+      }),
+    );
+    expect(AuditEvent.strict().parse(e)).toEqual(e);
+    expect(e).toMatchObject({ action: "run.failed", run: { app: "web", generation: 3, trigger: "resume", exitCode: null, signal: "SIGKILL" } });
+    expect(JSON.stringify(e)).not.toMatch(/marker/);
+    expect(sessionEvent(session())).not.toHaveProperty("run");
+  });
 });
 
 describe("recorder against a real nats-server", () => {

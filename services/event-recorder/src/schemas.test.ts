@@ -26,5 +26,6 @@ describe("generated JSON Schemas", () => {
     expect(schema.required.sort()).toEqual(["action", "actorId", "at", "id", "placementGeneration", "resource", "usage", "workspaceId"]);
     expect(schema.properties.resource?.additionalProperties).toBe(false);
     expect(schema.properties.usage?.additionalProperties).toBe(false);
+    expect(schema.properties.run?.additionalProperties).toBe(false);
   });
 });

@@ -115,6 +115,29 @@ describe("GET /v1/events?follow=true", () => {
     expectError(await api(h.url, "GET", "/v1/events?follow=true", { token: TOKENS.outsider }), 403, "forbidden");
   });
 
+  it("a session whose record is gone (expired, evicted) keeps its events listable by sessionId; a non-member still gets not_found", async () => {
+    const js = jetstream(h.nc);
+    // No record for "gone1": the scheduler answers not_found, as for an expired one.
+    await js.publish(Subjects.audit(WS1, "session", "gone1"), JSON.stringify(event("g1", WS1, "gone1")));
+    await js.publish(Subjects.audit(WS1, "session", "gone1"), JSON.stringify({ ...event("g2", WS1, "gone1"), action: "expire" }));
+    const listed = await api(h.url, "GET", "/v1/events?sessionId=gone1", { token: TOKENS.bob });
+    expect(listed.status).toBe(200);
+    expect((listed.json as { events: AuditEvent[] }).events.map((e) => [e.id, e.action])).toEqual([
+      ["g1", "create"],
+      ["g2", "expire"],
+    ]);
+    const followed = await follow("follow=true&sessionId=gone1", TOKENS.bob);
+    await followed.until(2);
+    followed.close();
+    expect(followed.events.map((e) => e.id)).toEqual(["g1", "g2"]);
+    // Whoever may not read the workspace's events learns nothing about it: the same not_found as any absent session.
+    expectError(await api(h.url, "GET", "/v1/events?sessionId=gone1", { token: TOKENS.outsider }), 404, "not_found");
+    expectError(await api(h.url, "GET", "/v1/events?sessionId=never1", { token: TOKENS.outsider }), 404, "not_found");
+    // Another workspace's member looks only in her own workspace, where it never was.
+    expectError(await api(h.url, "GET", "/v1/events?sessionId=gone1", { token: TOKENS.eve }), 404, "not_found");
+    expectError(await api(h.url, "GET", "/v1/events?sessionId=never1", { token: TOKENS.bob }), 404, "not_found");
+  });
+
   it("follow=false is the paged list", async () => {
     const r = await api(h.url, "GET", "/v1/events?follow=false&limit=1", { token: TOKENS.bob });
     expect(r.status).toBe(200);

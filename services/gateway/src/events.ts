@@ -2,7 +2,7 @@ import type { ServerResponse } from "node:http";
 import { z } from "zod";
 import { DeliverPolicy, jetstream, type ConsumerMessages } from "@nats-io/jetstream";
 import { decodeJson, PULL_OPTIONS } from "@paddock/bus";
-import { AuditEvent, Id, InvalidError, Streams, Subjects, type Scope } from "@paddock/contracts";
+import { AuditEvent, Id, InvalidError, NotFoundError, PaddockError, Streams, Subjects, type Scope } from "@paddock/contracts";
 import { Action, type Principal } from "./auth.ts";
 import { resolveApp, sessionResource, workspaceResource, type GatewayContext } from "./context.ts";
 import { parseWith, queryObject, route, type Route } from "./http.ts";
@@ -30,6 +30,12 @@ export const LogQuery = z.object({ app: Id.optional(), since: QuerySeq }).strict
 /** Response header of the log route: the cursor of the last chunk included (resume with ?since). */
 export const LOG_CURSOR_HEADER = "paddock-cursor";
 
+/** undefined for a session that is not there (its record is gone); any other error goes on. */
+function unlessGone(err: unknown): undefined {
+  if (err instanceof PaddockError && err.code === "not_found") return undefined;
+  throw err;
+}
+
 function drainOrClose(res: ServerResponse): Promise<void> {
   return new Promise((resolve) => {
     const done = () => {
@@ -52,10 +58,30 @@ export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
       await reauthorize(scope);
       return { subject: Subjects.auditWorkspace(scope.workspaceId), reauthorize };
     }
-    const session = await ctx.getSession(scope, sessionId);
+    const session = await ctx.getSession(scope, sessionId).catch(unlessGone);
+    if (session === undefined) return endedSessionSubject(scope, sessionId);
     const reauthorize: Reauthorize = (s) => ctx.authorizer.authorize(s, Action.readEvents, sessionResource(session));
     await reauthorize(scope);
     return { subject: Subjects.audit(scope.workspaceId, "session", session.id), reauthorize };
+  };
+
+  /**
+   * A session whose record expired or was evicted keeps its events (AUDIT
+   * outlives records): they are read with the right that reads every event of
+   * the workspace, which includes them. A caller without it, and an id with
+   * no events in the caller's workspace, get the same not_found as any
+   * absent session.
+   */
+  const endedSessionSubject = async (scope: Scope, sessionId: string): Promise<{ subject: string; reauthorize: Reauthorize }> => {
+    const reauthorize: Reauthorize = (s) => ctx.authorizer.authorize(s, Action.readEvents, workspaceResource(s));
+    try {
+      await reauthorize(scope);
+    } catch {
+      throw new NotFoundError("session");
+    }
+    const subject = Subjects.audit(scope.workspaceId, "session", sessionId);
+    if ((await lastSeqOf(await ctx.jsm(), Streams.audit, subject)) === 0) throw new NotFoundError("session");
+    return { subject, reauthorize };
   };
 
   const decodeEvent = (scope: Scope, m: { seq: number; subject: string; data: Uint8Array }): AuditEvent | undefined => {

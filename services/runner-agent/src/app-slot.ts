@@ -87,11 +87,7 @@ export class AppSlot {
       const endedAt = this.deps.now();
       this.lastExit = exit;
       if (this.current === cur) this.current = undefined;
-      const end: GenerationEnd = {
-        exit,
-        durationMs: Math.max(0, endedAt - startedAt),
-        run: { ...run, phase: "completed", exitCode: exit.exitCode, endedAt },
-      };
+      const end: GenerationEnd = { exit, durationMs: Math.max(0, endedAt - startedAt), run: endedRun(run, exit, cur.stopping, endedAt) };
       if (!cur.stopping) this.deps.onEnded(this, end);
       return end;
     });
@@ -148,6 +144,20 @@ export class AppSlot {
     this.deps.writer.abort();
     this.deps.screen?.abort();
   }
+}
+
+/**
+ * How a generation ended, as reported: killed by a signal it did not get from
+ * this runner (a crash, the OOM killer, `kill -9`) is failed with that
+ * signal; a stop the runner made (restart, reload, teardown) or an exit of
+ * its own is completed, with the signal noted when there was one.
+ */
+export function endedRun(run: AppRun, exit: AppExit, stoppedByRunner: boolean, endedAt: number): AppRun {
+  const signal = exit.signal !== undefined ? { signal: exit.signal } : {};
+  if (exit.signal !== undefined && !stoppedByRunner) {
+    return { ...run, phase: "failed", exitCode: null, ...signal, reason: `killed by ${exit.signal}`, endedAt };
+  }
+  return { ...run, phase: "completed", exitCode: exit.exitCode, ...signal, endedAt };
 }
 
 /**

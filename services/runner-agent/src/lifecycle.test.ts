@@ -182,6 +182,53 @@ describe("suspend, resume, checkpoint", () => {
     expect(h.facts.items.some((f) => f.sessionId === sessionId && f.type === "exited")).toBe(false);
   });
 
+  it("a warm-suspended session suspended cold is checkpointed as it stands (stopped) and its sandbox removed", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    await h.start(sessionId, { cmd: [process.execPath, "-e", "require('fs').writeFileSync('kept.txt', 'frozen-state'); console.log('pid=' + process.pid); setInterval(() => {}, 1000);"] });
+    await term.waitFor(() => /pid=\d+/.test(term.text()));
+    const pid = Number(/pid=(\d+)/.exec(term.text())?.[1]);
+    await h.send({ type: "suspend", sessionId, requestId: "wc1", warm: true });
+    await h.fact(sessionId, "suspended", (f) => f.warm);
+    await h.send({ type: "suspend", sessionId, requestId: "wc2", warm: false });
+    const cold = await h.fact(sessionId, "suspended", (f) => !f.warm);
+    expect(cold).toMatchObject({ checkpoint: { ref: `checkpoints/ws1/${sessionId}/1-wc2` } });
+    expect(h.facts.items.some((f) => f.sessionId === sessionId && f.type === "refused")).toBe(false);
+    expect(existsSync(join(h.t.config.dataDir, "sessions", sessionId))).toBe(false);
+    await eventually(() => !stillRuns(pid), "the stopped app was ended");
+    // The checkpoint holds the workspace as the stopped app left it.
+    if (cold.type !== "suspended" || !cold.checkpoint || !cold.sealKey) throw new Error("expected a sealed checkpoint");
+    const restored = collectTerm(nc, sessionId, "main");
+    await h.start(sessionId, { cmd: ["sh", "-c", "cat kept.txt; exit 0"] }, { placementGeneration: 2, trigger: "resume", restore: cold.checkpoint, restoreKey: cold.sealKey });
+    await h.fact(sessionId, "exited", (f) => f.placementGeneration === 2);
+    expect(restored.text()).toContain("frozen-state");
+  });
+
+  it("a resumed placement numbers app generations on from the start's appGenerations, with trigger resume", async () => {
+    const sessionId = nextId();
+    await h.start(sessionId, { apps: [{ name: "web", cmd: ["sleep", "600"] }, { name: "side", cmd: ["sleep", "600"] }] }, { placementGeneration: 2, trigger: "resume", appGenerations: { web: 4 } });
+    const web = await h.fact(sessionId, "app", (f) => f.app === "web");
+    const side = await h.fact(sessionId, "app", (f) => f.app === "side");
+    expect(web.run).toMatchObject({ generation: 5, phase: "running", trigger: "resume" });
+    expect(side.run).toMatchObject({ generation: 1, trigger: "resume" });
+    await h.send({ type: "restart_app", sessionId, requestId: "rg1", app: "web", trigger: "manual", placementGeneration: 2 });
+    // The generation a restart started names the request (it settles the scheduler's pending restart).
+    expect(await h.fact(sessionId, "app", (f) => f.app === "web" && f.run.generation === 6)).toMatchObject({ requestId: "rg1", run: { trigger: "manual", phase: "running" } });
+  });
+
+  it("an app killed by a signal it did not get from the runner is failed with the signal; one the runner stops is completed", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    await h.start(sessionId, { apps: [{ name: "main", cmd: [process.execPath, "-e", "console.log('pid=' + process.pid); setInterval(() => {}, 1000);"] }, { name: "side", cmd: ["sleep", "600"] }] });
+    await term.waitFor(() => /pid=\d+/.test(term.text()));
+    process.kill(Number(/pid=(\d+)/.exec(term.text())?.[1]), "SIGKILL");
+    const ended = await h.fact(sessionId, "app", (f) => f.app === "main" && f.run.phase !== "running");
+    expect(ended.run).toMatchObject({ generation: 1, phase: "failed", exitCode: null, signal: "SIGKILL", reason: "killed by SIGKILL" });
+    await h.send({ type: "restart_app", sessionId, requestId: "k1", app: "side", trigger: "manual" });
+    const stopped = await h.fact(sessionId, "app", (f) => f.app === "side" && f.run.phase !== "running");
+    expect(stopped.run).toMatchObject({ generation: 1, phase: "completed" });
+  });
+
   it("ignores commands for another placement or runner generation, refuses unknown sessions", async () => {
     const sessionId = nextId();
     await h.start(sessionId, { cmd: ["sleep", "600"] });
@@ -399,6 +446,19 @@ describe("environment boot", () => {
     expect(h.facts.items.some((f) => f.sessionId === second && f.type === "env_snapshot")).toBe(false);
     expect(lines("setup-count")).toBe(1);
     expect(lines("init-count")).toBe(2);
+  });
+
+  it("states the setup it booted with on its running fact, and none for a restored workspace (it holds the setup it had)", async () => {
+    const fresh = nextId();
+    await h.start(fresh, { cmd: ["sleep", "600"] }, { environment: env({ setupHash: "h-fresh", setup: "true" }) });
+    expect(await h.fact(fresh, "running")).toMatchObject({ setupHash: "h-fresh" });
+    await h.send({ type: "suspend", sessionId: fresh, requestId: "sh1", warm: false });
+    const cold = await h.fact(fresh, "suspended");
+    if (cold.type !== "suspended" || !cold.checkpoint || !cold.sealKey) throw new Error("expected a sealed checkpoint");
+    await h.start(fresh, { cmd: ["sleep", "600"] }, { placementGeneration: 2, trigger: "resume", restore: cold.checkpoint, restoreKey: cold.sealKey, environment: env({ setupHash: "h-edited" }) });
+    const resumed = await h.fact(fresh, "running", (f) => f.placementGeneration === 2);
+    expect(resumed).not.toHaveProperty("setupHash");
+    await h.send({ type: "destroy", sessionId: fresh, placementGeneration: 2 });
   });
 
   it("reports failed when setup or init fails or setup times out", async () => {

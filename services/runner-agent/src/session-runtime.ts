@@ -58,6 +58,8 @@ export class SessionRuntime {
   private egress: EgressProxy | undefined;
   /** What this generation sent and received through its proxy (kept after the proxy stops, for the usage report). */
   private egressBytes: () => number = () => 0;
+  /** The running fact: with the setup this sandbox was booted with (none for a restored workspace). */
+  private readonly runningFact: FactBody;
 
   constructor(
     private readonly deps: SessionRuntimeDeps,
@@ -68,6 +70,8 @@ export class SessionRuntime {
     this.heldSince = deps.now();
     this.workspace = join(dir, "workspace");
     this.mode = cmd.mode;
+    const booted = cmd.environment && !cmd.restore ? { setupHash: cmd.environment.setupHash } : {};
+    this.runningFact = { type: "running", ...booted };
   }
 
   /**
@@ -149,6 +153,8 @@ export class SessionRuntime {
       if (this.mode === "watch") this.watcher = this.watchWorkspace();
       for (const spec of appsOf(cmd.spec)) {
         const slot = buildAppSlot(wiring, spec, appEnv);
+        // A cold resume or a takeover numbers the app's generations on from the record's.
+        slot.generation = cmd.appGenerations?.[spec.name] ?? 0;
         this.slots.set(spec.name, slot);
         const started = await slot.start(trigger);
         if (!started.ok) throw new BootError(started.run.reason ?? `app ${spec.name}: could not start`);
@@ -166,7 +172,7 @@ export class SessionRuntime {
         app: (name) => this.slots.get(name)?.proc,
       });
       this.watcher?.started();
-      void this.emit({ type: "running" });
+      void this.emit(this.runningFact);
       for (const [slot, started] of starts) void this.reportRun(slot, started.run);
       this.deps.log.info({ ...this.ids(), apps: this.slots.size, mode: this.mode, trigger }, "session started");
       return true;
@@ -205,19 +211,21 @@ export class SessionRuntime {
   }
 
   /**
-   * Freezes the apps so the workspace holds still, checkpoints it, then ends
-   * the apps without exit markers or an exited fact and removes the sandbox.
-   * On a failed checkpoint the apps continue and the command is refused.
+   * Freezes the apps so the workspace holds still (a warm-suspended session's
+   * are already stopped), checkpoints it, then ends the apps without exit
+   * markers or an exited fact and removes the sandbox. On a failed checkpoint
+   * the apps go back to what they were (running, or still stopped) and the
+   * command is refused with the checkpoint's reason.
    */
   async suspendCold(requestId: string): Promise<void> {
     this.require("running", "frozen");
-    if (this.phase === "frozen") throw new CommandRefusedError("session is already suspended");
-    for (const slot of this.slots.values()) slot.freeze();
+    const wasFrozen = this.phase === "frozen";
+    if (!wasFrozen) for (const slot of this.slots.values()) slot.freeze();
     let saved: SavedCheckpoint;
     try {
       saved = await this.saveCheckpoint(requestId);
     } catch (err) {
-      for (const slot of this.slots.values()) slot.thaw();
+      if (!wasFrozen) for (const slot of this.slots.values()) slot.thaw();
       throw err;
     }
     this.phase = "ending";
@@ -257,12 +265,12 @@ export class SessionRuntime {
     return true;
   }
 
-  /** Stops the app's current generation (if any) and starts the next with trigger. */
-  async restartApp(app: string, trigger: RunTrigger): Promise<void> {
+  /** Stops the app's current generation (if any) and starts the next with trigger; its run fact names the request. */
+  async restartApp(app: string, trigger: RunTrigger, requestId?: string): Promise<void> {
     this.require("running");
     const slot = this.slots.get(app);
     if (!slot) throw new CommandRefusedError(`unknown app ${app.slice(0, 64)}`);
-    await this.restart([slot], trigger);
+    await this.restart([slot], trigger, requestId);
   }
 
   /** Destroy: kill the apps (their logs end with exit markers), remove the sandbox; no exited fact. */
@@ -304,7 +312,7 @@ export class SessionRuntime {
       return;
     }
     const key = `r${generation}`;
-    if (recordState === "creating" && (this.phase === "running" || this.phase === "frozen")) void this.emit({ type: "running" }, key);
+    if (recordState === "creating" && (this.phase === "running" || this.phase === "frozen")) void this.emit(this.runningFact, key);
     if ((recordState === "creating" || recordState === "running") && this.phase === "frozen") void this.emit({ type: "suspended", warm: true }, key);
     if (recordState === "suspended_warm" && this.phase === "running") void this.emit({ type: "resumed" }, key);
   }
@@ -323,7 +331,7 @@ export class SessionRuntime {
     const generation = this.deps.facts.generation();
     if (this.runningUnder === undefined || this.runningUnder === generation) return;
     if (this.phase !== "running" && this.phase !== "exited") return;
-    void this.emit({ type: "running" }, `r${generation}`);
+    void this.emit(this.runningFact, `r${generation}`);
   }
 
   /** Agent shutdown: kill the apps, append their markers, report exited (the sandbox is gone with the agent). */
@@ -346,14 +354,14 @@ export class SessionRuntime {
     await Promise.all([...this.slots.values()].map((s) => s.endLog()));
   }
 
-  private async restart(slots: AppSlot[], trigger: RunTrigger): Promise<void> {
+  private async restart(slots: AppSlot[], trigger: RunTrigger, requestId?: string): Promise<void> {
     this.restarting += 1;
     try {
       for (const slot of slots) {
         const end = await slot.stop();
         if (end) void this.reportEnd(slot, end);
       }
-      for (const slot of slots) void this.reportRun(slot, (await slot.start(trigger)).run);
+      for (const slot of slots) void this.reportRun(slot, (await slot.start(trigger)).run, requestId);
     } finally {
       this.restarting -= 1;
     }
@@ -409,8 +417,8 @@ export class SessionRuntime {
     this.deps.log.info({ ...this.ids(), exitCode: first.exitCode, signal: first.signal }, "session exited");
   }
 
-  private reportRun(slot: AppSlot, run: GenerationStart["run"]): Promise<boolean> {
-    return this.emit({ type: "app", app: slot.name, run }, `${slot.name}-${run.generation}-${run.phase}`);
+  private reportRun(slot: AppSlot, run: GenerationStart["run"], requestId?: string): Promise<boolean> {
+    return this.emit({ type: "app", app: slot.name, run, ...(requestId !== undefined ? { requestId } : {}) }, `${slot.name}-${run.generation}-${run.phase}`);
   }
 
   private reportEnd(slot: AppSlot, end: GenerationEnd): Promise<boolean> {

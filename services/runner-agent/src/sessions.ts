@@ -209,7 +209,7 @@ export class SessionManager {
       case "checkpoint":
         return runtime.checkpoint(cmd.requestId);
       case "restart_app":
-        return runtime.restartApp(cmd.app, cmd.trigger);
+        return runtime.restartApp(cmd.app, cmd.trigger, cmd.requestId);
     }
   }
 

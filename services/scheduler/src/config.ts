@@ -37,6 +37,12 @@ const SchedulerEnv = z.object({
   PADDOCK_CHECKPOINT_GC_GRACE_MS: ms.default(60 * 60_000),
   /** Records kept per workspace; at the limit the oldest reclaimable one gives way. */
   PADDOCK_MAX_SESSIONS_PER_WORKSPACE: z.coerce.number().int().positive().default(1_000),
+  /**
+   * Records one creator (a user, or a session's own principal for its
+   * children) keeps per workspace; at the limit that creator's oldest
+   * reclaimable one gives way, never another's.
+   */
+  PADDOCK_MAX_SESSIONS_PER_USER: z.coerce.number().int().positive().default(500),
   /** The TTL runners put on their lease (must match the runners' PADDOCK_RUNNER_LEASE_TTL_MS). */
   PADDOCK_RUNNER_LEASE_TTL_MS: ms.default(10_000),
   /** After a lease expires, how long before the runner is declared lost (Nomad-style grace). */
@@ -81,6 +87,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
     checkpointGcIntervalMs: e.PADDOCK_CHECKPOINT_GC_INTERVAL_MS,
     checkpointGcGraceMs: e.PADDOCK_CHECKPOINT_GC_GRACE_MS,
     maxSessionsPerWorkspace: e.PADDOCK_MAX_SESSIONS_PER_WORKSPACE,
+    maxSessionsPerUser: e.PADDOCK_MAX_SESSIONS_PER_USER,
     sessionTokenSecret: e.PADDOCK_SESSION_TOKEN_SECRET,
     leaseTtlMs: e.PADDOCK_RUNNER_LEASE_TTL_MS,
     termMaxMsgsPerApp: Math.ceil(e.PADDOCK_TERM_MAX_BYTES_PER_APP / (32 * 1024)),

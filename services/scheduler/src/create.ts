@@ -172,9 +172,7 @@ export async function createSession(
       replayed = true;
     }
   }
-  if (!replayed && !(await makeRoom(ctx, scope.workspaceId))) {
-    throw new ConflictError(`workspace is at its limit of ${ctx.config.maxSessionsPerWorkspace} sessions, all live`);
-  }
+  if (!replayed) await makeRoom(ctx, scope.workspaceId, record.creatorId);
   await reserveName(ctx, record);
   const writing = ensureWritten(ctx, record);
   // Issued after the write, so the answer does not wait behind it. A replayed

@@ -42,7 +42,8 @@ function onExited(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, {
 
 /** A start report: applied to a creating record; one that comes after the record moved past creating is a duplicate. */
 function onRunning(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "running" }>): Session | "illegal" | undefined {
-  if (s.state === "creating") return transition(ctx, s, "running", "start", fact.runnerId);
+  // The record names the setup the runner booted with, whatever the environment says now.
+  if (s.state === "creating") return transition(ctx, s, "running", "start", fact.runnerId, fact.setupHash !== undefined ? { setupHash: fact.setupHash } : {});
   // Past its start in this placement (the fence checked it is this one): an exit applied it, or it went on.
   if (s.state === "running" || s.state === "suspended_warm" || s.state === "dead" || s.state === "destroyed") return undefined;
   return "illegal";
@@ -58,13 +59,36 @@ function onSuspended(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact
   return fact.warm ? next : withUsage(next, s, fact);
 }
 
+/**
+ * One app generation's progress. Generations only grow (a cold resume or a
+ * takeover continues from the record's, see dispatchStart); the run fact
+ * names the generation on the revision, so its audit event carries it; the
+ * generation a restart_app started settles that pending request.
+ */
 function onApp(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "app" }>): Session | undefined {
   const held = s.apps?.[fact.app];
   const newer = !held || fact.run.generation > held.generation || (fact.run.generation === held.generation && held.phase === "running" && fact.run.phase !== "running");
   if (!newer) return undefined;
   const action = fact.run.phase === "running" ? "run.started" : fact.run.phase === "completed" ? "run.completed" : "run.failed";
-  const next = withFact(ctx, s, action, fact.runnerId);
-  next.apps = { ...s.apps, [fact.app]: fact.run };
+  const settles = fact.requestId !== undefined && s.pending?.requestId === fact.requestId;
+  const next = withFact(ctx, settles ? withoutPending(s) : s, action, fact.runnerId);
+  const { app, run } = fact;
+  next.lastFact.run = {
+    app,
+    generation: run.generation,
+    trigger: run.trigger,
+    ...(run.exitCode !== undefined ? { exitCode: run.exitCode } : {}),
+    ...(run.signal !== undefined ? { signal: run.signal } : {}),
+  };
+  next.apps = { ...s.apps, [app]: run };
+  return next;
+}
+
+/** The runner could not do the pending operation: it is cleared and the refusal recorded, so the caller gets the reason. */
+function onRefused(ctx: SchedulerContext, s: Session, fact: Extract<RunnerFact, { type: "refused" }>): Session | undefined {
+  if (s.pending?.requestId !== fact.requestId) return undefined;
+  const next = withFact(ctx, withoutPending(s), "update", fact.runnerId);
+  next.refusal = { requestId: fact.requestId, op: s.pending.op, reason: fact.reason, at: fact.at };
   return next;
 }
 
@@ -93,7 +117,7 @@ function nextFor(ctx: SchedulerContext, s: Session, fact: RunnerFact): Session |
       return { ...withFact(ctx, base, "snapshot", actor), checkpoint: fact.checkpoint, checkpointedAt: fact.at };
     }
     case "refused":
-      return s.pending?.requestId === fact.requestId ? withFact(ctx, withoutPending(s), "update", actor) : undefined;
+      return onRefused(ctx, s, fact);
     case "app":
       return onApp(ctx, s, fact);
     case "env_snapshot":

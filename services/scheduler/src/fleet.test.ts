@@ -58,6 +58,8 @@ describe("liveness", () => {
     const saved = await runningSession(h.nc, "r1", inbox1);
     await publishFact(h.nc, factFor("r1", saved.start, { type: "checkpointed", requestId: "chk_1", checkpoint, sealKey: testSealKey }));
     await waitForRecord(h.nc, saved.session.id, (x) => x.checkpoint !== undefined);
+    await publishFact(h.nc, factFor("r1", saved.start, { type: "app", app: "main", run: { generation: 1, phase: "running", trigger: "initial", startedAt: 1 } }));
+    await waitForRecord(h.nc, saved.session.id, (x) => x.apps?.main !== undefined);
     const { session: starting } = await create(h.nc, alice);
     await inbox1.next();
 
@@ -74,12 +76,15 @@ describe("liveness", () => {
     expect((await waitForState(h.nc, starting.id, "dead")).error).toMatch(/^runner_lost/);
     // The checkpointed one resumes on the other runner, from its checkpoint, in a new generation.
     const restart = await inbox2.next();
-    expect(restart).toMatchObject({ type: "start", sessionId: saved.session.id, trigger: "resume", restore: checkpoint, placementGeneration: 2 });
+    // Its apps go on from the generations the record shows.
+    expect(restart).toMatchObject({ type: "start", sessionId: saved.session.id, trigger: "resume", restore: checkpoint, placementGeneration: 2, appGenerations: { main: 1 } });
 
     // The lost runner's reports count for nothing.
     await publishFact(h.nc, factFor("r1", saved.start, { type: "exited", exitCode: 1 }));
     await publishFact(h.nc, factFor("r2", restart, { type: "running" }));
     expect((await waitForState(h.nc, saved.session.id, "running")).runnerId).toBe("r2");
+    await publishFact(h.nc, factFor("r2", restart, { type: "app", app: "main", run: { generation: 2, phase: "running", trigger: "resume", startedAt: 2 } }));
+    expect((await waitForRecord(h.nc, saved.session.id, (x) => x.apps?.main?.generation === 2)).apps?.main).toMatchObject({ trigger: "resume", phase: "running" });
 
     // It comes back: registration fences it (new generation) and names what to destroy.
     const reply = await register(h.nc, {

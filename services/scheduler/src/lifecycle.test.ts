@@ -315,6 +315,56 @@ describe("policies", () => {
   });
 });
 
+describe("quotas", () => {
+  const bob: Scope = { workspaceId: "ws1", actor: { id: "bob", kind: "user" } };
+
+  /** A session of `scope` brought to suspended_cold on r1. */
+  async function coldSession(scope: Scope, inbox: Awaited<ReturnType<typeof dispatchInbox>>) {
+    const { session } = await create(h.nc, scope);
+    const start = await inbox.next();
+    await publishFact(h.nc, factFor("r1", start, { type: "running" }));
+    await waitForState(h.nc, session.id, "running");
+    const suspending = callRpc(h.nc, Api.suspendSession, { scope, sessionId: session.id, warm: false });
+    const cmd = await inbox.next();
+    await publishFact(h.nc, factFor("r1", cmd, { type: "suspended", warm: false, checkpoint: checkpointOf(session.id) }));
+    expect((await suspending).session.state).toBe("suspended_cold");
+    return session;
+  }
+
+  it("a user at the per-user limit gets a conflict naming it; another user still creates", async () => {
+    await h.start({ PADDOCK_MAX_SESSIONS_PER_USER: "2", PADDOCK_MAX_SESSIONS_PER_WORKSPACE: "10" });
+    await create(h.nc, alice);
+    await create(h.nc, alice);
+    await expect(create(h.nc, alice)).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining("limit of 2 sessions per user") });
+    expect((await create(h.nc, bob)).session.creatorId).toBe("bob");
+  });
+
+  it("reaching the workspace limit never destroys another user's suspended session: the create is a conflict naming the limit", async () => {
+    await h.start({ PADDOCK_MAX_SESSIONS_PER_WORKSPACE: "2" });
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const bobs = await coldSession(bob, inbox);
+    await create(h.nc, alice);
+    await expect(create(h.nc, alice)).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining("limit of 2 sessions") });
+    expect((await get(h.nc, bob, bobs.id)).state).toBe("suspended_cold");
+    // Bob's own create may reclaim his own suspended session.
+    await create(h.nc, bob);
+    await expect(get(h.nc, bob, bobs.id)).rejects.toMatchObject({ code: "not_found" });
+  });
+
+  it("a dead session evicted at the limit is torn down on its runner at once", async () => {
+    await h.start({ PADDOCK_MAX_SESSIONS_PER_WORKSPACE: "1" });
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session, start } = await runningSession(h.nc, "r1", inbox);
+    await publishFact(h.nc, factFor("r1", start, { type: "exited", exitCode: 0 }));
+    await waitForState(h.nc, session.id, "dead");
+    await create(h.nc, alice);
+    expect(await inbox.next()).toMatchObject({ type: "destroy", sessionId: session.id, placementGeneration: 1 });
+    await expect(get(h.nc, alice, session.id)).rejects.toMatchObject({ code: "not_found" });
+  });
+});
+
 describe("one-shot, recycle, children, apps", () => {
   it("a one-shot session is released (destroyed, torn down) as soon as its command exits", async () => {
     await h.start();
@@ -389,14 +439,110 @@ describe("one-shot, recycle, children, apps", () => {
     ];
     const { session, start } = await runningSession(h.nc, "r1", inbox, { spec: { apps } });
     await expect(callRpc(h.nc, Api.restartApp, { scope: alice, sessionId: session.id, app: "nope" })).rejects.toMatchObject({ code: "not_found" });
-    await callRpc(h.nc, Api.restartApp, { scope: alice, sessionId: session.id, app: "web" });
-    expect(await inbox.next()).toMatchObject({ type: "restart_app", app: "web", trigger: "manual" });
+    const restarting = callRpc(h.nc, Api.restartApp, { scope: alice, sessionId: session.id, app: "web" });
+    const cmd = await inbox.next();
+    expect(cmd).toMatchObject({ type: "restart_app", app: "web", trigger: "manual" });
+    if (cmd.type !== "restart_app") throw new Error("unreachable");
     await publishFact(h.nc, factFor("r1", start, { type: "app", app: "web", run: { generation: 1, phase: "completed", trigger: "initial", exitCode: 0, startedAt: 1, endedAt: 2 }, durationMs: 1 }));
-    await publishFact(h.nc, factFor("r1", start, { type: "app", app: "web", run: { generation: 2, phase: "running", trigger: "manual", startedAt: 3 } }));
-    const after = await waitForRecord(h.nc, session.id, (s) => s.apps?.web?.generation === 2);
-    expect(after.state).toBe("running");
-    expect(after.apps?.web).toMatchObject({ phase: "running", trigger: "manual" });
-    expect(after.lastFact.action).toBe("run.started");
+    await publishFact(h.nc, factFor("r1", start, { type: "app", app: "web", requestId: cmd.requestId, run: { generation: 2, phase: "running", trigger: "manual", startedAt: 3 } }));
+    // The answer is the record once the runner started the new generation.
+    const answered = (await restarting).session;
+    expect(answered.apps?.web).toMatchObject({ generation: 2, phase: "running", trigger: "manual" });
+    expect(answered.pending).toBeUndefined();
+    expect(answered.state).toBe("running");
+    expect(answered.lastFact).toMatchObject({ action: "run.started", run: { app: "web", generation: 2, trigger: "manual" } });
+  });
+
+  it("a restart the runner refuses is a conflict with the runner's reason", async () => {
+    await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session, start } = await runningSession(h.nc, "r1", inbox);
+    const restarting = callRpc(h.nc, Api.restartApp, { scope: alice, sessionId: session.id, app: "main" });
+    const cmd = await inbox.next();
+    if (cmd.type !== "restart_app") throw new Error(`expected restart_app, got ${cmd.type}`);
+    await publishFact(h.nc, factFor("r1", start, { type: "refused", requestId: cmd.requestId, reason: "session has exited" }));
+    await expect(restarting).rejects.toMatchObject({ code: "conflict", message: expect.stringContaining("session has exited") });
+    const after = await get(h.nc, alice, session.id);
+    expect(after).toMatchObject({ state: "running", refusal: { requestId: cmd.requestId, op: "restart_app", reason: "session has exited" } });
+    expect(after.pending).toBeUndefined();
+  });
+});
+
+describe("honest answers", () => {
+  it("setupHash names the setup the runner booted with, not the environment as it was when the session was created", async () => {
+    await h.start();
+    const env = (await callRpc(h.nc, Api.createEnvironment, { scope: alice, body: { name: "edited-while-queued", setup: "echo one" } })).environment;
+    const { session } = await create(h.nc, alice, { environmentId: env.id });
+    expect(session.setupHash).toBe(env.setupHash);
+    // Edited while the session waits for a runner: the start carries the setup as it is now.
+    const edited = (await callRpc(h.nc, Api.updateEnvironment, { scope: alice, environmentId: env.id, body: { setup: "echo two" } })).environment;
+    expect(edited.setupHash).not.toBe(env.setupHash);
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const start = await inbox.next();
+    if (start.type !== "start") throw new Error(`expected start, got ${start.type}`);
+    expect(start.environment?.setupHash).toBe(edited.setupHash);
+    await publishFact(h.nc, factFor("r1", start, { type: "running", setupHash: edited.setupHash }));
+    expect((await waitForState(h.nc, session.id, "running")).setupHash).toBe(edited.setupHash);
+  });
+
+  it("a warm → cold suspend the runner refuses is a conflict with its reason, and the record stays suspended_warm", async () => {
+    await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session } = await runningSession(h.nc, "r1", inbox);
+    const warm = callRpc(h.nc, Api.suspendSession, { scope: alice, sessionId: session.id, warm: true });
+    const w = await inbox.next();
+    await publishFact(h.nc, factFor("r1", w, { type: "suspended", warm: true }));
+    expect((await warm).session.state).toBe("suspended_warm");
+
+    const cold = callRpc(h.nc, Api.suspendSession, { scope: alice, sessionId: session.id, warm: false });
+    const c = await inbox.next();
+    if (c.type !== "suspend") throw new Error(`expected suspend, got ${c.type}`);
+    expect(c.warm).toBe(false);
+    await publishFact(h.nc, factFor("r1", c, { type: "refused", requestId: c.requestId, reason: "checkpoint failed: no space left" }));
+    await expect(cold).rejects.toMatchObject({ code: "conflict", message: "the runner refused: checkpoint failed: no space left" });
+    const after = await get(h.nc, alice, session.id);
+    expect(after.state).toBe("suspended_warm");
+    expect(after.pending).toBeUndefined();
+    expect(await capacityUsed("r1")).toBe(1);
+
+    // Accepted: the stopped processes are checkpointed and the slot is freed.
+    const again = callRpc(h.nc, Api.suspendSession, { scope: alice, sessionId: session.id, warm: false });
+    const c2 = await inbox.next();
+    await publishFact(h.nc, factFor("r1", c2, { type: "suspended", warm: false, checkpoint: checkpointOf("cold2") }));
+    expect((await again).session).toMatchObject({ state: "suspended_cold", checkpoint: checkpointOf("cold2") });
+    await waitForCapacityUsed(h.nc, "r1", 0);
+  });
+
+  it("a cold resume numbers each app's generations on from the record's; the new generation is recorded with trigger resume", async () => {
+    await h.start();
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const apps = [
+      { name: "web", cmd: ["sleep", "100"] },
+      { name: "worker", cmd: ["sleep", "100"] },
+    ];
+    const { session, start } = await runningSession(h.nc, "r1", inbox, { spec: { apps } });
+    await publishFact(h.nc, factFor("r1", start, { type: "app", app: "web", run: { generation: 1, phase: "running", trigger: "initial", startedAt: 1 } }));
+    await publishFact(h.nc, factFor("r1", start, { type: "app", app: "web", run: { generation: 2, phase: "running", trigger: "manual", startedAt: 2 } }));
+    await publishFact(h.nc, factFor("r1", start, { type: "app", app: "worker", run: { generation: 1, phase: "running", trigger: "initial", startedAt: 1 } }));
+    await waitForRecord(h.nc, session.id, (s) => s.apps?.web?.generation === 2 && s.apps.worker !== undefined);
+    const suspending = callRpc(h.nc, Api.suspendSession, { scope: alice, sessionId: session.id, warm: false });
+    const cmd = await inbox.next();
+    await publishFact(h.nc, factFor("r1", cmd, { type: "suspended", warm: false, checkpoint: checkpointOf("gen") }));
+    await suspending;
+
+    const resuming = callRpc(h.nc, Api.resumeSession, { scope: alice, sessionId: session.id });
+    const restart = await inbox.next();
+    expect(restart).toMatchObject({ type: "start", trigger: "resume", placementGeneration: 2, appGenerations: { web: 2, worker: 1 } });
+    await publishFact(h.nc, factFor("r1", restart, { type: "running" }));
+    await resuming;
+    await publishFact(h.nc, factFor("r1", restart, { type: "app", app: "web", run: { generation: 3, phase: "running", trigger: "resume", startedAt: 9 } }));
+    const after = await waitForRecord(h.nc, session.id, (s) => s.apps?.web?.generation === 3);
+    expect(after.apps?.web).toMatchObject({ generation: 3, trigger: "resume", phase: "running" });
+    expect(after.lastFact).toMatchObject({ action: "run.started", run: { app: "web", generation: 3, trigger: "resume" } });
   });
 });
 

@@ -4,6 +4,7 @@ import {
   isTerminal,
   NotFoundError,
   UnavailableError,
+  type AuditAction,
   type Checkpoint,
   type PendingOp,
   type Scope,
@@ -35,14 +36,30 @@ async function mutateSession(
   }
 }
 
+const pendingActions: Record<PendingOp["op"], AuditAction> = {
+  suspend_warm: "suspend",
+  suspend_cold: "suspend",
+  resume_warm: "resume",
+  snapshot: "snapshot",
+  restart_app: "restart",
+};
+
 function withPending(ctx: SchedulerContext, s: Session, op: PendingOp["op"], actorId: string): Session {
-  const next = withFact(ctx, s, op === "snapshot" ? "snapshot" : op === "resume_warm" ? "resume" : "suspend", actorId);
+  const next = withFact(ctx, s, pendingActions[op], actorId);
   next.pending = { op, requestId: ctx.newId("req"), requestedAt: ctx.now() };
   return next;
 }
 
-function waitSettled(ctx: SchedulerContext, s: Session, requestId: string): Promise<Session | undefined> {
-  return ctx.waiters.wait(ctx.sessions.keyOf(s), s, (x) => x.pending?.requestId !== requestId || isTerminal(x.state), ctx.config.operationWaitMs);
+/**
+ * Waits (up to operationWaitMs) for the runner to settle the request; the
+ * record as it is then, or undefined when it did not. A request the runner
+ * refused is a conflict carrying the runner's reason, never an answer that
+ * looks like success.
+ */
+async function waitSettled(ctx: SchedulerContext, s: Session, requestId: string): Promise<Session | undefined> {
+  const settled = await ctx.waiters.wait(ctx.sessions.keyOf(s), s, (x) => x.pending?.requestId !== requestId || isTerminal(x.state), ctx.config.operationWaitMs);
+  if (settled?.refusal?.requestId === requestId) throw new ConflictError(`the runner refused: ${settled.refusal.reason}`);
+  return settled;
 }
 
 /**
@@ -99,7 +116,7 @@ export async function snapshotSession(ctx: SchedulerContext, scope: Scope, sessi
   const settled = await waitSettled(ctx, after, requestId);
   if (!settled) throw new UnavailableError("the runner did not finish the snapshot in time");
   if (!settled.checkpoint || !settled.checkpoint.ref.endsWith(requestId)) {
-    throw new ConflictError("the runner could not take the snapshot");
+    throw new ConflictError(isTerminal(settled.state) ? `the session ended (${settled.state}) before the snapshot` : "the runner could not take the snapshot");
   }
   return { checkpoint: settled.checkpoint, session: settled };
 }
@@ -119,15 +136,21 @@ export async function recycleSession(ctx: SchedulerContext, scope: Scope, sessio
   return { released, session };
 }
 
-/** Starts the next generation of one app (trigger manual). */
+/**
+ * Starts the next generation of one app (trigger manual) and answers once the
+ * runner reported it started (the record's `apps[app]` is the new
+ * generation), or with the pending record when the runner is slow.
+ */
 export async function restartApp(ctx: SchedulerContext, scope: Scope, sessionId: string, app: string): Promise<Session> {
   const { after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => {
     if (!appsOf(s.spec).some((a) => a.name === app)) throw new NotFoundError("app");
     if (s.state !== "running") throw new ConflictError(`apps of a ${s.state} session cannot be restarted`);
-    return withFact(ctx, s, "restart", scope.actor.id);
+    if (s.pending) throw new ConflictError(`session is busy (${s.pending.op})`);
+    return withPending(ctx, s, "restart_app", scope.actor.id);
   });
-  await sendCommand(ctx, after, { type: "restart_app", requestId: after.lastFact.eventId, app, trigger: "manual" });
-  return after;
+  const requestId = after.pending?.requestId ?? "";
+  await sendCommand(ctx, after, { type: "restart_app", requestId, app, trigger: "manual" });
+  return (await waitSettled(ctx, after, requestId)) ?? after;
 }
 
 /** A workspace push or pull happened: one revision commits it (and so one audit event). */

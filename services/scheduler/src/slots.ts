@@ -122,9 +122,21 @@ export async function dispatchStart(ctx: SchedulerContext, s: Session, runnerGen
       // Without its key the restore fails on the runner and the boot is reported failed.
       ...(resume && s.checkpoint ? { restore: s.checkpoint, ...(restoreKey !== undefined ? { restoreKey } : {}) } : {}),
       ...boot,
+      ...appGenerationsOf(s),
     },
     runnerGeneration,
   );
+}
+
+/**
+ * The generation each app last had, as the record shows it: a new placement
+ * (cold resume, takeover) numbers its apps on from there, so an app's
+ * generations keep increasing across placements.
+ */
+function appGenerationsOf(s: Session): { appGenerations?: Record<string, number> } {
+  if (!s.apps) return {};
+  const entries = Object.entries(s.apps).map(([app, run]) => [app, run.generation] as const);
+  return entries.length > 0 ? { appGenerations: Object.fromEntries(entries) } : {};
 }
 
 export async function dispatchDestroy(ctx: SchedulerContext, s: Session): Promise<void> {

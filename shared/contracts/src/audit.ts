@@ -61,6 +61,21 @@ export const ZERO_USAGE: Usage = {
   agentTokenCount: 0,
 };
 
+export const RunTrigger = z.enum(["initial", "watch", "manual", "resume"]);
+export type RunTrigger = z.infer<typeof RunTrigger>;
+
+/** Which app generation a run fact (run.started, run.completed, run.failed) is about; copied onto its audit event. */
+export const RunRef = z
+  .object({
+    app: Id,
+    generation: z.number().int().positive(),
+    trigger: RunTrigger,
+    exitCode: z.number().int().nullable().optional(),
+    signal: z.string().max(32).optional(),
+  })
+  .strict();
+export type RunRef = z.infer<typeof RunRef>;
+
 /** A fixed-field audit event; it never carries terminal data, secrets or raw errors. */
 export const AuditEvent = z
   .object({
@@ -73,6 +88,8 @@ export const AuditEvent = z
     usage: Usage,
     /** The placement generation a session event happened under; 0 for other resources. */
     placementGeneration: Generation,
+    /** On `run.started`, `run.completed` and `run.failed` only: the app generation the event is about. */
+    run: RunRef.optional(),
   })
   .strict();
 export type AuditEvent = z.infer<typeof AuditEvent>;

@@ -1,8 +1,8 @@
 import { z } from "zod";
 import { EpochMs, Generation, Id } from "./ids.ts";
-import { Usage } from "./audit.ts";
+import { RunTrigger, Usage } from "./audit.ts";
 import { BootEnvironment } from "./environment.ts";
-import { AppRun, Checkpoint, PortableSpec, RunTrigger, SealKey, SessionMode, SessionStateSchema } from "./session.ts";
+import { AppRun, Checkpoint, PortableSpec, SealKey, SessionMode, SessionStateSchema } from "./session.ts";
 
 export const RunnerState = { active: "active", draining: "draining", cordoned: "cordoned", lost: "lost" } as const;
 export type RunnerState = (typeof RunnerState)[keyof typeof RunnerState];
@@ -123,7 +123,18 @@ const factBase = {
  * only when runner and placement generations match the record.
  */
 export const RunnerFact = z.discriminatedUnion("type", [
-  z.object({ type: z.literal("running"), ...factBase }).strict(),
+  z
+    .object({
+      type: z.literal("running"),
+      ...factBase,
+      /**
+       * The environment setup the sandbox was booted with (the start's
+       * `environment.setupHash`); absent without an environment or when a
+       * checkpoint was restored (its workspace holds the setup it had).
+       */
+      setupHash: z.string().max(128).optional(),
+    })
+    .strict(),
   z
     .object({
       type: z.literal("exited"),
@@ -164,6 +175,8 @@ export const RunnerFact = z.discriminatedUnion("type", [
       run: AppRun,
       /** Milliseconds the generation ran, once it ended. */
       durationMs: z.number().int().nonnegative().optional(),
+      /** The restart_app command that started this generation (it settles that pending request). */
+      requestId: Id.optional(),
     })
     .strict(),
   /** A snapshot of an environment's setup, built for setupHash. */
@@ -206,6 +219,11 @@ export const DispatchCommand = z.discriminatedUnion("type", [
       environment: BootEnvironment.optional(),
       // No service token here: DISPATCH is a stream others may read. The runner asks for it
       // over its own inbox (FleetRpc.sessionSecrets with `token`).
+      /**
+       * The last generation the record shows for each app (a cold resume or a
+       * takeover): the placement numbers its apps' generations on from these.
+       */
+      appGenerations: z.record(Id, z.number().int().nonnegative()).optional(),
     })
     .strict(),
   z

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { EpochMs, Generation, Id } from "./ids.ts";
 import { Requirements } from "./requirements.ts";
-import { Usage } from "./audit.ts";
+import { RunRef, RunTrigger, Usage } from "./audit.ts";
 
 /** The session lifecycle vocabulary of the control contract. */
 export const SessionState = {
@@ -130,6 +130,8 @@ export const SessionFact = z
      * teardown), carried by exactly one fact per generation.
      */
     usage: Usage.optional(),
+    /** On a run fact: the app generation it is about. */
+    run: RunRef.optional(),
   })
   .strict();
 export type SessionFact = z.infer<typeof SessionFact>;
@@ -157,8 +159,6 @@ export type Checkpoint = z.infer<typeof Checkpoint>;
 export const SealKey = z.string().regex(/^[A-Za-z0-9+/]{43}=$/, "must be 32 bytes of base64");
 export type SealKey = z.infer<typeof SealKey>;
 
-export const RunTrigger = z.enum(["initial", "watch", "manual", "resume"]);
-export type RunTrigger = z.infer<typeof RunTrigger>;
 
 /** One app's current generation as the record shows it (seed 000's run projection). */
 export const AppRun = z
@@ -168,6 +168,8 @@ export const AppRun = z
     phase: z.enum(["running", "completed", "failed"]),
     trigger: RunTrigger,
     exitCode: z.number().int().nullable().optional(),
+    /** The signal that ended the generation (a generation killed by one is failed, unless the runner stopped it). */
+    signal: z.string().max(32).optional(),
     reason: z.string().max(512).optional(),
     startedAt: EpochMs,
     endedAt: EpochMs.optional(),
@@ -175,16 +177,28 @@ export const AppRun = z
   .strict();
 export type AppRun = z.infer<typeof AppRun>;
 
+
 /** An operation the scheduler asked a runner for and is waiting on; it has a deadline. */
 export const PendingOp = z
   .object({
-    op: z.enum(["suspend_warm", "suspend_cold", "resume_warm", "snapshot"]),
+    op: z.enum(["suspend_warm", "suspend_cold", "resume_warm", "snapshot", "restart_app"]),
     /** Correlates the runner's answer (snapshot). */
     requestId: Id,
     requestedAt: EpochMs,
   })
   .strict();
 export type PendingOp = z.infer<typeof PendingOp>;
+
+/** The runner's refusal of an operation: the request it answered and why (a sentence, never a raw error). */
+export const Refusal = z
+  .object({
+    requestId: Id,
+    op: PendingOp.shape.op,
+    reason: z.string().max(512),
+    at: EpochMs,
+  })
+  .strict();
+export type Refusal = z.infer<typeof Refusal>;
 
 /** The session record stored in KV `sessions` under `<workspace>.<session>`. */
 export const Session = z
@@ -220,6 +234,8 @@ export const Session = z
     checkpointedAt: EpochMs.optional(),
     /** An operation in flight on the runner, with its own timeout. */
     pending: PendingOp.optional(),
+    /** The latest operation the runner refused, with its reason (the API answers that request 409). */
+    refusal: Refusal.optional(),
     /** Per-app generations, by app name. */
     apps: z.record(z.string(), AppRun).optional(),
     /** The last placement generation whose usage was recorded (a repeated report is not counted twice). */
