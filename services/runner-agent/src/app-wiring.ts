@@ -47,6 +47,7 @@ export function buildAppSlot(w: AppWiring, spec: AppSpec, env: Record<string, st
     log: deps.log,
     coalesceMs: terminal.coalesceMs,
     onCommitted: screen ? (seq, body) => screen.observe(seq, body) : undefined,
+    onResized: screen ? (seq, size) => screen.resized(seq, size) : undefined,
   });
   return new AppSlot(spec, { cwd: w.workspace, env, writer, screen, now: deps.now, killGraceMs: deps.killGraceMs, onEnded: w.onEnded });
 }

@@ -175,6 +175,19 @@ export class ScreenEmulator {
     );
   }
 
+  /** The rows of the screen as shown (the active buffer), as plain text without trailing blanks. */
+  visibleRows(): Promise<string[]> {
+    this.release();
+    return new Promise((resolve) =>
+      this.term.write(EMPTY, () => {
+        const buffer = this.term.buffer.active;
+        const rows: string[] = [];
+        for (let y = 0; y < this.term.rows; y++) rows.push(buffer.getLine(buffer.viewportY + y)?.translateToString(true) ?? "");
+        resolve(rows);
+      }),
+    );
+  }
+
   private serialize(maxBytes: number | undefined): Capture | undefined {
     const size = { cols: this.term.cols, rows: this.term.rows };
     let scrollback: number | undefined;
