@@ -105,10 +105,18 @@ async function snapshotRows(url: string, id: string, cols: number, rows: number)
 }
 
 describe("screen snapshots follow the terminal's size", () => {
+  // The stack's own gateway was killed above: these tests use the second one and a third.
+  let third: ServiceProcess;
+  let thirdUrl: string;
+  beforeAll(async () => {
+    third = await startService("gateway", { ...stack.commonEnv, PADDOCK_HTTP_PORT: "0", PADDOCK_DEV_TOKEN: stack.token });
+    thirdUrl = `http://127.0.0.1:${String(third.ready.httpPort)}`;
+  });
+  afterAll(async () => {
+    await third?.stop();
+  });
+
   it("a full-screen program left at any size is shown at that size by since=screen, from the log and from the runner's checkpoint", async () => {
-    // The stack's own gateway was killed above: this test uses the second one and a third.
-    const third = await startService("gateway", { ...stack.commonEnv, PADDOCK_HTTP_PORT: "0", PADDOCK_DEV_TOKEN: stack.token });
-    const thirdUrl = `http://127.0.0.1:${String(third.ready.httpPort)}`;
     const nc = await connect({ servers: stack.nats.url });
     try {
       const created = await api(secondUrl, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", FRAME_SCRIPT] } });
@@ -152,7 +160,24 @@ describe("screen snapshots follow the terminal's size", () => {
       }
     } finally {
       await nc.close();
-      await third.stop();
     }
+  });
+
+  it("vim left in a 100 × 30 terminal comes back as it was left, without a redraw", async () => {
+    const script = "printf 'line %s\\n' 1 2 3 4 5 > notes.txt; exec vim -u NONE -i NONE -N -n notes.txt";
+    const created = await api(secondUrl, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", script] } });
+    const id = sessionOf(created).id;
+    // vim paints its `~` rows with colored blanks: compare text only. The last row is vim's message line.
+    const left = (rows: string[]) => rows.slice(0, 29).map((r) => r.trimEnd());
+    const expected = ["line 1", "line 2", "line 3", "line 4", "line 5", ...Array.from({ length: 24 }, () => "~")];
+    const controller = await Terminal.open(secondUrl, stack.token, id, "mode=controller&since=screen");
+    await controller.until((t) => t.output().includes("line 5"));
+    controller.ws.send(JSON.stringify({ type: "resize", cols: 100, rows: 30 }));
+    // vim repaints on SIGWINCH, top to bottom: once it drew row 29 (which 24 rows never had), rows 1-29 are drawn.
+    await controller.until((t) => /\x1b\[29;1H(\x1b\[[0-9;]*m)*~/.test(t.output()));
+    controller.ws.close();
+    await controller.closed;
+    // Detached and attached again from a 100 × 30 terminal: the gateway that served the controller, and one that never saw it.
+    for (const url of [secondUrl, thirdUrl]) expect(left((await snapshotRows(url, id, 100, 30)).rows)).toEqual(expected);
   });
 });
