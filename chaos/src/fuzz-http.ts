@@ -13,7 +13,7 @@ import { z } from "zod";
 import { CreateEnvironmentBody, CreateSessionBody, CreateTokenBody, AttachTicketBody, PutSecretBody, UpdateEnvironmentBody } from "@paddock/contracts";
 import { repoRoot } from "@paddock/testing";
 import { countStatus, excerpt, nextInput, type FuzzContext } from "./fuzz-context.ts";
-import { badId, encode, nastyString, randomJson, rawBadSegment, refusedBy, refusedText } from "./fuzz-values.ts";
+import { badId, encode, nastyString, nulOrDeepBody, randomJson, rawBadSegment, refusedBy, refusedText } from "./fuzz-values.ts";
 import type { Prng } from "./prng.ts";
 
 /** Mirrors of the gateway's own strict bodies (lifecycle and runner routes). */
@@ -23,7 +23,14 @@ const EmptyBody = z.object({}).strict();
 interface BodySpec {
   schema: z.ZodType;
   sample: unknown;
+  /** A valid body rich in strings that reach the OS: a NUL goes into one of them (see nulOrDeepBody). */
+  osSample?: unknown;
 }
+
+const SESSION_OS_SAMPLE = {
+  spec: { cmd: ["sh", "-c", "echo hi"], image: "img", egressAllow: ["example.com"], repos: [{ url: "https://example.com/r.git", ref: "main", path: "src" }] },
+};
+const ENVIRONMENT_OS_SAMPLE = { name: "fuzz", image: "img", setup: "make", init: "true", egressAllow: ["example.com"], connectors: [{ type: "t", raw: { a: "b" } }] };
 
 interface RouteSpec {
   method: string;
@@ -39,7 +46,7 @@ interface RouteSpec {
 
 const S = "/v1/sessions/:id";
 export const HTTP_ROUTES: RouteSpec[] = [
-  { method: "POST", path: "/v1/sessions", mutates: true, body: { schema: CreateSessionBody, sample: { spec: { cmd: ["true"] }, name: "n", oneShot: true } } },
+  { method: "POST", path: "/v1/sessions", mutates: true, body: { schema: CreateSessionBody, sample: { spec: { cmd: ["true"] }, name: "n", oneShot: true }, osSample: SESSION_OS_SAMPLE } },
   { method: "GET", path: "/v1/sessions", mutates: false, query: { limit: ["1", "500", "0", "-1", "abc"], cursor: ["x"], includeTerminal: ["true", "maybe"], parentId: ["x"] } },
   { method: "GET", path: S, mutates: false },
   { method: "DELETE", path: S, mutates: true },
@@ -54,10 +61,10 @@ export const HTTP_ROUTES: RouteSpec[] = [
   { method: "GET", path: `${S}/workspace`, mutates: true, query: { path: ["", "a", "../x"] } },
   { method: "GET", path: `${S}/diff`, mutates: false },
   { method: "GET", path: "/v1/events", mutates: false, query: { sessionId: ["x"], since: ["0", "x"], limit: ["1", "0"], follow: ["true", "false", "yes"] } },
-  { method: "POST", path: "/v1/environments", mutates: true, body: { schema: CreateEnvironmentBody, sample: { name: "fuzz", init: "true" } } },
+  { method: "POST", path: "/v1/environments", mutates: true, body: { schema: CreateEnvironmentBody, sample: { name: "fuzz", init: "true" }, osSample: ENVIRONMENT_OS_SAMPLE } },
   { method: "GET", path: "/v1/environments", mutates: false, query: { limit: ["1", "x"], cursor: ["x"] } },
   { method: "GET", path: "/v1/environments/:env", mutates: false },
-  { method: "PATCH", path: "/v1/environments/:env", mutates: true, body: { schema: UpdateEnvironmentBody, sample: { init: "true" } } },
+  { method: "PATCH", path: "/v1/environments/:env", mutates: true, body: { schema: UpdateEnvironmentBody, sample: { init: "true" }, osSample: ENVIRONMENT_OS_SAMPLE } },
   { method: "DELETE", path: "/v1/environments/:env", mutates: true },
   { method: "GET", path: "/v1/runners", mutates: false, query: { limit: ["1", "x"], cursor: ["x"] } },
   { method: "GET", path: "/v1/runners/:runner", mutates: false },
@@ -152,7 +159,9 @@ function generate(ctx: FuzzContext, p: Prng, route: RouteSpec): { req: Req; defe
   if (route.archive) {
     if (defects.has("body") || p.bool(0.5)) body = p.bool(0.5) ? p.bytes(p.int(0, 3000)) : Buffer.concat([Buffer.from([0x1f, 0x8b, 0x08, 0]), p.bytes(p.int(0, 500))]);
   } else if (route.body) {
-    if (defects.has("body")) {
+    if (defects.has("body") && route.body.osSample !== undefined && p.bool(0.3)) {
+      body = Buffer.from(nulOrDeepBody(p, route.body.osSample));
+    } else if (defects.has("body")) {
       body = p.bool(0.6)
         ? Buffer.from(JSON.stringify(refusedBy(p, route.body.schema, route.body.sample)) ?? "null")
         : Buffer.from(refusedText(p, route.body.schema, route.body.sample), "latin1");

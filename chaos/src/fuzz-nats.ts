@@ -171,6 +171,7 @@ export async function fuzzNats(ctx: FuzzContext, count: number, p: Prng, only?: 
           ...(p.bool(0.7) ? ([[Headers.placementGeneration, p.bool(0.5) ? badNumber(p) : String(dead.placementGeneration)]] as Array<[string, string]>) : []),
           ...(p.bool(0.4) ? ([[Headers.exitCode, badNumber(p)]] as Array<[string, string]>) : []),
           ...(p.bool(0.2) ? ([[Headers.stream, p.pick(["stdout", "stderr", "x", ""])]] as Array<[string, string]>) : []),
+          ...(p.bool(0.2) ? ([[Headers.terminalSize, p.pick(["100x30", "0x0", "1001x5", "80x", "x24", "99999x99999", badNumber(p)])]] as Array<[string, string]>) : []),
         ]);
         await js.publish(Subjects.term(dead.poolId ?? pool, dead.runnerId ?? runner, dead.id, "main"), p.bytes(p.int(0, 2000)), { headers: h });
       },

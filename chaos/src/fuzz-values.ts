@@ -1,6 +1,6 @@
 /** Generators of malformed values for the bad-input scenario; every choice comes from the seeded PRNG. */
 import type { z } from "zod";
-import { Id, SecretName } from "@paddock/contracts";
+import { Id, MAX_JSON_DEPTH, SecretName } from "@paddock/contracts";
 import type { Prng } from "./prng.ts";
 
 const NASTY_STRINGS = [
@@ -209,4 +209,34 @@ export function rawBadSegment(s: string): string {
     // stays raw: the server keeps an undecodable segment as is
   }
   return /^[A-Za-z0-9_-]{1,64}$/.test(decoded) ? `${raw}.` : raw;
+}
+
+/**
+ * A valid body whose strings reach the OS (command arguments, scripts, image,
+ * hosts, paths) made invalid the way exec would not notice: a NUL put into
+ * one of its strings (exec would cut it there), or, where the body has a
+ * connector (an opaque value), that value nested past MAX_JSON_DEPTH (once a
+ * 503: encoding it for the bus ran out of stack).
+ */
+export function nulOrDeepBody(p: Prng, sample: unknown): string {
+  const hasConnector = typeof sample === "object" && sample !== null && "connectors" in sample;
+  if (hasConnector && p.bool(0.3)) {
+    const depth = p.pick([MAX_JSON_DEPTH - 2, 1000, 100_000]);
+    return JSON.stringify({ ...sample, connectors: [{ type: "t", raw: "DEEP" }] }).replace('"DEEP"', `${"[".repeat(depth)}${"]".repeat(depth)}`);
+  }
+  const leaves: Array<(v: string) => void> = [];
+  const copy = JSON.parse(JSON.stringify(sample)) as unknown;
+  const walk = (v: unknown) => {
+    if (v === null || typeof v !== "object") return;
+    for (const [k, child] of Object.entries(v)) {
+      if (typeof child === "string") leaves.push((s) => ((v as Record<string, unknown>)[k] = s));
+      else walk(child);
+    }
+  };
+  walk(copy);
+  const set = p.pick(leaves);
+  const base = p.string(p.int(1, 8));
+  const at = p.int(0, base.length);
+  set(`${base.slice(0, at)}\u0000${base.slice(at)}`);
+  return JSON.stringify(copy);
 }

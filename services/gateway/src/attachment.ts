@@ -32,7 +32,7 @@ import { FrameBudget } from "./limits.ts";
 import type { Watcher } from "./presence.ts";
 import type { Revocable } from "./revocation.ts";
 import type { ClaimWatch } from "./claims.ts";
-import { ChunkVerdict, exitCodeOf, firstSeqOf, judgeChunk, type Placement } from "./termlog.ts";
+import { ChunkVerdict, exitCodeOf, firstSeqOf, judgeChunk, terminalSizeOf, type Placement } from "./termlog.ts";
 
 /** Everything decided before the upgrade is accepted. */
 export interface AttachGrant {
@@ -207,6 +207,8 @@ export class Attachment implements Watcher, Revocable {
       } else {
         const exit = exitCodeOf(m.headers);
         if (exit !== undefined) return { kind: "exit", code: exit };
+        // A resize marker is for screens (snapshots), not output: the client's own terminal has its size.
+        if (terminalSizeOf(m.headers) !== undefined) continue;
         const seq = m.seq;
         const full = this.sendOutput(seq, m.data, seq <= helloCursor);
         if (full) await full;

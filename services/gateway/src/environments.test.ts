@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { MAX_JSON_DEPTH } from "@paddock/contracts";
 import { api, makeEnvironment, startHarness, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
 
 let h: Harness;
@@ -157,6 +158,11 @@ describe("environment routes: bad input calls nothing", () => {
     ["wrong type", body({ name: "x", egressAllow: "github.com" })],
     ["bad secret name", body({ name: "x", secretRefs: ["has-dash"] })],
     ["too long a name", body({ name: "x".repeat(129) })],
+    ["NUL in setup", body({ name: "x", setup: "make\u0000; curl evil" })],
+    ["NUL in init", body({ name: "x", init: "true\u0000" })],
+    ["NUL in the image", body({ name: "x", image: "img\u0000" })],
+    ["NUL in the name", body({ name: "x\u0000y" })],
+    ["a connector at the bound's edge", `{"name":"x","connectors":[{"type":"t","raw":${"[".repeat(MAX_JSON_DEPTH - 2)}${"]".repeat(MAX_JSON_DEPTH - 2)}}]}`],
   ];
   for (const [what, b] of badBodies) {
     it(`POST and PATCH answer invalid for ${what}`, async () => {
@@ -166,6 +172,13 @@ describe("environment routes: bad input calls nothing", () => {
       expect(h.scheduler.calls).toEqual([]);
     });
   }
+
+  it(`takes JSON nested exactly ${String(MAX_JSON_DEPTH)} deep (the bound), and a connector's value as sent`, async () => {
+    const raw = JSON.parse(`${"[".repeat(MAX_JSON_DEPTH - 3)}"deep"${"]".repeat(MAX_JSON_DEPTH - 3)}`) as unknown;
+    const r = await api(h.url, "POST", "/v1/environments", { token: TOKENS.admin, body: body({ name: "deep", connectors: [{ type: "t", raw }] }) });
+    expect(r.status).toBe(201);
+    expect(h.scheduler.callsOf("createEnvironment")[0]?.request).toMatchObject({ body: { connectors: [{ type: "t", raw }] } });
+  });
 
   it("POST needs a name; PATCH refuses an empty name (clearing is only for optional fields)", async () => {
     const id = freshEnv();
@@ -197,5 +210,23 @@ describe("environment routes: bad input calls nothing", () => {
     const r = await api(h.url, "PUT", "/v1/environments/e1", { token: TOKENS.admin, body: "{}" });
     expectError(r, 405, "invalid");
     expect(r.headers.get("allow")).toBe("GET, PATCH, DELETE");
+  });
+});
+
+describe("deeply nested bodies at the default body limit", () => {
+  let big: Harness;
+  beforeAll(async () => {
+    big = await startHarness({ config: { maxBodyBytes: 1024 * 1024 } });
+  });
+  afterAll(async () => {
+    await big.stop();
+  });
+
+  it("a connector's value nested 100,000 deep within 1 MiB is invalid, not a 503 from encoding it for the scheduler", async () => {
+    const deep = `{"name":"x","connectors":[{"type":"t","raw":${"[".repeat(100_000)}${"]".repeat(100_000)}}]}`;
+    const r = await api(big.url, "POST", "/v1/environments", { token: TOKENS.admin, body: deep });
+    expectError(r, 400, "invalid");
+    expect(r.json.error.message).toContain(`nested deeper than ${String(MAX_JSON_DEPTH)}`);
+    expect(big.scheduler.calls).toEqual([]);
   });
 });

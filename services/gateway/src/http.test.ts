@@ -1,7 +1,7 @@
 import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
-import { Buckets, Streams, Subjects, ZERO_USAGE, type AuditEvent } from "@paddock/contracts";
+import { Buckets, MAX_JSON_DEPTH, Streams, Subjects, ZERO_USAGE, type AuditEvent } from "@paddock/contracts";
 import { Kvm } from "@nats-io/kv";
 import { memberKey, seedMember, seedToken } from "./auth.ts";
 import { LOG_CURSOR_HEADER } from "./events.ts";
@@ -71,6 +71,14 @@ describe("POST /v1/sessions", () => {
     ["wrong type", body({ spec: { cmd: "sh" } })],
     ["missing spec", body({ name: "x" })],
     ["array body", "[]"],
+    // A NUL would be cut by exec and the OS: the process would run something else than the record says.
+    ["NUL in a command argument", body({ spec: { cmd: ["sh", "-c", "echo a\u0000rm -rf x"] } })],
+    ["NUL in an app's command", body({ spec: { apps: [{ name: "web", cmd: ["node\u0000", "x"] }] } })],
+    ["NUL in the image", body({ spec: { image: "img\u0000", cmd: ["true"] } })],
+    ["NUL in an egress host", body({ spec: { cmd: ["true"], egressAllow: ["a.example\u0000.evil"] } })],
+    ["NUL in a repo path", body({ spec: { cmd: ["true"], repos: [{ url: "https://x/r.git", path: "src\u0000/x" }] } })],
+    ["NUL in a repo url or ref", body({ spec: { cmd: ["true"] }, repos: [{ url: "https://x/r.git\u0000", ref: "main\u0000" }] })],
+    [`JSON nested deeper than ${String(MAX_JSON_DEPTH)}`, `{"spec":{"cmd":["true"]},"x":${"[".repeat(MAX_JSON_DEPTH)}${"]".repeat(MAX_JSON_DEPTH)}}`],
   ];
   for (const [what, b] of invalid) {
     it(`answers invalid for ${what} and calls nothing`, async () => {

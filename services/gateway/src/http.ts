@@ -4,6 +4,8 @@ import {
   describeZodError,
   httpStatusOf,
   InvalidError,
+  jsonDepthExceeds,
+  MAX_JSON_DEPTH,
   TooLargeError,
   type ErrorBody,
 } from "@paddock/contracts";
@@ -143,6 +145,8 @@ export async function readOptionalJsonBody(req: IncomingMessage, maxBytes: numbe
 }
 
 function parseJson(text: string): unknown {
+  // Checked on the text: a parsed value that deep cannot even be encoded again.
+  if (jsonDepthExceeds(text)) throw new InvalidError(`body: JSON nested deeper than ${String(MAX_JSON_DEPTH)}`);
   try {
     return JSON.parse(text) as unknown;
   } catch {

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
 import { headers } from "@nats-io/transport-node";
 import { Headers, MAX_SCREEN_CHECKPOINT_BYTES, Subjects } from "@paddock/contracts";
+import { ScreenEmulator, screenSize } from "@paddock/screen";
 import { makeSession, openOk, publishChunk, RUNNER, startHarness, TOKENS, WS1, type Harness, type WsClient } from "./testkit.ts";
 
 let h: Harness;
@@ -95,7 +96,7 @@ describe("screen snapshots from checkpoints", () => {
       { reason: "invalid", body: "not json" },
       { reason: "invalid", body: { cursor: 0, cols: 80, rows: 24, screen: "BOGUS" } },
       { reason: "invalid", body: { cols: 80, rows: 24, screen: "BOGUS" } },
-      { reason: "invalid", body: { cursor: 1, cols: 132, rows: 24, screen: "BOGUS" } },
+      { reason: "invalid", body: { cursor: 1, cols: 1001, rows: 24, screen: "BOGUS" } },
       { reason: "invalid", body: { cursor: 1, cols: 80, rows: 24, screen: "BOGUS", extra: true } },
       { reason: "invalid", body: { cursor: 1, cols: 80, rows: 24, screen: "B".repeat(MAX_SCREEN_CHECKPOINT_BYTES + 1) } },
       { reason: "beyond_log", body: undefined, cursorPastLog: true },
@@ -135,5 +136,63 @@ describe("screen snapshots from checkpoints", () => {
     expect(snap.text).toContain("last words");
     expect(await client.nextText()).toEqual({ type: "exit", app: "main", code: 3 });
     expect((await count("screenSnapshots", "replay")) - before).toBe(1);
+  });
+});
+
+/** A snapshot's screen repainted in a terminal of cols × rows, as rows of text. */
+async function repainted(text: string, cols: number, rows: number): Promise<string[]> {
+  const e = new ScreenEmulator(screenSize(cols, rows));
+  e.write(Buffer.from(text));
+  const out = await e.visibleRows();
+  e.dispose();
+  return out;
+}
+
+/** A full-screen frame as a program repainting on SIGWINCH draws it: a border row at the top and bottom, a label in the middle. */
+function frame(cols: number, rows: number, label: string): string {
+  return `\x1b[?1049h\x1b[2J\x1b[H${"=".repeat(cols)}\x1b[${String(Math.ceil(rows / 2))};1H${label}\x1b[${String(rows)};1H${"=".repeat(cols)}\x1b[1;1H`;
+}
+
+function expectedFrame(cols: number, rows: number, label: string): string[] {
+  return Array.from({ length: rows }, (_, y) => (y === 0 || y === rows - 1 ? "=".repeat(cols) : y === Math.ceil(rows / 2) - 1 ? label : ""));
+}
+
+describe("screen snapshots follow the terminal's size", () => {
+  it("renders at the size the log's resize markers say, replaying the log, on top of a checkpoint, and from the kept emulator", async () => {
+    const id = newSession();
+    await publishChunk(h.nc, id, "main", frame(80, 24, "at 80x24"));
+    const m1 = await publishChunk(h.nc, id, "main", "", { terminalSize: "100x30" });
+    const s1 = await publishChunk(h.nc, id, "main", frame(100, 30, "at 100x30"));
+    // Replayed: the 100-column border must not wrap at 80.
+    const first = await screenOf(id);
+    expect(first.snap.cursor).toBe(s1);
+    expect(await repainted(first.snap.text, 100, 30)).toEqual(expectedFrame(100, 30, "at 100x30"));
+    first.client.close();
+    // A checkpoint at 100x30, then a resize and a repaint after it.
+    const seed = new ScreenEmulator(screenSize(100, 30));
+    seed.write(Buffer.from(frame(100, 30, "checkpointed")));
+    const captured = await seed.capture();
+    seed.dispose();
+    await publishCheckpoint(id, { cursor: s1, ...captured });
+    await publishChunk(h.nc, id, "main", "", { terminalSize: "60x20" });
+    const s2 = await publishChunk(h.nc, id, "main", frame(60, 20, "at 60x20"));
+    const second = await screenOf(id);
+    expect(second.snap.cursor).toBe(s2);
+    expect(await repainted(second.snap.text, 60, 20)).toEqual(expectedFrame(60, 20, "at 60x20"));
+    second.client.close();
+    // The emulator kept from that attach takes the next resize too; a malformed marker changes nothing and shows nothing.
+    await publishChunk(h.nc, id, "main", "", { terminalSize: "120x40" });
+    await publishChunk(h.nc, id, "main", "", { terminalSize: "0x9999" });
+    const s3 = await publishChunk(h.nc, id, "main", frame(120, 40, "at 120x40"));
+    const third = await screenOf(id);
+    expect(third.snap.cursor).toBe(s3);
+    expect(await repainted(third.snap.text, 120, 40)).toEqual(expectedFrame(120, 40, "at 120x40"));
+    third.client.close();
+    // Replaying the log to a client, markers are not output: the chunk after one comes next.
+    const all = await openOk(h.wsUrl, id, "since=all", TOKENS.bob);
+    await all.nextText();
+    await all.nextBinary();
+    expect((await all.nextBinary()).cursor).toBe(m1 + 1);
+    all.close();
   });
 });

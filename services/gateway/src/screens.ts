@@ -1,9 +1,9 @@
 import type { JetStreamManager, StoredMsg } from "@nats-io/jetstream";
 import { decodeJson } from "@paddock/bus";
-import { ScreenCheckpoint, Streams, Subjects } from "@paddock/contracts";
-import { DEFAULT_SCREEN_SIZE, ScreenEmulator } from "@paddock/screen";
+import { INITIAL_TERMINAL_SIZE, ScreenCheckpoint, Streams, Subjects, type TerminalSize } from "@paddock/contracts";
+import { ScreenEmulator, screenSize } from "@paddock/screen";
 import type { GatewayMetrics } from "./metrics.ts";
-import { ChunkVerdict, exitCodeOf, judgeCheckpoint, judgeChunk, lastSeqOf, placementGenerationOf, readRange, type Placement } from "./termlog.ts";
+import { ChunkVerdict, exitCodeOf, judgeCheckpoint, judgeChunk, lastSeqOf, placementGenerationOf, readRange, terminalSizeOf, type Placement } from "./termlog.ts";
 
 /** Unparsed bytes an emulator may hold before its feeder waits (xterm drops writes past 50 MB pending). */
 const PARSE_BACKLOG_BYTES = 4 * 1024 * 1024;
@@ -155,7 +155,7 @@ export class ScreenCache {
       return undefined;
     }
     const decoded = decodeJson(ScreenCheckpoint, m.data);
-    if (!decoded.ok || decoded.value.cols !== DEFAULT_SCREEN_SIZE.cols || decoded.value.rows !== DEFAULT_SCREEN_SIZE.rows) {
+    if (!decoded.ok) {
       this.metrics.droppedCheckpoints.inc({ reason: "invalid" });
       return undefined;
     }
@@ -172,23 +172,29 @@ export class ScreenCache {
     const verdict = judgeChunk(m.subject, m.header, placement);
     if (verdict === ChunkVerdict.ahead) return false;
     if (verdict === ChunkVerdict.live && exitCodeOf(m.header) === undefined) {
-      this.feed(screen, placementGenerationOf(m.header), m.data);
+      const size = terminalSizeOf(m.header);
+      if (size === undefined) this.feed(screen, placementGenerationOf(m.header), m.data);
+      else if (size !== null) this.enter(screen, placementGenerationOf(m.header)).resize(emulatorSize(size));
       if (screen.emulator.backlogBytes > PARSE_BACKLOG_BYTES) await screen.emulator.parsedBelow(PARSE_BACKLOG_BYTES);
     }
     note(screen, m, verdict);
     return true;
   }
 
-  /** A new placement is a new terminal: its screen starts blank, not on top of the old one's. */
   private feed(screen: Screen, generation: number, bytes: Uint8Array): void {
+    this.enter(screen, generation).write(bytes);
+  }
+
+  /** A new placement is a new terminal: its screen starts blank at the initial size, not on top of the old one's. */
+  private enter(screen: Screen, generation: number): ScreenEmulator {
     if (generation > screen.generation) {
       if (screen.generation !== 0) {
         screen.emulator.dispose();
-        screen.emulator = new ScreenEmulator();
+        screen.emulator = new ScreenEmulator(emulatorSize(INITIAL_TERMINAL_SIZE));
       }
       screen.generation = generation;
     }
-    screen.emulator.write(bytes);
+    return screen.emulator;
   }
 
   private async serialize(screen: Screen, source: string): Promise<Snapshot> {
@@ -208,12 +214,12 @@ export class ScreenCache {
   }
 
   private create(key: string): Screen {
-    return this.store(key, { emulator: new ScreenEmulator(), lastSeq: 0, generation: 0, exitAt: undefined, beforeExit: 0 });
+    return this.store(key, { emulator: new ScreenEmulator(emulatorSize(INITIAL_TERMINAL_SIZE)), lastSeq: 0, generation: 0, exitAt: undefined, beforeExit: 0 });
   }
 
-  /** An emulator showing the checkpoint's screen, as of its cursor. */
+  /** An emulator showing the checkpoint's screen, at its size, as of its cursor. */
   private seed(key: string, checkpoint: ScreenCheckpoint, placement: Placement): Screen {
-    const emulator = new ScreenEmulator();
+    const emulator = new ScreenEmulator(emulatorSize(checkpoint));
     emulator.write(Buffer.from(checkpoint.screen, "utf8"));
     return this.store(key, { emulator, lastSeq: checkpoint.cursor, generation: placement.placementGeneration, exitAt: undefined, beforeExit: 0 });
   }
@@ -243,4 +249,8 @@ function note(p: Position, m: StoredMsg, verdict: ChunkVerdict): void {
     }
   }
   p.lastSeq = m.seq;
+}
+
+function emulatorSize(size: TerminalSize) {
+  return screenSize(size.cols, size.rows);
 }

@@ -1,6 +1,6 @@
 import { JetStreamError, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
 import type { MsgHdrs } from "@nats-io/transport-node";
-import { Headers, parseScreenSubject, parseTermSubject, type Session } from "@paddock/contracts";
+import { Headers, parseScreenSubject, parseTermSubject, parseTerminalSize, type Session, type TerminalSize } from "@paddock/contracts";
 
 const BATCH = 256;
 
@@ -65,6 +65,16 @@ export function exitCodeOf(h: MsgHdrs | undefined): number | null | undefined {
   if (!h?.has(Headers.exitCode)) return undefined;
   const raw = h.get(Headers.exitCode);
   return /^-?\d{1,10}$/.test(raw) ? Number(raw) : null;
+}
+
+/**
+ * A resize marker of the app's terminal (an empty TERM message with
+ * `Paddock-Terminal-Size`): undefined for output, null when the size is
+ * malformed (a marker all the same: never output), else the size.
+ */
+export function terminalSizeOf(h: MsgHdrs | undefined): TerminalSize | null | undefined {
+  if (!h?.has(Headers.terminalSize)) return undefined;
+  return parseTerminalSize(h.get(Headers.terminalSize)) ?? null;
 }
 
 /** Where the record places a session: whose terminal chunks are its log right now. */

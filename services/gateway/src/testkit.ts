@@ -174,12 +174,14 @@ export async function publishChunk(
   sessionId: string,
   app: string,
   data: string | Uint8Array,
-  opts: { placementGeneration?: number; exitCode?: string; runner?: { poolId: string; runnerId: string } } = {},
+  opts: { placementGeneration?: number; exitCode?: string; terminalSize?: string; runner?: { poolId: string; runnerId: string } } = {},
 ): Promise<number> {
   const runner = opts.runner ?? { poolId: RUNNER.poolId, runnerId: RUNNER.id };
   const h = headers();
   h.set(Headers.placementGeneration, String(opts.placementGeneration ?? 1));
   if (opts.exitCode !== undefined) h.set(Headers.exitCode, opts.exitCode);
+  // A resize marker: data is "" as the runner writes it.
+  if (opts.terminalSize !== undefined) h.set(Headers.terminalSize, opts.terminalSize);
   const ack = await jetstream(nc).publish(Subjects.term(runner.poolId, runner.runnerId, sessionId, app), opts.exitCode !== undefined ? new Uint8Array(0) : data, { headers: h });
   return ack.seq;
 }

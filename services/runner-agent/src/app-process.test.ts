@@ -28,7 +28,7 @@ afterEach(() => {
   dirs.removeAll();
 });
 
-function start(script: string): { proc: AppProcess; output: () => string } {
+function start(script: string, size?: { cols: number; rows: number }): { proc: AppProcess; output: () => string } {
   const cwd = dirs.make();
   const chunks: Buffer[] = [];
   const proc = spawnApp({
@@ -36,6 +36,7 @@ function start(script: string): { proc: AppProcess; output: () => string } {
     cwd,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     onData: (bytes) => chunks.push(Buffer.from(bytes)),
+    size,
   });
   groups.push(proc.pid);
   return { proc, output: () => Buffer.concat(chunks).toString("utf8") };
@@ -54,6 +55,15 @@ async function reaped(pid: number): Promise<void> {
 }
 
 describe("spawnApp (PTY)", () => {
+  it("starts the PTY at 80 × 24, or at the size given (a restart keeps the size its terminal log is at)", async () => {
+    const initial = start("stty size");
+    expect(await initial.proc.exited).toMatchObject({ exitCode: 0 });
+    expect(initial.output().trim()).toBe("24 80");
+    const sized = start("stty size", { cols: 100, rows: 30 });
+    expect(await sized.proc.exited).toMatchObject({ exitCode: 0 });
+    expect(sized.output().trim()).toBe("30 100");
+  });
+
   it("delivers every byte before exit even when reading was paused as the program exited", async () => {
     const { proc, output } = start("i=0; while [ $i -lt 200 ]; do echo line$i; i=$((i+1)); done; exit 7");
     proc.setPaused(true);

@@ -1,7 +1,7 @@
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
 import { spawn as spawnPty, type IPty } from "@lydell/node-pty";
-import type { AppSpec } from "@paddock/contracts";
+import { INITIAL_TERMINAL_SIZE, type AppSpec, type TerminalSize } from "@paddock/contracts";
 import { SpawnError } from "./errors.ts";
 import { spawnPiped } from "./pipe-process.ts";
 import { signalGroup, signalName, terminateGroup, type AppExit, type AppProcess } from "./process-group.ts";
@@ -15,10 +15,9 @@ export interface SpawnAppOptions {
   env: Record<string, string>;
   /** stream is set for piped apps only. */
   onData: (bytes: Uint8Array, stream?: OutputStream) => void;
+  /** The PTY's size (INITIAL_TERMINAL_SIZE when absent): a restart keeps the size its terminal log is at. */
+  size?: TerminalSize | undefined;
 }
-
-export const DEFAULT_COLS = 80;
-export const DEFAULT_ROWS = 24;
 
 /**
  * Finds the executable the way execvp would. node-pty forks before exec, so a
@@ -52,8 +51,8 @@ export function spawnApp(opts: SpawnAppOptions): AppProcess {
   try {
     pty = spawnPty(file, args, {
       name: "xterm-256color",
-      cols: DEFAULT_COLS,
-      rows: DEFAULT_ROWS,
+      cols: (opts.size ?? INITIAL_TERMINAL_SIZE).cols,
+      rows: (opts.size ?? INITIAL_TERMINAL_SIZE).rows,
       cwd: opts.cwd,
       env: opts.env,
       // Raw bytes: the terminal log is bytes, and decoding here would split UTF-8 sequences.

@@ -72,9 +72,11 @@ export class AppSlot {
     const base = { generation: this.generation, trigger, startedAt };
     let proc: AppProcess;
     try {
+      const { writer } = this.deps;
       proc = withInputNotice(
-        spawnApp({ app: this.spec, cwd: this.deps.cwd, env: this.deps.env, onData: (bytes, stream) => this.deps.writer.append(bytes, stream) }),
-        this.deps.writer,
+        spawnApp({ app: this.spec, cwd: this.deps.cwd, env: this.deps.env, size: writer.size, onData: (bytes, stream) => writer.append(bytes, stream) }),
+        writer,
+        this.spec.tty !== false,
       );
     } catch (err) {
       const reason = err instanceof SpawnError ? err.message : `app ${this.spec.name}: could not start`;
@@ -162,15 +164,22 @@ export function endedRun(run: AppRun, exit: AppExit, stoppedByRunner: boolean, e
 
 /**
  * Tells the log writer when input reaches the app, so what the app prints in
- * answer (a keystroke's echo) is published at once rather than coalesced.
+ * answer (a keystroke's echo) is published at once rather than coalesced;
+ * and when its terminal is resized, so the log says at which point (a piped
+ * app has no terminal to resize).
  */
-function withInputNotice(proc: AppProcess, writer: Pick<TermWriter, "noteInput">): AppProcess {
+function withInputNotice(proc: AppProcess, writer: Pick<TermWriter, "noteInput" | "resize">, tty: boolean): AppProcess {
   return {
     ...proc,
     // AppProcess values are plain objects (pid and exited are fixed at spawn): a spread copy is the same process.
     write: (bytes) => {
       writer.noteInput();
       proc.write(bytes);
+    },
+    resize: (cols, rows) => {
+      proc.resize(cols, rows);
+      // After the PTY took the size: output read from here on may already be drawn for it.
+      if (tty) writer.resize({ cols, rows });
     },
   };
 }

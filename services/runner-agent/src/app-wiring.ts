@@ -52,6 +52,7 @@ export function buildAppSlot(w: AppWiring, spec: AppSpec, env: Record<string, st
       w.onOutput?.();
       screen?.observe(seq, body);
     },
+    onResized: screen ? (seq, size) => screen.resized(seq, size) : undefined,
   });
   return new AppSlot(spec, { cwd: w.workspace, env, writer, screen, now: deps.now, killGraceMs: deps.killGraceMs, onEnded: w.onEnded });
 }

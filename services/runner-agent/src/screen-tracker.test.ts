@@ -6,6 +6,7 @@ import { decodeJson, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { createRunnerMetrics } from "./metrics.ts";
+import { ScreenEmulator, screenSize } from "@paddock/screen";
 import { ScreenTracker } from "./screen-tracker.ts";
 import { Collector, collectTerm, counterValue, dispatchTo, fakeScheduler, testAgent, type TestAgent } from "./test-support.ts";
 
@@ -81,6 +82,15 @@ function manualClock() {
   };
 }
 
+/** The rows of a checkpoint's screen repainted in a terminal of its size (trailing blanks trimmed). */
+async function rendered(c: ScreenCheckpoint): Promise<Record<number, string>> {
+  const e = new ScreenEmulator(screenSize(c.cols, c.rows));
+  e.write(Buffer.from(c.screen));
+  const rows = await e.visibleRows();
+  e.dispose();
+  return { ...rows };
+}
+
 let n = 0;
 function tracker(clock: ReturnType<typeof manualClock>["clock"], maxBacklogBytes?: number) {
   const subject = Subjects.screen("p", "r1", `st${++n}`, "main");
@@ -126,6 +136,26 @@ describe("screen tracker", () => {
     const resumed = await seen.waitFor((s) => s.checkpoint.cursor === 5);
     expect(resumed.checkpoint.screen).toContain("before exit");
     expect(resumed.checkpoint.screen).toContain("restarted");
+  });
+
+  it("follows the log's resize markers: checkpoints repaint at the size the log is at, also when output resumes after the log ended", async () => {
+    const m = manualClock();
+    const { t, seen } = tracker(m.clock);
+    await nc.flush();
+    t.observe(3, Buffer.from(`\x1b[?1049h\x1b[2J\x1b[H${"a".repeat(95)}`));
+    t.resized(4, { cols: 100, rows: 30 });
+    t.observe(5, Buffer.from("\x1b[2J\x1b[Hrepainted\x1b[30;1Hbottom row"));
+    await t.settle();
+    const first = await seen.waitFor((s) => s.checkpoint.cursor === 5);
+    expect(first.checkpoint).toMatchObject({ cols: 100, rows: 30 });
+    expect(await rendered(first.checkpoint)).toMatchObject({ 0: "repainted", 29: "bottom row" });
+    // Resized while the log is ended (no emulator held): the restarted output continues at the new size.
+    t.resized(6, { cols: 120, rows: 40 });
+    t.observe(7, Buffer.from("\x1b[40;1Hnew bottom"));
+    await t.settle();
+    const resumed = await seen.waitFor((s) => s.checkpoint.cursor === 7);
+    expect(resumed.checkpoint).toMatchObject({ cols: 120, rows: 40 });
+    expect(await rendered(resumed.checkpoint)).toMatchObject({ 0: "repainted", 29: "bottom row", 39: "new bottom" });
   });
 
   it("writes nothing for an app that printed nothing, and nothing after an abort", async () => {

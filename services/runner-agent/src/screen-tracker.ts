@@ -1,9 +1,9 @@
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { JetStreamClient } from "@nats-io/jetstream";
-import { Headers, MAX_SCREEN_CHECKPOINT_BYTES, ScreenCheckpoint } from "@paddock/contracts";
+import { Headers, INITIAL_TERMINAL_SIZE, MAX_SCREEN_CHECKPOINT_BYTES, ScreenCheckpoint, type TerminalSize } from "@paddock/contracts";
 import { encodeJson } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
-import { DEFAULT_SCREEN_SIZE, ScreenEmulator } from "@paddock/screen";
+import { ScreenEmulator, screenSize, type Capture } from "@paddock/screen";
 import type { RunnerMetrics } from "./metrics.ts";
 import type { CoalesceClock } from "./term-writer.ts";
 
@@ -42,9 +42,11 @@ export interface ScreenTrackerOptions {
 export class ScreenTracker {
   private emulator: ScreenEmulator | undefined;
   /** The last checkpoint's screen: seeds the emulator again if output resumes after the log ended (a restart). */
-  private lastScreen: string | undefined;
+  private lastScreen: Capture | undefined;
   /** TERM sequence of the last chunk fed. */
   private cursor = 0;
+  /** The terminal's size as of the cursor (the log's resize markers). */
+  private size: TerminalSize = INITIAL_TERMINAL_SIZE;
   private dirty = false;
   private dirtySince = 0;
   private lastOutputAt = 0;
@@ -62,6 +64,20 @@ export class ScreenTracker {
     if (this.stopped || this.gaveUp) return;
     const emulator = this.emulator ?? this.fresh();
     emulator.write(body);
+    this.advance(seq, emulator);
+  }
+
+  /** A resize marker this runner committed to the app's log. */
+  resized(seq: number, size: TerminalSize): void {
+    this.size = size;
+    if (this.stopped || this.gaveUp) return;
+    // No screen yet (nothing printed): the next one starts at this size.
+    if (!this.emulator) return;
+    this.emulator.resize(screenSize(size.cols, size.rows));
+    this.advance(seq, this.emulator);
+  }
+
+  private advance(seq: number, emulator: ScreenEmulator): void {
     this.cursor = seq;
     if (emulator.backlogBytes > (this.opts.maxBacklogBytes ?? MAX_SCREEN_BACKLOG_BYTES)) {
       this.gaveUp = true;
@@ -105,9 +121,13 @@ export class ScreenTracker {
   }
 
   private fresh(): ScreenEmulator {
-    const emulator = new ScreenEmulator(DEFAULT_SCREEN_SIZE);
-    // After the log ended, a restarted generation continues the same screen.
-    if (this.lastScreen !== undefined) emulator.write(Buffer.from(this.lastScreen, "utf8"));
+    const last = this.lastScreen;
+    // After the log ended, a restarted generation continues the same screen, at the size the log is at now.
+    const emulator = new ScreenEmulator(screenSize(last?.cols ?? this.size.cols, last?.rows ?? this.size.rows));
+    if (last !== undefined) {
+      emulator.write(Buffer.from(last.screen, "utf8"));
+      emulator.resize(screenSize(this.size.cols, this.size.rows));
+    }
     this.emulator = emulator;
     return emulator;
   }
@@ -161,7 +181,7 @@ export class ScreenTracker {
     h.set(Headers.placementGeneration, String(this.opts.placementGeneration));
     try {
       await this.opts.js.publish(this.opts.subject, body.bytes, { headers: h, timeout: this.opts.publishTimeoutMs ?? 5_000 });
-      this.lastScreen = body.screen;
+      this.lastScreen = body.captured;
       this.opts.metrics.screenCheckpoints.inc();
     } catch (err) {
       // Best effort: a later checkpoint (or a reader's replay) covers it.
@@ -176,12 +196,13 @@ export class ScreenTracker {
    * sequences grow in JSON, so scrollback is cut further when the first
    * try does not fit. Undefined when even the screen does not fit.
    */
-  private async encode(emulator: ScreenEmulator, cursor: number): Promise<{ bytes: Uint8Array; screen: string } | undefined> {
+  private async encode(emulator: ScreenEmulator, cursor: number): Promise<{ bytes: Uint8Array; captured: Capture } | undefined> {
     for (const budget of [MAX_SCREEN_CHECKPOINT_BYTES, MAX_SCREEN_CHECKPOINT_BYTES / 8]) {
-      const screen = await emulator.snapshot(budget);
-      if (screen === undefined) return undefined;
-      const bytes = encodeJson(ScreenCheckpoint, { cursor, cols: emulator.size.cols, rows: emulator.size.rows, screen });
-      if (bytes.byteLength <= MAX_SCREEN_CHECKPOINT_BYTES) return { bytes, screen };
+      // Captured as of the cursor: the size it repaints at is the one the log says there.
+      const captured = await emulator.capture(budget);
+      if (captured === undefined) return undefined;
+      const bytes = encodeJson(ScreenCheckpoint, { cursor, ...captured });
+      if (bytes.byteLength <= MAX_SCREEN_CHECKPOINT_BYTES) return { bytes, captured };
     }
     return undefined;
   }

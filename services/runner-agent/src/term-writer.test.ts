@@ -62,6 +62,7 @@ interface Stored {
   body: Buffer;
   generation: string | undefined;
   exitCode: string | undefined;
+  size: string | undefined;
 }
 
 /** Every message of one app's log, whichever runner wrote it, in order. */
@@ -77,6 +78,7 @@ async function readLog(sessionId: string): Promise<Stored[]> {
       body: Buffer.from(m.data),
       generation: m.headers?.get(Headers.placementGeneration),
       exitCode: m.headers?.has(Headers.exitCode) ? m.headers.get(Headers.exitCode) : undefined,
+      size: m.headers?.has(Headers.terminalSize) ? m.headers.get(Headers.terminalSize) : undefined,
     });
     if (out.length === count) break;
   }
@@ -354,5 +356,53 @@ describe("term writer coalescing (bounded in size and time)", () => {
       ["", "0"],
     ]);
     expect(commits.seqs.length).toBe(4);
+  });
+});
+
+describe("term writer resize markers", () => {
+  it("logs a resize as an empty marker between the output before and after it, once per size, and again when a finished log reopens", async () => {
+    const told: Array<[number, string]> = [];
+    const w = new TermWriter({
+      js,
+      jsm,
+      ...R1,
+      sessionId: "resize",
+      app: "main",
+      placementGeneration: 1,
+      metrics: createRunnerMetrics(),
+      log: silentLogger(),
+      isCurrentPlacement: () => Promise.resolve(true),
+      onCommitted: (seq, body) => told.push([seq, Buffer.from(body).toString()]),
+      onResized: (seq, size) => told.push([seq, `${String(size.cols)}x${String(size.rows)}`]),
+    });
+    expect(w.size).toEqual({ cols: 80, rows: 24 });
+    w.append(text("at 80x24"));
+    w.resize({ cols: 90, rows: 20 });
+    // Dragging a window: resizes with no output between them leave one marker.
+    w.resize({ cols: 100, rows: 30 });
+    w.append(text("at 100x30"));
+    // The size the log is at already: nothing to say.
+    w.resize({ cols: 100, rows: 30 });
+    await w.finish(0);
+    // Resized while no generation runs: the log says so when the next one starts.
+    w.resize({ cols: 120, rows: 40 });
+    expect(w.size).toEqual({ cols: 120, rows: 40 });
+    await w.flush();
+    w.reopen();
+    w.append(text("at 120x40"));
+    await w.finish(0);
+    const log = await readLog("resize");
+    expect(log.map((m) => [m.body.toString(), m.size, m.exitCode])).toEqual([
+      ["at 80x24", undefined, undefined],
+      ["", "100x30", undefined],
+      ["at 100x30", undefined, undefined],
+      ["", undefined, "0"],
+      ["", "120x40", undefined],
+      ["at 120x40", undefined, undefined],
+      ["", undefined, "0"],
+    ]);
+    // The screen is told of output and markers in log order, not of exit markers.
+    expect(told.map((t) => t[1])).toEqual(["at 80x24", "100x30", "at 100x30", "120x40", "at 120x40"]);
+    expect(told.map((t) => t[0])).toEqual([...told.map((t) => t[0])].sort((a, b) => a - b));
   });
 });

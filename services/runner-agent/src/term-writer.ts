@@ -1,6 +1,6 @@
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { JetStreamClient, JetStreamManager, StoredMsg } from "@nats-io/jetstream";
-import { Headers, Streams, Subjects } from "@paddock/contracts";
+import { formatTerminalSize, Headers, INITIAL_TERMINAL_SIZE, Streams, Subjects, type TerminalSize } from "@paddock/contracts";
 import { isNoMessage, isWrongLastSequence, refusedAtSequence } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { RunnerMetrics } from "./metrics.ts";
@@ -68,16 +68,22 @@ export interface TermWriterOptions {
   clock?: CoalesceClock;
   /** Told about every committed data chunk, in log order, with its TERM sequence (screen checkpoints). */
   onCommitted?: (seq: number, body: Uint8Array) => void;
+  /** Told about every committed resize marker, in the same order as onCommitted. */
+  onResized?: (seq: number, size: TerminalSize) => void;
 }
 
 interface Pending {
   bytes: Uint8Array;
   stream: OutputStream | undefined;
+  /** A resize marker (bytes empty): the terminal's size from here on. */
+  size?: TerminalSize;
 }
 
 interface Chunk {
   body: Uint8Array;
   stream?: OutputStream;
+  /** Set on a resize marker (an empty message with `Paddock-Terminal-Size`). */
+  size?: TerminalSize;
   /** Set on the final message of an app: its exit code as decimal, "" when killed by a signal. */
   exitCode?: string;
 }
@@ -112,6 +118,11 @@ export class TermWriter {
   private readonly maxChunk: number;
   private pending: Pending[] = [];
   private pendingBytes = 0;
+  private pendingMarkers = 0;
+  /** The terminal's size: the app's PTY has it (a restart spawns at it). */
+  private termSize: TerminalSize = INITIAL_TERMINAL_SIZE;
+  /** The size the log says the terminal has once everything queued is committed. */
+  private loggedSize: TerminalSize = INITIAL_TERMINAL_SIZE;
   private exitMarker: string | undefined;
   private markerSent = false;
   private lastSeq: number | undefined;
@@ -149,6 +160,39 @@ export class TermWriter {
   /** Messages this writer committed (chunks and the exit marker). */
   get committed(): number {
     return this.chunkIndex;
+  }
+
+  /** The app's terminal size as of the latest resize (INITIAL_TERMINAL_SIZE until one). */
+  get size(): TerminalSize {
+    return this.termSize;
+  }
+
+  /**
+   * The app's terminal was resized: a marker goes into the log after the
+   * output queued so far, so a reader renders what came before at the old
+   * size and what follows at the new one (screen snapshots, see
+   * ARCHITECTURE.md). Consecutive resizes with no output between them leave
+   * one marker. A log that is finished or closed gets the marker when it reopens.
+   */
+  resize(size: TerminalSize): void {
+    this.termSize = { cols: size.cols, rows: size.rows };
+    if (this.latched || this.aborted || this.closed || this.exitMarker !== undefined) return;
+    this.queueSizeMarker();
+  }
+
+  private queueSizeMarker(): void {
+    const size = this.termSize;
+    const tail = this.pending[this.pending.length - 1];
+    if (tail?.size) {
+      tail.size = size;
+    } else {
+      if (sameSize(size, this.loggedSize)) return;
+      this.pending.push({ bytes: new Uint8Array(0), stream: undefined, size });
+      this.pendingMarkers += 1;
+    }
+    this.loggedSize = size;
+    this.urgent = true;
+    this.kick();
   }
 
   /** Who to pause while output is backed up (set once the producer exists). */
@@ -205,6 +249,8 @@ export class TermWriter {
     this.exitMarker = undefined;
     this.markerSent = false;
     this.closed = false;
+    // Resized while the log was finished: the next generation starts at the new size.
+    if (!sameSize(this.termSize, this.loggedSize)) this.queueSizeMarker();
   }
 
   /** Flushes what is queued and accepts nothing more, without an exit marker (a suspend is not an exit). */
@@ -226,7 +272,7 @@ export class TermWriter {
   }
 
   private hasWork(): boolean {
-    return this.pendingBytes > 0 || (this.exitMarker !== undefined && !this.markerSent);
+    return this.pendingBytes > 0 || this.pendingMarkers > 0 || (this.exitMarker !== undefined && !this.markerSent);
   }
 
   private kick(): void {
@@ -244,8 +290,8 @@ export class TermWriter {
    * end of its window instead.
    */
   private ready(): boolean {
-    if (this.urgent || this.pendingBytes >= this.maxChunk || this.coalesceMs <= 0 || this.closed) return true;
-    if (this.pendingBytes === 0) return this.exitMarker !== undefined && !this.markerSent;
+    if (this.urgent || this.pendingBytes >= this.maxChunk || this.coalesceMs <= 0 || this.closed || this.pending[0]?.size) return true;
+    if (this.pendingBytes === 0) return this.pendingMarkers > 0 || (this.exitMarker !== undefined && !this.markerSent);
     const left = this.heldSince + this.coalesceMs - this.clock.now();
     if (left <= 0) return true;
     this.cancelWindow ??= this.clock.after(left, () => {
@@ -272,6 +318,12 @@ export class TermWriter {
 
   /** Coalesces pending output into one chunk of at most maxChunk bytes; the marker goes last. */
   private takeNext(): Chunk | undefined {
+    const head = this.pending[0];
+    if (head?.size) {
+      this.pending.shift();
+      this.pendingMarkers -= 1;
+      return { body: head.bytes, size: head.size };
+    }
     if (this.pendingBytes > 0) {
       const stream = this.pending[0]?.stream;
       return stream ? { body: this.takeBytes(stream), stream } : { body: this.takeBytes(undefined) };
@@ -287,7 +339,7 @@ export class TermWriter {
   private takeBytes(stream: OutputStream | undefined): Uint8Array {
     let size = 0;
     for (const p of this.pending) {
-      if (p.stream !== stream || size >= this.maxChunk) break;
+      if (p.stream !== stream || p.size || size >= this.maxChunk) break;
       size += p.bytes.byteLength;
     }
     size = Math.min(size, this.maxChunk);
@@ -323,7 +375,7 @@ export class TermWriter {
           timeout: this.opts.publishTimeoutMs ?? 5_000,
         });
         this.committedAt(ack.seq);
-        if (chunk.exitCode === undefined) this.opts.onCommitted?.(ack.seq, chunk.body);
+        this.tell(ack.seq, chunk);
         return;
       } catch (err) {
         if (isWrongLastSequence(err) && (await this.resolveRefusal(msgID, refusedAtSequence(err), chunk))) return;
@@ -355,7 +407,7 @@ export class TermWriter {
     if (own.seq === actualSeq) {
       if (own.msgId === msgID) {
         this.committedAt(own.seq);
-        if (chunk.exitCode === undefined) this.opts.onCommitted?.(own.seq, chunk.body);
+        this.tell(own.seq, chunk);
         return true;
       }
       if (own.generation < this.opts.placementGeneration) {
@@ -377,6 +429,12 @@ export class TermWriter {
     }
     this.latch();
     return true;
+  }
+
+  /** Tells the screen what was committed: output or a resize (not the exit marker). */
+  private tell(seq: number, chunk: Chunk): void {
+    if (chunk.size) this.opts.onResized?.(seq, chunk.size);
+    else if (chunk.exitCode === undefined) this.opts.onCommitted?.(seq, chunk.body);
   }
 
   private committedAt(seq: number): void {
@@ -414,6 +472,7 @@ export class TermWriter {
     const h = natsHeaders();
     h.set(Headers.placementGeneration, String(this.opts.placementGeneration));
     if (chunk.exitCode !== undefined) h.set(Headers.exitCode, chunk.exitCode);
+    if (chunk.size) h.set(Headers.terminalSize, formatTerminalSize(chunk.size));
     // A pipe-run app (`tty: false`) says which pipe the bytes came from; PTY output has no such header.
     if (chunk.stream) h.set(Headers.stream, chunk.stream);
     return h;
@@ -422,6 +481,7 @@ export class TermWriter {
   private dropPending(): void {
     this.pending = [];
     this.pendingBytes = 0;
+    this.pendingMarkers = 0;
     this.updatePressure();
   }
 
@@ -455,4 +515,8 @@ export class TermWriter {
   private ids() {
     return { sessionId: this.opts.sessionId, app: this.opts.app, placementGeneration: this.opts.placementGeneration };
   }
+}
+
+function sameSize(a: TerminalSize, b: TerminalSize): boolean {
+  return a.cols === b.cols && a.rows === b.rows;
 }

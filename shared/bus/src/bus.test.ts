@@ -102,6 +102,26 @@ describe("rpc", () => {
     await expect(callRpc(nc, Echo, { n: 1 }, { timeoutMs: 500 })).rejects.toBeInstanceOf(UnavailableError);
   });
 
+  it("a request that cannot be encoded is the caller's invalid, not a retryable unavailable, and is never sent", async () => {
+    let served = 0;
+    const sub = nc.subscribe(Echo.subject, {
+      callback: () => {
+        served += 1;
+      },
+    });
+    await expect(callRpc(nc, Echo, { n: "x" } as never)).rejects.toMatchObject({ code: "invalid" });
+    setOutgoingValidation(false);
+    try {
+      // Unchecked, an unencodable value still fails locally (a BigInt here; a value nested past the stack alike).
+      await expect(callRpc(nc, Echo, { n: 1n } as never)).rejects.toMatchObject({ code: "invalid" });
+    } finally {
+      setOutgoingValidation(true);
+    }
+    await nc.flush();
+    expect(served).toBe(0);
+    sub.unsubscribe();
+  });
+
   it("refuses to publish a message that breaks its contract", () => {
     expect(() => encodeJson(Echo.request, { n: "x" } as never)).toThrow(InvalidError);
   });

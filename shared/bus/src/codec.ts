@@ -21,12 +21,23 @@ export function setOutgoingValidation(on: boolean): void {
 
 /** Encodes a message; with outgoing validation on, one that breaks its contract is never sent. */
 export function encodeJson<S extends z.ZodType>(schema: S, value: z.input<S>): Uint8Array {
-  if (!validateOutgoing) return encoder.encode(JSON.stringify(value));
+  if (!validateOutgoing) return stringify(value);
   const parsed = schema.safeParse(value);
   if (!parsed.success) {
     throw new InvalidError(`outgoing message breaks its contract: ${describeZodError(parsed.error)}`);
   }
-  return encoder.encode(JSON.stringify(parsed.data));
+  return stringify(parsed.data);
+}
+
+/** A value JSON cannot encode (nested past the stack, a BigInt, a cycle) is the caller's bad input: `invalid`. */
+function stringify(value: unknown): Uint8Array {
+  let text: string;
+  try {
+    text = JSON.stringify(value);
+  } catch (err) {
+    throw new InvalidError(`outgoing message cannot be encoded as JSON: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  return encoder.encode(text);
 }
 
 export type Decoded<T> = { ok: true; value: T } | { ok: false; reason: string };

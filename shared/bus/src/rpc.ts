@@ -95,9 +95,11 @@ export async function callRpc<R extends Rpc<z.ZodType, z.ZodType>>(
   request: z.input<R["request"]>,
   opts: { timeoutMs?: number } = {},
 ): Promise<z.infer<R["result"]>> {
+  // Outside the try: a request that cannot be encoded is the caller's error (invalid), never a retryable `unavailable`.
+  const data = encodeJson(rpc.request, request);
   let reply: Msg;
   try {
-    reply = await nc.request(rpc.subject, encodeJson(rpc.request, request), { timeout: opts.timeoutMs ?? 5_000 });
+    reply = await nc.request(rpc.subject, data, { timeout: opts.timeoutMs ?? 5_000 });
   } catch (err) {
     throw new UnavailableError(`no answer from ${rpc.subject}: ${err instanceof Error ? err.message : String(err)}`);
   }

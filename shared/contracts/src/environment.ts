@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { EpochMs, Id } from "./ids.ts";
+import { refuseNulAndDeepNesting } from "./body.ts";
 import { Requirements } from "./requirements.ts";
 import { Checkpoint, SealKey, SessionFact } from "./session.ts";
 
@@ -56,14 +57,18 @@ const environmentFields = {
 /** Body of POST /v1/environments. */
 export const CreateEnvironmentBody = z
   .object({ ...environmentFields, name: z.string().min(1).max(128), image: z.string().min(1).max(512).optional() })
-  .strict();
+  .strict()
+  .superRefine(refuseNulAndDeepNesting);
 export type CreateEnvironmentBody = z.infer<typeof CreateEnvironmentBody>;
 
 /**
  * Body of PATCH /v1/environments/:id, pointer semantics: an absent field is
  * unchanged; an explicit empty value ("" or []) clears it.
  */
-export const UpdateEnvironmentBody = z.object({ ...environmentFields, name: z.string().min(1).max(128).optional() }).strict();
+export const UpdateEnvironmentBody = z
+  .object({ ...environmentFields, name: z.string().min(1).max(128).optional() })
+  .strict()
+  .superRefine(refuseNulAndDeepNesting);
 export type UpdateEnvironmentBody = z.infer<typeof UpdateEnvironmentBody>;
 
 /** What a runner needs of an environment to boot a session from it (carried on `start`). */

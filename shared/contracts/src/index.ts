@@ -12,3 +12,4 @@ export * from "./requirements.ts";
 export * from "./workspace.ts";
 export * from "./tokens.ts";
 export * from "./fleet-rpc.ts";
+export * from "./body.ts";

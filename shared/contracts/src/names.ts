@@ -139,6 +139,11 @@ export const Headers = {
   stream: "Paddock-Stream",
   /** Input message kind: "data" (stdin bytes), "resize" or "claim" (a new controller). */
   inputKind: "Paddock-Input-Kind",
+  /**
+   * Set on an empty TERM message that resizes the app's terminal at that point
+   * of its log ("<cols>x<rows>", see formatTerminalSize): a marker, not output.
+   */
+  terminalSize: "Paddock-Terminal-Size",
 } as const;
 
 export const QueueGroups = { scheduler: "scheduler" } as const;

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { refuseNulAndDeepNesting } from "./body.ts";
 import { EpochMs, Generation, Id } from "./ids.ts";
 import { Requirements } from "./requirements.ts";
 import { RunRef, RunTrigger, Usage } from "./audit.ts";
@@ -102,7 +103,8 @@ export const CreateSessionBody = z
     parentId: Id.optional(),
     mode: SessionMode.optional(),
   })
-  .strict();
+  .strict()
+  .superRefine(refuseNulAndDeepNesting);
 export type CreateSessionBody = z.infer<typeof CreateSessionBody>;
 
 /** The name of the app a session gets when its spec lists none. */

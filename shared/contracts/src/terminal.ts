@@ -75,6 +75,28 @@ export const ResizeInput = z
   .object({ cols: z.number().int().min(1).max(1000), rows: z.number().int().min(1).max(1000) })
   .strict();
 
+export type TerminalSize = z.infer<typeof ResizeInput>;
+
+/**
+ * The size every app's terminal starts at: its PTY is spawned at it, and the
+ * screen of a placement's TERM log starts at it until a resize marker
+ * (`Paddock-Terminal-Size`) says otherwise.
+ */
+export const INITIAL_TERMINAL_SIZE: Readonly<TerminalSize> = { cols: 80, rows: 24 };
+
+/** The value of a `Paddock-Terminal-Size` header. */
+export function formatTerminalSize(size: TerminalSize): string {
+  return `${String(size.cols)}x${String(size.rows)}`;
+}
+
+/** A `Paddock-Terminal-Size` header value; undefined when malformed or out of ResizeInput's bounds. */
+export function parseTerminalSize(raw: string | undefined): TerminalSize | undefined {
+  const m = /^(\d{1,4})x(\d{1,4})$/.exec(raw ?? "");
+  if (!m) return undefined;
+  const parsed = ResizeInput.safeParse({ cols: Number(m[1]), rows: Number(m[2]) });
+  return parsed.success ? parsed.data : undefined;
+}
+
 /** Binary output frame: 8-byte big-endian cursor followed by raw bytes. */
 export function encodeOutputFrame(cursor: number, bytes: Uint8Array): Buffer {
   const frame = Buffer.allocUnsafe(8 + bytes.byteLength);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import xterm from "@xterm/headless";
 import serialize from "@xterm/addon-serialize";
-import { DEFAULT_SCREEN_SIZE, ScreenEmulator } from "./emulator.ts";
+import { DEFAULT_SCREEN_SIZE, MAX_SCREEN_CELLS, ScreenEmulator, screenSize, type ScreenSize } from "./emulator.ts";
 import { scanPlainText } from "./plain-text.ts";
 
 const SIZE = { cols: 40, rows: 10, scrollback: 50 };
@@ -149,5 +149,54 @@ describe("screen emulator", () => {
     expect(maxBacklog).toBeLessThan(2 * 1024 * 1024);
     expect(await e.snapshot()).toContain("rrrr");
     e.dispose();
+  });
+
+  it("resizes at its place in the output: what came before at the old size, what follows at the new one", async () => {
+    // A log cut into pieces, each followed by the size the terminal had from there on (reflow included).
+    const steps: Array<[string, ScreenSize]> = [
+      [`${lines(30)}${"w".repeat(95)}\r\nwrapped at 40`, { cols: 60, rows: 12, scrollback: 50 }],
+      [`${lines(25, 30)}after the first resize`, { cols: 30, rows: 8, scrollback: 20 }],
+      ["\x1b[?1049h\x1b[2J\x1b[Hfull screen\x1b[8;1Hbottom", { cols: 100, rows: 30, scrollback: 50 }],
+      ["\x1b[2J\x1b[Hrepainted\x1b[30;1Hlast row", { cols: 100, rows: 30, scrollback: 50 }],
+    ];
+    const term = new xterm.Terminal({ ...SIZE, allowProposedApi: true });
+    const addon = new serialize.SerializeAddon();
+    term.loadAddon(addon as never);
+    const e = new ScreenEmulator(SIZE);
+    for (const [text, size] of steps) {
+      await new Promise<void>((r) => term.write(text, r));
+      term.options.scrollback = size.scrollback;
+      term.resize(size.cols, size.rows);
+      // Written in one go, never waiting: the resize must wait for the parser by itself.
+      for (const piece of chunked(text, [5, 700])) e.write(piece);
+      e.resize(size);
+    }
+    const got = await e.capture();
+    expect(got).toEqual({ screen: addon.serialize(), cols: 100, rows: 30 });
+    expect(e.size).toEqual({ cols: 100, rows: 30, scrollback: 50 });
+    term.dispose();
+    e.dispose();
+  });
+
+  it("captures exactly what was written before the call, whatever is written while the parser catches up", async () => {
+    const e = new ScreenEmulator(SIZE);
+    e.write(Buffer.from("\x1b[31mfirst\x1b[0m\r\n"));
+    const captured = e.capture();
+    e.write(Buffer.from("\x1b[32msecond\x1b[0m\r\n"));
+    e.resize({ cols: 20, rows: 5, scrollback: 0 });
+    const got = await captured;
+    expect(got?.screen).toContain("first");
+    expect(got?.screen).not.toContain("second");
+    expect(got).toMatchObject({ cols: 40, rows: 10 });
+    expect(await e.capture()).toMatchObject({ cols: 20, rows: 5 });
+    e.dispose();
+  });
+
+  it("keeps scrollback within a cell budget for wide terminals, and all of the screen", () => {
+    expect(screenSize(80, 24)).toEqual(DEFAULT_SCREEN_SIZE);
+    expect(DEFAULT_SCREEN_SIZE).toEqual({ cols: 80, rows: 24, scrollback: 1000 });
+    const wide = screenSize(500, 100);
+    expect((wide.rows + wide.scrollback) * wide.cols).toBeLessThanOrEqual(MAX_SCREEN_CELLS);
+    expect(screenSize(1000, 1000)).toEqual({ cols: 1000, rows: 1000, scrollback: 0 });
   });
 });

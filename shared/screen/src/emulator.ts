@@ -9,12 +9,35 @@ export interface ScreenSize {
   scrollback: number;
 }
 
-/** What `since=screen` has always rendered: an 80 × 24 terminal with 1,000 lines of scrollback. */
-export const DEFAULT_SCREEN_SIZE: ScreenSize = { cols: 80, rows: 24, scrollback: 1000 };
+/** Lines of scrollback kept at most. */
+export const MAX_SCROLLBACK_LINES = 1000;
+/**
+ * Cells (screen and scrollback) an emulator keeps at most, screen allowing:
+ * a terminal may be resized to 1000 × 1000, and a gateway holds hundreds of
+ * emulators, so wide terminals keep fewer lines of scrollback.
+ */
+export const MAX_SCREEN_CELLS = 256 * 1024;
+
+/** The emulator size for a terminal of cols × rows: all of the screen, scrollback within MAX_SCREEN_CELLS. */
+export function screenSize(cols: number, rows: number): ScreenSize {
+  const scrollback = Math.max(0, Math.min(MAX_SCROLLBACK_LINES, Math.floor(MAX_SCREEN_CELLS / cols) - rows));
+  return { cols, rows, scrollback };
+}
+
+/** An 80 × 24 terminal with 1,000 lines of scrollback (where every app's terminal starts). */
+export const DEFAULT_SCREEN_SIZE: ScreenSize = screenSize(80, 24);
+
+/** A serialized screen and the terminal size it repaints at. */
+export interface Capture {
+  screen: string;
+  cols: number;
+  rows: number;
+}
 
 /** Plain text held back from the parser beyond this is parsed after all (very long lines, LF-only output). */
 const MAX_HELD_BYTES = 4 * 1024 * 1024;
 const MAX_HELD_PIECES = 4096;
+const EMPTY = "";
 
 interface Held extends PlainText {
   bytes: Uint8Array;
@@ -45,10 +68,11 @@ interface CoreProbe {
  * bulk output costs a byte scan, not a parse.
  */
 export class ScreenEmulator {
-  readonly size: ScreenSize;
+  /** The size as of everything written so far (resizes included), parsed or not. */
+  private current: ScreenSize;
   private readonly term: xterm.Terminal;
   private readonly addon: serialize.SerializeAddon;
-  private readonly keepLineFeeds: number;
+  private keepLineFeeds: number;
   private disposed = false;
   /** Bytes handed to the parser and not parsed yet. */
   private unparsed = 0;
@@ -67,7 +91,7 @@ export class ScreenEmulator {
   skippedBytes = 0;
 
   constructor(size: ScreenSize = DEFAULT_SCREEN_SIZE) {
-    this.size = size;
+    this.current = size;
     this.term = new xterm.Terminal({ cols: size.cols, rows: size.rows, scrollback: size.scrollback, allowProposedApi: true });
     this.addon = new serialize.SerializeAddon();
     this.term.loadAddon(this.addon as never);
@@ -91,6 +115,33 @@ export class ScreenEmulator {
     this.trim();
   }
 
+  get size(): ScreenSize {
+    return this.current;
+  }
+
+  /**
+   * Resizes the terminal at this point of the output: bytes written before
+   * are parsed at the old size, bytes written after at the new one (xterm
+   * reflows the normal buffer as a real terminal does).
+   */
+  resize(size: ScreenSize): void {
+    if (this.disposed) return;
+    const c = this.current;
+    if (c.cols === size.cols && c.rows === size.rows && c.scrollback === size.scrollback) return;
+    // Held plain text was written at the old size: it goes to the parser first (and its run ends).
+    this.release();
+    this.runId++;
+    this.runAtRest = undefined;
+    this.current = size;
+    this.keepLineFeeds = 2 * (size.rows + size.scrollback);
+    // xterm resizes at once, its parser works through a queue: resize once the queue before it is parsed.
+    this.term.write(EMPTY, () => {
+      if (this.disposed) return;
+      this.term.options.scrollback = size.scrollback;
+      this.term.resize(size.cols, size.rows);
+    });
+  }
+
   /** Bytes written and not parsed yet (plain text held back included). */
   get backlogBytes(): number {
     return this.unparsed + this.heldBytes;
@@ -108,14 +159,41 @@ export class ScreenEmulator {
    * even the screen alone does not fit, or once disposed.
    */
   async snapshot(maxBytes?: number): Promise<string | undefined> {
+    return (await this.capture(maxBytes))?.screen;
+  }
+
+  /**
+   * Like snapshot, with the size the screen repaints at. Serialized exactly
+   * after what was written before the call: in the parser's callback, before
+   * anything written later is parsed.
+   */
+  capture(maxBytes?: number): Promise<Capture | undefined> {
     this.release();
-    await new Promise<void>((resolve) => this.term.write("", resolve));
-    // The socket may have closed (and disposed us) while the parser caught up.
-    if (this.disposed) return undefined;
+    return new Promise((resolve) =>
+      // The socket may have closed (and disposed us) while the parser caught up.
+      this.term.write(EMPTY, () => resolve(this.disposed ? undefined : this.serialize(maxBytes))),
+    );
+  }
+
+  /** The rows of the screen as shown (the active buffer), as plain text without trailing blanks. */
+  visibleRows(): Promise<string[]> {
+    this.release();
+    return new Promise((resolve) =>
+      this.term.write(EMPTY, () => {
+        const buffer = this.term.buffer.active;
+        const rows: string[] = [];
+        for (let y = 0; y < this.term.rows; y++) rows.push(buffer.getLine(buffer.viewportY + y)?.translateToString(true) ?? "");
+        resolve(rows);
+      }),
+    );
+  }
+
+  private serialize(maxBytes: number | undefined): Capture | undefined {
+    const size = { cols: this.term.cols, rows: this.term.rows };
     let scrollback: number | undefined;
     for (;;) {
       const text = this.addon.serialize(scrollback === undefined ? {} : { scrollback });
-      if (maxBytes === undefined || Buffer.byteLength(text) <= maxBytes) return text;
+      if (maxBytes === undefined || Buffer.byteLength(text) <= maxBytes) return { screen: text, ...size };
       if (scrollback === 0) return undefined;
       scrollback = Math.floor((scrollback ?? this.term.buffer.normal.length) / 2);
     }
@@ -145,14 +223,14 @@ export class ScreenEmulator {
   private startRun(): void {
     const id = ++this.runId;
     // Nothing waits for the parser: its state is final now.
-    if (this.unparsed === 0) {
-      this.runAtRest = atRestForText(this.term, this.size.rows);
+    if (this.unparsed === 0 && !this.resizing()) {
+      this.runAtRest = atRestForText(this.term);
       return;
     }
     this.runAtRest = undefined;
-    this.term.write("", () => {
+    this.term.write(EMPTY, () => {
       if (this.runId !== id || this.disposed) return;
-      this.runAtRest = atRestForText(this.term, this.size.rows);
+      this.runAtRest = atRestForText(this.term);
       this.trim();
     });
   }
@@ -175,6 +253,11 @@ export class ScreenEmulator {
       if (this.heldHead > 64 && this.heldHead * 2 > this.held.length) this.compact();
     }
     if (this.heldBytes > MAX_HELD_BYTES || this.heldCount() > MAX_HELD_PIECES) this.release();
+  }
+
+  /** A resize written is not applied yet (the parser has not reached it). */
+  private resizing(): boolean {
+    return this.term.cols !== this.current.cols || this.term.rows !== this.current.rows;
   }
 
   private heldCount(): number {
@@ -218,7 +301,8 @@ export class ScreenEmulator {
 }
 
 /** Parser in ground state, no partial UTF-8 character, scroll region the whole screen: plain text then changes nothing else. */
-function atRestForText(term: xterm.Terminal, rows: number): boolean {
+function atRestForText(term: xterm.Terminal): boolean {
+  const rows = term.rows;
   const core = (term as unknown as CoreProbe)._core;
   const parserState = core?._inputHandler?._parser?.currentState;
   const interim = core?._inputHandler?._utf8Decoder?.interim;
