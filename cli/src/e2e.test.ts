@@ -171,7 +171,7 @@ describe.skipIf(!servicesReady)("paddock CLI end to end", () => {
     expect((JSON.parse(resumed.stdout) as SessionJson).state).toBe("running");
     const snap = await runCli(["snapshot", id], env);
     expect(snap.code, snap.stderr).toBe(0);
-    expect(snap.stdout).toMatch(/^checkpoints\//);
+    expect(snap.stdout).toMatch(/^checkpoints(-runner-[^/]+)?\//);
     const cold = await runCli(["suspend", id, "--json"], env);
     expect((JSON.parse(cold.stdout) as SessionJson).state).toBe("suspended_cold");
     expect((JSON.parse((await runCli(["resume", id, "--json"], env)).stdout) as SessionJson).state).toBe("running");
