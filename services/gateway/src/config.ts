@@ -36,7 +36,7 @@ export const GatewayEnv = z.object({
     .string()
     .default("")
     .transform((v) => v.split(",").map((o) => o.trim().toLowerCase()).filter((o) => o !== "")),
-  /** Input frames (binary or text) a terminal socket may send per second; the excess is dropped with a `rate_limited` frame. */
+  /** Input frames (binary or text) a terminal socket may send per second; past it the socket is not read until the second ends (nothing is dropped). */
   PADDOCK_WS_INPUT_FRAMES_PER_SECOND: z.coerce.number().int().positive().default(200),
   /** Terminal sockets one session may have open through one gateway replica; more is 429 before the upgrade. */
   PADDOCK_MAX_ATTACH_PER_SESSION: z.coerce.number().int().positive().default(32),

@@ -72,15 +72,14 @@ export class AppSlot {
     const base = { generation: this.generation, trigger, startedAt };
     let proc: AppProcess;
     try {
-      proc = withInputNotice(
-        spawnApp({ app: this.spec, cwd: this.deps.cwd, env: this.deps.env, onData: (bytes, stream) => this.deps.writer.append(bytes, stream) }),
-        this.deps.writer,
-      );
+      proc = spawnApp({ app: this.spec, cwd: this.deps.cwd, env: this.deps.env, onData: (bytes, stream) => this.deps.writer.append(bytes, stream) });
     } catch (err) {
       const reason = err instanceof SpawnError ? err.message : `app ${this.spec.name}: could not start`;
       return { ok: false, run: { ...base, phase: "failed", reason, endedAt: this.deps.now() } };
     }
     this.deps.writer.setPressureHandler((paused) => proc.setPaused(paused));
+    // Input reaching the app: what it prints in answer (a keystroke's echo) is published at once rather than coalesced.
+    proc.input.onWrite = () => this.deps.writer.noteInput();
     const run: AppRun = { ...base, phase: "running" };
     const cur: Current = { proc, run, stopping: false, ended: undefined as unknown as Promise<GenerationEnd> };
     cur.ended = proc.exited.then((exit) => {
@@ -148,19 +147,4 @@ export class AppSlot {
     this.deps.writer.abort();
     this.deps.screen?.abort();
   }
-}
-
-/**
- * Tells the log writer when input reaches the app, so what the app prints in
- * answer (a keystroke's echo) is published at once rather than coalesced.
- */
-function withInputNotice(proc: AppProcess, writer: Pick<TermWriter, "noteInput">): AppProcess {
-  return {
-    ...proc,
-    // AppProcess values are plain objects (pid and exited are fixed at spawn): a spread copy is the same process.
-    write: (bytes) => {
-      writer.noteInput();
-      proc.write(bytes);
-    },
-  };
 }
