@@ -1,0 +1,87 @@
+/**
+ * Input at volume through the terminal WebSocket: a flood of tiny frames from
+ * the moment a session is created, and a 1 MiB paste into a program that is
+ * not reading its stdin. Every byte must reach the program, in order (checked
+ * by a hash the program prints), and while the paste waits another session on
+ * the runner must still echo keystrokes. A missing hash is "input lost"; an
+ * echo that does not come is "runner stalled by a paste".
+ */
+import { createHash } from "node:crypto";
+import type { Session } from "@paddock/contracts";
+import { api, Terminal } from "./client.ts";
+import { nextInput, type FuzzContext } from "./fuzz-context.ts";
+import type { Prng } from "./prng.ts";
+
+const FLOOD_FRAMES = 2000;
+const FLOOD_FRAME_BYTES = 10;
+const PASTE_BYTES = 1024 * 1024;
+/** Generous: the flood is paced by the gateway's frame budget (200 per second by default). */
+const DEADLINE_MS = 60_000;
+
+const sha256 = (b: Buffer) => createHash("sha256").update(b).digest("hex");
+
+async function session(ctx: FuzzContext, apps: Array<{ name: string; cmd: string[] }>): Promise<string> {
+  const res = await api(ctx.stack.url, ctx.stack.token, "POST", "/v1/sessions", { spec: { apps } });
+  if (res.status !== 201) throw new Error(`flood fixture create answered ${res.status}: ${JSON.stringify(res.body)}`);
+  return (res.body as Session).id;
+}
+
+/** Printable bytes (no terminal control characters), different each run of a seed. */
+function printable(p: Prng, size: number): Buffer {
+  const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  const out = Buffer.allocUnsafe(size);
+  const seed = p.bytes(4096);
+  for (let i = 0; i < size; i++) out[i] = alphabet.charCodeAt((seed[i % seed.length]! + (i >> 12)) % alphabet.length);
+  return out;
+}
+
+async function flood(ctx: FuzzContext): Promise<string[]> {
+  const frames = Array.from({ length: FLOOD_FRAMES }, (_, i) => Buffer.from(`${String(i).padStart(FLOOD_FRAME_BYTES - 1, "0")}\n`));
+  const sent = Buffer.concat(frames);
+  const id = await session(ctx, [{ name: "main", cmd: ["sh", "-c", `stty raw -echo; head -c ${sent.length} | sha256sum; exec sleep 600`] }]);
+  const t = await Terminal.open(ctx.stack.url, ctx.stack.token, id, "mode=controller&since=all");
+  for (const f of frames) {
+    nextInput(ctx, "websocket flood frame");
+    t.send(f, true);
+  }
+  const ok = await t.until((x) => x.text().includes(sha256(sent)), DEADLINE_MS);
+  t.close();
+  await api(ctx.stack.url, ctx.stack.token, "DELETE", `/v1/sessions/${id}`);
+  return ok ? [] : [`flood: ${FLOOD_FRAMES} frames of ${FLOOD_FRAME_BYTES} bytes, the program's hash of what it read never matched (close ${t.closeCode ?? "none"})`];
+}
+
+async function paste(ctx: FuzzContext, p: Prng): Promise<{ lost: string[]; stalled: string[] }> {
+  // "paste" does not read stdin until "go" gets a byte; a fifo in the shared workspace carries the signal.
+  const id = await session(ctx, [
+    { name: "paste", cmd: ["sh", "-c", `stty raw -echo; mkfifo go; printf 'waiting\\n'; cat go > /dev/null; head -c ${PASTE_BYTES} | sha256sum; exec sleep 600`] },
+    { name: "go", cmd: ["sh", "-c", "stty raw -echo; head -c 1 > /dev/null; while [ ! -p go ]; do sleep 0.05; done; : > go; exec sleep 600"] },
+  ]);
+  const echoId = await session(ctx, [{ name: "main", cmd: ["cat"] }]);
+  const bytes = printable(p, PASTE_BYTES);
+  const lost: string[] = [];
+  const stalled: string[] = [];
+  const t = await Terminal.open(ctx.stack.url, ctx.stack.token, id, "app=paste&mode=controller&since=all");
+  const echo = await Terminal.open(ctx.stack.url, ctx.stack.token, echoId, "mode=controller&since=all");
+  if (!(await t.until((x) => x.text().includes("waiting"), DEADLINE_MS))) lost.push("paste: the program never started");
+  for (let at = 0; at < PASTE_BYTES; at += 16 * 1024) {
+    nextInput(ctx, "websocket paste frame");
+    t.send(bytes.subarray(at, at + 16 * 1024), true);
+  }
+  // While the paste waits unread, another session's keystroke still comes back.
+  echo.send("ping\n", true);
+  if (!(await echo.until((x) => x.text().includes("ping\r\nping\r\n"), DEADLINE_MS))) stalled.push("a keystroke in another session got no echo while a 1 MiB paste waited unread");
+  const go = await Terminal.open(ctx.stack.url, ctx.stack.token, id, "app=go&mode=controller&since=all");
+  go.send("g", true);
+  if (!(await t.until((x) => x.text().includes(sha256(bytes)), DEADLINE_MS))) lost.push(`paste: ${PASTE_BYTES} bytes, the program's hash of what it read never matched (close ${t.closeCode ?? "none"})`);
+  for (const x of [t, echo, go]) x.close();
+  for (const s of [id, echoId]) await api(ctx.stack.url, ctx.stack.token, "DELETE", `/v1/sessions/${s}`);
+  return { lost, stalled };
+}
+
+/** Runs both cases; adds "input lost" and "runner stalled by a paste" anomalies to ctx. */
+export async function floodAndPaste(ctx: FuzzContext, p: Prng): Promise<void> {
+  for (const d of await flood(ctx)) ctx.anomalies.add("input lost", d);
+  const pasted = await paste(ctx, p);
+  for (const d of pasted.lost) ctx.anomalies.add("input lost", d);
+  for (const d of pasted.stalled) ctx.anomalies.add("runner stalled by a paste", d);
+}
