@@ -6,7 +6,12 @@
  * the runner must still echo keystrokes. A missing hash is "input lost"; an
  * echo that does not come is "runner stalled by a paste".
  */
+import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { open } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { Session } from "@paddock/contracts";
 import { api, Terminal } from "./client.ts";
 import { nextInput, type FuzzContext } from "./fuzz-context.ts";
@@ -51,16 +56,17 @@ async function flood(ctx: FuzzContext): Promise<string[]> {
 }
 
 async function paste(ctx: FuzzContext, p: Prng): Promise<{ lost: string[]; stalled: string[] }> {
-  // "paste" does not read stdin until "go" gets a byte; a fifo in the shared workspace carries the signal.
-  const id = await session(ctx, [
-    { name: "paste", cmd: ["sh", "-c", `stty raw -echo; mkfifo go; printf 'waiting\\n'; cat go > /dev/null; head -c ${PASTE_BYTES} | sha256sum; exec sleep 600`] },
-    { name: "go", cmd: ["sh", "-c", "stty raw -echo; head -c 1 > /dev/null; while [ ! -p go ]; do sleep 0.05; done; : > go; exec sleep 600"] },
-  ]);
+  // The program does not read stdin until the scenario opens a fifo (one controller per session: a
+  // second app's controller would supersede the paste's).
+  const dir = mkdtempSync(join(tmpdir(), "paddock-chaos-paste-"));
+  const fifo = join(dir, "go");
+  execFileSync("mkfifo", [fifo]);
+  const id = await session(ctx, [{ name: "main", cmd: ["sh", "-c", `stty raw -echo; printf 'waiting\\n'; cat '${fifo}' > /dev/null; head -c ${PASTE_BYTES} | sha256sum; exec sleep 600`] }]);
   const echoId = await session(ctx, [{ name: "main", cmd: ["cat"] }]);
   const bytes = printable(p, PASTE_BYTES);
   const lost: string[] = [];
   const stalled: string[] = [];
-  const t = await Terminal.open(ctx.stack.url, ctx.stack.token, id, "app=paste&mode=controller&since=all");
+  const t = await Terminal.open(ctx.stack.url, ctx.stack.token, id, "mode=controller&since=all");
   const echo = await Terminal.open(ctx.stack.url, ctx.stack.token, echoId, "mode=controller&since=all");
   if (!(await t.until((x) => x.text().includes("waiting"), DEADLINE_MS))) lost.push("paste: the program never started");
   for (let at = 0; at < PASTE_BYTES; at += 16 * 1024) {
@@ -70,10 +76,10 @@ async function paste(ctx: FuzzContext, p: Prng): Promise<{ lost: string[]; stall
   // While the paste waits unread, another session's keystroke still comes back.
   echo.send("ping\n", true);
   if (!(await echo.until((x) => x.text().includes("ping\r\nping\r\n"), DEADLINE_MS))) stalled.push("a keystroke in another session got no echo while a 1 MiB paste waited unread");
-  const go = await Terminal.open(ctx.stack.url, ctx.stack.token, id, "app=go&mode=controller&since=all");
-  go.send("g", true);
+  await (await open(fifo, "w")).close();
   if (!(await t.until((x) => x.text().includes(sha256(bytes)), DEADLINE_MS))) lost.push(`paste: ${PASTE_BYTES} bytes, the program's hash of what it read never matched (close ${t.closeCode ?? "none"})`);
-  for (const x of [t, echo, go]) x.close();
+  for (const x of [t, echo]) x.close();
+  rmSync(dir, { recursive: true, force: true });
   for (const s of [id, echoId]) await api(ctx.stack.url, ctx.stack.token, "DELETE", `/v1/sessions/${s}`);
   return { lost, stalled };
 }
