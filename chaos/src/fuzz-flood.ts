@@ -40,7 +40,15 @@ function printable(p: Prng, size: number): Buffer {
   return out;
 }
 
+/** Input the runners dropped on purpose (an older controller, or an unconfirmed registration): tells a lost case's cause. */
+async function staleInput(ctx: FuzzContext): Promise<number> {
+  let n = 0;
+  for (const id of ctx.stack.members.keys()) n += (await ctx.stack.metric(id, "paddock_stale_input_total")) ?? 0;
+  return n;
+}
+
 async function flood(ctx: FuzzContext): Promise<string[]> {
+  const staleBefore = await staleInput(ctx);
   const frames = Array.from({ length: FLOOD_FRAMES }, (_, i) => Buffer.from(`${String(i).padStart(FLOOD_FRAME_BYTES - 1, "0")}\n`));
   const sent = Buffer.concat(frames);
   const id = await session(ctx, [{ name: "main", cmd: ["sh", "-c", `stty raw -echo; head -c ${sent.length} | sha256sum; exec sleep 600`] }]);
@@ -52,7 +60,9 @@ async function flood(ctx: FuzzContext): Promise<string[]> {
   const ok = await t.until((x) => x.text().includes(sha256(sent)), DEADLINE_MS);
   t.close();
   await api(ctx.stack.url, ctx.stack.token, "DELETE", `/v1/sessions/${id}`);
-  return ok ? [] : [`flood: ${FLOOD_FRAMES} frames of ${FLOOD_FRAME_BYTES} bytes, the program's hash of what it read never matched (close ${t.closeCode ?? "none"})`];
+  if (ok) return [];
+  const stale = (await staleInput(ctx)) - staleBefore;
+  return [`flood: ${FLOOD_FRAMES} frames of ${FLOOD_FRAME_BYTES} bytes, the program's hash of what it read never matched (${stale} input messages dropped as stale by runners meanwhile)`];
 }
 
 async function paste(ctx: FuzzContext, p: Prng): Promise<{ lost: string[]; stalled: string[] }> {
