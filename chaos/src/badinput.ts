@@ -16,6 +16,7 @@ import type { FuzzContext } from "./fuzz-context.ts";
 import { fuzzHttp, HTTP_ROUTES, uncoveredRoutes } from "./fuzz-http.ts";
 import { fuzzNats, readBackInjected } from "./fuzz-nats.ts";
 import { fuzzWebSocket } from "./fuzz-ws.ts";
+import { floodAndPaste } from "./fuzz-flood.ts";
 import type { Prng } from "./prng.ts";
 import { Anomalies, log, type ScenarioResult } from "./report.ts";
 import type { ChaosStack } from "./stack.ts";
@@ -28,6 +29,8 @@ export const BAD_INPUT_ANOMALIES = [
   "malformed requests accepted",
   "requests never answered",
   "service stopped working",
+  "input lost",
+  "runner stalled by a paste",
 ] as const;
 
 const WS = "default";
@@ -97,6 +100,9 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
   for (const c of changes) anomalies.add("state changes", c);
   const invalidAfter = await invalidMessages(stack);
 
+  // After the state comparison: these create sessions of their own.
+  await floodAndPaste(ctx, prng.fork());
+
   for (const c of stack.crashes.slice(crashBase)) anomalies.add("services crashed", `${c.id} exited (${c.code ?? c.signal ?? "?"}) — repeat with --seed ${opts.seed} --only bad-input`);
   for (const id of stack.members.keys()) if (!stack.isUp(id)) await stack.startMember(id);
   // Still working: a fresh session runs to its end.
@@ -123,7 +129,7 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
   return {
     name: "bad-input",
     faults: sent,
-    sessions: 3,
+    sessions: 6,
     anomalies: anomalies.counts,
     details: [`seed ${opts.seed} (repeat with --seed ${opts.seed} --only bad-input)`, ...anomalies.details],
     seconds: (Date.now() - started) / 1000,

@@ -123,19 +123,23 @@ export async function fuzzNats(ctx: FuzzContext, count: number, p: Prng, only?: 
       "nats input",
       async () => {
         // Malformed by construction: a kind the runner does not know, a missing or non-decimal
-        // controller generation, or a resize whose body breaks ResizeInput.
-        const mode = p.int(0, 2);
+        // controller generation, a resize whose body breaks ResizeInput, or a credit request
+        // without a reply subject or with a body.
+        const mode = p.int(0, 3);
         const entries: Array<[string, string]> = [];
         let data: Uint8Array = p.bytes(p.int(0, 64));
         if (mode === 0) {
           entries.push([Headers.inputKind, p.pick(["", "DATA", "claims", "x", nastyString(p).replace(/[\r\n]/g, "")])]);
           if (p.bool()) entries.push([Headers.controllerGeneration, String(p.int(0, 3))]);
         } else if (mode === 1) {
-          entries.push([Headers.inputKind, p.pick(["data", "resize", "claim"])]);
+          entries.push([Headers.inputKind, p.pick(["data", "resize", "claim", "credit"])]);
           if (p.bool(0.8)) entries.push([Headers.controllerGeneration, badNumber(p)]);
-        } else {
+        } else if (mode === 2) {
           entries.push([Headers.inputKind, "resize"], [Headers.controllerGeneration, String(p.int(0, 3))]);
           data = payload(p, ResizeInput, { cols: 80, rows: 24 });
+        } else {
+          entries.push([Headers.inputKind, "credit"], [Headers.controllerGeneration, String(p.int(0, 3))]);
+          data = p.bytes(p.int(0, 64));
         }
         const h = fuzzHeaders(entries);
         nc.publish(Subjects.input(pool, runner, running.id, p.pick(["main", "nope"])), data, { headers: h });

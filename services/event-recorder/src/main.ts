@@ -14,7 +14,7 @@ runMain(log, async () => {
   await provision(nc, { replicas: config.replicas, auditMaxAgeMs: config.auditMaxAgeMs });
   const registry = new Registry();
   const recorder = await createRecorder({ nc, log, bus: createBusMetrics(registry), registry });
-  const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry, isReady: () => !nc.isClosed() });
+  const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry, isReady: () => !nc.isClosed(), lagAlarm: { log, lagWarnMs: config.eventLoopLagWarnMs } });
   return {
     settle: () => nc.flush(),
     readyInfo: { opsPort: ops.port },

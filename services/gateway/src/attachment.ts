@@ -1,5 +1,4 @@
 import { DeliverPolicy, jetstream, type ConsumerMessages } from "@nats-io/jetstream";
-import { headers } from "@nats-io/transport-node";
 import type { RawData, WebSocket } from "ws";
 import {
   type AttachMode,
@@ -8,9 +7,6 @@ import {
   CLOSE_SLOW_CLIENT,
   CLOSE_SUPERSEDED,
   encodeOutputFrame,
-  Headers,
-  InputKind,
-  ResizeInput,
   ServerFrame,
   Streams,
   Subjects,
@@ -23,11 +19,12 @@ import {
 
 /** States whose session will run but has no process taking input yet: a controller's input is held. */
 const HOLD_INPUT_STATES: ReadonlySet<SessionState> = new Set(["queued", "creating"]);
-/** Input held per controller until the session runs; past it, input is dropped with an error frame. */
+/** Input held per controller until the session runs; past it, the socket is not read until it runs. */
 export const MAX_HELD_INPUT_BYTES = 64 * 1024;
 import { encodeJson, PULL_OPTIONS } from "@paddock/bus";
 import type { Principal } from "./auth.ts";
 import type { GatewayContext } from "./context.ts";
+import { InputFlow } from "./input-flow.ts";
 import { FrameBudget } from "./limits.ts";
 import type { Watcher } from "./presence.ts";
 import type { Revocable } from "./revocation.ts";
@@ -72,6 +69,12 @@ export class Attachment implements Watcher, Revocable {
   /** Controller input sent before the session ran, in order (see holdInput). */
   private held: Array<{ bytes: Buffer; resize: { cols: number; rows: number } | undefined }> = [];
   private heldBytes = 0;
+  /** Frames read from the socket and not handled yet (the socket is paused while this is not empty). */
+  private inbox: Array<{ data: RawData; isBinary: boolean }> = [];
+  /** Over the frame budget: the timer that reads on when its window ends. */
+  private budgetTimer: NodeJS.Timeout | undefined;
+  /** The controller's flow-controlled path to the runner. */
+  private readonly flow: InputFlow;
 
   constructor(
     private readonly ctx: GatewayContext,
@@ -87,12 +90,31 @@ export class Attachment implements Watcher, Revocable {
     this.state = grant.session.state;
     this.placement = grant.session;
     this.termFilter = Subjects.termOfApp(grant.session.id, grant.app);
+    this.flow = new InputFlow({
+      nc: ctx.deps.nc,
+      log: ctx.deps.log,
+      sessionId: grant.session.id,
+      app: grant.app,
+      controllerGeneration: grant.controllerGeneration,
+      target: () => {
+        const { poolId, runnerId } = this.placement;
+        return poolId === undefined || runnerId === undefined ? undefined : { poolId, runnerId };
+      },
+      onOpen: () => this.readInbox(),
+    });
   }
 
   start(): void {
     const { metrics, log } = this.ctx.deps;
     metrics.wsOpen.inc({ mode: this.grant.mode });
-    this.ws.on("message", (data, isBinary) => this.onInput(data, isBinary));
+    this.ws.on("message", (data, isBinary) => {
+      if (this.closed || this.superseded) {
+        metrics.inputDropped.inc({ reason: "closed" });
+        return;
+      }
+      this.inbox.push({ data, isBinary });
+      this.readInbox();
+    });
     this.ws.on("pong", () => (this.alive = true));
     this.ws.on("close", () => this.cleanup());
     this.ws.on("error", () => this.cleanup());
@@ -123,6 +145,8 @@ export class Attachment implements Watcher, Revocable {
 
   /** Keepalive tick: a client that did not answer the previous ping is dropped. */
   heartbeat(): void {
+    // Paused (backpressure), the socket's pongs wait unread behind the input: not a sign of a dead client.
+    if (this.ws.isPaused) this.alive = true;
     if (!this.alive) {
       this.ws.terminate();
       this.cleanup();
@@ -253,20 +277,44 @@ export class Attachment implements Watcher, Revocable {
     return undefined;
   }
 
+  /**
+   * Handles the frames read so far, in order, while nothing blocks them: the
+   * frame budget, input held up to its bound, or a spent credit window. While
+   * blocked the socket is paused, so TCP pushes back on the client; it is
+   * read again once whatever blocked it clears (this runs again then).
+   */
+  private readInbox(): void {
+    while (this.inbox.length > 0 && !this.closed) {
+      if (this.inputBlocked()) {
+        this.ws.pause();
+        return;
+      }
+      // Every frame counts, text or binary, viewer or controller.
+      const waitMs = this.budget.take();
+      if (waitMs !== undefined) {
+        this.ws.pause();
+        this.budgetTimer ??= setTimeout(() => {
+          this.budgetTimer = undefined;
+          this.readInbox();
+        }, waitMs);
+        return;
+      }
+      const frame = this.inbox.shift()!;
+      this.onInput(frame.data, frame.isBinary);
+    }
+    if (!this.closed && this.ws.isPaused) this.ws.resume();
+  }
+
+  private inputBlocked(): boolean {
+    if (this.budgetTimer !== undefined) return true;
+    if (HOLD_INPUT_STATES.has(this.state)) return this.heldBytes >= MAX_HELD_INPUT_BYTES;
+    return this.flow.blocked;
+  }
+
   private onInput(data: RawData, isBinary: boolean): void {
     const { metrics } = this.ctx.deps;
     if (this.closed || this.superseded) {
       metrics.inputDropped.inc({ reason: "closed" });
-      return;
-    }
-    // Every frame counts, text or binary, viewer or controller; the excess is dropped, the socket stays.
-    const budget = this.budget.take();
-    if (budget !== "ok") {
-      metrics.inputDropped.inc({ reason: "rate_limited" });
-      if (budget === "warn") {
-        const perSecond = this.ctx.deps.config.wsInputFramesPerSecond;
-        this.sendFrame({ type: "error", code: "rate_limited", message: `more than ${perSecond} input frames per second: the excess is dropped` });
-      }
       return;
     }
     const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
@@ -293,30 +341,28 @@ export class Attachment implements Watcher, Revocable {
 
   /**
    * Input sent before the app runs (a piped stdin, keys typed while the
-   * session starts) is held, bounded, and forwarded in order once the record
-   * says running: the runner has no process, or no subscription yet, to take it.
+   * session starts) is held and forwarded in order once the record says
+   * running: the runner has no process, or no subscription yet, to take it.
+   * Past MAX_HELD_INPUT_BYTES the socket is not read until then (readInbox).
    */
   private holdInput(bytes: Buffer, resize: { cols: number; rows: number } | undefined): void {
-    if (this.heldBytes + bytes.byteLength > MAX_HELD_INPUT_BYTES) {
-      this.ctx.deps.metrics.inputDropped.inc({ reason: "not_running" });
-      this.sendFrame({ type: "error", code: "unavailable", message: `the session is ${this.state}: input past ${MAX_HELD_INPUT_BYTES} bytes held until it runs is dropped` });
-      return;
-    }
     this.held.push({ bytes, resize });
     this.heldBytes += bytes.byteLength;
   }
 
   private releaseHeldInput(): void {
-    if (this.held.length === 0 || HOLD_INPUT_STATES.has(this.state)) return;
+    if (HOLD_INPUT_STATES.has(this.state)) return;
     const held = this.held;
     this.held = [];
     this.heldBytes = 0;
     // Ended without running (canceled, failed): nothing will ever read it.
     if (isTerminal(this.state)) {
-      this.ctx.deps.metrics.inputDropped.inc({ reason: "ended" }, held.length);
-      return;
+      if (held.length > 0) this.ctx.deps.metrics.inputDropped.inc({ reason: "ended" }, held.length);
+    } else {
+      for (const { bytes, resize } of held) this.forwardInput(bytes, resize);
     }
-    for (const { bytes, resize } of held) this.forwardInput(bytes, resize);
+    // Frames waiting behind the bound of held input go on now.
+    this.readInbox();
   }
 
   private forwardInput(bytes: Buffer, resize: { cols: number; rows: number } | undefined): void {
@@ -326,11 +372,7 @@ export class Attachment implements Watcher, Revocable {
       metrics.inputDropped.inc({ reason: "not_placed" });
       return;
     }
-    const h = headers();
-    h.set(Headers.inputKind, resize ? InputKind.resize : InputKind.data);
-    h.set(Headers.controllerGeneration, String(this.grant.controllerGeneration));
-    const subject = Subjects.input(poolId, runnerId, this.sessionId, this.grant.app);
-    this.ctx.deps.nc.publish(subject, resize ? encodeJson(ResizeInput, resize) : bytes, { headers: h });
+    this.flow.send({ poolId, runnerId }, bytes, resize);
   }
 
   private supersede(generation: number): void {
@@ -359,6 +401,11 @@ export class Attachment implements Watcher, Revocable {
   private cleanup(): void {
     if (this.closed) return;
     this.closed = true;
+    this.flow.stop();
+    if (this.budgetTimer !== undefined) clearTimeout(this.budgetTimer);
+    // The socket is gone: frames read but not handled have nowhere to go.
+    if (this.inbox.length > 0) this.ctx.deps.metrics.inputDropped.inc({ reason: "closed" }, this.inbox.length);
+    this.inbox = [];
     this.ctx.deps.metrics.wsOpen.dec({ mode: this.grant.mode });
     this.grant.claims?.stop();
     const messages = this.messages;

@@ -36,7 +36,7 @@ export const GatewayEnv = z.object({
     .string()
     .default("")
     .transform((v) => v.split(",").map((o) => o.trim().toLowerCase()).filter((o) => o !== "")),
-  /** Input frames (binary or text) a terminal socket may send per second; the excess is dropped with a `rate_limited` frame. */
+  /** Input frames (binary or text) a terminal socket may send per second; past it the socket is not read until the second ends (nothing is dropped). */
   PADDOCK_WS_INPUT_FRAMES_PER_SECOND: z.coerce.number().int().positive().default(200),
   /** Terminal sockets one session may have open through one gateway replica; more is 429 before the upgrade. */
   PADDOCK_MAX_ATTACH_PER_SESSION: z.coerce.number().int().positive().default(32),
@@ -60,6 +60,8 @@ export interface GatewayConfig {
   logLevel: string;
   opsHost: string;
   opsPort: number;
+  /** An event-loop delay past this logs a warning (`PADDOCK_EVENT_LOOP_LAG_WARN_MS`). */
+  eventLoopLagWarnMs: number;
   /** Check outgoing bus messages against their schemas too (`PADDOCK_VALIDATE_OUTGOING`); receivers always check. */
   validateOutgoing?: boolean;
   httpHost: string;

@@ -52,32 +52,31 @@ export class WindowLimiter {
   }
 }
 
-/** Per-socket input budget: `perSecond` frames in each 1 s window of the injected clock. */
+/**
+ * Per-socket input budget: `perSecond` frames in each 1 s window of the
+ * injected clock. Frames past it are not dropped: the socket stops being read
+ * until the window ends.
+ */
 export class FrameBudget {
   private start = Number.NEGATIVE_INFINITY;
   private count = 0;
-  /** Whether the current window already told the client it is over. */
-  private warned = false;
 
   constructor(
     private readonly perSecond: number,
     private readonly now: () => number,
   ) {}
 
-  /** "ok", "drop" (over; already warned this window) or "warn" (over: send one rate_limited frame). */
-  take(): "ok" | "drop" | "warn" {
+  /** Counts one frame: undefined when allowed now, else the ms until the window ends (nothing is counted). */
+  take(): number | undefined {
     const t = this.now();
     if (t - this.start >= 1000 || t < this.start) {
       this.start = t;
       this.count = 0;
-      this.warned = false;
     }
     if (this.count < this.perSecond) {
       this.count++;
-      return "ok";
+      return undefined;
     }
-    if (this.warned) return "drop";
-    this.warned = true;
-    return "warn";
+    return Math.max(1, this.start + 1000 - t);
   }
 }

@@ -21,7 +21,7 @@ runMain(log, async () => {
   const metrics = createGatewayMetrics();
   const gateway = createGateway({ nc, config, log, metrics, now: Date.now, newId: randomUUID });
   const { port: httpPort } = await gateway.listen();
-  const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry: metrics.registry, isReady: gateway.isReady });
+  const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry: metrics.registry, isReady: gateway.isReady, lagAlarm: { log, lagWarnMs: config.eventLoopLagWarnMs } });
   return {
     settle: () => nc.flush(),
     readyInfo: { httpPort, opsPort: ops.port },

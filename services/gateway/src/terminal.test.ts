@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { CLOSE_SLOW_CLIENT, CLOSE_SUPERSEDED, Headers, ResizeInput, Streams, Subjects } from "@paddock/contracts";
+import { CLOSE_SLOW_CLIENT, CLOSE_SUPERSEDED, Headers, INPUT_WINDOW_BYTES, ResizeInput, Streams, Subjects } from "@paddock/contracts";
 import {
   Collector,
   makeSession,
@@ -358,21 +358,83 @@ describe("input", () => {
     c.close();
   });
 
-  it("input held past its bound is dropped with an error frame; a session that ends without running drops the rest", async () => {
+  it("input held past its bound waits unread and all of it goes on in order once the session runs", async () => {
     const id = newSession({ state: "queued", controllerGeneration: 1 });
     const inputs = new Collector(h.nc, Subjects.input("default", "r1", id, "main"));
     const c = await openOk(h.wsUrl, id, "mode=controller&since=all", TOKENS.alice);
     expect(await c.nextText()).toMatchObject({ type: "hello" });
     await inputs.next(); // the claim
-    c.ws.send(Buffer.alloc(MAX_HELD_INPUT_BYTES, 0x61));
-    c.ws.send(Buffer.from("x"));
-    expect(await c.nextText()).toMatchObject({ type: "error", code: "unavailable" });
+    const sent = Buffer.concat([Buffer.alloc(MAX_HELD_INPUT_BYTES, 0x61), Buffer.from("xyz"), Buffer.alloc(3 * MAX_HELD_INPUT_BYTES, 0x62)]);
+    c.ws.send(sent.subarray(0, MAX_HELD_INPUT_BYTES));
+    c.ws.send(sent.subarray(MAX_HELD_INPUT_BYTES, MAX_HELD_INPUT_BYTES + 3));
+    for (let at = MAX_HELD_INPUT_BYTES + 3; at < sent.length; at += 16 * 1024) c.ws.send(sent.subarray(at, at + 16 * 1024));
+    h.scheduler.put({ ...h.scheduler.sessions.get(`${WS1}.${id}`)!, state: "running" });
+    h.nc.publish(Subjects.audit(WS1, "session", id), "{}");
+    expect(await c.nextText()).toEqual({ type: "status", state: "running" });
+    // Acting as the runner: take the data, grant every credit request.
+    const got: Buffer[] = [];
+    let total = 0;
+    while (total < sent.length) {
+      const m = await inputs.next();
+      const kind = m.headers?.get(Headers.inputKind);
+      if (kind === "credit") m.respond(JSON.stringify({ ready: true }));
+      else if (kind === "data") {
+        got.push(Buffer.from(m.data));
+        total += m.data.byteLength;
+      }
+    }
+    expect(Buffer.concat(got).equals(sent)).toBe(true);
+    expect((await h.metrics.inputDropped.get()).values.find((v) => v.labels.reason === "not_running")).toBeUndefined();
+    inputs.sub.unsubscribe();
+    c.close();
+  });
+
+  it("the credit window: past it nothing more is published until the runner grants credit", async () => {
+    const id = newSession({ controllerGeneration: 1 });
+    const inputs = new Collector(h.nc, Subjects.input("default", "r1", id, "main"));
+    const c = await openOk(h.wsUrl, id, "mode=controller&since=all", TOKENS.alice);
+    expect(await c.nextText()).toMatchObject({ type: "hello" });
+    await inputs.next(); // the claim
+    const chunk = 16 * 1024;
+    const sent = Buffer.alloc(INPUT_WINDOW_BYTES * 3, 0x63);
+    for (let at = 0; at < sent.length; at += chunk) c.ws.send(sent.subarray(at, at + chunk));
+    let before = 0;
+    for (;;) {
+      const m = await inputs.next();
+      if (m.headers?.get(Headers.inputKind) === "credit") {
+        // Everything published before the request is in; a sentinel published now comes before any more data.
+        h.nc.publish(Subjects.input("default", "r1", id, "main"), "sentinel");
+        expect((await inputs.next()).string()).toBe("sentinel");
+        m.respond(JSON.stringify({ ready: true }));
+        break;
+      }
+      before += m.data.byteLength;
+    }
+    expect(before).toBe(INPUT_WINDOW_BYTES);
+    let total = before;
+    while (total < sent.length) {
+      const m = await inputs.next();
+      if (m.headers?.get(Headers.inputKind) === "credit") m.respond(JSON.stringify({ ready: true }));
+      else total += m.data.byteLength;
+    }
+    expect(total).toBe(sent.length);
+    inputs.sub.unsubscribe();
+    c.close();
+  });
+
+  it("a session that ends without running drops what was held (counted)", async () => {
+    const id = newSession({ state: "queued", controllerGeneration: 1 });
+    const inputs = new Collector(h.nc, Subjects.input("default", "r1", id, "main"));
+    const c = await openOk(h.wsUrl, id, "mode=controller&since=all", TOKENS.alice);
+    expect(await c.nextText()).toMatchObject({ type: "hello" });
+    await inputs.next(); // the claim
+    c.ws.send(Buffer.from("never"));
+    const dropped = async () => (await h.metrics.inputDropped.get()).values.find((v) => v.labels.reason === "ended")?.value ?? 0;
+    const before = await dropped();
     h.scheduler.put({ ...h.scheduler.sessions.get(`${WS1}.${id}`)!, state: "canceled" });
     h.nc.publish(Subjects.audit(WS1, "session", id), "{}");
     expect(await c.nextText()).toEqual({ type: "status", state: "canceled" });
-    const dropped = async (reason: string) => (await h.metrics.inputDropped.get()).values.find((v) => v.labels.reason === reason)?.value ?? 0;
-    expect(await dropped("not_running")).toBe(1);
-    expect(await dropped("ended")).toBe(1);
+    expect(await dropped()).toBe(before + 1);
     // A sentinel behind anything the gateway could have published: it comes first.
     h.nc.publish(Subjects.input("default", "r1", id, "main"), "sentinel");
     expect((await inputs.next()).string()).toBe("sentinel");

@@ -1,8 +1,9 @@
-import { accessSync, constants as fsConstants, statSync } from "node:fs";
+import { accessSync, constants as fsConstants, statSync, writeSync } from "node:fs";
 import { delimiter, isAbsolute, join, resolve } from "node:path";
 import { spawn as spawnPty, type IPty } from "@lydell/node-pty";
 import { INITIAL_TERMINAL_SIZE, type AppSpec, type TerminalSize } from "@paddock/contracts";
 import { SpawnError } from "./errors.ts";
+import { InputQueue, type InputSink } from "./input-queue.ts";
 import { spawnPiped } from "./pipe-process.ts";
 import { signalGroup, signalName, terminateGroup, type AppExit, type AppProcess } from "./process-group.ts";
 import type { OutputStream } from "./term-writer.ts";
@@ -74,7 +75,8 @@ function wrapPty(name: string, pty: IPty, onData: (bytes: Uint8Array) => void): 
   });
   // With encoding null node-pty delivers Buffers, although its types say string.
   pty.onData((chunk: string | Buffer) => onData(typeof chunk === "string" ? Buffer.from(chunk) : chunk));
-  const write = pty.write.bind(pty) as unknown as (data: string | Buffer) => void;
+  const input = new InputQueue(ptyInputSink(pty));
+  void exited.then(() => input.close());
   const signal = (sig: NodeJS.Signals) => {
     if (!alive) return;
     // The PTY child leads its own process group; signal the group so its children go too.
@@ -89,9 +91,7 @@ function wrapPty(name: string, pty: IPty, onData: (bytes: Uint8Array) => void): 
     name,
     pid: pty.pid,
     exited,
-    write: (bytes) => {
-      if (alive) write(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
-    },
+    input,
     resize: (cols, rows) => {
       if (alive) pty.resize(cols, rows);
     },
@@ -99,5 +99,35 @@ function wrapPty(name: string, pty: IPty, onData: (bytes: Uint8Array) => void): 
     freeze: () => signal("SIGSTOP"),
     thaw: () => signal("SIGCONT"),
     terminate: (graceMs) => terminateGroup(signal, exited, graceMs),
+  };
+}
+
+/** What node-pty 1.1.0's UnixTerminal holds (not in its types): the master fd and the stream reading it. */
+interface PtyInternals {
+  fd: unknown;
+  _socket: { destroyed: boolean } | undefined;
+}
+
+/**
+ * Writes to the PTY master without blocking. node-pty's own write goes
+ * through a libuv TTY stream, which for a PTY master (it cannot reopen it)
+ * retries EAGAIN in a busy loop: a program that does not read its stdin held
+ * the whole runner. The master is already O_NONBLOCK, so a direct write takes
+ * what the line discipline has room for and answers EAGAIN otherwise.
+ */
+export function ptyInputSink(pty: IPty): InputSink {
+  const internals = pty as unknown as PtyInternals;
+  const fd = internals.fd;
+  if (typeof fd !== "number" || internals._socket === undefined) throw new Error("node-pty: no master fd to write input to");
+  return {
+    tryWrite: (bytes) => {
+      // Destroying the socket closes the fd at once, and the number may be reused: never write after that.
+      if (internals._socket?.destroyed !== false) return "closed";
+      try {
+        return writeSync(fd, bytes);
+      } catch (err) {
+        return (err as NodeJS.ErrnoException).code === "EAGAIN" ? 0 : "closed";
+      }
+    },
   };
 }

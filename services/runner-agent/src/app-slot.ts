@@ -73,7 +73,7 @@ export class AppSlot {
     let proc: AppProcess;
     try {
       const { writer } = this.deps;
-      proc = withInputNotice(
+      proc = withResizeNotice(
         spawnApp({ app: this.spec, cwd: this.deps.cwd, env: this.deps.env, size: writer.size, onData: (bytes, stream) => writer.append(bytes, stream) }),
         writer,
         this.spec.tty !== false,
@@ -83,6 +83,8 @@ export class AppSlot {
       return { ok: false, run: { ...base, phase: "failed", reason, endedAt: this.deps.now() } };
     }
     this.deps.writer.setPressureHandler((paused) => proc.setPaused(paused));
+    // Input reaching the app: what it prints in answer (a keystroke's echo) is published at once rather than coalesced.
+    proc.input.onWrite = () => this.deps.writer.noteInput();
     const run: AppRun = { ...base, phase: "running" };
     const cur: Current = { proc, run, stopping: false, ended: undefined as unknown as Promise<GenerationEnd> };
     cur.ended = proc.exited.then((exit) => {
@@ -163,19 +165,13 @@ export function endedRun(run: AppRun, exit: AppExit, stoppedByRunner: boolean, e
 }
 
 /**
- * Tells the log writer when input reaches the app, so what the app prints in
- * answer (a keystroke's echo) is published at once rather than coalesced;
- * and when its terminal is resized, so the log says at which point (a piped
- * app has no terminal to resize).
+ * Tells the log writer when the app's terminal is resized, so the log says at
+ * which point (a piped app has no terminal to resize).
  */
-function withInputNotice(proc: AppProcess, writer: Pick<TermWriter, "noteInput" | "resize">, tty: boolean): AppProcess {
+function withResizeNotice(proc: AppProcess, writer: Pick<TermWriter, "resize">, tty: boolean): AppProcess {
   return {
     ...proc,
-    // AppProcess values are plain objects (pid and exited are fixed at spawn): a spread copy is the same process.
-    write: (bytes) => {
-      writer.noteInput();
-      proc.write(bytes);
-    },
+    // AppProcess values are plain objects (pid, input and exited are fixed at spawn): a spread copy is the same process.
     resize: (cols, rows) => {
       proc.resize(cols, rows);
       // After the PTY took the size: output read from here on may already be drawn for it.

@@ -95,6 +95,8 @@ export interface RunnerConfig {
   replicas: number;
   logLevel: string;
   opsPort: number;
+  /** An event-loop delay past this logs a warning (`PADDOCK_EVENT_LOOP_LAG_WARN_MS`). */
+  eventLoopLagWarnMs: number;
   /** Check outgoing bus messages against their schemas too (`PADDOCK_VALIDATE_OUTGOING`); receivers always check. */
   validateOutgoing?: boolean;
   opsHost: string;

@@ -17,7 +17,7 @@ runMain(log, async () => {
   const metrics = createRunnerMetrics();
   const agent = createRunnerAgent({ nc, config, log, metrics, now: Date.now, newId: randomUUID, secrets: new RpcSecretResolver(nc, config.secretsKey, { poolId: config.poolId, runnerId: config.runnerId }) });
   const { generation } = await agent.start();
-  const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry: metrics.registry, isReady: agent.isReady });
+  const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry: metrics.registry, isReady: agent.isReady, lagAlarm: { log, lagWarnMs: config.eventLoopLagWarnMs } });
   return {
     settle: () => nc.flush(),
     readyInfo: { runnerId: config.runnerId, poolId: config.poolId, generation, opsPort: ops.port },

@@ -6,6 +6,8 @@ export interface RunnerMetrics extends BusMetrics {
   termFenced: Counter;
   /** Input dropped because a newer controller generation was already seen. */
   staleInput: Counter;
+  /** Input dropped because the app's input queue was at its bound (a sender that ignored credit). */
+  inputOverflow: Counter;
   /** Dispatch commands ignored because they carry another runner generation. */
   staleDispatch: Counter;
   /** Sessions torn down because the held check found their record ended (the scheduler's teardown never came). */
@@ -45,6 +47,11 @@ export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
     staleInput: new Counter({
       name: "paddock_stale_input_total",
       help: "Terminal input dropped: an older controller generation, or the runner had not confirmed its registration since a stall",
+      registers,
+    }),
+    inputOverflow: new Counter({
+      name: "paddock_runner_input_overflow_total",
+      help: "Terminal input dropped because the app's input queue was at its bound (the sender ignored credit)",
       registers,
     }),
     staleDispatch: new Counter({

@@ -1,5 +1,6 @@
 import { spawn } from "node:child_process";
 import { SpawnError } from "./errors.ts";
+import { InputQueue } from "./input-queue.ts";
 import { signalGroup, signalName, terminateGroup, type AppExit, type AppProcess } from "./process-group.ts";
 import { OutputStream } from "./term-writer.ts";
 
@@ -45,13 +46,22 @@ export function spawnPiped(opts: SpawnPipedOptions): AppProcess {
   const signal = (sig: NodeJS.Signals) => {
     if (alive) signalGroup(pid, sig);
   };
+  // The pipe buffers in node past its high-water mark: hand it more only after it drained.
+  const stdin = child.stdin;
+  const input = new InputQueue({
+    tryWrite: (bytes) => {
+      if (!alive || !stdin.writable) return "closed";
+      if (stdin.writableNeedDrain) return 0;
+      stdin.write(bytes);
+      return bytes.byteLength;
+    },
+  });
+  void exited.then(() => input.close());
   return {
     name: opts.name,
     pid,
     exited,
-    write: (bytes) => {
-      if (alive && child.stdin.writable) child.stdin.write(bytes);
-    },
+    input,
     resize: () => undefined,
     setPaused: (paused) => {
       for (const s of [child.stdout, child.stderr]) {

@@ -1,4 +1,5 @@
 import { constants as osConstants } from "node:os";
+import type { InputQueue } from "./input-queue.ts";
 
 export interface AppExit {
   /** null when the process was killed by a signal. */
@@ -12,7 +13,8 @@ export interface AppProcess {
   /** The child's pid; it leads its own process group. */
   readonly pid: number;
   readonly exited: Promise<AppExit>;
-  write(bytes: Uint8Array): void;
+  /** The app's stdin, written without blocking; closed when the process exits. */
+  readonly input: InputQueue;
   resize(cols: number, rows: number): void;
   /** Pauses or resumes reading the PTY (terminal log backpressure). */
   setPaused(paused: boolean): void;

@@ -25,7 +25,7 @@ runMain(log, async () => {
     now: Date.now,
     newId: randomId,
   });
-  const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry, isReady: () => !nc.isClosed() });
+  const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry, isReady: () => !nc.isClosed(), lagAlarm: { log, lagWarnMs: config.eventLoopLagWarnMs } });
   return {
     settle: () => nc.flush(),
     readyInfo: { opsPort: ops.port },

@@ -57,6 +57,8 @@ export const commonEnv = {
   /** Port of /healthz, /readyz and /metrics; 0 picks a free one (logged at start). */
   PADDOCK_OPS_PORT: port.default(0),
   PADDOCK_OPS_HOST: z.string().default("127.0.0.1"),
+  /** An event-loop delay past this within a 5 s window logs a warning (`paddock_event_loop_lag_*` on /metrics). */
+  PADDOCK_EVENT_LOOP_LAG_WARN_MS: positiveMs.default(500),
   /** Check every outgoing bus message against its schema too (receivers always check): a debugging aid, on in the test stacks. */
   PADDOCK_VALIDATE_OUTGOING: z.enum(["true", "false"]).default("false"),
 };
@@ -120,6 +122,7 @@ export function commonConfig(e: {
   PADDOCK_LOG_LEVEL: "trace" | "debug" | "info" | "warn" | "error" | "fatal" | "silent";
   PADDOCK_OPS_HOST: string;
   PADDOCK_OPS_PORT: number;
+  PADDOCK_EVENT_LOOP_LAG_WARN_MS: number;
   PADDOCK_VALIDATE_OUTGOING: "true" | "false";
 }) {
   return {
@@ -129,6 +132,7 @@ export function commonConfig(e: {
     logLevel: e.PADDOCK_LOG_LEVEL,
     opsHost: e.PADDOCK_OPS_HOST,
     opsPort: e.PADDOCK_OPS_PORT,
+    eventLoopLagWarnMs: e.PADDOCK_EVENT_LOOP_LAG_WARN_MS,
     validateOutgoing: e.PADDOCK_VALIDATE_OUTGOING === "true",
   };
 }

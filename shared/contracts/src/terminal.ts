@@ -67,6 +67,13 @@ export const InputKind = {
   resize: "resize",
   /** Empty: a new controller took over at the generation in `Paddock-Controller-Generation`. */
   claim: "claim",
+  /**
+   * Empty, sent as a request: the sender's input window is spent. Answered
+   * (`InputCredit`) once everything sent before it on the subject is queued and
+   * the app's input queue is back under its low-water mark, or `ready: false`
+   * after `INPUT_CREDIT_HOLD_MS` (ask again).
+   */
+  credit: "credit",
 } as const;
 export type InputKind = (typeof InputKind)[keyof typeof InputKind];
 
@@ -96,6 +103,21 @@ export function parseTerminalSize(raw: string | undefined): TerminalSize | undef
   const parsed = ResizeInput.safeParse({ cols: Number(m[1]), rows: Number(m[2]) });
   return parsed.success ? parsed.data : undefined;
 }
+
+/** The answer to a `credit` input message. */
+export const InputCredit = z.object({ ready: z.boolean() }).strict();
+export type InputCredit = z.infer<typeof InputCredit>;
+
+/**
+ * Input flow control (gateway → runner): a sender may have this many bytes, or
+ * this many messages, on an input subject before it asks for credit and waits.
+ */
+export const INPUT_WINDOW_BYTES = 64 * 1024;
+export const INPUT_WINDOW_MESSAGES = 512;
+/** Credit is granted while the app's input queue holds at most this much. */
+export const INPUT_LOW_WATER_BYTES = 64 * 1024;
+/** A runner answers a credit request within this long (under the 1 min response permission of its principal). */
+export const INPUT_CREDIT_HOLD_MS = 10_000;
 
 /** Binary output frame: 8-byte big-endian cursor followed by raw bytes. */
 export function encodeOutputFrame(cursor: number, bytes: Uint8Array): Buffer {

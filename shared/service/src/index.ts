@@ -2,6 +2,9 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { collectDefaultMetrics, type Registry } from "prom-client";
 import type { Logger } from "@paddock/logging";
+import { watchEventLoopLag } from "./event-loop-lag.ts";
+
+export { watchEventLoopLag, type LagWatch, type LagWatchOptions } from "./event-loop-lag.ts";
 
 export interface OpsServer {
   /** The bound port (useful when 0 was asked for). */
@@ -15,11 +18,14 @@ export interface OpsOptions {
   registry: Registry;
   /** Readiness: connected to NATS and serving. */
   isReady: () => boolean;
+  /** With a logger, the event loop's delay is watched and a window past `lagWarnMs` logs a warning (watchEventLoopLag). */
+  lagAlarm?: { log: Logger; lagWarnMs: number };
 }
 
 /** Serves /healthz (process alive), /readyz (ready to serve) and /metrics. */
 export async function startOpsServer(opts: OpsOptions): Promise<OpsServer> {
   collectDefaultMetrics({ register: opts.registry });
+  const lag = opts.lagAlarm ? watchEventLoopLag({ registry: opts.registry, log: opts.lagAlarm.log, warnMs: opts.lagAlarm.lagWarnMs }) : undefined;
   const server: Server = createServer((req, res) => {
     const path = (req.url ?? "/").split("?")[0];
     if (path === "/healthz") {
@@ -44,7 +50,10 @@ export async function startOpsServer(opts: OpsOptions): Promise<OpsServer> {
   });
   return {
     port: (server.address() as AddressInfo).port,
-    close: () => new Promise((resolve) => server.close(() => resolve())),
+    close: () => {
+      lag?.stop();
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
   };
 }
 

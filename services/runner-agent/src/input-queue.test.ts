@@ -1,0 +1,161 @@
+/**
+ * Input to an app that is not reading: the runner queues it and writes the
+ * PTY master without blocking (node-pty's own write retried EAGAIN in a busy
+ * loop inside libuv, so 128 KiB into such a program froze the whole runner),
+ * answers credit only once the queue drains, and the program gets every byte,
+ * in order, once it reads.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
+import { Headers, INPUT_LOW_WATER_BYTES, InputCredit, Subjects } from "@paddock/contracts";
+import { createRunnerMetrics } from "./metrics.ts";
+import { silentLogger } from "@paddock/logging";
+import { scratchDirs, startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { spawnApp, type AppProcess } from "./app-process.ts";
+import { ControllerGate, subscribeInput } from "./input.ts";
+
+const dirs = scratchDirs("paddock-input-");
+const groups: number[] = [];
+afterEach(() => {
+  for (const pid of groups.splice(0)) {
+    try {
+      process.kill(-pid, "SIGKILL");
+    } catch {
+      // group already gone
+    }
+  }
+  dirs.removeAll();
+});
+
+/** A program that stops itself before reading stdin; thaw() lets it read `size` bytes and print their sha256. */
+function startStoppedReader(size: number, tty = true): { proc: AppProcess; output: () => string; ready: Promise<void> } {
+  const chunks: Buffer[] = [];
+  let onChunk = () => undefined as void;
+  const proc = spawnApp({
+    app: { name: "main", cmd: ["sh", "-c", `${tty ? "stty raw -echo; " : ""}printf 'ready\\n'; kill -STOP $$; head -c ${size} | sha256sum`], tty },
+    cwd: dirs.make(),
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+    onData: (bytes) => {
+      chunks.push(Buffer.from(bytes));
+      onChunk();
+    },
+  });
+  groups.push(proc.pid);
+  const output = () => Buffer.concat(chunks).toString("utf8");
+  const ready = new Promise<void>((resolve) => {
+    onChunk = () => {
+      if (output().includes("ready")) resolve();
+    };
+  });
+  return { proc, output, ready };
+}
+
+/** Printable bytes (no terminal control characters) that a hash tells apart. */
+function payload(size: number): Buffer {
+  return Buffer.from(randomBytes(size).toString("base64").slice(0, size));
+}
+
+const sha256 = (b: Buffer) => createHash("sha256").update(b).digest("hex");
+
+async function outputIncludes(output: () => string, text: string, exited: Promise<unknown>): Promise<void> {
+  await exited;
+  expect(output()).toContain(text);
+}
+
+describe("an app's input queue (real PTY)", () => {
+  it("a 1 MiB paste into a program not reading stdin leaves the event loop free; once it reads it gets every byte in order", async () => {
+    const size = 1024 * 1024;
+    const { proc, output, ready } = startStoppedReader(size);
+    await ready;
+    const bytes = payload(size);
+    // In 64 KiB pieces, as the gateway's window delivers them.
+    for (let at = 0; at < size; at += 64 * 1024) proc.input.push(bytes.subarray(at, at + 64 * 1024));
+    // Reaching the next turn of the event loop at all is the point: the old write spun inside libuv.
+    await new Promise((r) => setImmediate(r));
+    expect(proc.input.queuedBytes).toBeGreaterThan(0);
+    const drained = new Promise<void>((resolve) => proc.input.whenBelow(0, resolve));
+    proc.thaw();
+    await drained;
+    await outputIncludes(output, sha256(bytes), proc.exited);
+  });
+
+  it("the same for an app without a PTY (tty: false)", async () => {
+    const size = 1024 * 1024;
+    const { proc, output, ready } = startStoppedReader(size, false);
+    await ready;
+    const bytes = payload(size);
+    for (let at = 0; at < size; at += 64 * 1024) proc.input.push(bytes.subarray(at, at + 64 * 1024));
+    await new Promise((r) => setImmediate(r));
+    proc.thaw();
+    await outputIncludes(output, sha256(bytes), proc.exited);
+  });
+
+  it("whenBelow is released when the program exits with input still queued (nobody waits forever)", async () => {
+    const { proc, ready } = startStoppedReader(10);
+    await ready;
+    proc.input.push(payload(512 * 1024));
+    await new Promise((r) => setImmediate(r));
+    const released = new Promise<void>((resolve) => proc.input.whenBelow(0, resolve));
+    await proc.terminate(100);
+    await released;
+    expect(proc.input.closed).toBe(true);
+    expect(proc.input.push(Buffer.from("x"))).toBe(false);
+  });
+});
+
+describe("credit on the input subject (real nats-server, real PTY)", () => {
+  let server: NatsServerHandle;
+  let nc: NatsConnection;
+  beforeAll(async () => {
+    server = await startNatsServer();
+    nc = await connect({ servers: server.url });
+  });
+  afterAll(async () => {
+    await nc?.close();
+    await server?.stop();
+  });
+
+  it("a credit request waits while the app's queue is over its low-water mark, and is granted once the program reads", async () => {
+    const size = 4 * INPUT_LOW_WATER_BYTES;
+    const { proc, output, ready } = startStoppedReader(size);
+    await ready;
+    const metrics = createRunnerMetrics();
+    const sub = subscribeInput({
+      nc,
+      poolId: "default",
+      runnerId: "r1",
+      sessionId: "s1",
+      accepting: () => true,
+      gate: new ControllerGate(),
+      app: (name) => (name === "main" ? proc : undefined),
+      metrics,
+      log: silentLogger(),
+      creditHoldMs: 50,
+    });
+    const subject = Subjects.input("default", "r1", "s1", "main");
+    const h = (kind: string) => {
+      const x = headers();
+      x.set(Headers.inputKind, kind);
+      x.set(Headers.controllerGeneration, "1");
+      return x;
+    };
+    const credit = async () => InputCredit.parse((await nc.request(subject, new Uint8Array(0), { headers: h("credit"), timeout: 5_000 })).json());
+    const bytes = payload(size);
+    for (let at = 0; at < size; at += 16 * 1024) nc.publish(subject, bytes.subarray(at, at + 16 * 1024), { headers: h("data") });
+    // The program is stopped: the queue stays over the mark and the answer says so.
+    expect(await credit()).toEqual({ ready: false });
+    proc.thaw();
+    // Asked again, as the gateway does, until granted.
+    while (!(await credit()).ready) {
+      // not drained yet
+    }
+    await outputIncludes(output, sha256(bytes), proc.exited);
+    // A credit request without a reply subject is bad input: counted, nothing else.
+    nc.publish(subject, new Uint8Array(0), { headers: h("credit") });
+    await nc.flush();
+    await sub.drain();
+    expect((await metrics.invalidMessages.get()).values.reduce((n, v) => n + v.value, 0)).toBe(1);
+    expect((await metrics.inputOverflow.get()).values[0]?.value ?? 0).toBe(0);
+  });
+});
