@@ -192,7 +192,7 @@ describe("suspend, resume, checkpoint", () => {
     await h.fact(sessionId, "suspended", (f) => f.warm);
     await h.send({ type: "suspend", sessionId, requestId: "wc2", warm: false });
     const cold = await h.fact(sessionId, "suspended", (f) => !f.warm);
-    expect(cold).toMatchObject({ checkpoint: { ref: `checkpoints/ws1/${sessionId}/1-wc2` } });
+    expect(cold).toMatchObject({ checkpoint: { ref: `${runnerObjectStore(ObjectStores.checkpoints, h.t.config.poolId, h.t.config.runnerId)}/ws1/${sessionId}/1-wc2` } });
     expect(h.facts.items.some((f) => f.sessionId === sessionId && f.type === "refused")).toBe(false);
     expect(existsSync(join(h.t.config.dataDir, "sessions", sessionId))).toBe(false);
     await eventually(() => !stillRuns(pid), "the stopped app was ended");
