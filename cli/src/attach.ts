@@ -49,14 +49,17 @@ type Attempt = { readonly outcome: AttachOutcome } | { readonly retry: string; r
 
 /** Close codes after which a reconnect from the last cursor is the right move. */
 const RETRYABLE_CLOSE: ReadonlySet<number> = new Set([CLOSE_SLOW_CLIENT, 1001, 1005, 1006, 1011, 1012, 1013, 1014]);
-const MAX_PENDING_INPUT = 1 << 20;
+/** Input held or unwritten past this makes sendInput ask the caller to stop reading (backpressure; nothing is dropped). */
+export const INPUT_HIGH_WATER_BYTES = 256 * 1024;
 const READ_ONLY = "read_only";
 
 /**
  * One terminal attachment that survives disconnects: it remembers the cursor
  * of the last output chunk and reconnects with since=<cursor> (bounded
  * retries with backoff), so output is neither lost nor repeated. Input and
- * the last resize are held while disconnected and sent after the next hello.
+ * the last resize are held while disconnected and sent after the next hello;
+ * past INPUT_HIGH_WATER_BYTES held or not yet written to the socket, the
+ * caller is asked to stop reading its input until whenWritable() resolves.
  * A controller attach refused because the session has ended (it can happen
  * any time: a `run` whose command exits before the attach) continues as a
  * viewer from the same place, which still replays the log and the exit.
@@ -77,30 +80,64 @@ export class TerminalAttachment {
   private warnedReadOnly = false;
   /** A suspension was announced; the next live state is announced too. */
   private suspended = false;
-  private warnedOverflow = false;
+  /** Bytes handed to the socket whose write has not completed (its send callback). */
+  private inflight = 0;
+  private writableWaiters: Array<() => void> = [];
   /** The app the server attached us to (its hello names it when --app was not given). */
   private attachedApp: string | undefined;
   private mode: AttachMode;
 
+  /** The attachment reached its outcome: input has nowhere to go, and nobody waits for room. */
+  private finished = false;
+
   constructor(private readonly opts: AttachOptions) {
     this.mode = opts.mode;
-    this.done = this.run();
+    this.done = this.run().finally(() => {
+      this.finished = true;
+      this.releaseWriters();
+    });
   }
 
-  /** Stdin bytes for the app (controller only; a viewer's input is refused by the server). */
-  sendInput(bytes: Uint8Array): void {
-    if (bytes.byteLength === 0) return;
-    if (this.ready && this.ws?.readyState === WebSocket.OPEN) {
-      this.ws.send(bytes, { binary: true });
-      return;
+  /**
+   * Stdin bytes for the app (controller only; a viewer's input is refused by
+   * the server). Never dropped: held while disconnected. Returns false when
+   * the caller should stop reading until whenWritable() resolves.
+   */
+  sendInput(bytes: Uint8Array): boolean {
+    if (bytes.byteLength > 0) {
+      const ws = this.ws;
+      if (this.ready && ws?.readyState === WebSocket.OPEN) {
+        this.sendTracked(ws, Buffer.from(bytes));
+      } else {
+        this.pending.push(Buffer.from(bytes));
+        this.pendingBytes += bytes.byteLength;
+      }
     }
-    if (this.pendingBytes + bytes.byteLength > MAX_PENDING_INPUT) {
-      if (!this.warnedOverflow) this.opts.notice("input buffer full while reconnecting; dropping input");
-      this.warnedOverflow = true;
-      return;
-    }
-    this.pending.push(Buffer.from(bytes));
-    this.pendingBytes += bytes.byteLength;
+    return this.writable();
+  }
+
+  /** Resolves once sendInput would accept more (and at once when the attachment is over). */
+  whenWritable(): Promise<void> {
+    if (this.writable()) return Promise.resolve();
+    return new Promise((resolve) => this.writableWaiters.push(resolve));
+  }
+
+  private writable(): boolean {
+    return this.finished || this.pendingBytes + this.inflight < INPUT_HIGH_WATER_BYTES;
+  }
+
+  private releaseWriters(): void {
+    if (!this.writable()) return;
+    for (const wake of this.writableWaiters.splice(0)) wake();
+  }
+
+  private sendTracked(ws: WebSocket, chunk: Buffer): void {
+    this.inflight += chunk.byteLength;
+    // ws calls back once the bytes are written to the socket, or with an error when it closed.
+    ws.send(chunk, { binary: true }, () => {
+      this.inflight -= chunk.byteLength;
+      this.releaseWriters();
+    });
   }
 
   resize(cols: number, rows: number): void {
@@ -279,9 +316,11 @@ export class TerminalAttachment {
     if (this.size) this.sendResize();
     const ws = this.ws;
     if (!ws) return;
-    for (const chunk of this.pending) ws.send(chunk, { binary: true });
+    const pending = this.pending;
     this.pending = [];
     this.pendingBytes = 0;
+    for (const chunk of pending) this.sendTracked(ws, chunk);
+    this.releaseWriters();
   }
 
   private sendResize(): void {

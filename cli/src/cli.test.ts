@@ -87,6 +87,29 @@ describe("run", () => {
 });
 
 describe("attach", () => {
+  it("input piped while reconnecting is held, not dropped: stdin waits past the high-water mark and every byte arrives in order", async () => {
+    const size = 4 * 1024 * 1024;
+    const sent = Buffer.alloc(size);
+    for (let i = 0; i < size; i++) sent[i] = 97 + (i % 26);
+    let received = 0;
+    const chunks: Buffer[] = [];
+    gw.program.input = (t, bytes) => {
+      chunks.push(Buffer.from(bytes));
+      received += bytes.byteLength;
+      if (received === size) t.exit(0);
+    };
+    gw.onAttach = (_t, ws, n) => {
+      if (n === 1) ws.terminate();
+    };
+    const cli = startCli(["run", "--", "cat"], env);
+    // Typed once the CLI knows the connection is gone: all of it waits for the reconnect.
+    await cli.stderr.waitFor("reconnecting");
+    for (let at = 0; at < size; at += 64 * 1024) cli.stdin.write(sent.subarray(at, at + 64 * 1024));
+    expect(await cli.code).toBe(0);
+    expect(Buffer.concat(chunks).equals(sent)).toBe(true);
+    expect(cli.stderr.text()).not.toMatch(/dropping/);
+  });
+
   it("reconnects after a lost connection from the last cursor, losing and repeating nothing", async () => {
     gw.program.start = (t) => {
       t.emit("one ");

@@ -41,18 +41,28 @@ export function bindInput(io: CliIo, att: TerminalAttachment, mode: AttachMode):
     }
   }
 
+  let released = false;
+  /** Backpressure: stdin is not read while the attachment holds too much unsent input. */
+  const send = (bytes: Uint8Array) => {
+    if (att.sendInput(bytes)) return;
+    stdin.pause();
+    void att.whenWritable().then(() => {
+      if (!released) stdin.resume();
+    });
+  };
+
   if (tty || controller) {
     const onData = (chunk: Buffer | string) => {
       const bytes = typeof chunk === "string" ? Buffer.from(chunk) : chunk;
       if (tty) {
         const at = bytes.findIndex((b) => b === DETACH_KEY || (!controller && b === CTRL_C));
         if (at !== -1) {
-          if (controller) att.sendInput(bytes.subarray(0, at));
+          if (controller) send(bytes.subarray(0, at));
           att.detach();
           return;
         }
       }
-      if (controller) att.sendInput(bytes);
+      if (controller) send(bytes);
     };
     stdin.on("data", onData);
     stdin.resume();
@@ -62,7 +72,6 @@ export function bindInput(io: CliIo, att: TerminalAttachment, mode: AttachMode):
     });
   }
 
-  let released = false;
   return {
     raw: tty,
     release() {

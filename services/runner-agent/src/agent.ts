@@ -293,7 +293,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     const jsm = await jetstreamManager(nc);
     sessions = new SessionManager({
       runner: { poolId: config.poolId, runnerId: config.runnerId },
-      acceptingInput: confirmed,
+      inputAdmission: { open: confirmed, epoch: () => epoch, onConfirmed: (listener) => confirmation.onConfirm(listener) },
       nc,
       js,
       jsm,

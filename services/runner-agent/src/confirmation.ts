@@ -9,6 +9,7 @@
  */
 export class RegistrationConfirmation {
   private confirmedAt: number;
+  private readonly listeners = new Set<() => void>();
 
   constructor(
     private readonly now: () => number,
@@ -26,6 +27,13 @@ export class RegistrationConfirmation {
   /** The check asked at askedAt found the registration holding (an older answer never moves it back). */
   confirm(askedAt: number): void {
     this.confirmedAt = Math.max(this.confirmedAt, askedAt);
+    for (const listener of [...this.listeners]) listener();
+  }
+
+  /** Calls listener after every confirmation; returns the unsubscribe. */
+  onConfirm(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
   }
 
   /** Whether the latest confirmation is still within the lease TTL. */

@@ -13,7 +13,7 @@ import { createRunnerMetrics } from "./metrics.ts";
 import { silentLogger } from "@paddock/logging";
 import { scratchDirs, startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { spawnApp, type AppProcess } from "./app-process.ts";
-import { ControllerGate, subscribeInput } from "./input.ts";
+import { ControllerGate, subscribeInput, type InputAdmission } from "./input.ts";
 
 const dirs = scratchDirs("paddock-input-");
 const groups: number[] = [];
@@ -126,7 +126,7 @@ describe("credit on the input subject (real nats-server, real PTY)", () => {
       poolId: "default",
       runnerId: "r1",
       sessionId: "s1",
-      accepting: () => true,
+      admission: { open: () => true, epoch: () => 0, onConfirmed: () => () => undefined },
       gate: new ControllerGate(),
       app: (name) => (name === "main" ? proc : undefined),
       metrics,
@@ -157,5 +157,101 @@ describe("credit on the input subject (real nats-server, real PTY)", () => {
     await sub.drain();
     expect((await metrics.invalidMessages.get()).values.reduce((n, v) => n + v.value, 0)).toBe(1);
     expect((await metrics.inputOverflow.get()).values[0]?.value ?? 0).toBe(0);
+  });
+});
+
+/** An admission the test opens, closes and re-registers by hand (agent.ts drives the real one from its fence checks). */
+function manualAdmission(): InputAdmission & { close(): void; confirm(): void; reregister(): void } {
+  let open = true;
+  let epoch = 0;
+  const listeners = new Set<() => void>();
+  return {
+    open: () => open,
+    epoch: () => epoch,
+    onConfirmed: (listener) => {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+    close: () => {
+      open = false;
+    },
+    confirm: () => {
+      open = true;
+      for (const l of [...listeners]) l();
+    },
+    reregister: () => {
+      epoch += 1;
+      open = true;
+      for (const l of [...listeners]) l();
+    },
+  };
+}
+
+describe("input while the registration is unconfirmed (real nats-server, real PTY)", () => {
+  let server: NatsServerHandle;
+  let nc: NatsConnection;
+  beforeAll(async () => {
+    server = await startNatsServer();
+    nc = await connect({ servers: server.url });
+  });
+  afterAll(async () => {
+    await nc?.close();
+    await server?.stop();
+  });
+
+  function harness(sessionId: string, proc: AppProcess, admission: InputAdmission) {
+    const metrics = createRunnerMetrics();
+    const sub = subscribeInput({ nc, poolId: "default", runnerId: "r1", sessionId, admission, gate: new ControllerGate(), app: (name) => (name === "main" ? proc : undefined), metrics, log: silentLogger() });
+    const subject = Subjects.input("default", "r1", sessionId, "main");
+    const h = (kind: string) => {
+      const x = headers();
+      x.set(Headers.inputKind, kind);
+      x.set(Headers.controllerGeneration, "1");
+      return x;
+    };
+    const send = (bytes: Buffer) => nc.publish(subject, bytes, { headers: h("data") });
+    const credit = () => nc.request(subject, new Uint8Array(0), { headers: h("credit"), timeout: 30_000 }).then((m) => InputCredit.parse(m.json()));
+    return { metrics, sub, send, credit };
+  }
+
+  it("is held in order and reaches the app once the same registration is confirmed again", async () => {
+    const size = 20_000;
+    const { proc, output, ready } = startStoppedReader(size);
+    await ready;
+    proc.thaw();
+    const admission = manualAdmission();
+    const { metrics, sub, send, credit } = harness("s-held", proc, admission);
+    const bytes = payload(size);
+    send(bytes.subarray(0, 5_000));
+    await nc.flush();
+    admission.close();
+    for (let at = 5_000; at < size; at += 10) send(bytes.subarray(at, at + 10));
+    // Asked while unconfirmed: answered only after the confirmation, behind the input it covers.
+    const granted = credit();
+    await nc.flush();
+    admission.confirm();
+    expect(await granted).toEqual({ ready: true });
+    await outputIncludes(output, sha256(bytes), proc.exited);
+    await sub.drain();
+    expect((await metrics.staleInput.get()).values[0]?.value ?? 0).toBe(0);
+  });
+
+  it("is dropped (counted stale) when the runner registered again meanwhile, and a waiting credit request is released", async () => {
+    const { proc, output, ready } = startStoppedReader(6);
+    await ready;
+    proc.thaw();
+    const admission = manualAdmission();
+    const { metrics, sub, send, credit } = harness("s-moved", proc, admission);
+    admission.close();
+    send(Buffer.from("stale!"));
+    const released = credit();
+    await nc.flush();
+    admission.reregister();
+    expect(await released).toEqual({ ready: true });
+    // Input after the new registration reaches the app; the stale bytes never do.
+    send(Buffer.from("fresh!"));
+    await outputIncludes(output, sha256(Buffer.from("fresh!")), proc.exited);
+    await sub.drain();
+    expect((await metrics.staleInput.get()).values[0]?.value).toBe(2);
   });
 });

@@ -41,8 +41,8 @@ export interface InputOptions {
   poolId: string;
   runnerId: string;
   sessionId: string;
-  /** False while the runner may have lost the session without knowing (see agent.ts `confirmed`): input is dropped. */
-  accepting: () => boolean;
+  /** Whether input may reach the apps now (see agent.ts `confirmed`); what arrives while it may not is held. */
+  admission: InputAdmission;
   gate: ControllerGate;
   app: (name: string) => AppProcess | undefined;
   metrics: Pick<RunnerMetrics, "invalidMessages" | "staleInput" | "inputOverflow">;
@@ -51,21 +51,98 @@ export interface InputOptions {
   creditHoldMs?: number;
 }
 
+/**
+ * Whether controller input may reach the apps. A runner stopped past its lease
+ * (SIGSTOP, a long stall) may have lost its sessions without knowing: until a
+ * check confirms its registration again, input is held, not applied.
+ */
+export interface InputAdmission {
+  /** True while the runner's registration is confirmed. */
+  open(): boolean;
+  /** Bumped on every registration change: input held across one is dropped (the session may be a successor's). */
+  epoch(): number;
+  /** Calls listener after each confirmation; returns the unsubscribe. */
+  onConfirmed(listener: () => void): () => void;
+}
+
 /** Subscribes to one session's input subjects (core NATS: keystrokes are never replayed). */
 export function subscribeInput(opts: InputOptions): Subscription {
   const subject = Subjects.input(opts.poolId, opts.runnerId, opts.sessionId, "*");
-  return opts.nc.subscribe(subject, {
+  const held = new UnconfirmedInput(opts, (msg) => handleInput(opts, msg, held));
+  const sub = opts.nc.subscribe(subject, {
     callback: (err, msg) => {
       if (err) {
         opts.log.warn({ err, sessionId: opts.sessionId }, "input subscription error");
         return;
       }
-      handleInput(opts, msg);
+      handleInput(opts, msg, held);
     },
   });
+  void sub.closed.finally(() => held.close());
+  return sub;
 }
 
-function handleInput(opts: InputOptions, msg: Msg): void {
+/**
+ * Input that arrived while the registration was unconfirmed, in order. The
+ * next confirmation of the same registration replays it (a lagging event
+ * loop let the confirmation lapse; nothing moved); a registration change in
+ * between drops it, counted as stale, since the session may be a successor's.
+ * Credit requests wait here too, so a sender stays within its window.
+ */
+class UnconfirmedInput {
+  private held: Msg[] = [];
+  private bytes = 0;
+  private epoch = 0;
+  private unsubscribe: (() => void) | undefined;
+
+  constructor(
+    private readonly opts: InputOptions,
+    private readonly replay: (msg: Msg) => void,
+  ) {}
+
+  get holding(): boolean {
+    return this.held.length > 0;
+  }
+
+  hold(msg: Msg): void {
+    if (this.held.length === 0) {
+      this.epoch = this.opts.admission.epoch();
+      this.unsubscribe = this.opts.admission.onConfirmed(() => this.settle());
+    }
+    if (this.bytes + msg.data.byteLength > INPUT_QUEUE_CAP_BYTES) {
+      this.opts.metrics.inputOverflow.inc();
+      return;
+    }
+    this.held.push(msg);
+    this.bytes += msg.data.byteLength;
+  }
+
+  private settle(): void {
+    if (!this.opts.admission.open() && this.opts.admission.epoch() === this.epoch) return;
+    const held = this.held;
+    this.close();
+    if (this.opts.admission.epoch() !== this.epoch) {
+      for (const msg of held) dropStale(this.opts, msg);
+      return;
+    }
+    for (const msg of held) this.replay(msg);
+  }
+
+  close(): void {
+    this.unsubscribe?.();
+    this.unsubscribe = undefined;
+    this.held = [];
+    this.bytes = 0;
+  }
+}
+
+function dropStale(opts: InputOptions, msg: Msg): void {
+  opts.metrics.staleInput.inc();
+  // A waiting sender is released: the session is leaving this runner, and its attachment follows the record.
+  if (msg.headers?.get(Headers.inputKind) === InputKind.credit) respondCredit(opts, msg, true);
+}
+
+function handleInput(opts: InputOptions, msg: Msg, held: UnconfirmedInput): void {
   const reject = (reason: string) => {
     // One label per runner, not per session: metric cardinality stays bounded.
     opts.metrics.invalidMessages.inc({ subject: Subjects.inputOfRunner(opts.poolId, opts.runnerId) });
@@ -77,8 +154,10 @@ function handleInput(opts: InputOptions, msg: Msg): void {
   if (!kinds.has(kind)) return reject("unknown input kind");
   const genText = msg.headers?.get(Headers.controllerGeneration) ?? "";
   if (!/^\d{1,15}$/.test(genText)) return reject("missing controller generation");
+  if (kind === InputKind.credit && (!msg.reply || msg.data.byteLength > 0)) return reject("bad credit request");
+  // Unconfirmed registration: held in order until a confirmation says whether it is still ours.
+  if (!opts.admission.open() || held.holding) return held.hold(msg);
   if (kind === InputKind.credit) {
-    if (!msg.reply || msg.data.byteLength > 0) return reject("bad credit request");
     // Answered even for an app between generations: nothing is queued for it, so there is room.
     return answerCredit(opts, msg, opts.app(appName));
   }
@@ -86,8 +165,8 @@ function handleInput(opts: InputOptions, msg: Msg): void {
   if (!app) return reject("unknown app");
   const resize = kind === InputKind.resize ? decodeJson(ResizeInput, msg.data) : undefined;
   if (resize && !resize.ok) return reject(`bad resize: ${resize.reason}`);
-  // Unconfirmed registration: the keystroke may be meant for a successor holding the session now.
-  if (!opts.accepting() || !opts.gate.admit(Number(genText))) {
+  // An older controller's input never reaches the app.
+  if (!opts.gate.admit(Number(genText))) {
     opts.metrics.staleInput.inc();
     return;
   }
@@ -110,14 +189,16 @@ function queueData(opts: InputOptions, app: AppProcess, msg: Msg): void {
  * the queue is back under its low-water mark, or not ready after the hold (the
  * sender asks again; a response is allowed only within a minute).
  */
+function respondCredit(opts: InputOptions, msg: Msg, ready: boolean): void {
+  try {
+    msg.respond(encodeJson(InputCredit, { ready }));
+  } catch (err) {
+    opts.log.debug({ err, sessionId: opts.sessionId }, "credit answer not sent");
+  }
+}
+
 function answerCredit(opts: InputOptions, msg: Msg, app: AppProcess | undefined): void {
-  const respond = (ready: boolean) => {
-    try {
-      msg.respond(encodeJson(InputCredit, { ready }));
-    } catch (err) {
-      opts.log.debug({ err, sessionId: opts.sessionId }, "credit answer not sent");
-    }
-  };
+  const respond = (ready: boolean) => respondCredit(opts, msg, ready);
   if (!app) return respond(true);
   const queue = app.input;
   const notify = () => {

@@ -6,6 +6,7 @@ import type { CheckpointStore } from "./checkpoint.ts";
 import type { TerminalSettings } from "./config.ts";
 import type { FactPublisher } from "./facts.ts";
 import type { RunnerMetrics } from "./metrics.ts";
+import type { InputAdmission } from "./input.ts";
 import type { SecretResolver } from "./secrets.ts";
 
 export type StartCommand = Extract<DispatchCommand, { type: "start" }>;
@@ -21,8 +22,8 @@ export interface WatchSettings {
 export interface SessionRuntimeDeps {
   /** This runner: subjects of its terminal logs and input carry its pool and id. */
   runner: { poolId: string; runnerId: string };
-  /** False while the runner's registration is unconfirmed (it may have been stopped past its lease): input is dropped. */
-  acceptingInput: () => boolean;
+  /** Whether input may reach apps now: held while the runner's registration is unconfirmed (it may have been stopped past its lease). */
+  inputAdmission: InputAdmission;
   nc: NatsConnection;
   js: JetStreamClient;
   jsm: JetStreamManager;

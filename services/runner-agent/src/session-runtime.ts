@@ -166,7 +166,7 @@ export class SessionRuntime {
       this.input = subscribeInput({
         ...this.deps,
         ...this.deps.runner,
-        accepting: this.deps.acceptingInput,
+        admission: this.deps.inputAdmission,
         sessionId: this.held.sessionId,
         gate: new ControllerGate(),
         app: (name) => this.slots.get(name)?.proc,
