@@ -11,12 +11,17 @@ describe("watchEventLoopLag", () => {
     const log = { warn: (fields: { lagMs: number; thresholdMs: number }) => warned(fields) } as unknown as Logger;
     const watch = watchEventLoopLag({ registry, log, warnMs: 50, windowMs: 20 });
     try {
-      // Hold the loop well past the threshold, as a blocking write on a PTY master did.
-      const until = performance.now() + 200;
-      while (performance.now() < until) {
-        // busy
+      // Hold the loop well past the threshold, as a blocking write on a PTY master did, until a
+      // window reports it (the sampler and the window timer may both fire after one hold, in either order).
+      let fields: { lagMs: number; thresholdMs: number } | undefined;
+      void warning.then((f) => (fields = f));
+      while (fields === undefined) {
+        const until = performance.now() + 200;
+        while (performance.now() < until) {
+          // busy
+        }
+        await new Promise((resolve) => setTimeout(resolve, 30));
       }
-      const fields = await warning;
       expect(fields.thresholdMs).toBe(50);
       expect(fields.lagMs).toBeGreaterThan(50);
       const text = await registry.metrics();
