@@ -18,37 +18,12 @@ import { Objm } from "@nats-io/obj";
 import { FleetRpc, Headers, inboxPrefixOf, ObjectStores, runnerObjectStore, Subjects } from "@paddock/contracts";
 import { connectAs, ControlPlaneUsers, natsAuthConfig, runnerUser, startNatsServer, startStack, type NatsServerHandle, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal, waitForAuditEvents } from "./helpers.ts";
+import { denied } from "./nats-denied.ts";
 
 const R1 = { poolId: "default", runnerId: "r1" };
 const R2 = { poolId: "default", runnerId: "r2" };
 const users = [...Object.values(ControlPlaneUsers), runnerUser(R1.poolId, R1.runnerId), runnerUser(R2.poolId, R2.runnerId)];
 const passwords = Object.fromEntries(users.map((u) => [u, randomBytes(12).toString("hex")]));
-
-/**
- * Runs `action` and resolves with the permissions violation the server
- * reported for `subject`: either the action's own rejection (a request, a
- * JetStream publish) or the async error on the connection's status stream
- * (a plain publish or subscribe). Never a sleep: whichever comes first.
- */
-async function denied(nc: NatsConnection, subject: string, action: () => Promise<unknown> | unknown): Promise<string> {
-  const status = (async () => {
-    for await (const s of nc.status()) {
-      if (s.type === "error" && /permissions violation/i.test(String(s.error)) && String(s.error).includes(subject)) return String(s.error);
-    }
-    return "connection closed";
-  })();
-  const acted = (async () => {
-    try {
-      await action();
-    } catch (err) {
-      const text = `${String(err)} ${String((err as { cause?: unknown }).cause ?? "")}`;
-      if (/permission/i.test(text)) return text;
-      return status; // e.g. a timeout after the violation: the status event carries it
-    }
-    return status;
-  })();
-  return Promise.race([status, acted]);
-}
 
 describe("NATS permissions per principal", () => {
   let server: NatsServerHandle;

@@ -63,6 +63,17 @@ async function outputIncludes(output: () => string, text: string, exited: Promis
   expect(output()).toContain(text);
 }
 
+let server: NatsServerHandle;
+let nc: NatsConnection;
+beforeAll(async () => {
+  server = await startNatsServer();
+  nc = await connect({ servers: server.url });
+});
+afterAll(async () => {
+  await nc?.close();
+  await server?.stop();
+});
+
 describe("an app's input queue (real PTY)", () => {
   it("a 1 MiB paste into a program not reading stdin leaves the event loop free; once it reads it gets every byte in order", async () => {
     const size = 1024 * 1024;
@@ -105,16 +116,6 @@ describe("an app's input queue (real PTY)", () => {
 });
 
 describe("credit on the input subject (real nats-server, real PTY)", () => {
-  let server: NatsServerHandle;
-  let nc: NatsConnection;
-  beforeAll(async () => {
-    server = await startNatsServer();
-    nc = await connect({ servers: server.url });
-  });
-  afterAll(async () => {
-    await nc?.close();
-    await server?.stop();
-  });
 
   it("a credit request waits while the app's queue is over its low-water mark, and is granted once the program reads", async () => {
     const size = 4 * INPUT_LOW_WATER_BYTES;
@@ -188,17 +189,6 @@ function manualAdmission(): InputAdmission & { close(): void; confirm(): void; r
 }
 
 describe("input while the registration is unconfirmed (real nats-server, real PTY)", () => {
-  let server: NatsServerHandle;
-  let nc: NatsConnection;
-  beforeAll(async () => {
-    server = await startNatsServer();
-    nc = await connect({ servers: server.url });
-  });
-  afterAll(async () => {
-    await nc?.close();
-    await server?.stop();
-  });
-
   function harness(sessionId: string, proc: AppProcess, admission: InputAdmission) {
     const metrics = createRunnerMetrics();
     const sub = subscribeInput({ nc, poolId: "default", runnerId: "r1", sessionId, admission, gate: new ControllerGate(), app: (name) => (name === "main" ? proc : undefined), metrics, log: silentLogger() });
