@@ -6,6 +6,7 @@
  * in order, once it reads.
  */
 import { createHash, randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { Headers, INPUT_LOW_WATER_BYTES, InputCredit, Subjects } from "@paddock/contracts";
@@ -28,12 +29,33 @@ afterEach(() => {
   dirs.removeAll();
 });
 
-/** A program that stops itself before reading stdin; thaw() lets it read `size` bytes and print their sha256. */
+/**
+ * A program that stops itself before reading stdin; thaw() lets it read `size`
+ * bytes and print their sha256. `ready` resolves once it is stopped (a thaw
+ * sent before its own SIGSTOP would leave it stopped for good).
+ */
 function startStoppedReader(size: number, tty = true): { proc: AppProcess; output: () => string; ready: Promise<void> } {
+  return startReader(size, { tty, stop: true });
+}
+
+/** Whether the process is in the stopped state (`T` in /proc/<pid>/stat). */
+function isStopped(pid: number): boolean {
+  const stat = readFileSync(`/proc/${String(pid)}/stat`, "utf8");
+  return stat.slice(stat.lastIndexOf(")") + 2).startsWith("T");
+}
+
+async function untilStopped(pid: number): Promise<void> {
+  // The kernel has no notification for another process stopping itself: check its state at each turn.
+  while (!isStopped(pid)) await new Promise((resolve) => setTimeout(resolve, 5));
+}
+
+/** A program that reads `size` bytes of stdin and prints their sha256 (stopping itself first when asked). */
+function startReader(size: number, opts: { tty?: boolean; stop?: boolean } = {}): { proc: AppProcess; output: () => string; ready: Promise<void> } {
+  const tty = opts.tty ?? true;
   const chunks: Buffer[] = [];
   let onChunk = () => undefined as void;
   const proc = spawnApp({
-    app: { name: "main", cmd: ["sh", "-c", `${tty ? "stty raw -echo; " : ""}printf 'ready\\n'; kill -STOP $$; head -c ${size} | sha256sum`], tty },
+    app: { name: "main", cmd: ["sh", "-c", `${tty ? "stty raw -echo; " : ""}printf 'ready\\n'; ${opts.stop ? "kill -STOP $$; " : ""}head -c ${String(size)} | sha256sum`], tty },
     cwd: dirs.make(),
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     onData: (bytes) => {
@@ -43,11 +65,12 @@ function startStoppedReader(size: number, tty = true): { proc: AppProcess; outpu
   });
   groups.push(proc.pid);
   const output = () => Buffer.concat(chunks).toString("utf8");
-  const ready = new Promise<void>((resolve) => {
+  const printed = new Promise<void>((resolve) => {
     onChunk = () => {
       if (output().includes("ready")) resolve();
     };
   });
+  const ready = opts.stop ? printed.then(() => untilStopped(proc.pid)) : printed;
   return { proc, output, ready };
 }
 
@@ -206,9 +229,8 @@ describe("input while the registration is unconfirmed (real nats-server, real PT
 
   it("is held in order and reaches the app once the same registration is confirmed again", async () => {
     const size = 20_000;
-    const { proc, output, ready } = startStoppedReader(size);
+    const { proc, output, ready } = startReader(size);
     await ready;
-    proc.thaw();
     const admission = manualAdmission();
     const { metrics, sub, send, credit } = harness("s-held", proc, admission);
     const bytes = payload(size);
@@ -227,9 +249,8 @@ describe("input while the registration is unconfirmed (real nats-server, real PT
   });
 
   it("is dropped (counted stale) when the runner registered again meanwhile, and a waiting credit request is released", async () => {
-    const { proc, output, ready } = startStoppedReader(6);
+    const { proc, output, ready } = startReader(6);
     await ready;
-    proc.thaw();
     const admission = manualAdmission();
     const { metrics, sub, send, credit } = harness("s-moved", proc, admission);
     admission.close();
