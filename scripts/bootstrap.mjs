@@ -163,6 +163,7 @@ function main() {
     test: [
       [pnpm, ["run", "typecheck"]],
       [pnpm, ["run", "lint"]],
+      [pnpm, ["run", "cycles"]],
       [join(root, "node_modules", ".bin", "vitest"), ["run", ...rest]],
     ],
     bench: [[tsx, ["bench/run.ts", ...rest]]],

@@ -1,5 +1,6 @@
 import { ConflictError, isTerminal, type Session } from "@paddock/contracts";
-import { SCHEDULER_ACTOR, transition, withFact, writeSession, type SchedulerContext } from "./context.ts";
+import type { SchedulerContext } from "./context.ts";
+import { SCHEDULER_ACTOR, transition, withFact, writeSession } from "./writes.ts";
 import { dispatchDestroy } from "./slots.ts";
 import { CasConflictError, type Versioned } from "./store.ts";
 

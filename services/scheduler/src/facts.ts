@@ -1,5 +1,6 @@
 import { canTransition, occupiesSlot, parseRunnerEventsSubject, runnerKey, sessionKey, type RunnerFact, type Session, type Usage } from "@paddock/contracts";
-import { transition, withFact, writeSession, type SchedulerContext } from "./context.ts";
+import type { SchedulerContext } from "./context.ts";
+import { transition, withFact, writeSession } from "./writes.ts";
 import { releaseSlot } from "./slots.ts";
 import { CasConflictError } from "./store.ts";
 

@@ -11,7 +11,8 @@ import {
   type Runner,
   type Session,
 } from "@paddock/contracts";
-import { SCHEDULER_ACTOR, transition, writeSession, type SchedulerContext } from "./context.ts";
+import type { SchedulerContext } from "./context.ts";
+import { SCHEDULER_ACTOR, transition, writeSession } from "./writes.ts";
 import { dispatchStart } from "./slots.ts";
 import { CasConflictError, type Versioned } from "./store.ts";
 

@@ -10,7 +10,8 @@ import {
   type Scope,
   type Session,
 } from "@paddock/contracts";
-import { transition, withFact, writeSession, type SchedulerContext } from "./context.ts";
+import type { SchedulerContext } from "./context.ts";
+import { transition, withFact, writeSession } from "./writes.ts";
 import { createSession } from "./create.ts";
 import { deleteSession, getSession } from "./queries.ts";
 import { sendCommand } from "./slots.ts";

@@ -1,71 +1,8 @@
-import type { KV } from "@nats-io/kv";
-import { occupiesSlot, runnerKey, type Now, type Runner, type Session } from "@paddock/contracts";
-import type { Logger } from "@paddock/logging";
-import { SCHEDULER_ACTOR, transition, writeRunner, writeSession, type SchedulerContext } from "./context.ts";
+import { occupiesSlot, runnerKey, type Runner, type Session } from "@paddock/contracts";
+import type { SchedulerContext } from "./context.ts";
+import { SCHEDULER_ACTOR, transition, writeRunner, writeSession } from "./writes.ts";
 import { CasConflictError } from "./store.ts";
 import { recentlyReserved } from "./slots.ts";
-
-interface LeaseSeen {
-  /** Last renewal this replica saw. */
-  renewedAt?: number;
-  /** When this replica saw the key expire (a TTL delete marker) or go. */
-  expiredAt?: number;
-}
-
-/**
- * What the runner leases say, from a watch of `runner-leases`. A lease is a
- * KV key with a per-message TTL that the runner renews; when the runner stops,
- * the server expires the key and the watch sees its delete marker.
- */
-export class LeaseTracker {
-  private readonly seen = new Map<string, LeaseSeen>();
-  /** The server's timestamp of each runner's latest renewal (the lease entry's own time). */
-  private readonly renewals = new Map<string, number>();
-  private stopWatch: (() => void) | undefined;
-
-  constructor(private readonly now: Now) {}
-
-  async start(kv: KV, log: Logger): Promise<void> {
-    const watch = await kv.watch();
-    this.stopWatch = () => watch.stop();
-    void (async () => {
-      for await (const e of watch) {
-        if (e.operation === "PUT") {
-          this.seen.set(e.key, { renewedAt: this.now() });
-          this.renewals.set(e.key, e.created.getTime());
-        }
-        else this.seen.set(e.key, { ...this.seen.get(e.key), expiredAt: this.now() });
-      }
-    })().catch((err: unknown) => log.error({ err }, "lease watch ended"));
-  }
-
-  stop(): void {
-    this.stopWatch?.();
-  }
-
-  /**
-   * The record with `lastSeenAt` following the lease: the latest renewal's
-   * server time when it is newer than the record's (set at registration).
-   * Derived at read time, so renewals never become runner-record writes
-   * (and audit revisions).
-   */
-  withLastSeen(runner: Runner): Runner {
-    const renewed = this.renewals.get(runnerKey(runner.poolId, runner.id));
-    return renewed !== undefined && renewed > runner.lastSeenAt ? { ...runner, lastSeenAt: renewed } : runner;
-  }
-
-  /**
-   * Whether the runner's lease has been gone for longer than the grace period.
-   * A lease never seen by this replica counts from its start, plus one TTL.
-   */
-  expiredFor(key: string, startedAt: number, leaseTtlMs: number, graceMs: number): boolean {
-    const s = this.seen.get(key);
-    const now = this.now();
-    if (s?.expiredAt !== undefined && (s.renewedAt === undefined || s.expiredAt >= s.renewedAt)) return now - s.expiredAt > graceMs;
-    if (s?.renewedAt !== undefined) return false;
-    return now - startedAt > leaseTtlMs + graceMs;
-  }
-}
 
 /**
  * The lost-runner policy for one session placed on a lost runner: with a

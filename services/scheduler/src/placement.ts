@@ -1,6 +1,7 @@
 import { environmentKey, runnerKey, sessionKey, type Requirements, type Runner, type Session } from "@paddock/contracts";
 import { overridesImage } from "./layering.ts";
-import { SCHEDULER_ACTOR, transition, writeSession, type SchedulerContext } from "./context.ts";
+import type { SchedulerContext } from "./context.ts";
+import { SCHEDULER_ACTOR, transition, writeSession } from "./writes.ts";
 import { dispatchStart, releaseSlot, reserveSlots } from "./slots.ts";
 import { CasConflictError } from "./store.ts";
 import { mintSessionToken } from "./tokens.ts";

@@ -13,7 +13,8 @@ import {
   type Scope,
   type Session,
 } from "@paddock/contracts";
-import { transition, withFact, writeSession, type SchedulerContext } from "./context.ts";
+import type { SchedulerContext } from "./context.ts";
+import { transition, withFact, writeSession } from "./writes.ts";
 import { releaseSlot } from "./slots.ts";
 import { CasConflictError, type Versioned } from "./store.ts";
 

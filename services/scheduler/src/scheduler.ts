@@ -28,7 +28,7 @@ import { RunnerRecords, SessionRecords } from "./store.ts";
 import { KvView } from "./view.ts";
 import { recordTransfer, recycleSession, restartApp, resumeSession, snapshotSession, suspendSession } from "./lifecycle.ts";
 import { PresenceTracker } from "./presence.ts";
-import { LeaseTracker } from "./liveness.ts";
+import { LeaseTracker } from "./lease-tracker.ts";
 import { newSweepMemory, sweep } from "./sweeper.ts";
 import { createEndOfLife, type EndOfLife } from "./terminal.ts";
 import { SessionWaiters } from "./waiters.ts";

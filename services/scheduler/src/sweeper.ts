@@ -1,5 +1,6 @@
 import { isTerminal, occupiesSlot, type Session } from "@paddock/contracts";
-import { SCHEDULER_ACTOR, transition, withFact, writeSession, type SchedulerContext } from "./context.ts";
+import type { SchedulerContext } from "./context.ts";
+import { SCHEDULER_ACTOR, transition, withFact, writeSession } from "./writes.ts";
 import { suspendSession } from "./lifecycle.ts";
 import { dispatchDestroy, dispatchStart, releaseSlot, runnerGenerationOf, sendCommand } from "./slots.ts";
 import { lostRunners, markRunnerLost, repairCapacity } from "./liveness.ts";

@@ -1,5 +1,6 @@
 import { isTerminal, tokenKey, type Session } from "@paddock/contracts";
-import { SCHEDULER_ACTOR, type SchedulerContext } from "./context.ts";
+import type { SchedulerContext } from "./context.ts";
+import { SCHEDULER_ACTOR } from "./writes.ts";
 import { deleteSession } from "./queries.ts";
 import { dispatchDestroy } from "./slots.ts";
 import { sessionTokenOf } from "./tokens.ts";
