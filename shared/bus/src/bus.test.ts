@@ -284,7 +284,7 @@ describe("a memory-backed consumer the server lost", () => {
       metrics: createBusMetrics(),
       log: silentLogger(),
       // Far longer than the test: only the consumer made again can hand the nak'ed message back.
-      retryDelayMs: 3_600_000,
+      redelivery: { baseMs: 3_600_000, capMs: 3_600_000 },
       recovery: {
         floor: created.delivered.stream_seq,
         create: async (settledThrough) => {
