@@ -6,7 +6,7 @@ import { z } from "zod";
 import { ConflictError, UnavailableError } from "@paddock/contracts";
 import { createLogger, silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import { consumeTyped, createBusMetrics, DEFAULT_REDELIVERY, redeliveryDelayMs, shouldPark, type ConsumeOptions, type Settlement } from "./index.ts";
+import { consumeTyped, createBusMetrics, DEFAULT_REDELIVERY, NEVER_PARK, redeliveryDelayMs, shouldPark, type ConsumeOptions, type Settlement } from "./index.ts";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;
@@ -118,6 +118,26 @@ describe("a typed consumer whose handler fails", () => {
       { outcome: "nak", delayMs: 50, deliveryCount: 2 },
       { outcome: "ack" },
     ]);
+    await handle.stop();
+  });
+
+  it("never parks for a consumer that must not drop a message (NEVER_PARK): it keeps trying past the default bound", async () => {
+    const failures = DEFAULT_REDELIVERY.maxDeliveries + 1;
+    let calls = 0;
+    const { seen, settled, metrics, handle } = await consumeOne(
+      "NEVERPARK",
+      {
+        redelivery: { ...NEVER_PARK, baseMs: 1, capMs: 1 },
+        handler: async () => {
+          if (++calls <= failures) throw new UnavailableError("store not answering");
+        },
+      },
+      (s) => s.some((x) => x.outcome === "ack" || x.outcome === "parked"),
+    );
+    await settled;
+    expect(seen.at(-1)).toEqual({ outcome: "ack" });
+    expect(seen.filter((x) => x.outcome === "nak")).toHaveLength(failures);
+    expect(await count(metrics.parkedMessages)).toBe(0);
     await handle.stop();
   });
 
