@@ -14,7 +14,7 @@ import {
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Counter, type Registry } from "prom-client";
 import { AuditEvent, Buckets, Environment, kvStreamName, Runner, Session, Streams, Subjects } from "@paddock/contracts";
-import { consumeTyped, decodeJson, encodeJson, type BusMetrics, type ConsumerHandle } from "@paddock/bus";
+import { consumeTyped, decodeJson, encodeJson, NEVER_PARK, type BusMetrics, type ConsumerHandle } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import { environmentEvent, runnerEvent, sessionEvent } from "./derive.ts";
 
@@ -161,6 +161,8 @@ export async function createRecorder(deps: RecorderDeps): Promise<{ stop(): Prom
         metrics: deps.bus,
         log: deps.log,
         skip: isDeleteMarker,
+        // Never parked: a revision given up on would be a hole in the audit log.
+        redelivery: NEVER_PARK,
         // Revisions of one record stay in order (one lane per key); records are independent.
         // 256 at once: publishes and acks of more events share each write and each server
         // read (a drain of 30,000 events measured 13,000-14,000/s against ~10,000/s with 64).
@@ -180,6 +182,8 @@ export async function createRecorder(deps: RecorderDeps): Promise<{ stop(): Prom
         metrics: deps.bus,
         log: deps.log,
         skip: isDeleteMarker,
+        // Never parked: a revision given up on would be a hole in the audit log.
+        redelivery: NEVER_PARK,
         // The predecessor is read by revision (up to msg.seq - 1), so runners need
         // not wait on each other; revisions of one runner stay in order.
         lanes: { concurrency: 64, keyOf: (msg) => msg.subject },

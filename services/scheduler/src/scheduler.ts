@@ -15,7 +15,7 @@ import {
   type NewId,
   type Now,
 } from "@paddock/contracts";
-import { consumeTyped, decodeJson, encodeJson, serveRpc, type BusMetrics, type ConsumerHandle } from "@paddock/bus";
+import { consumeTyped, decodeJson, encodeJson, NEVER_PARK, serveRpc, type BusMetrics, type ConsumerHandle } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { SchedulerConfig } from "./config.ts";
 import type { SchedulerContext, SchedulerMetrics } from "./context.ts";
@@ -230,6 +230,9 @@ export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
     log: ctx.log,
     // Facts about different sessions are independent; those about one session stay in order.
     lanes: { concurrency: FACT_LANES, keyOf: sessionOfFact },
+    // Never parked: a fact dropped leaves its session's record behind its runner for good,
+    // and what fails here is the store not answering, which ends. Backs off to 30 s apart.
+    redelivery: NEVER_PARK,
     handler: async (fact, msg) => {
       const outcome = await applyRunnerFact(ctx, fact, msg.subject);
       if (outcome !== "applied") ctx.log.debug({ sessionId: fact.sessionId, type: fact.type, outcome }, "runner fact not applied");

@@ -99,7 +99,10 @@ describe("rpc", () => {
     expect((await metrics.invalidMessages.get()).values[0]?.value).toBe(1);
     expect(await callRpc(nc, Echo, { n: 1 })).toEqual({ doubled: 2 });
     sub.unsubscribe();
-    await expect(callRpc(nc, Echo, { n: 1 }, { timeoutMs: 500 })).rejects.toBeInstanceOf(UnavailableError);
+    const noAnswer = await callRpc(nc, Echo, { n: 1 }, { timeoutMs: 500 }).catch((e: unknown) => e);
+    expect(noAnswer).toBeInstanceOf(UnavailableError);
+    // The client's own error stays as the cause, for logs.
+    expect((noAnswer as Error).cause).toBeInstanceOf(Error);
   });
 
   it("a request that cannot be encoded is the caller's invalid, not a retryable unavailable, and is never sent", async () => {
@@ -284,7 +287,7 @@ describe("a memory-backed consumer the server lost", () => {
       metrics: createBusMetrics(),
       log: silentLogger(),
       // Far longer than the test: only the consumer made again can hand the nak'ed message back.
-      retryDelayMs: 3_600_000,
+      redelivery: { baseMs: 3_600_000, capMs: 3_600_000 },
       recovery: {
         floor: created.delivered.stream_seq,
         create: async (settledThrough) => {

@@ -35,7 +35,7 @@ function stringify(value: unknown): Uint8Array {
   try {
     text = JSON.stringify(value);
   } catch (err) {
-    throw new InvalidError(`outgoing message cannot be encoded as JSON: ${err instanceof Error ? err.message : String(err)}`);
+    throw new InvalidError(`outgoing message cannot be encoded as JSON: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
   }
   return encoder.encode(text);
 }

@@ -5,6 +5,7 @@ import type { Logger } from "@paddock/logging";
 import { decodeJson } from "./codec.ts";
 import { recreateWhenLost, SettledFloor, type ConsumerRecovery } from "./consumer-recovery.ts";
 import type { BusMetrics } from "./metrics.ts";
+import { DEFAULT_REDELIVERY, redeliveryDelayMs, shouldPark, type RedeliveryPolicy, type Settlement } from "./redelivery.ts";
 
 export interface ConsumeOptions<S extends z.ZodType> {
   stream: string;
@@ -12,8 +13,10 @@ export interface ConsumeOptions<S extends z.ZodType> {
   schema: S;
   metrics: BusMetrics;
   log: Logger;
-  /** Delay before a retryable failure is redelivered. */
-  retryDelayMs?: number;
+  /** Backoff and bound of redeliveries of a failing message (default `DEFAULT_REDELIVERY`). */
+  redelivery?: Partial<RedeliveryPolicy>;
+  /** Observes how each delivered message was settled (tests, tracing). */
+  onSettled?: (msg: JsMsg, settlement: Settlement) => void;
   handler: (value: z.infer<S>, msg: JsMsg) => Promise<void>;
   /**
    * Handle up to `concurrency` messages at once, in order within a lane: two
@@ -45,8 +48,9 @@ export const PULL_OPTIONS = { max_messages: 256, expires: 5_000 } as const;
 /**
  * Consumes a durable consumer with validation at the boundary. An invalid
  * message is terminated and counted; a terminal handler error (a PaddockError
- * that is not retryable) is terminated; anything else is nak'ed with a delay.
- * A handler never crashes the loop.
+ * that is not retryable) is terminated; anything else is nak'ed with a delay
+ * that backs off on the delivery count, and parked once it used its last
+ * delivery (`RedeliveryPolicy`). A handler never crashes the loop.
  */
 export async function consumeTyped<S extends z.ZodType>(
   js: JetStreamClient,
@@ -95,37 +99,54 @@ async function consumeInLanes<S extends z.ZodType>(
 
 async function handleOne<S extends z.ZodType>(msg: JsMsg, opts: ConsumeOptions<S>, floor: SettledFloor | undefined): Promise<void> {
   floor?.delivered(msg.seq);
-  const outcome = await settle(msg, opts);
-  if (outcome !== "nak") floor?.settled(msg.seq);
+  const settlement = await settle(msg, opts);
+  if (settlement.outcome !== "nak") floor?.settled(msg.seq);
+  opts.onSettled?.(msg, settlement);
 }
 
-/** Handles one message and settles it: ack, term, or nak (to be redelivered). */
-async function settle<S extends z.ZodType>(msg: JsMsg, opts: ConsumeOptions<S>): Promise<"ack" | "term" | "nak"> {
+/** Handles one message and settles it: ack, term, nak (to be redelivered), or park. */
+async function settle<S extends z.ZodType>(msg: JsMsg, opts: ConsumeOptions<S>): Promise<Settlement> {
   if (opts.skip?.(msg)) {
     msg.ack();
-    return "ack";
+    return { outcome: "ack" };
   }
   const decoded = decodeJson(opts.schema, msg.data);
   if (!decoded.ok) {
     opts.metrics.invalidMessages.inc({ subject: msg.subject });
     opts.log.warn({ subject: msg.subject, seq: msg.seq, reason: decoded.reason }, "invalid message terminated");
     msg.term(`invalid: ${decoded.reason}`);
-    return "term";
+    return { outcome: "term", reason: "invalid" };
   }
   try {
     await opts.handler(decoded.value, msg);
     msg.ack();
-    return "ack";
+    return { outcome: "ack" };
   } catch (err) {
-    if (err instanceof PaddockError && !err.retryable) {
-      opts.metrics.handlerErrors.inc({ subject: opts.stream, outcome: "term" });
-      opts.log.warn({ subject: msg.subject, seq: msg.seq, code: err.code, reason: err.message }, "message terminated");
-      msg.term(err.code);
-      return "term";
-    }
-    opts.metrics.handlerErrors.inc({ subject: opts.stream, outcome: "nak" });
-    opts.log.warn({ err, subject: msg.subject, seq: msg.seq }, "message will be retried");
-    msg.nak(opts.retryDelayMs ?? 500);
-    return "nak";
+    return settleFailure(msg, opts, err);
   }
+}
+
+function settleFailure<S extends z.ZodType>(msg: JsMsg, opts: ConsumeOptions<S>, err: unknown): Settlement {
+  if (err instanceof PaddockError && !err.retryable) {
+    opts.metrics.handlerErrors.inc({ subject: opts.stream, outcome: "term" });
+    opts.log.warn({ subject: msg.subject, seq: msg.seq, code: err.code, reason: err.message }, "message terminated");
+    msg.term(err.code);
+    return { outcome: "term", reason: "terminal" };
+  }
+  const policy = { ...DEFAULT_REDELIVERY, ...opts.redelivery };
+  const deliveryCount = msg.info.deliveryCount;
+  if (shouldPark(deliveryCount, policy)) {
+    opts.metrics.handlerErrors.inc({ subject: opts.stream, outcome: "parked" });
+    opts.metrics.parkedMessages.inc({ subject: opts.stream });
+    // The stream sequence finds the message again (it stays in the stream; only this consumer gave up on it).
+    opts.log.error({ err, stream: opts.stream, consumer: opts.consumer, subject: msg.subject, seq: msg.seq, deliveryCount }, "message parked: it kept failing");
+    msg.term(`parked after ${deliveryCount} deliveries`);
+    return { outcome: "parked", deliveryCount };
+  }
+  const delayMs = redeliveryDelayMs(err, deliveryCount, policy);
+  opts.metrics.handlerErrors.inc({ subject: opts.stream, outcome: "nak" });
+  opts.metrics.redeliveries.inc({ subject: opts.stream });
+  opts.log.warn({ err, subject: msg.subject, seq: msg.seq, deliveryCount, delayMs }, "message will be retried");
+  msg.nak(delayMs);
+  return { outcome: "nak", delayMs, deliveryCount };
 }

@@ -1,6 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { JetStreamApiError } from "@nats-io/jetstream";
-import { PaddockError } from "@paddock/contracts";
+import { jserrors } from "@nats-io/jetstream/internal";
+import { NoRespondersError, TimeoutError } from "@nats-io/transport-node";
+import { PaddockError, UnavailableError } from "@paddock/contracts";
 import { toPaddockError } from "./errors.ts";
 
 function named(name: string): Error {
@@ -11,8 +13,17 @@ function named(name: string): Error {
 
 describe("toPaddockError", () => {
   it("maps a broker that is not answering to unavailable (503, retryable), including JetStream's no-responders during a leader election", () => {
+    for (const err of [new TimeoutError(), new NoRespondersError("$JS.API.INFO"), new jserrors.JetStreamNotEnabled("jetstream is not enabled")]) {
+      const mapped = toPaddockError(err);
+      expect(mapped.code, err.name).toBe("unavailable");
+      expect(mapped.retryable).toBe(true);
+      expect(mapped.cause).toBe(err);
+    }
+  });
+
+  it("matches NATS errors by class: an error that only borrows a NATS error's name is internal", () => {
     for (const name of ["TimeoutError", "NoRespondersError", "JetStreamNotEnabled"]) {
-      expect(toPaddockError(named(name)).code, name).toBe("unavailable");
+      expect(toPaddockError(named(name)).code, name).toBe("internal");
     }
   });
 
@@ -23,9 +34,25 @@ describe("toPaddockError", () => {
     expect(toPaddockError(wrongSeq).toBody()).toEqual({ code: "internal", message: "internal error" });
   });
 
-  it("keeps a PaddockError and hides anything else as internal", () => {
+  it("keeps a PaddockError and hides anything else as internal, keeping the original as its cause", () => {
     const own = new PaddockError("conflict", "x");
     expect(toPaddockError(own)).toBe(own);
-    expect(toPaddockError(named("TypeError")).toBody()).toEqual({ code: "internal", message: "internal error" });
+    const raw = new TypeError("raw detail");
+    const hidden = toPaddockError(raw);
+    expect(hidden.toBody()).toEqual({ code: "internal", message: "internal error" });
+    expect(hidden.cause).toBe(raw);
+  });
+});
+
+describe("PaddockError", () => {
+  it("carries an ES2022 cause that never reaches its body, and a retryable error carries when to retry", () => {
+    const root = new Error("socket reset");
+    const terminal = new PaddockError("conflict", "taken", { cause: root });
+    expect([terminal.cause, terminal.retryable]).toEqual([root, false]);
+    expect(terminal.toBody()).toEqual({ code: "conflict", message: "taken" });
+    const later = new UnavailableError("busy", { cause: root, retryAfterMs: 1_500 });
+    expect([later.cause, later.retryable, later.retryAfterMs]).toEqual([root, true, 1_500]);
+    expect(new UnavailableError("busy").retryAfterMs).toBeUndefined();
+    expect("cause" in new PaddockError("invalid", "x")).toBe(false);
   });
 });

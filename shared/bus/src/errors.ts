@@ -1,4 +1,6 @@
 import { JetStreamApiError, JetStreamApiCodes } from "@nats-io/jetstream";
+import { jserrors } from "@nats-io/jetstream/internal";
+import { ClosedConnectionError, ConnectionError, DrainingConnectionError, NoRespondersError, RequestError, TimeoutError } from "@nats-io/transport-node";
 import { PaddockError, UnavailableError } from "@paddock/contracts";
 
 /** True for a compare-and-set that lost: KV update or expected-last-sequence publish. */
@@ -21,28 +23,38 @@ export function isNoMessage(err: unknown): boolean {
   return err instanceof JetStreamApiError && err.code === JetStreamApiCodes.NoMessageFound;
 }
 
-/** Errors of the NATS client that mean "the broker is not answering right now". */
-const BUS_UNAVAILABLE = new Set([
-  "TimeoutError",
-  "NoRespondersError",
-  "ClosedConnectionError",
-  "ConnectionError",
-  "DrainingConnectionError",
-  "RequestError",
-  // "no responders" to a JetStream request while a stream elects a new leader
-  // (a cluster node died): transient, not an internal error (found by `pnpm chaos`).
-  "JetStreamNotEnabled",
-]);
+/**
+ * Errors of the NATS client that mean "the broker is not answering right now",
+ * matched by class (nats.js exports them for `instanceof`), never by name.
+ * `JetStreamNotEnabled` is "no responders" to a JetStream request while a
+ * stream elects a new leader (a cluster node died): transient, not an internal
+ * error (found by `pnpm chaos`); nats.js exports it only from `./internal`.
+ */
+const BUS_UNAVAILABLE = [
+  TimeoutError,
+  NoRespondersError,
+  ClosedConnectionError,
+  ConnectionError,
+  DrainingConnectionError,
+  RequestError,
+  jserrors.JetStreamNotEnabled,
+] as const;
+
+/** True for an error of the NATS client saying the broker is not answering right now. */
+export function isBusUnavailable(err: unknown): boolean {
+  return BUS_UNAVAILABLE.some((cls) => err instanceof cls);
+}
 
 /**
  * Maps any error to the public vocabulary: a PaddockError as it is; a broker
  * that is unreachable or slow as `unavailable` (retryable, 503); anything else
- * `internal`, with no detail (raw errors never cross the boundary).
+ * `internal`, with no detail (raw errors never cross the boundary; the
+ * original stays as `cause`, for logs).
  */
 export function toPaddockError(err: unknown): PaddockError {
   if (err instanceof PaddockError) return err;
-  if (err instanceof Error && BUS_UNAVAILABLE.has(err.name)) return new UnavailableError("the message bus is not answering; retry");
+  if (isBusUnavailable(err)) return new UnavailableError("the message bus is not answering; retry", { cause: err });
   // The server's own "temporarily unavailable" (status 503: no stream or meta leader during an election).
-  if (err instanceof JetStreamApiError && err.status === 503) return new UnavailableError("the message bus is electing a leader; retry");
-  return new PaddockError("internal", "internal error");
+  if (err instanceof JetStreamApiError && err.status === 503) return new UnavailableError("the message bus is electing a leader; retry", { cause: err });
+  return new PaddockError("internal", "internal error", { cause: err });
 }

@@ -5,6 +5,7 @@ export * from "./consumer-recovery.ts";
 export * from "./errors.ts";
 export * from "./metrics.ts";
 export * from "./provision.ts";
+export * from "./redelivery.ts";
 export * from "./rpc.ts";
 export * from "./secret-box.ts";
 export * from "./leader-read.ts";

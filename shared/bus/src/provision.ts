@@ -9,7 +9,8 @@ import {
 } from "@nats-io/jetstream";
 import { Kvm, type KvOptions } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
-import type { NatsConnection } from "@nats-io/transport-node";
+import { jserrors } from "@nats-io/jetstream/internal";
+import { NoRespondersError, RequestError, TimeoutError, type NatsConnection } from "@nats-io/transport-node";
 import { Buckets, kvStreamName, MAX_SCREEN_CHECKPOINT_BYTES, ObjectStores, runnerObjectStore, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
 
 const NS_PER_MS = 1_000_000;
@@ -186,7 +187,7 @@ async function ensureBucket(nc: NatsConnection, jsm: JetStreamManager, name: str
 }
 
 /** Errors of a JetStream API that is slow or electing leaders (a fresh or busy cluster): worth another try. */
-const TRANSIENT = new Set(["TimeoutError", "NoRespondersError", "JetStreamNotEnabled", "RequestError"]);
+const TRANSIENT = [TimeoutError, NoRespondersError, jserrors.JetStreamNotEnabled, RequestError] as const;
 
 /**
  * Creates or updates every stream, bucket and object store. Safe to run from
@@ -202,7 +203,7 @@ export async function provision(nc: NatsConnection, opts: ProvisionOptions): Pro
       await provisionOnce(nc, opts);
       return;
     } catch (err) {
-      if (!(err instanceof Error && TRANSIENT.has(err.name)) || attempt >= 5) throw err;
+      if (!TRANSIENT.some((cls) => err instanceof cls) || attempt >= 5) throw err;
       await new Promise((resolve) => setTimeout(resolve, 250 * 2 ** attempt));
     }
   }

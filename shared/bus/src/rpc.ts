@@ -101,7 +101,7 @@ export async function callRpc<R extends Rpc<z.ZodType, z.ZodType>>(
   try {
     reply = await nc.request(rpc.subject, data, { timeout: opts.timeoutMs ?? 5_000 });
   } catch (err) {
-    throw new UnavailableError(`no answer from ${rpc.subject}: ${err instanceof Error ? err.message : String(err)}`);
+    throw new UnavailableError(`no answer from ${rpc.subject}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
   }
   const decoded = decodeJson(envelopeOf(rpc.result), reply.data);
   if (!decoded.ok) throw new UnavailableError(`malformed reply from ${rpc.subject}`);

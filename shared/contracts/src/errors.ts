@@ -34,17 +34,30 @@ export const ErrorBody = z
   .strict();
 export type ErrorBody = z.infer<typeof ErrorBody>;
 
+/** What any PaddockError may carry besides its code and message. */
+export interface PaddockErrorOptions {
+  /** The error this one explains (ES2022 `cause`): kept for logs, never sent to a client. */
+  cause?: unknown;
+}
+
+/** A retryable error may also say when to try again. */
+export interface RetryableErrorOptions extends PaddockErrorOptions {
+  /** How long to wait before the next try; without it the caller backs off on its own. */
+  retryAfterMs?: number;
+}
+
 /**
  * An error with a stable code. Whether a consumer retries is decided by the
  * class: a PaddockError is terminal (the same input fails the same way); an
- * UnavailableError is retryable.
+ * UnavailableError is retryable and may say when (`retryAfterMs`).
  */
 export class PaddockError extends Error {
   constructor(
     readonly code: ErrorCode,
     message: string,
+    options?: PaddockErrorOptions,
   ) {
-    super(message);
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = "PaddockError";
   }
 
@@ -58,45 +71,48 @@ export class PaddockError extends Error {
 }
 
 export class InvalidError extends PaddockError {
-  constructor(message: string) {
-    super("invalid", message);
+  constructor(message: string, options?: PaddockErrorOptions) {
+    super("invalid", message, options);
   }
 }
 
 export class NotFoundError extends PaddockError {
-  constructor(what = "resource") {
-    super("not_found", `${what} not found`);
+  constructor(what = "resource", options?: PaddockErrorOptions) {
+    super("not_found", `${what} not found`, options);
   }
 }
 
 export class ConflictError extends PaddockError {
-  constructor(message: string) {
-    super("conflict", message);
+  constructor(message: string, options?: PaddockErrorOptions) {
+    super("conflict", message, options);
   }
 }
 
 export class ForbiddenError extends PaddockError {
-  constructor(message = "not allowed") {
-    super("forbidden", message);
+  constructor(message = "not allowed", options?: PaddockErrorOptions) {
+    super("forbidden", message, options);
   }
 }
 
 export class UnauthenticatedError extends PaddockError {
-  constructor(message = "missing or invalid token") {
-    super("unauthenticated", message);
+  constructor(message = "missing or invalid token", options?: PaddockErrorOptions) {
+    super("unauthenticated", message, options);
   }
 }
 
 export class TooLargeError extends PaddockError {
-  constructor(message: string) {
-    super("too_large", message);
+  constructor(message: string, options?: PaddockErrorOptions) {
+    super("too_large", message, options);
   }
 }
 
-/** Retryable: a dependency is down or a race was lost; the caller may try again. */
+/** Retryable: a dependency is down or a race was lost; the caller may try again (after `retryAfterMs`, if given). */
 export class UnavailableError extends PaddockError {
-  constructor(message: string) {
-    super("unavailable", message);
+  readonly retryAfterMs: number | undefined;
+
+  constructor(message: string, options?: RetryableErrorOptions) {
+    super("unavailable", message, options);
+    this.retryAfterMs = options?.retryAfterMs;
   }
 
   override get retryable(): boolean {
