@@ -211,7 +211,7 @@ describe("broker restart", () => {
       // The same processes: nothing was restarted but the broker.
       const after = await createSession(s, { spec: { cmd: ["sh", "-c", "echo after-restart; exit 3"] } });
       const done = await until(conn, after.id, (r) => r.state === "dead");
-      expect(done.childExitCode).toBe(3);
+      expect(done.childExitCode, `record: ${JSON.stringify({ error: done.error, apps: done.apps })}`).toBe(3);
       // Its DISPATCH consumer is memory-backed: the restart lost it, and the runner made it again.
       for (const runner of s.runners) expect(runner.logs.some((l) => l.msg === "consumer lost by the server; creating it again")).toBe(true);
       const term = await Terminal.open(s.url, s.token, after.id, "since=all");
