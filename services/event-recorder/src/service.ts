@@ -9,15 +9,13 @@ export const eventRecorderService = defineService({
   loadConfig,
   provision: (config) => ({ replicas: config.replicas, auditMaxAgeMs: config.auditMaxAgeMs }),
   create: ({ nc, log, registry }) => {
-    let recorder: Awaited<ReturnType<typeof createRecorder>> | undefined;
+    const recorder = createRecorder({ nc, log, bus: createBusMetrics(registry), registry });
     return {
       start: async () => {
-        recorder = await createRecorder({ nc, log, bus: createBusMetrics(registry), registry });
+        await recorder.start();
         return undefined;
       },
-      stop: async () => {
-        await recorder?.stop();
-      },
+      stop: () => recorder.stop(),
     };
   },
 });
