@@ -12,10 +12,11 @@ export const schedulerService = defineService({
   // The scheduler owns TERM and SCREENS retention; runners may not change stream configs.
   provision: (config) => ({ replicas: config.replicas, termMaxMsgsPerSubject: config.termMaxMsgsPerApp, termMaxAgeMs: config.termMaxAgeMs, screensMaxBytes: config.screensMaxBytes }),
   create: ({ nc, config, log, registry }) => {
+    const created = createScheduler({ nc, config, log, bus: createBusMetrics(registry), metrics: createSchedulerMetrics(registry), registry, now: Date.now, newId: randomId });
     let scheduler: Scheduler | undefined;
     return {
       start: async () => {
-        scheduler = await createScheduler({ nc, config, log, bus: createBusMetrics(registry), metrics: createSchedulerMetrics(registry), registry, now: Date.now, newId: randomId });
+        scheduler = await created.start();
         return undefined;
       },
       stop: async () => {
