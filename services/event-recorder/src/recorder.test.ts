@@ -165,6 +165,20 @@ describe("recorder against a real nats-server", () => {
     throw new Error("feeds not drained");
   }
 
+  it("creating a recorder touches nothing on the bus; start() makes its feed consumers and stop() ends them", async () => {
+    const consumersOf = async () => {
+      const jsm = await jetstreamManager(nc);
+      return Promise.all([Buckets.sessions, Buckets.environments, Buckets.runners].map(async (b) => (await jsm.consumers.list(`KV_${b}`).next()).map((c) => c.name)));
+    };
+    const registry = new Registry();
+    const recorder = createRecorder({ nc, log: silentLogger(), bus: createBusMetrics(registry), registry });
+    await nc.flush();
+    expect(await consumersOf()).toEqual([[], [], []]);
+    await recorder.start();
+    expect(await consumersOf()).toEqual([[FEED_CONSUMER], [FEED_CONSUMER], [FEED_CONSUMER]]);
+    await recorder.stop();
+  });
+
   it("a recorder started after one record had more revisions than the KV client's cap of 64 still records every one", async () => {
     const key = "ws1.deep";
     let revision = await sessions.put(key, JSON.stringify(session({ id: "deep" })));
@@ -175,7 +189,8 @@ describe("recorder against a real nats-server", () => {
       revision = await sessions.update(key, JSON.stringify(s), revision);
     }
     const registry = new Registry();
-    const recorder = await createRecorder({ nc, log: silentLogger(), bus: createBusMetrics(registry), registry });
+    const recorder = createRecorder({ nc, log: silentLogger(), bus: createBusMetrics(registry), registry });
+    await recorder.start();
     const consumer = await jetstream(nc).consumers.get(Streams.audit, { filter_subjects: ["paddock.audit.ws1.session.deep"], deliver_policy: DeliverPolicy.All });
     const seen = new Set<string>();
     for await (const m of await consumer.consume()) {
@@ -192,7 +207,9 @@ describe("recorder against a real nats-server", () => {
   it("two replicas turn sessions, environments and runner facts into one event each, and a full replay adds none", async () => {
     const mk = async () => {
       const registry = new Registry();
-      return createRecorder({ nc: await connect({ servers: nats.url }), log: silentLogger(), bus: createBusMetrics(registry), registry });
+      const recorder = createRecorder({ nc: await connect({ servers: nats.url }), log: silentLogger(), bus: createBusMetrics(registry), registry });
+      await recorder.start();
+      return recorder;
     };
     const [a, b] = [await mk(), await mk()];
 

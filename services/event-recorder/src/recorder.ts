@@ -134,7 +134,23 @@ async function publish(js: JetStreamClient, jsm: JetStreamManager, event: AuditE
  * derived from it and the previous revision. Published with a deterministic
  * id, acked only after the publish is.
  */
-export async function createRecorder(deps: RecorderDeps): Promise<{ stop(): Promise<void> }> {
+export function createRecorder(deps: RecorderDeps): Recorder {
+  let handles: ConsumerHandle[] = [];
+  return {
+    start: async () => {
+      handles = await startFeeds(deps);
+    },
+    stop: async () => void (await Promise.all(handles.map((h) => h.stop()))),
+  };
+}
+
+/** Creating one touches nothing; start() makes sure the feed consumers exist and consumes them. */
+export interface Recorder {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+async function startFeeds(deps: RecorderDeps): Promise<ConsumerHandle[]> {
   const js = jetstream(deps.nc);
   const jsm = await jetstreamManager(deps.nc);
   const recorded = new Counter({
@@ -206,5 +222,5 @@ export async function createRecorder(deps: RecorderDeps): Promise<{ stop(): Prom
     await Promise.all(handles.map((h) => h.stop()));
     throw err;
   }
-  return { stop: async () => void (await Promise.all(handles.map((h) => h.stop()))) };
+  return handles;
 }

@@ -52,42 +52,8 @@ export const GatewayEnv = z.object({
   PADDOCK_HTTP_MAX_CONNECTIONS_PER_ADDRESS: z.coerce.number().int().positive().default(2_048),
 });
 
-export interface GatewayConfig {
-  natsUrl: string;
-  natsUser?: string | undefined;
-  natsPass?: string | undefined;
-  replicas: number;
-  logLevel: string;
-  opsHost: string;
-  opsPort: number;
-  /** An event-loop delay past this logs a warning (`PADDOCK_EVENT_LOOP_LAG_WARN_MS`). */
-  eventLoopLagWarnMs: number;
-  /** Check outgoing bus messages against their schemas too (`PADDOCK_VALIDATE_OUTGOING`); receivers always check. */
-  validateOutgoing?: boolean;
-  httpHost: string;
-  httpPort: number;
-  devToken?: string | undefined;
-  devWorkspace: string;
-  devActor: string;
-  maxBodyBytes: number;
-  wsMaxPayloadBytes: number;
-  wsSendBufferBytes: number;
-  rpcTimeoutMs: number;
-  presenceIntervalMs: number;
-  maxUploadBytes: number;
-  workspaceRpcTimeoutMs: number;
-  allowedOrigins: string[];
-  wsInputFramesPerSecond: number;
-  maxAttachPerSession: number;
-  createsPerMinute: number;
-  /** Seals secret values at rest; undefined stores them unencrypted (see ARCHITECTURE.md, Secrets). */
-  secretsKey?: Buffer | undefined;
-  httpHeadersTimeoutMs: number;
-  httpMaxConnections: number;
-  httpMaxConnectionsPerAddress: number;
-}
-
-export function loadConfig(env: Record<string, string | undefined>): GatewayConfig {
+/** The gateway's settings, named as it uses them; the type is inferred from GatewayEnv (no hand-written twin). */
+export function loadConfig(env: Record<string, string | undefined>) {
   const e = parseEnv(GatewayEnv, env);
   return {
     ...commonConfig(e),
@@ -113,6 +79,8 @@ export function loadConfig(env: Record<string, string | undefined>): GatewayConf
     httpMaxConnectionsPerAddress: e.PADDOCK_HTTP_MAX_CONNECTIONS_PER_ADDRESS,
   };
 }
+
+export type GatewayConfig = ReturnType<typeof loadConfig>;
 
 /** Defaults for a gateway constructed directly (tests). */
 export function defaultConfig(overrides: Partial<GatewayConfig> = {}): GatewayConfig {

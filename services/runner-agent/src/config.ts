@@ -88,47 +88,6 @@ const RunnerEnv = z
     message: "must be less than PADDOCK_RUNNER_LEASE_TTL_MS",
   });
 
-export interface RunnerConfig {
-  natsUrl: string;
-  natsUser: string | undefined;
-  natsPass: string | undefined;
-  replicas: number;
-  logLevel: string;
-  opsPort: number;
-  /** An event-loop delay past this logs a warning (`PADDOCK_EVENT_LOOP_LAG_WARN_MS`). */
-  eventLoopLagWarnMs: number;
-  /** Check outgoing bus messages against their schemas too (`PADDOCK_VALIDATE_OUTGOING`); receivers always check. */
-  validateOutgoing?: boolean;
-  opsHost: string;
-  runnerId: string;
-  poolId: string;
-  capacityTotal: number;
-  dataDir: string;
-  capabilities: string[];
-  leaseRenewMs: number;
-  leaseTtlMs: number;
-  cpuMillis: number;
-  memoryBytes: number;
-  /** Undefined: the free space of the data dir, measured at each registration. */
-  diskBytes: number | undefined;
-  killGraceMs: number;
-  /** Held check interval (and the least time a session is held before it is asked about); 0 disables. */
-  heldCheckMs: number;
-  registerTimeoutMs: number;
-  childPath: string;
-  gatewayUrl: string | undefined;
-  watchDebounceMs: number;
-  watchMaxReloads: number;
-  watchWindowMs: number;
-  watchSettleMs: number;
-  activityMs: number;
-  workspace: WorkspaceLimits;
-  /** Key of the secret store (KvSecretResolver); never logged. */
-  secretsKey?: Buffer | undefined;
-  terminal: TerminalSettings;
-  checkpointCompression: CheckpointCompression;
-}
-
 /** How app output becomes the terminal log and its screen checkpoints. */
 export interface TerminalSettings {
   /** TermWriter's coalescing window. */
@@ -156,8 +115,11 @@ export const defaultWorkspaceLimits: WorkspaceLimits = {
   diffMaxRepos: 32,
 };
 
-/** The only reader of the environment; everything else takes a RunnerConfig. */
-export function loadConfig(env: Record<string, string | undefined>): RunnerConfig {
+/** The runner's settings (inferred from RunnerEnv, no hand-written twin); everything else takes a RunnerConfig. */
+export type RunnerConfig = ReturnType<typeof loadConfig>;
+
+/** The only reader of the environment. */
+export function loadConfig(env: Record<string, string | undefined>) {
   const e = parseEnv(RunnerEnv, env);
   return {
     ...commonConfig(e),
@@ -187,12 +149,12 @@ export function loadConfig(env: Record<string, string | undefined>): RunnerConfi
       diffMaxRepoBytes: e.PADDOCK_RUNNER_DIFF_MAX_REPO_BYTES,
       diffMaxBytes: e.PADDOCK_RUNNER_DIFF_MAX_BYTES,
       diffMaxRepos: e.PADDOCK_RUNNER_DIFF_MAX_REPOS,
-    },
+    } satisfies WorkspaceLimits,
     secretsKey: e.PADDOCK_SECRETS_KEY,
     checkpointCompression: e.PADDOCK_RUNNER_CHECKPOINT_COMPRESSION,
     terminal: {
       coalesceMs: e.PADDOCK_RUNNER_TERM_COALESCE_MS,
       screen: e.PADDOCK_RUNNER_SCREEN_INTERVAL_MS === 0 ? undefined : { quietMs: e.PADDOCK_RUNNER_SCREEN_QUIET_MS, intervalMs: e.PADDOCK_RUNNER_SCREEN_INTERVAL_MS },
-    },
+    } satisfies TerminalSettings,
   };
 }

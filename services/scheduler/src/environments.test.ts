@@ -57,7 +57,7 @@ async function startReplica(): Promise<Replica> {
     registry,
     now: () => (clock += 1),
     newId: (prefix) => `${prefix}_${(counter += 1).toString(36).padStart(6, "0")}`,
-  });
+  }).start();
   // The scheduler serves the environment rpcs itself; the test drives its store directly too.
   const envs = scheduler.context.envs;
   const r = { scheduler, envs, registry };

@@ -219,7 +219,12 @@ function serveRegistration(ctx: SchedulerContext): Subscription {
   });
 }
 
-export async function createScheduler(deps: SchedulerDeps): Promise<Scheduler> {
+/** Creating one touches nothing; start() builds the views, serves the API and consumes runner facts. */
+export function createScheduler(deps: SchedulerDeps): { start(): Promise<Scheduler> } {
+  return { start: () => startScheduler(deps) };
+}
+
+async function startScheduler(deps: SchedulerDeps): Promise<Scheduler> {
   const { ctx, placer, endOfLife, replayed } = await buildContext(deps);
   await ensureFactsConsumer(deps.nc);
   const facts: ConsumerHandle = await consumeTyped(ctx.js, {

@@ -77,7 +77,7 @@ export async function startHarness(): Promise<SchedulerHarness> {
         registry,
         now: clock.now,
         newId: (prefix) => `${prefix}_${(idCounter += 1).toString(36).padStart(6, "0")}`,
-      });
+      }).start();
       schedulers.push(s);
       return s;
     },

@@ -9,8 +9,8 @@ const decoder = new TextDecoder();
  * assertion, set once at start). Every receiver validates what it reads at
  * the bus boundary, so this second check only catches a sender's own bug
  * sooner; it was 14% of the scheduler's CPU under load (`pnpm bench`,
- * benchmark 1). On in tests and in-process use; services take it from
- * `PADDOCK_VALIDATE_OUTGOING` (off by default).
+ * benchmark 1). On in tests and in-process use; a service's runService sets it
+ * from its config, `PADDOCK_VALIDATE_OUTGOING` (off by default).
  */
 let validateOutgoing = true;
 

@@ -1,0 +1,47 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Registry } from "prom-client";
+import { Streams } from "@paddock/contracts";
+import { createBusMetrics, provision } from "@paddock/bus";
+import { silentLogger } from "@paddock/logging";
+import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { loadConfig } from "./config.ts";
+import { createSchedulerMetrics } from "./context.ts";
+import { RUNNER_FACTS_CONSUMER } from "./fact-backlog.ts";
+import { createScheduler } from "./scheduler.ts";
+
+describe("createScheduler", () => {
+  let server: NatsServerHandle;
+  let nc: NatsConnection;
+  beforeAll(async () => {
+    server = await startNatsServer();
+    nc = await connect({ servers: server.url });
+    await provision(nc, { replicas: 1 });
+  });
+  afterAll(async () => {
+    await nc.drain();
+    await server.stop();
+  });
+
+  it("touches nothing on the bus until start(); start() consumes runner facts and stop() ends it", async () => {
+    const factConsumers = async () => (await (await jetstreamManager(nc)).consumers.list(Streams.runner).next()).map((c) => c.name);
+    const registry = new Registry();
+    let id = 0;
+    const created = createScheduler({
+      nc,
+      config: loadConfig({ PADDOCK_SCHEDULER_TICK_MS: "3600000" }),
+      log: silentLogger(),
+      bus: createBusMetrics(registry),
+      metrics: createSchedulerMetrics(registry),
+      registry,
+      now: () => 1_000,
+      newId: (prefix) => `${prefix}_${String((id += 1))}`,
+    });
+    await nc.flush();
+    expect(await factConsumers()).toEqual([]);
+    const scheduler = await created.start();
+    expect(await factConsumers()).toEqual([RUNNER_FACTS_CONSUMER]);
+    await scheduler.stop();
+  });
+});
