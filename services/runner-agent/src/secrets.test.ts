@@ -81,6 +81,32 @@ describe("RpcSecretResolver", () => {
     }
   });
 
+  it("asks again when an answer is lost (a broker failover), within the budget", async () => {
+    const lone = await startNatsServer();
+    const c = await connect({ servers: lone.url });
+    try {
+      let calls = 0;
+      serveRpc(
+        c,
+        FleetRpc.sessionSecrets,
+        () => {
+          calls++;
+          // The first answer never comes (lost with a failing broker node); the next one does.
+          if (calls === 1) return new Promise<never>(() => undefined);
+          return Promise.resolve({ secrets: [], sessionToken: "pdk_ses_0123456789abcdef" });
+        },
+        { metrics: createBusMetrics(), log: silentLogger() },
+      );
+      await c.flush();
+      const r = new RpcSecretResolver(c, KEY, RUNNER, 30_000, () => Promise.resolve(), 200);
+      expect(await r.boot([], ctx("wsA"))).toEqual({ values: {}, sessionToken: "pdk_ses_0123456789abcdef" });
+      expect(calls).toBe(2);
+    } finally {
+      await c.close();
+      await lone.stop();
+    }
+  });
+
   it("resolves refs of the session's workspace only", async () => {
     await store("wsA", "TOKEN", "value-a");
     await store("wsB", "TOKEN", "value-b");

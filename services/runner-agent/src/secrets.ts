@@ -54,9 +54,16 @@ export class RpcSecretResolver implements SecretResolver {
     private readonly nc: NatsConnection,
     key: Buffer | undefined,
     private readonly runner: { poolId: string; runnerId: string },
-    private readonly timeoutMs = 10_000,
+    /**
+     * How long a boot keeps asking while the control plane does not answer: a
+     * broker failover or a scheduler restart must not fail a session that asks
+     * for nothing but its token (well under the creating timeout, 120 s).
+     */
+    private readonly timeoutMs = 60_000,
     /** Waits between attempts while no scheduler answers (tests inject it). */
     private readonly sleep: (ms: number) => Promise<void> = (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+    /** One attempt's wait for an answer: a reply lost in a failover is asked again, not waited for until the budget ends. */
+    private readonly attemptTimeoutMs = 5_000,
   ) {
     this.box = new SecretBox(key);
   }
@@ -106,7 +113,7 @@ export class RpcSecretResolver implements SecretResolver {
     const deadline = Date.now() + this.timeoutMs;
     for (let backoffMs = 100; ; backoffMs = Math.min(backoffMs * 2, 2_000)) {
       try {
-        return await callRpc(this.nc, FleetRpc.sessionSecrets, request, { timeoutMs: Math.max(1, deadline - Date.now()) });
+        return await callRpc(this.nc, FleetRpc.sessionSecrets, request, { timeoutMs: Math.max(1, Math.min(this.attemptTimeoutMs, deadline - Date.now())) });
       } catch (err) {
         if (!(err instanceof UnavailableError) || Date.now() + backoffMs >= deadline) throw err;
       }
