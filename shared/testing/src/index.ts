@@ -5,3 +5,5 @@ export * from "./nats-auth.ts";
 export * from "./nats-cluster.ts";
 export * from "./scratch.ts";
 export * from "./script-args.ts";
+export * from "./records.ts";
+export * from "./until-session.ts";
