@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { MAX_JSON_DEPTH } from "@paddock/contracts";
-import { api, makeEnvironment, startHarness, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
+import { api, expectError, makeEnvironment, startHarness, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
 
 let h: Harness;
 beforeAll(async () => {
@@ -14,11 +14,6 @@ beforeEach(() => {
 });
 
 const body = (v: unknown) => JSON.stringify(v);
-
-function expectError(r: { status: number; json: any }, status: number, code: string) {
-  expect(r.status).toBe(status);
-  expect(r.json).toMatchObject({ error: { code, message: expect.any(String) } });
-}
 
 let n = 0;
 function freshEnv(ws = WS1): string {

@@ -5,7 +5,7 @@ import { Buckets, MAX_JSON_DEPTH, Streams, Subjects, ZERO_USAGE, type AuditEvent
 import { Kvm } from "@nats-io/kv";
 import { memberKey, seedMember, seedToken } from "./auth.ts";
 import { LOG_CURSOR_HEADER } from "./events.ts";
-import { api, makeSession, NOW, publishChunk, startHarness, SVC_SESSION, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
+import { api, expectError, makeSession, NOW, publishChunk, startHarness, SVC_SESSION, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
 
 let h: Harness;
 beforeAll(async () => {
@@ -19,11 +19,6 @@ beforeEach(() => {
 });
 
 const body = (v: unknown) => JSON.stringify(v);
-
-function expectError(r: { status: number; json: any }, status: number, code: string) {
-  expect(r.status).toBe(status);
-  expect(r.json).toMatchObject({ error: { code, message: expect.any(String) } });
-}
 
 describe("authentication", () => {
   const routes: Array<[string, string, string?]> = [

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { api, makeSession, startHarness, SVC_SESSION, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
+import { api, expectError, makeSession, startHarness, SVC_SESSION, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
 
 let h: Harness;
 beforeAll(async () => {
@@ -13,11 +13,6 @@ beforeEach(() => {
 });
 
 const body = (v: unknown) => JSON.stringify(v);
-
-function expectError(r: { status: number; json: any }, status: number, code: string) {
-  expect(r.status).toBe(status);
-  expect(r.json).toMatchObject({ error: { code, message: expect.any(String) } });
-}
 
 let n = 0;
 /** A fresh running session of alice in WS1 (and one of eve in WS2 under the same id). */

@@ -7,6 +7,7 @@ import { randomUUID } from "node:crypto";
 import { jetstream } from "@nats-io/jetstream";
 import { connect, headers, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import WebSocket from "ws";
+import { expect } from "vitest";
 import { provision } from "@paddock/bus";
 import { decodeOutputFrame, FLEET_WORKSPACE, Headers, Subjects } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
@@ -321,4 +322,10 @@ export async function api(
     json = undefined;
   }
   return { status: res.status, json, text, headers: res.headers };
+}
+
+/** Asserts a typed error answer: the status and `{"error":{"code","message"}}` with that code. */
+export function expectError(r: { status: number; json: any }, status: number, code: string): void {
+  expect(r.status).toBe(status);
+  expect(r.json).toMatchObject({ error: { code, message: expect.any(String) } });
 }
