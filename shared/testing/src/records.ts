@@ -8,15 +8,22 @@ import { Environment, NO_REQUIREMENTS, Runner, Session } from "@paddock/contract
 /** The fixed clock every fixture is stamped with. */
 export const FIXTURE_NOW = 1_700_000_000_000;
 
-/** Drops explicitly undefined overrides, so they keep the default instead of erasing it. */
-function defined<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+/** Field overrides; an explicit undefined removes an optional field the defaults set. */
+export type Overrides<T> = { [K in keyof T]?: T[K] | undefined };
+
+/** The defaults with the overrides laid over them, an undefined override removing its field. */
+function merge<T extends object>(defaults: T, overrides: Overrides<T>): Record<string, unknown> {
+  const out = { ...defaults } as Record<string, unknown>;
+  for (const [k, v] of Object.entries(overrides)) {
+    if (v === undefined) delete out[k];
+    else out[k] = v;
+  }
+  return out;
 }
 
-export function makeSession(overrides: Partial<Session> = {}): Session {
-  const o = defined(overrides);
-  const id = o.id ?? "s1";
-  return Session.parse({
+export function makeSession(overrides: Overrides<Session> = {}): Session {
+  const id = overrides.id ?? "s1";
+  const defaults: Session = {
     id,
     workspaceId: "default",
     creatorId: "dev",
@@ -31,13 +38,13 @@ export function makeSession(overrides: Partial<Session> = {}): Session {
     childExitCode: null,
     createdAt: FIXTURE_NOW,
     updatedAt: FIXTURE_NOW,
-    lastFact: { eventId: `evt-${id}`, action: "create", actorId: o.creatorId ?? "dev", at: FIXTURE_NOW },
-    ...o,
-  });
+    lastFact: { eventId: `evt-${id}`, action: "create", actorId: overrides.creatorId ?? "dev", at: FIXTURE_NOW },
+  };
+  return Session.parse(merge(defaults, overrides));
 }
 
-export function makeRunner(overrides: Partial<Runner> = {}): Runner {
-  return Runner.parse({
+export function makeRunner(overrides: Overrides<Runner> = {}): Runner {
+  const defaults: Runner = {
     id: "r1",
     poolId: "default",
     state: "active",
@@ -47,14 +54,13 @@ export function makeRunner(overrides: Partial<Runner> = {}): Runner {
     capabilities: [],
     registeredAt: FIXTURE_NOW,
     lastSeenAt: FIXTURE_NOW,
-    ...defined(overrides),
-  });
+  };
+  return Runner.parse(merge(defaults, overrides));
 }
 
-export function makeEnvironment(overrides: Partial<Environment> = {}): Environment {
-  const o = defined(overrides);
-  const id = o.id ?? "env1";
-  return Environment.parse({
+export function makeEnvironment(overrides: Overrides<Environment> = {}): Environment {
+  const id = overrides.id ?? "env1";
+  const defaults: Environment = {
     id,
     workspaceId: "default",
     name: id,
@@ -66,6 +72,6 @@ export function makeEnvironment(overrides: Partial<Environment> = {}): Environme
     createdAt: FIXTURE_NOW,
     updatedAt: FIXTURE_NOW,
     lastFact: { eventId: `evt-${id}`, action: "create", actorId: "dev", at: FIXTURE_NOW },
-    ...o,
-  });
+  };
+  return Environment.parse(merge(defaults, overrides));
 }
