@@ -1,16 +1,7 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { api, expectError, makeSession, startHarness, SVC_SESSION, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
+import { describe, expect, it } from "vitest";
+import { api, expectError, makeSession, SVC_SESSION, TOKENS, useHarness, WS1, WS2 } from "./testkit.ts";
 
-let h: Harness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => {
-  await h.stop();
-});
-beforeEach(() => {
-  h.scheduler.calls.length = 0;
-});
+const h = useHarness();
 
 const body = (v: unknown) => JSON.stringify(v);
 

@@ -7,7 +7,7 @@ import { randomUUID } from "node:crypto";
 import { jetstream } from "@nats-io/jetstream";
 import { connect, headers, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import WebSocket from "ws";
-import { expect } from "vitest";
+import { afterAll, beforeAll, beforeEach, expect } from "vitest";
 import { provision } from "@paddock/bus";
 import { decodeOutputFrame, FLEET_WORKSPACE, Headers, Subjects } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
@@ -90,6 +90,31 @@ export interface Harness {
   /** Starts one more gateway replica with its own NATS connection. */
   addGateway(): Promise<{ gateway: Gateway; nc: NatsConnection; url: string; wsUrl: string }>;
   stop(): Promise<void>;
+}
+
+/**
+ * The shared preamble of a gateway test file: one harness for the file
+ * (started before all, stopped after all) with the fake scheduler's call log
+ * cleared before each test. The harness exists only once beforeAll has run,
+ * so the handle forwards to it; reading it earlier throws.
+ */
+export function useHarness(opts: Parameters<typeof startHarness>[0] = {}): Harness {
+  let current: Harness | undefined;
+  beforeAll(async () => {
+    current = await startHarness(opts);
+  });
+  afterAll(async () => {
+    await current?.stop();
+  });
+  beforeEach(() => {
+    if (current) current.scheduler.calls.length = 0;
+  });
+  return new Proxy({} as Harness, {
+    get: (_, key) => {
+      if (!current) throw new Error("the gateway harness is read before beforeAll started it");
+      return Reflect.get(current, key) as unknown;
+    },
+  });
 }
 
 export async function startHarness(
