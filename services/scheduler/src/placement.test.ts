@@ -6,31 +6,29 @@ import type { SchedulerContext } from "./context.ts";
 import { applyRunnerFact } from "./facts.ts";
 import { planPass } from "./placement.ts";
 import { SessionIndex } from "./session-index.ts";
-import { untilSession } from "@paddock/testing";
+import { makeRunner, makeSession, untilSession } from "@paddock/testing";
 import { alice, create, dispatchInbox, factFor, get, publishFact, register, runningSession, startHarness, waitForCapacityUsed, type SchedulerHarness } from "./testkit.ts";
 import { KvView } from "./view.ts";
 
 function runner(id: string, capacityTotal: number, extra: Partial<Runner> = {}): Runner {
-  return { id, poolId: "default", state: "active", generation: 1, capacityUsed: 0, capacityTotal, capabilities: [], registeredAt: 1, lastSeenAt: 1, ...extra };
+  return makeRunner({ id, capacityTotal, registeredAt: 1, lastSeenAt: 1, ...extra });
 }
 
 function queued(n: number, extra: Partial<Session> = {}): Session {
-  return {
+  return makeSession({
     id: `s${String(n).padStart(3, "0")}`,
     workspaceId: "ws1",
     creatorId: "alice",
     state: "queued",
     spec: { cmd: ["true"] },
-    mode: "run",
-    oneShot: false,
+    poolId: undefined,
+    runnerId: undefined,
     placementGeneration: 0,
-    controllerGeneration: 0,
-    childExitCode: null,
     createdAt: n,
     updatedAt: n,
     lastFact: { eventId: `evt_${n}`, action: "create", actorId: "alice", at: n },
     ...extra,
-  };
+  });
 }
 
 /** Just what planPass reads of a context: the runners view, the environments view, the sessions view. */
