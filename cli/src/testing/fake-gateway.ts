@@ -20,7 +20,8 @@ import {
   type ServerFrame,
   type Session,
 } from "@paddock/contracts";
-import { makeSession } from "@paddock/testing";
+import { lateBound, makeSession } from "@paddock/testing";
+import { afterEach, beforeEach } from "vitest";
 
 export interface FakeTerminal {
   readonly session: Session;
@@ -61,6 +62,23 @@ export interface FakeGateway {
   /** Called after hello and replay on each attach; the default does nothing. */
   onAttach?: (t: FakeTerminal, ws: WebSocket, n: number) => void;
   close(): Promise<void>;
+}
+
+/**
+ * The shared preamble of a CLI test file (or describe block): a fresh fake
+ * gateway for each test, closed after it, and the CLI environment pointing at it.
+ */
+export function useFakeGateway(): { gw: FakeGateway; env: Record<string, string> } {
+  let gw: FakeGateway | undefined;
+  let env: Record<string, string> | undefined;
+  beforeEach(async () => {
+    gw = await startFakeGateway();
+    env = { PADDOCK_URL: gw.url, PADDOCK_TOKEN: gw.token };
+  });
+  afterEach(async () => {
+    await gw?.close();
+  });
+  return { gw: lateBound("the fake gateway", () => gw), env: lateBound("the CLI environment", () => env) };
 }
 
 export async function startFakeGateway(): Promise<FakeGateway> {

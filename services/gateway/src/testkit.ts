@@ -11,7 +11,7 @@ import { afterAll, beforeAll, beforeEach, expect } from "vitest";
 import { provision } from "@paddock/bus";
 import { decodeOutputFrame, FLEET_WORKSPACE, Headers, Subjects } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { lateBound, startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { seedMember, seedToken } from "./auth.ts";
 import { defaultConfig, type GatewayConfig } from "./config.ts";
 import type { After, Every } from "./context.ts";
@@ -95,8 +95,7 @@ export interface Harness {
 /**
  * The shared preamble of a gateway test file: one harness for the file
  * (started before all, stopped after all) with the fake scheduler's call log
- * cleared before each test. The harness exists only once beforeAll has run,
- * so the handle forwards to it; reading it earlier throws.
+ * cleared before each test.
  */
 export function useHarness(opts: Parameters<typeof startHarness>[0] = {}): Harness {
   let current: Harness | undefined;
@@ -109,12 +108,7 @@ export function useHarness(opts: Parameters<typeof startHarness>[0] = {}): Harne
   beforeEach(() => {
     if (current) current.scheduler.calls.length = 0;
   });
-  return new Proxy({} as Harness, {
-    get: (_, key) => {
-      if (!current) throw new Error("the gateway harness is read before beforeAll started it");
-      return Reflect.get(current, key) as unknown;
-    },
-  });
+  return lateBound("the gateway harness", () => current);
 }
 
 export async function startHarness(

@@ -7,3 +7,4 @@ export * from "./scratch.ts";
 export * from "./script-args.ts";
 export * from "./records.ts";
 export * from "./until-session.ts";
+export * from "./late-bound.ts";
