@@ -2,21 +2,12 @@
  * The CLI against an in-process fake of the public API (testing/fake-gateway.ts):
  * the attach protocol, reconnects, pagination and error mapping, with no stack.
  */
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { AuditEvent } from "@paddock/contracts";
-import { startFakeGateway, type FakeGateway } from "./testing/fake-gateway.ts";
+import { useFakeGateway } from "./testing/fake-gateway.ts";
 import { FakeTtyStdin, runCli, startCli } from "./testing/run-cli.ts";
 
-let gw: FakeGateway;
-let env: Record<string, string>;
-
-beforeEach(async () => {
-  gw = await startFakeGateway();
-  env = { PADDOCK_URL: gw.url, PADDOCK_TOKEN: gw.token };
-});
-afterEach(async () => {
-  await gw.close();
-});
+const { gw, env } = useFakeGateway();
 
 describe("run", () => {
   it("creates the session, prints its output from the start and exits with its code", async () => {

@@ -2,8 +2,8 @@
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { startFakeGateway, type FakeGateway } from "./testing/fake-gateway.ts";
+import { describe, expect, it } from "vitest";
+import { useFakeGateway } from "./testing/fake-gateway.ts";
 import { runCli } from "./testing/run-cli.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "paddock-env-test-"));
@@ -47,15 +47,7 @@ describe("paddock env: bad usage exits 2 without a server", () => {
 });
 
 describe("paddock env against the fake gateway", () => {
-  let gw: FakeGateway;
-  let env: Record<string, string>;
-  beforeEach(async () => {
-    gw = await startFakeGateway();
-    env = { PADDOCK_URL: gw.url, PADDOCK_TOKEN: gw.token };
-  });
-  afterEach(async () => {
-    await gw.close();
-  });
+  const { gw, env } = useFakeGateway();
 
   it("create sends the fields (setup from a file, repeated flags as lists) and prints the id, or the record", async () => {
     const r = await runCli(

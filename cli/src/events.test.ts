@@ -1,19 +1,10 @@
 /** `paddock events --follow` against the in-process fake gateway: the NDJSON stream, flags and bad input. */
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { AuditEvent } from "@paddock/contracts";
-import { startFakeGateway, type FakeGateway } from "./testing/fake-gateway.ts";
+import { useFakeGateway } from "./testing/fake-gateway.ts";
 import { runCli } from "./testing/run-cli.ts";
 
-let gw: FakeGateway;
-let env: Record<string, string>;
-
-beforeEach(async () => {
-  gw = await startFakeGateway();
-  env = { PADDOCK_URL: gw.url, PADDOCK_TOKEN: gw.token };
-});
-afterEach(async () => {
-  await gw.close();
-});
+const { gw, env } = useFakeGateway();
 
 const event = (id: string, sessionId: string, action: AuditEvent["action"] = "create"): AuditEvent => ({
   id,

@@ -2,8 +2,8 @@
  * create, suspend, resume, snapshot, recycle and restart: bad usage without a
  * server, then each command against the in-process fake gateway.
  */
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { startFakeGateway, type FakeGateway } from "./testing/fake-gateway.ts";
+import { describe, expect, it } from "vitest";
+import { useFakeGateway } from "./testing/fake-gateway.ts";
 import { runCli } from "./testing/run-cli.ts";
 
 describe("bad usage exits 2 without a server", () => {
@@ -44,15 +44,7 @@ describe("bad usage exits 2 without a server", () => {
 });
 
 describe("against the fake gateway", () => {
-  let gw: FakeGateway;
-  let env: Record<string, string>;
-  beforeEach(async () => {
-    gw = await startFakeGateway();
-    env = { PADDOCK_URL: gw.url, PADDOCK_TOKEN: gw.token };
-  });
-  afterEach(async () => {
-    await gw.close();
-  });
+  const { gw, env } = useFakeGateway();
 
   const posts = () => gw.requests.filter((r) => r.method === "POST").map((r) => [r.path, r.body]);
 

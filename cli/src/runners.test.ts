@@ -142,7 +142,7 @@ describe("against the fake gateway", () => {
   });
 
   it("an answer that breaks the contract is reported, not printed", async () => {
-    gw.runners.set("r3", makeRunner({ id: "r3", capacityUsed: -1 }));
+    gw.runners.set("r3", { ...makeRunner({ id: "r3" }), capacityUsed: -1 }); // a fixture parses; a broken answer is built past it
     const r = await runCli(["runner", "drain", "r3"], env);
     expect(r.code).toBe(1);
     expect(r.stdout).toBe("");

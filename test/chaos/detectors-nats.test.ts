@@ -30,11 +30,10 @@ import {
   type Runner,
   type Session,
 } from "@paddock/contracts";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { makeEnvironment, makeSession, startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { checkAudit, checkPlacedOnce } from "../../chaos/src/checks.ts";
 import { environmentEvent, sessionEvent } from "../../services/event-recorder/src/derive.ts";
 import { FEED_CONSUMER } from "../../services/event-recorder/src/recorder.ts";
-import { makeEnvironment } from "../../services/gateway/src/fake-scheduler.ts";
 import { Anomalies } from "../../chaos/src/report.ts";
 
 const WS = "default";
@@ -81,23 +80,16 @@ beforeEach(async () => {
 });
 
 function session(id: string, p: Partial<Session>): Session {
-  return {
+  return makeSession({
     id,
     workspaceId: WS,
     creatorId: "alice",
-    state: "running",
     spec: { cmd: ["sh"] },
-    mode: "run",
-    oneShot: false,
     poolId: POOL,
-    placementGeneration: 1,
-    controllerGeneration: 0,
-    childExitCode: null,
-    createdAt: NOW,
-    updatedAt: NOW,
+    runnerId: undefined,
     lastFact: { eventId: uid("evt"), action: "start", actorId: "scheduler", at: NOW },
     ...p,
-  };
+  });
 }
 
 function environment(id: string, action: string): Environment {

@@ -31,7 +31,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { packDirectory } from "@paddock/archive";
 import { FLEET_WORKSPACE, type Session } from "@paddock/contracts";
 import { seedMember, seedToken } from "@paddock/gateway/auth";
-import { startStack, type Stack } from "@paddock/testing";
+import { startStack, untilSession, type Stack } from "@paddock/testing";
 import { api, sessionOf, type ApiAnswer } from "./helpers.ts";
 import { openTerminal } from "./authz-helpers.ts";
 
@@ -97,17 +97,8 @@ async function putArchive(p: Principal, sessionId: string): Promise<ApiAnswer> {
 }
 
 /** Resolves with the first revision of a session record matching pred (a KV watch, no polling). */
-async function untilRecord(id: string, pred: (s: Session) => boolean): Promise<Session> {
-  const kv = await new Kvm(nc).open("sessions");
-  const w = await kv.watch({ key: `${WS}.${id}` });
-  try {
-    for await (const e of w) {
-      if (e.operation === "PUT" && pred(e.json<Session>())) return e.json<Session>();
-    }
-  } finally {
-    w.stop();
-  }
-  throw new Error("watch ended");
+function untilRecord(id: string, pred: (s: Session) => boolean): Promise<Session> {
+  return untilSession(nc, id, pred);
 }
 
 /** A fresh running session of the owner (one per destructive cell). */

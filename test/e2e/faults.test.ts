@@ -7,10 +7,9 @@ import { existsSync, watch } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { DispatchCommand, Headers, Subjects, type Session } from "@paddock/contracts";
-import { startNatsServer, startService, startStack, type Stack } from "@paddock/testing";
+import { startNatsServer, startService, startStack, untilSession, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal } from "./helpers.ts";
 
 /** Short leases and fast sweeps so faults play out in seconds (defaults are 10 s + 20 s). */
@@ -48,16 +47,8 @@ async function createSession(s: Stack, body: Record<string, unknown>): Promise<S
 }
 
 /** Resolves with the record once pred holds (a KV watch: every revision, no polling). */
-async function until(conn: NatsConnection, id: string, pred: (s: Session) => boolean): Promise<Session> {
-  const kv = await new Kvm(conn).open("sessions");
-  const w = await kv.watch({ key: `default.${id}` });
-  for await (const e of w) {
-    if (e.operation === "PUT" && pred(e.json<Session>())) {
-      w.stop();
-      return e.json<Session>();
-    }
-  }
-  throw new Error("watch ended");
+function until(conn: NatsConnection, id: string, pred: (s: Session) => boolean): Promise<Session> {
+  return untilSession(conn, id, pred);
 }
 
 /** Every TERM message of one app in order, with the generation that wrote it. */

@@ -10,10 +10,9 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { RunnerFact, type AuditEvent, type Session } from "@paddock/contracts";
-import { startStack, type Stack } from "@paddock/testing";
+import { startStack, untilSession, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal, waitForAuditEvents } from "./helpers.ts";
 
 /** Records the workspace keeps: small, so the eviction case below reaches it. */
@@ -48,12 +47,7 @@ async function createSession(body: Record<string, unknown>): Promise<Session> {
 
 /** Resolves once the session's record satisfies pred (a KV watch: every revision, no polling). */
 async function untilRecord(id: string, pred: (s: Session) => boolean): Promise<Session> {
-  const kv = await new Kvm(nc).open("sessions");
-  const w = await kv.watch({ key: `default.${id}` });
-  for await (const e of w) {
-    if (e.operation === "PUT" && pred(e.json<Session>())) break;
-  }
-  w.stop();
+  await untilSession(nc, id, pred);
   return getSession(id);
 }
 

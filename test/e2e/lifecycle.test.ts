@@ -14,7 +14,7 @@ import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { AuditEvent, Session } from "@paddock/contracts";
-import { startService, startStack, type Stack } from "@paddock/testing";
+import { startService, startStack, untilSession, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal, waitForAuditEvents } from "./helpers.ts";
 
 let stack: Stack;
@@ -66,12 +66,7 @@ function untilEvent(sessionId: string, pred: (e: AuditEvent, all: AuditEvent[]) 
 
 /** Resolves once the session's record reaches `state` (a KV watch: every revision, no polling). */
 async function untilState(id: string, state: string): Promise<Session> {
-  const kv = await new Kvm(nc).open("sessions");
-  const w = await kv.watch({ key: `default.${id}` });
-  for await (const e of w) {
-    if (e.operation === "PUT" && e.json<Session>().state === state) break;
-  }
-  w.stop();
+  await untilSession(nc, id, (s) => s.state === state);
   return getSession(id);
 }
 

@@ -14,7 +14,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { packDirectory } from "@paddock/archive";
 import type { Session } from "@paddock/contracts";
 import { seedMember, seedToken } from "@paddock/gateway/auth";
-import { startStack, type Stack } from "@paddock/testing";
+import { startStack, untilSession, type Stack } from "@paddock/testing";
 import { runCli } from "../../cli/src/testing/run-cli.ts";
 import { api, sessionOf, Terminal } from "./helpers.ts";
 
@@ -51,17 +51,8 @@ async function createSession(body: Record<string, unknown>): Promise<Session> {
 }
 
 /** Resolves with the first revision of the session's record matching pred (a KV watch, no polling). */
-async function untilRecord(id: string, pred: (s: Session) => boolean): Promise<Session> {
-  const kv = await new Kvm(nc).open("sessions");
-  const w = await kv.watch({ key: `default.${id}` });
-  try {
-    for await (const e of w) {
-      if (e.operation === "PUT" && pred(e.json<Session>())) return e.json<Session>();
-    }
-  } finally {
-    w.stop();
-  }
-  throw new Error("watch ended");
+function untilRecord(id: string, pred: (s: Session) => boolean): Promise<Session> {
+  return untilSession(nc, id, pred);
 }
 
 async function outputOf(id: string, pred: (text: string) => boolean): Promise<string> {

@@ -1,21 +1,14 @@
 /**
  * Environment CRUD of the fake gateway: records in memory, bodies validated
  * with the contract schemas (so a CLI that sends a bad body fails its test),
- * PATCH with pointer semantics (absent unchanged, "" or [] clears).
+ * PATCH by the contract's own pointer semantics (applyEnvironmentPatch).
  */
 import type { ServerResponse } from "node:http";
-import {
-  CreateEnvironmentBody,
-  describeZodError,
-  NO_REQUIREMENTS,
-  UpdateEnvironmentBody,
-  type Environment,
-} from "@paddock/contracts";
+import { applyEnvironmentPatch, CreateEnvironmentBody, describeZodError, UpdateEnvironmentBody, type Environment } from "@paddock/contracts";
+import { FIXTURE_NOW as AT, makeEnvironment } from "@paddock/testing";
 import { fail, send } from "./fake-http.ts";
 
 export type FakeEnvironments = Map<string, Environment>;
-
-const AT = 1_700_000_000_000;
 
 export function handleEnvironments(
   gw: { readonly environments: FakeEnvironments; pageSize: number },
@@ -30,20 +23,8 @@ export function handleEnvironments(
     const parsed = CreateEnvironmentBody.safeParse(body);
     if (!parsed.success) return fail(res, 400, { code: "invalid", message: `body: ${describeZodError(parsed.error)}` });
     const id = `env${String(envs.size + 1)}`;
-    const env = patch(
-      {
-        id,
-        workspaceId: "default",
-        name: parsed.data.name,
-        setupHash: "0".repeat(64),
-        egressAllow: [],
-        secretRefs: [],
-        connectors: [],
-        requirements: NO_REQUIREMENTS,
-        createdAt: AT,
-        updatedAt: AT,
-        lastFact: { eventId: `ev-${id}`, action: "create", actorId: "dev", at: AT },
-      },
+    const env = applyEnvironmentPatch(
+      makeEnvironment({ id, name: parsed.data.name, lastFact: { eventId: `ev-${id}`, action: "create", actorId: "dev", at: AT } }),
       parsed.data,
     );
     envs.set(id, env);
@@ -62,7 +43,7 @@ export function handleEnvironments(
   if (method === "PATCH") {
     const parsed = UpdateEnvironmentBody.safeParse(body);
     if (!parsed.success) return fail(res, 400, { code: "invalid", message: `body: ${describeZodError(parsed.error)}` });
-    const next = patch({ ...env, updatedAt: env.updatedAt + 1 }, parsed.data);
+    const next = applyEnvironmentPatch({ ...env, updatedAt: env.updatedAt + 1 }, parsed.data);
     envs.set(env.id, next);
     return send(res, 200, next);
   }
@@ -72,14 +53,4 @@ export function handleEnvironments(
     return send(res, 200, env);
   }
   fail(res, 404, { code: "not_found", message: "no such route" });
-}
-
-function patch(env: Environment, body: Record<string, unknown>): Environment {
-  const next: Record<string, unknown> = { ...env };
-  for (const [k, v] of Object.entries(body)) {
-    if (v === undefined) continue;
-    if (v === "") delete next[k];
-    else next[k] = k === "requirements" ? { ...env.requirements, ...(v as object) } : v;
-  }
-  return next as Environment;
 }

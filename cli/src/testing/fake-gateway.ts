@@ -11,6 +11,7 @@ import { handleRunners, type FakeRunners } from "./fake-runners.ts";
 import { WebSocketServer, type WebSocket } from "ws";
 import {
   appsOf,
+  canTransition,
   CLOSE_SUPERSEDED,
   encodeOutputFrame,
   isTerminal,
@@ -19,6 +20,8 @@ import {
   type ServerFrame,
   type Session,
 } from "@paddock/contracts";
+import { lateBound, makeSession } from "@paddock/testing";
+import { afterEach, beforeEach } from "vitest";
 
 export interface FakeTerminal {
   readonly session: Session;
@@ -59,6 +62,23 @@ export interface FakeGateway {
   /** Called after hello and replay on each attach; the default does nothing. */
   onAttach?: (t: FakeTerminal, ws: WebSocket, n: number) => void;
   close(): Promise<void>;
+}
+
+/**
+ * The shared preamble of a CLI test file (or describe block): a fresh fake
+ * gateway for each test, closed after it, and the CLI environment pointing at it.
+ */
+export function useFakeGateway(): { gw: FakeGateway; env: Record<string, string> } {
+  let gw: FakeGateway | undefined;
+  let env: Record<string, string> | undefined;
+  beforeEach(async () => {
+    gw = await startFakeGateway();
+    env = { PADDOCK_URL: gw.url, PADDOCK_TOKEN: gw.token };
+  });
+  afterEach(async () => {
+    await gw?.close();
+  });
+  return { gw: lateBound("the fake gateway", () => gw), env: lateBound("the CLI environment", () => env) };
 }
 
 export async function startFakeGateway(): Promise<FakeGateway> {
@@ -185,14 +205,18 @@ export async function startFakeGateway(): Promise<FakeGateway> {
         case "suspend": {
           const warm = (body as { warm?: unknown } | undefined)?.warm;
           if (typeof warm !== "boolean") return fail(res, 400, { code: "invalid", message: "body: warm: expected boolean" });
-          if (s.state !== "running") return fail(res, 409, { code: "conflict", message: `session is ${s.state}` });
-          s.state = warm ? "suspended_warm" : "suspended_cold";
+          const to = warm ? "suspended_warm" : "suspended_cold";
+          if (!canTransition(s.state, to)) return fail(res, 409, { code: "conflict", message: `session is ${s.state}` });
+          s.state = to;
           return send(res, 200, s);
         }
-        case "resume":
-          if (s.state !== "suspended_warm" && s.state !== "suspended_cold") return fail(res, 409, { code: "conflict", message: `session is ${s.state}` });
-          s.state = s.state === "suspended_warm" ? "running" : "queued";
+        case "resume": {
+          // A warm session wakes in place; anything else resumes by queueing again (which only a cold one may).
+          const to = s.state === "suspended_warm" ? "running" : "queued";
+          if (!canTransition(s.state, to)) return fail(res, 409, { code: "conflict", message: `session is ${s.state}` });
+          s.state = to;
           return send(res, 200, s);
+        }
         case "snapshot":
           return send(res, 200, { ref: `checkpoints/default/${s.id}-1`, format: "tar+gzip", capabilities: ["portable"] });
         case "recycle": {
@@ -274,26 +298,20 @@ type CreateBody = Partial<Pick<Session, "name" | "environmentId" | "oneShot" | "
 
 function newSession(id: string, seq: number, body: CreateBody): Session {
   const at = 1_700_000_000_000 + seq;
-  return {
+  return makeSession({
     id,
-    workspaceId: "default",
-    creatorId: "dev",
     ...(body.name !== undefined ? { name: body.name } : {}),
     ...(body.environmentId !== undefined ? { environmentId: body.environmentId } : {}),
     ...(body.parentId !== undefined ? { parentId: body.parentId } : {}),
     ...(body.idempotencyKey !== undefined ? { idempotencyKey: body.idempotencyKey } : {}),
-    state: "running",
     spec: body.spec,
     mode: body.mode ?? "run",
     oneShot: body.oneShot ?? false,
     runnerId: "runner-1",
-    placementGeneration: 1,
-    controllerGeneration: 0,
-    childExitCode: null,
     createdAt: at,
     updatedAt: at,
     lastFact: { eventId: `e${String(seq)}`, action: "create", actorId: "dev", at: 1_700_000_000_000 },
-  };
+  });
 }
 
 function sendText(ws: WebSocket, frame: ServerFrame): void {

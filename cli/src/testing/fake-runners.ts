@@ -47,16 +47,4 @@ export function handleRunners(
   fail(res, 404, { code: "not_found", message: "no such route" });
 }
 
-export function makeRunner(p: Partial<Runner> & Pick<Runner, "id">): Runner {
-  return {
-    poolId: "default",
-    state: "active",
-    generation: 1,
-    capacityUsed: 0,
-    capacityTotal: 4,
-    capabilities: [],
-    registeredAt: 1_700_000_000_000,
-    lastSeenAt: 1_700_000_000_000,
-    ...p,
-  };
-}
+export { makeRunner } from "@paddock/testing";

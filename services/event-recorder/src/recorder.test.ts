@@ -6,7 +6,6 @@ import { Registry } from "prom-client";
 import {
   AuditEvent,
   Buckets,
-  NO_REQUIREMENTS,
   Streams,
   type Environment,
   type Runner,
@@ -14,64 +13,41 @@ import {
 } from "@paddock/contracts";
 import { createBusMetrics, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { FIXTURE_NOW, makeEnvironment, makeRunner, makeSession, startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { FEED_CONSUMER, createRecorder, runnerEvent, runnerEventId, sessionEvent } from "./recorder.ts";
 
-const NOW = 1_700_000_000_000;
+const NOW = FIXTURE_NOW;
 let seq = 0;
 const evt = () => `evt_t${String(++seq)}`;
 
 function session(p: Partial<Session> = {}): Session {
-  return {
-    id: "s1",
+  return makeSession({
     workspaceId: "ws1",
     creatorId: "alice",
     state: "queued",
     spec: { cmd: ["sh", "-c", "echo marker"] },
-    mode: "run",
-    oneShot: false,
+    poolId: undefined,
+    runnerId: undefined,
     placementGeneration: 0,
-    controllerGeneration: 0,
-    childExitCode: null,
     error: "raw error text",
-    createdAt: NOW,
-    updatedAt: NOW,
     lastFact: { eventId: evt(), action: "create", actorId: "alice", at: NOW },
     ...p,
-  };
+  });
 }
 
 function environment(p: Partial<Environment> = {}): Environment {
-  return {
-    id: "env1",
+  return makeEnvironment({
     workspaceId: "ws1",
     name: "base",
     setup: "echo SETUP_MARKER",
-    setupHash: "0".repeat(64),
-    egressAllow: [],
     secretRefs: ["API_KEY"],
-    connectors: [],
-    requirements: NO_REQUIREMENTS,
-    createdAt: NOW,
-    updatedAt: NOW,
     lastFact: { eventId: evt(), action: "create", actorId: "boss", at: NOW },
     ...p,
-  };
+  });
 }
 
 function runner(p: Partial<Runner> = {}): Runner {
-  return {
-    id: "r1",
-    poolId: "p1",
-    state: "active",
-    generation: 1,
-    capacityUsed: 0,
-    capacityTotal: 4,
-    capabilities: [],
-    registeredAt: NOW,
-    lastSeenAt: NOW,
-    ...p,
-  };
+  return makeRunner({ poolId: "p1", ...p });
 }
 
 describe("runnerEvent (pure)", () => {

@@ -1,24 +1,10 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MAX_JSON_DEPTH } from "@paddock/contracts";
-import { api, makeEnvironment, startHarness, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
+import { api, expectError, makeEnvironment, startHarness, TOKENS, useHarness, WS1, WS2, type Harness } from "./testkit.ts";
 
-let h: Harness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => {
-  await h.stop();
-});
-beforeEach(() => {
-  h.scheduler.calls.length = 0;
-});
+const h = useHarness();
 
 const body = (v: unknown) => JSON.stringify(v);
-
-function expectError(r: { status: number; json: any }, status: number, code: string) {
-  expect(r.status).toBe(status);
-  expect(r.json).toMatchObject({ error: { code, message: expect.any(String) } });
-}
 
 let n = 0;
 function freshEnv(ws = WS1): string {

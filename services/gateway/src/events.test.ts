@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
 import { Subjects, ZERO_USAGE, type AuditEvent } from "@paddock/contracts";
 import { NDJSON } from "./events.ts";
-import { api, makeSession, startHarness, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
+import { api, expectError, makeSession, startHarness, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
 
 let h: Harness;
 beforeAll(async () => {
@@ -63,11 +63,6 @@ function follow(query: string, token: string): Promise<Follow> {
     req.on("error", reject);
     req.end();
   });
-}
-
-function expectError(r: { status: number; json: any }, status: number, code: string) {
-  expect(r.status).toBe(status);
-  expect(r.json).toMatchObject({ error: { code, message: expect.any(String) } });
 }
 
 describe("GET /v1/events?follow=true", () => {

@@ -3,13 +3,12 @@
  * records, every call recorded. It answers like the scheduler's contract, not
  * its policy: state checks are the scheduler's business. Used by *.test.ts only.
  */
-import { randomUUID } from "node:crypto";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { createBusMetrics, serveRpc } from "@paddock/bus";
 import type { z } from "zod";
 import {
   Api,
-  NO_REQUIREMENTS,
+  applyEnvironmentPatch,
   NotFoundError,
   type Environment,
   type Rpc,
@@ -18,8 +17,11 @@ import {
   type Session,
 } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
+import { FIXTURE_NOW, makeEnvironment, makeRunner, makeSession } from "@paddock/testing";
 
-export const NOW = 1_700_000_000_000;
+export { makeEnvironment, makeRunner, makeSession };
+
+export const NOW = FIXTURE_NOW;
 
 export interface RpcCall {
   verb: string;
@@ -176,61 +178,10 @@ export class FakeScheduler {
   }
 }
 
-export function makeRunner(p: Partial<Runner> & Pick<Runner, "id">): Runner {
-  return { ...RUNNER, ...p };
-}
+/** The runner the fake fleet starts with (and makeSession places sessions on). */
+export const RUNNER: Runner = makeRunner({ id: "r1" });
 
-export const RUNNER: Runner = {
-  id: "r1",
-  poolId: "default",
-  state: "active",
-  generation: 1,
-  capacityUsed: 0,
-  capacityTotal: 4,
-  capabilities: [],
-  registeredAt: NOW,
-  lastSeenAt: NOW,
-};
-
-export function makeSession(p: Partial<Session> & Pick<Session, "id" | "workspaceId" | "creatorId">): Session {
-  return {
-    state: "running",
-    spec: {},
-    mode: "run",
-    oneShot: false,
-    poolId: RUNNER.poolId,
-    runnerId: RUNNER.id,
-    placementGeneration: 1,
-    controllerGeneration: 0,
-    childExitCode: null,
-    createdAt: NOW,
-    updatedAt: NOW,
-    lastFact: { eventId: randomUUID(), action: "create", actorId: p.creatorId, at: NOW },
-    ...p,
-  };
-}
-
-/** PATCH pointer semantics: an absent field is unchanged, an explicit "" clears an optional one. */
+/** PATCH of an environment as the contract defines it, stamped `at`. */
 function patchEnvironment(e: Environment, body: z.infer<typeof Api.updateEnvironment.request>["body"], at: number): Environment {
-  const next: Environment = { ...e, updatedAt: at };
-  for (const [k, v] of Object.entries(body)) {
-    if (v === undefined) continue;
-    if (v === "") delete (next as Record<string, unknown>)[k];
-    else (next as Record<string, unknown>)[k] = k === "requirements" ? { ...e.requirements, ...(v as object) } : v;
-  }
-  return next;
-}
-
-export function makeEnvironment(p: Partial<Environment> & Pick<Environment, "id" | "workspaceId" | "name">): Environment {
-  return {
-    setupHash: "0".repeat(64),
-    egressAllow: [],
-    secretRefs: [],
-    connectors: [],
-    requirements: NO_REQUIREMENTS,
-    createdAt: NOW,
-    updatedAt: NOW,
-    lastFact: { eventId: randomUUID(), action: "create", actorId: "boss", at: NOW },
-    ...p,
-  };
+  return { ...applyEnvironmentPatch(e, body), updatedAt: at };
 }

@@ -1,29 +1,15 @@
 import { request as httpRequest } from "node:http";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
 import { Buckets, MAX_JSON_DEPTH, Streams, Subjects, ZERO_USAGE, type AuditEvent } from "@paddock/contracts";
 import { Kvm } from "@nats-io/kv";
 import { memberKey, seedMember, seedToken } from "./auth.ts";
 import { LOG_CURSOR_HEADER } from "./events.ts";
-import { api, makeSession, NOW, publishChunk, startHarness, SVC_SESSION, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
+import { api, expectError, makeSession, NOW, publishChunk, SVC_SESSION, TOKENS, useHarness, WS1, WS2 } from "./testkit.ts";
 
-let h: Harness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => {
-  await h.stop();
-});
-beforeEach(() => {
-  h.scheduler.calls.length = 0;
-});
+const h = useHarness();
 
 const body = (v: unknown) => JSON.stringify(v);
-
-function expectError(r: { status: number; json: any }, status: number, code: string) {
-  expect(r.status).toBe(status);
-  expect(r.json).toMatchObject({ error: { code, message: expect.any(String) } });
-}
 
 describe("authentication", () => {
   const routes: Array<[string, string, string?]> = [

@@ -1,23 +1,9 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { api, makeSession, startHarness, SVC_SESSION, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
+import { describe, expect, it } from "vitest";
+import { api, expectError, makeSession, SVC_SESSION, TOKENS, useHarness, WS1, WS2 } from "./testkit.ts";
 
-let h: Harness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => {
-  await h.stop();
-});
-beforeEach(() => {
-  h.scheduler.calls.length = 0;
-});
+const h = useHarness();
 
 const body = (v: unknown) => JSON.stringify(v);
-
-function expectError(r: { status: number; json: any }, status: number, code: string) {
-  expect(r.status).toBe(status);
-  expect(r.json).toMatchObject({ error: { code, message: expect.any(String) } });
-}
 
 let n = 0;
 /** A fresh running session of alice in WS1 (and one of eve in WS2 under the same id). */

@@ -1,26 +1,12 @@
 import { request as httpRequest } from "node:http";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { FLEET_WORKSPACE, MAX_PAGE_LIMIT } from "@paddock/contracts";
 import { seedMember } from "./auth.ts";
-import { api, makeRunner, RUNNER, startHarness, SVC_SESSION, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
+import { api, expectError, makeRunner, RUNNER, SVC_SESSION, TOKENS, useHarness, WS1, WS2 } from "./testkit.ts";
 
-let h: Harness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => {
-  await h.stop();
-});
-beforeEach(() => {
-  h.scheduler.calls.length = 0;
-});
+const h = useHarness();
 
 const body = (v: unknown) => JSON.stringify(v);
-
-function expectError(r: { status: number; json: any }, status: number, code: string) {
-  expect(r.status).toBe(status);
-  expect(r.json).toMatchObject({ error: { code, message: expect.any(String) } });
-}
 
 let n = 0;
 /** A fresh active runner (runners are fleet-wide: no workspace). */

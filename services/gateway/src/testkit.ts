@@ -7,10 +7,11 @@ import { randomUUID } from "node:crypto";
 import { jetstream } from "@nats-io/jetstream";
 import { connect, headers, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import WebSocket from "ws";
+import { afterAll, beforeAll, beforeEach, expect } from "vitest";
 import { provision } from "@paddock/bus";
 import { decodeOutputFrame, FLEET_WORKSPACE, Headers, Subjects } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { lateBound, startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { seedMember, seedToken } from "./auth.ts";
 import { defaultConfig, type GatewayConfig } from "./config.ts";
 import type { After, Every } from "./context.ts";
@@ -89,6 +90,25 @@ export interface Harness {
   /** Starts one more gateway replica with its own NATS connection. */
   addGateway(): Promise<{ gateway: Gateway; nc: NatsConnection; url: string; wsUrl: string }>;
   stop(): Promise<void>;
+}
+
+/**
+ * The shared preamble of a gateway test file: one harness for the file
+ * (started before all, stopped after all) with the fake scheduler's call log
+ * cleared before each test.
+ */
+export function useHarness(opts: Parameters<typeof startHarness>[0] = {}): Harness {
+  let current: Harness | undefined;
+  beforeAll(async () => {
+    current = await startHarness(opts);
+  });
+  afterAll(async () => {
+    await current?.stop();
+  });
+  beforeEach(() => {
+    if (current) current.scheduler.calls.length = 0;
+  });
+  return lateBound("the gateway harness", () => current);
 }
 
 export async function startHarness(
@@ -321,4 +341,10 @@ export async function api(
     json = undefined;
   }
   return { status: res.status, json, text, headers: res.headers };
+}
+
+/** Asserts a typed error answer: the status and `{"error":{"code","message"}}` with that code. */
+export function expectError(r: { status: number; json: any }, status: number, code: string): void {
+  expect(r.status).toBe(status);
+  expect(r.json).toMatchObject({ error: { code, message: expect.any(String) } });
 }

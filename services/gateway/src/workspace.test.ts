@@ -7,7 +7,7 @@ import { createBusMetrics, serveRpc } from "@paddock/bus";
 import { InvalidError, ObjectStores, transferObjectName, transferRef, workspaceRpcs, type WorkspaceDiffReply } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
 import { newSealKey, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
-import { api, makeSession, RUNNER, startHarness, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
+import { api, expectError, makeSession, RUNNER, startHarness, TOKENS, WS1, WS2, type Harness } from "./testkit.ts";
 
 const MAX_UPLOAD = 64 * 1024;
 let h: Harness;
@@ -84,11 +84,6 @@ function fresh(state: "running" | "suspended_warm" | "suspended_cold" | "queued"
 
 async function leftovers(): Promise<number> {
   return (await transfers.list()).length;
-}
-
-function expectError(r: { status: number; json: any }, status: number, code: string) {
-  expect(r.status).toBe(status);
-  expect(r.json).toMatchObject({ error: { code, message: expect.any(String) } });
 }
 
 describe("PUT /v1/sessions/:id/workspace", () => {

@@ -35,7 +35,7 @@ import { jetstream } from "@nats-io/jetstream";
 import { DispatchCommand } from "@paddock/contracts";
 import { silentLogger, type Logger } from "@paddock/logging";
 import { afterAll, beforeAll } from "vitest";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { makeRunner, startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { createRunnerAgent, type AgentConfig, type RunnerAgent, type RunnerAgentDeps } from "./agent.ts";
 import { createRunnerMetrics, type RunnerMetrics } from "./metrics.ts";
 
@@ -128,18 +128,14 @@ export function fakeScheduler(nc: NatsConnection, stored = 0): FakeScheduler {
 
 async function writeRunnerRecord(nc: NatsConnection, req: RegisterRunnerRequest, generation: number): Promise<void> {
   const kv = await new Kvm(nc).open(Buckets.runners);
-  const record: Runner = {
+  const record = makeRunner({
     id: req.runnerId,
     poolId: req.poolId,
-    state: "active",
     generation,
-    capacityUsed: 0,
     capacityTotal: req.capacityTotal,
     capabilities: req.capabilities,
-    ...(req.resources ? { resources: req.resources } : {}),
-    registeredAt: 1_700_000_000_000,
-    lastSeenAt: 1_700_000_000_000,
-  };
+    resources: req.resources,
+  });
   await kv.put(runnerKey(req.poolId, req.runnerId), encodeJson(Runner, record));
 }
 

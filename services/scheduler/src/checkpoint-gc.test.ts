@@ -6,7 +6,8 @@ import { Api, ObjectStores, runnerObjectStore, type Checkpoint } from "@paddock/
 import { callRpc } from "@paddock/bus";
 import type { EnvSnapshotFact } from "./environments.ts";
 import { SealKeys } from "./seal-keys.ts";
-import { alice, dispatchInbox, factFor, publishFact, register, runningSession, startHarness, testSealKey, waitForRecord, type SchedulerHarness } from "./testkit.ts";
+import { untilSession } from "@paddock/testing";
+import { alice, dispatchInbox, factFor, publishFact, register, runningSession, startHarness, testSealKey, type SchedulerHarness } from "./testkit.ts";
 
 const GRACE_MS = 60_000;
 /** r1's own checkpoint store (as it provisions it at start). */
@@ -56,7 +57,7 @@ describe("checkpoint object collection", () => {
     for (const [name, requestId] of [[first, "chk_a"], [second, "chk_b"]] as const) {
       await putObject("checkpoints", name);
       await publishFact(h.nc, factFor("r1", start, { type: "checkpointed", requestId, checkpoint: sealed(`checkpoints/${name}`), sealKey: testSealKey }));
-      await waitForRecord(h.nc, session.id, (x) => x.checkpoint?.ref === `checkpoints/${name}`);
+      await untilSession(h.nc, session.id, (x) => x.checkpoint?.ref === `checkpoints/${name}`);
     }
     // An object no record ever named (its runner died before reporting it).
     await putObject("checkpoints", "ws1/lost/1-chk_c");
@@ -76,7 +77,7 @@ describe("checkpoint object collection", () => {
     expect(await keys.get(`checkpoints/${second}`)).toBe(testSealKey);
     expect(await keys.get(`checkpoints/${first}`)).toBeUndefined();
     expect(await keys.get("checkpoints/ws1/gone/1-x")).toBeUndefined();
-    expect((await waitForRecord(h.nc, session.id, () => true)).checkpoint?.ref).toBe(`checkpoints/${second}`);
+    expect((await untilSession(h.nc, session.id, () => true)).checkpoint?.ref).toBe(`checkpoints/${second}`);
 
     // A second pass finds nothing more to do.
     expect(await s.collectCheckpoints()).toEqual({ deletedObjects: [], deletedOrphanKeys: 0 });
@@ -94,7 +95,7 @@ describe("checkpoint object collection", () => {
     await putObject(R1_CHECKPOINTS, kept);
     await putObject(R1_CHECKPOINTS, "ws1/old/1-chk_b");
     await publishFact(h.nc, factFor("r1", start, { type: "checkpointed", requestId: "chk_a", checkpoint: sealed(`${R1_CHECKPOINTS}/${kept}`), sealKey: testSealKey }));
-    await waitForRecord(h.nc, session.id, (x) => x.checkpoint !== undefined);
+    await untilSession(h.nc, session.id, (x) => x.checkpoint !== undefined);
 
     h.clock.advance(GRACE_MS + 60_000);
     expect((await s.collectCheckpoints()).deletedObjects).toEqual([`${R1_CHECKPOINTS}/ws1/old/1-chk_b`]);
@@ -112,9 +113,9 @@ describe("checkpoint object collection", () => {
     const name = `ws1/${session.id}/1-chk_a`;
     await putObject("checkpoints", name);
     await publishFact(h.nc, factFor("r1", start, { type: "checkpointed", requestId: "chk_a", checkpoint: sealed(`checkpoints/${name}`), sealKey: testSealKey }));
-    await waitForRecord(h.nc, session.id, (x) => x.checkpoint !== undefined);
+    await untilSession(h.nc, session.id, (x) => x.checkpoint !== undefined);
     await publishFact(h.nc, factFor("r1", start, { type: "failed", reason: "app crashed" }));
-    await waitForRecord(h.nc, session.id, (x) => x.state === "failed");
+    await untilSession(h.nc, session.id, (x) => x.state === "failed");
     // An environment's current snapshot, and a snapshot object nobody references.
     const { environment: env } = await callRpc(h.nc, Api.createEnvironment, { scope: alice, body: { name: "e", image: "img", setup: "make" } });
     await putObject("env-snapshots", `ws1/${env.id}/${env.setupHash}`);

@@ -2,6 +2,7 @@ import { isDeepStrictEqual } from "node:util";
 import type { Subscription } from "@nats-io/transport-node";
 import {
   Api,
+  applyEnvironmentPatch,
   ConflictError,
   DEFAULT_PAGE_LIMIT,
   Environment,
@@ -10,6 +11,7 @@ import {
   InvalidError,
   isTerminal,
   MAX_PAGE_LIMIT,
+  mergeRequirements,
   NO_REQUIREMENTS,
   NotFoundError,
   type AuditAction,
@@ -23,7 +25,7 @@ import { serveRpc } from "@paddock/bus";
 import type { SchedulerContext } from "./context.ts";
 import { assertNameFree, claimName, releaseName } from "./environment-names.ts";
 import { isDeleted, type EnvironmentStore } from "./environment-store.ts";
-import { mergeRequirements, setupHashOf } from "./layering.ts";
+import { setupHashOf } from "./layering.ts";
 import { CasConflictError, type Versioned } from "./store.ts";
 
 /** The RUNNER fact that reports a built environment snapshot. */
@@ -67,30 +69,14 @@ export function newEnvironment(ctx: Clock, scope: Scope, body: CreateEnvironment
   return env;
 }
 
-const clearableStrings = ["image", "setup", "init"] as const;
-
 /**
- * Pointer semantics: an absent field is unchanged, "" clears a string, a
- * list replaces the stored one ([] clears it), requirements merge field by
- * field. setupHash follows image and setup; the snapshot is kept, and is
- * simply stale once snapshotHash no longer equals the new setupHash.
- * Returns the content only (no fresh fact).
+ * The contract's PATCH semantics (applyEnvironmentPatch); setupHash follows
+ * image and setup. The snapshot is kept, and is simply stale once
+ * snapshotHash no longer equals the new setupHash. Returns the content only
+ * (no fresh fact).
  */
 export function patchEnvironment(current: Environment, body: UpdateEnvironmentBody): Environment {
-  const next: Environment = { ...current };
-  if (body.name !== undefined) next.name = body.name;
-  for (const field of clearableStrings) {
-    const value = body[field];
-    if (value === undefined) continue;
-    if (value === "") delete next[field];
-    else next[field] = value;
-  }
-  if (body.initTimeoutSec !== undefined) next.initTimeoutSec = body.initTimeoutSec;
-  if (body.setupTimeoutSec !== undefined) next.setupTimeoutSec = body.setupTimeoutSec;
-  if (body.egressAllow !== undefined) next.egressAllow = [...body.egressAllow];
-  if (body.secretRefs !== undefined) next.secretRefs = [...body.secretRefs];
-  if (body.connectors !== undefined) next.connectors = [...body.connectors];
-  if (body.requirements !== undefined) next.requirements = mergeRequirements(current.requirements, body.requirements);
+  const next = applyEnvironmentPatch(current, body);
   next.setupHash = setupHashOf(next);
   return next;
 }

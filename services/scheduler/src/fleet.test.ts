@@ -3,6 +3,7 @@ import { jetstream } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Api, inboxPrefixOf, RegisterRunnerReply, RegisterRunnerRequest, RunnerFact, runnerNatsUser, Subjects, type Checkpoint } from "@paddock/contracts";
 import { callRpc, decodeJson, encodeJson } from "@paddock/bus";
+import { untilSession } from "@paddock/testing";
 import {
   alice,
   create,
@@ -14,7 +15,6 @@ import {
   runningSession,
   startHarness,
   waitForCapacityUsed,
-  waitForRecord,
   waitForState,
   type SchedulerHarness,
   factsSettled,
@@ -57,9 +57,9 @@ describe("liveness", () => {
     const plain = await runningSession(h.nc, "r1", inbox1);
     const saved = await runningSession(h.nc, "r1", inbox1);
     await publishFact(h.nc, factFor("r1", saved.start, { type: "checkpointed", requestId: "chk_1", checkpoint, sealKey: testSealKey }));
-    await waitForRecord(h.nc, saved.session.id, (x) => x.checkpoint !== undefined);
+    await untilSession(h.nc, saved.session.id, (x) => x.checkpoint !== undefined);
     await publishFact(h.nc, factFor("r1", saved.start, { type: "app", app: "main", run: { generation: 1, phase: "running", trigger: "initial", startedAt: 1 } }));
-    await waitForRecord(h.nc, saved.session.id, (x) => x.apps?.main !== undefined);
+    await untilSession(h.nc, saved.session.id, (x) => x.apps?.main !== undefined);
     const { session: starting } = await create(h.nc, alice);
     await inbox1.next();
 
@@ -84,7 +84,7 @@ describe("liveness", () => {
     await publishFact(h.nc, factFor("r2", restart, { type: "running" }));
     expect((await waitForState(h.nc, saved.session.id, "running")).runnerId).toBe("r2");
     await publishFact(h.nc, factFor("r2", restart, { type: "app", app: "main", run: { generation: 2, phase: "running", trigger: "resume", startedAt: 2 } }));
-    expect((await waitForRecord(h.nc, saved.session.id, (x) => x.apps?.main?.generation === 2)).apps?.main).toMatchObject({ trigger: "resume", phase: "running" });
+    expect((await untilSession(h.nc, saved.session.id, (x) => x.apps?.main?.generation === 2)).apps?.main).toMatchObject({ trigger: "resume", phase: "running" });
 
     // It comes back: registration fences it (new generation) and names what to destroy.
     const reply = await register(h.nc, {

@@ -89,13 +89,3 @@ export function requirementsOf(env: Environment | undefined): Requirements {
   const r = env?.requirements ?? NO_REQUIREMENTS;
   return { ...r, capabilities: [...r.capabilities] };
 }
-
-/** A stored requirements record with a partial one laid over it. */
-export function mergeRequirements(base: Requirements, patch: Partial<Requirements> | undefined): Requirements {
-  return {
-    capabilities: [...(patch?.capabilities ?? base.capabilities)],
-    minCpuMillis: patch?.minCpuMillis ?? base.minCpuMillis,
-    minMemoryBytes: patch?.minMemoryBytes ?? base.minMemoryBytes,
-    minDiskBytes: patch?.minDiskBytes ?? base.minDiskBytes,
-  };
-}

@@ -3,6 +3,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Api, Presence, RunnerActivity, Streams, Subjects, tokenKey, type Checkpoint, type Scope } from "@paddock/contracts";
 import { callRpc, encodeJson } from "@paddock/bus";
+import { untilSession } from "@paddock/testing";
 import {
   alice,
   create,
@@ -14,7 +15,6 @@ import {
   runningSession,
   startHarness,
   waitForCapacityUsed,
-  waitForRecord,
   waitForState,
   type SchedulerHarness,
   testSealKey,
@@ -199,7 +199,7 @@ describe("timeouts: nothing is stuck forever", () => {
     expect(answer.session.pending?.op).toBe("suspend_warm");
     h.clock.advance(61_000);
     await s.sweep();
-    const cleared = await waitForRecord(h.nc, session.id, (x) => x.pending === undefined);
+    const cleared = await untilSession(h.nc, session.id, (x) => x.pending === undefined);
     expect(cleared.state).toBe("running");
   });
 });
@@ -260,8 +260,8 @@ describe("policies", () => {
       if (cmd.type !== "checkpoint") throw new Error(`expected a checkpoint, got ${cmd.type}`);
       await publishFact(h.nc, factFor("r1", cmd, { type: "checkpointed", requestId: cmd.requestId, checkpoint: checkpointOf(cmd.requestId), sealKey: testSealKey }));
     }
-    await waitForRecord(h.nc, quiet.id, (x) => x.checkpointedAt !== undefined);
-    await waitForRecord(h.nc, chatty.id, (x) => x.checkpointedAt !== undefined);
+    await untilSession(h.nc, quiet.id, (x) => x.checkpointedAt !== undefined);
+    await untilSession(h.nc, chatty.id, (x) => x.checkpointedAt !== undefined);
     // Output at +6 s: r1 reports the chatty session; other runners' reports about the quiet one do not count.
     h.nc.publish(Subjects.activity("default", "r2"), encodeJson(RunnerActivity, { poolId: "default", runnerId: "r2", sessions: [quiet.id] }));
     // A body speaking for r1 on r2's subject is refused (and so is garbage).
@@ -273,12 +273,12 @@ describe("policies", () => {
     h.clock.advance(6_000);
     await s.sweep();
     // 12 s after it started running, 6 s after its checkpoint: the quiet one is idle.
-    expect((await waitForRecord(h.nc, quiet.id, (x) => x.pending !== undefined)).pending?.op).toBe("suspend_cold");
+    expect((await untilSession(h.nc, quiet.id, (x) => x.pending !== undefined)).pending?.op).toBe("suspend_cold");
     // The chatty one is suspended only once 10 s passed after its output, by a later sweep.
     h.clock.advance(5_000);
     const thirdSweepAt = h.clock.ms;
     await s.sweep();
-    const pending = (await waitForRecord(h.nc, chatty.id, (x) => x.pending !== undefined)).pending;
+    const pending = (await untilSession(h.nc, chatty.id, (x) => x.pending !== undefined)).pending;
     expect(pending?.op).toBe("suspend_cold");
     expect(pending?.requestedAt).toBeGreaterThan(thirdSweepAt);
   });
@@ -299,7 +299,7 @@ describe("policies", () => {
     expect(info.state.subjects?.[Subjects.dispatch("default", "r1")]).toBe(2);
     if (cmd.type !== "checkpoint") throw new Error("unreachable");
     await publishFact(h.nc, factFor("r1", cmd, { type: "checkpointed", requestId: cmd.requestId, checkpoint: checkpointOf(cmd.requestId), sealKey: testSealKey }));
-    expect((await waitForRecord(h.nc, session.id, (x) => x.checkpoint !== undefined)).checkpoint?.ref).toContain(cmd.requestId);
+    expect((await untilSession(h.nc, session.id, (x) => x.checkpoint !== undefined)).checkpoint?.ref).toContain(cmd.requestId);
   });
 
   it("at the record limit the oldest reclaimable record gives way; live sessions never do", async () => {
@@ -425,7 +425,7 @@ describe("one-shot, recycle, children, apps", () => {
 
     await callRpc(h.nc, Api.deleteSession, { scope: alice, sessionId: parent.id });
     expect((await waitForState(h.nc, child.id, "canceled")).id).toBe(child.id);
-    await waitForRecord(h.nc, parent.id, (s) => s.state === "destroyed");
+    await untilSession(h.nc, parent.id, (s) => s.state === "destroyed");
     await tokenRevoked(h.nc, token);
   });
 
@@ -528,7 +528,7 @@ describe("honest answers", () => {
     await publishFact(h.nc, factFor("r1", start, { type: "app", app: "web", run: { generation: 1, phase: "running", trigger: "initial", startedAt: 1 } }));
     await publishFact(h.nc, factFor("r1", start, { type: "app", app: "web", run: { generation: 2, phase: "running", trigger: "manual", startedAt: 2 } }));
     await publishFact(h.nc, factFor("r1", start, { type: "app", app: "worker", run: { generation: 1, phase: "running", trigger: "initial", startedAt: 1 } }));
-    await waitForRecord(h.nc, session.id, (s) => s.apps?.web?.generation === 2 && s.apps.worker !== undefined);
+    await untilSession(h.nc, session.id, (s) => s.apps?.web?.generation === 2 && s.apps.worker !== undefined);
     const suspending = callRpc(h.nc, Api.suspendSession, { scope: alice, sessionId: session.id, warm: false });
     const cmd = await inbox.next();
     await publishFact(h.nc, factFor("r1", cmd, { type: "suspended", warm: false, checkpoint: checkpointOf("gen") }));
@@ -540,7 +540,7 @@ describe("honest answers", () => {
     await publishFact(h.nc, factFor("r1", restart, { type: "running" }));
     await resuming;
     await publishFact(h.nc, factFor("r1", restart, { type: "app", app: "web", run: { generation: 3, phase: "running", trigger: "resume", startedAt: 9 } }));
-    const after = await waitForRecord(h.nc, session.id, (s) => s.apps?.web?.generation === 3);
+    const after = await untilSession(h.nc, session.id, (s) => s.apps?.web?.generation === 3);
     expect(after.apps?.web).toMatchObject({ generation: 3, trigger: "resume", phase: "running" });
     expect(after.lastFact).toMatchObject({ action: "run.started", run: { app: "web", generation: 3, trigger: "resume" } });
   });
@@ -566,7 +566,7 @@ describe("usage", () => {
     await callRpc(h.nc, Api.deleteSession, { scope: alice, sessionId: other.id });
     await publishFact(h.nc, factFor("r1", start2, { type: "destroyed", usage }));
     await publishFact(h.nc, factFor("r1", start2, { type: "destroyed", usage }));
-    const withUsage = await waitForRecord(h.nc, other.id, (s) => s.lastFact.action === "usage");
+    const withUsage = await untilSession(h.nc, other.id, (s) => s.lastFact.action === "usage");
     expect(withUsage).toMatchObject({ state: "destroyed", usageGeneration: 1, lastFact: { usage } });
     // The first session got no second usage revision.
     expect((await get(h.nc, alice, session.id)).lastFact.action).toBe("exit");

@@ -6,30 +6,29 @@ import type { SchedulerContext } from "./context.ts";
 import { applyRunnerFact } from "./facts.ts";
 import { planPass } from "./placement.ts";
 import { SessionIndex } from "./session-index.ts";
-import { alice, create, dispatchInbox, factFor, get, publishFact, register, runningSession, startHarness, waitForCapacityUsed, waitForRecord, type SchedulerHarness } from "./testkit.ts";
+import { makeRunner, makeSession, untilSession } from "@paddock/testing";
+import { alice, create, dispatchInbox, factFor, get, publishFact, register, runningSession, startHarness, waitForCapacityUsed, type SchedulerHarness } from "./testkit.ts";
 import { KvView } from "./view.ts";
 
 function runner(id: string, capacityTotal: number, extra: Partial<Runner> = {}): Runner {
-  return { id, poolId: "default", state: "active", generation: 1, capacityUsed: 0, capacityTotal, capabilities: [], registeredAt: 1, lastSeenAt: 1, ...extra };
+  return makeRunner({ id, capacityTotal, registeredAt: 1, lastSeenAt: 1, ...extra });
 }
 
 function queued(n: number, extra: Partial<Session> = {}): Session {
-  return {
+  return makeSession({
     id: `s${String(n).padStart(3, "0")}`,
     workspaceId: "ws1",
     creatorId: "alice",
     state: "queued",
     spec: { cmd: ["true"] },
-    mode: "run",
-    oneShot: false,
+    poolId: undefined,
+    runnerId: undefined,
     placementGeneration: 0,
-    controllerGeneration: 0,
-    childExitCode: null,
     createdAt: n,
     updatedAt: n,
     lastFact: { eventId: `evt_${n}`, action: "create", actorId: "alice", at: n },
     ...extra,
-  };
+  });
 }
 
 /** Just what planPass reads of a context: the runners view, the environments view, the sessions view. */
@@ -105,7 +104,7 @@ describe("batched placement", () => {
     const created = [];
     for (let i = 0; i < 7; i++) created.push((await create(h.nc, alice)).session);
     await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 5 });
-    const placed = await Promise.all(created.slice(0, 5).map((s) => waitForRecord(h.nc, s.id, (x) => x.state === "creating")));
+    const placed = await Promise.all(created.slice(0, 5).map((s) => untilSession(h.nc, s.id, (x) => x.state === "creating")));
     expect(placed.map((s) => s.runnerId)).toEqual(["r1", "r1", "r1", "r1", "r1"]);
     expect((await get(h.nc, alice, created[5]?.id ?? "")).state).toBe("queued");
     // Registration, then one reservation of all five slots.
@@ -143,7 +142,7 @@ describe("placement beside the record's write (idle system)", () => {
     const { session } = await create(h.nc, alice);
     const start = await inbox.next();
     expect(start).toMatchObject({ type: "start", sessionId: session.id, placementGeneration: 1, runnerGeneration: 1 });
-    expect(await waitForRecord(h.nc, session.id, (s) => s.state === "creating")).toMatchObject({ runnerId: "r1", placementGeneration: 1 });
+    expect(await untilSession(h.nc, session.id, (s) => s.state === "creating")).toMatchObject({ runnerId: "r1", placementGeneration: 1 });
     expect(await capacityHistory("r1")).toEqual([0, 1]);
   });
 
@@ -170,9 +169,9 @@ describe("placement beside the record's write (idle system)", () => {
     // Another queued session: the pass its write triggers places it and must leave ours alone.
     const other = queued(2);
     await ctx.sessions.create(sessionKey(other.workspaceId, other.id), other);
-    await waitForRecord(h.nc, other.id, (s) => s.state === "creating");
+    await untilSession(h.nc, other.id, (s) => s.state === "creating");
     afterWrite?.(true);
-    expect(await waitForRecord(h.nc, ours.id, (s) => s.state === "creating")).toMatchObject({ runnerId: "r1", placementGeneration: 1 });
+    expect(await untilSession(h.nc, ours.id, (s) => s.state === "creating")).toMatchObject({ runnerId: "r1", placementGeneration: 1 });
     const starts = [await inbox.next(), await inbox.next()];
     expect(starts.map((c) => c.sessionId).sort()).toEqual([ours.id, other.id]);
     // The reservation beside the write (1), then the pass's for the other one (2): nothing given back.

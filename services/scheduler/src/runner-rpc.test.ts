@@ -13,6 +13,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { Api, Buckets, FleetRpc, inboxPrefixOf, runnerNatsUser, secretKey, Streams, tokenKey, type Session } from "@paddock/contracts";
 import { callRpc, SecretBox } from "@paddock/bus";
 import { HELD_CHECK_GRACE_MS } from "./runner-rpc.ts";
+import { untilSession } from "@paddock/testing";
 import { alice, dispatchInbox, factFor, publishFact, register, startHarness, waitForState, type SchedulerHarness } from "./testkit.ts";
 
 let h: SchedulerHarness;
@@ -49,16 +50,8 @@ afterAll(async () => {
   await h.close();
 });
 
-async function waitPlaced(id: string): Promise<Session> {
-  const kv = await new Kvm(h.nc).open(Buckets.sessions);
-  const w = await kv.watch({ key: `ws1.${id}` });
-  for await (const e of w) {
-    if (e.operation === "PUT" && e.json<Session>().state === "creating") {
-      w.stop();
-      return e.json<Session>();
-    }
-  }
-  throw new Error("watch ended");
+function waitPlaced(id: string): Promise<Session> {
+  return untilSession(h.nc, id, (s) => s.state === "creating");
 }
 
 async function runningSessionFor(runnerId: string, inbox: Awaited<ReturnType<typeof dispatchInbox>>): Promise<Session> {

@@ -23,7 +23,7 @@ import {
 } from "@paddock/contracts";
 import { callRpc, createBusMetrics, decodeJson, encodeJson, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { startNatsServer, untilSession, type NatsServerHandle } from "@paddock/testing";
 import { loadConfig } from "./config.ts";
 import { createSchedulerMetrics } from "./context.ts";
 import { createScheduler, type Scheduler } from "./scheduler.ts";
@@ -156,23 +156,9 @@ export async function revisionsOf(nc: NatsConnection, id: string): Promise<Sessi
   return out;
 }
 
-/** Resolves when the session's record satisfies pred (watching the KV, no polling). */
-export async function waitForRecord(nc: NatsConnection, id: string, pred: (s: Session) => boolean): Promise<Session> {
-  const kv = await new Kvm(nc).open("sessions");
-  const watch = await kv.watch({ key: `*.${id}` });
-  for await (const e of watch) {
-    if (e.operation !== "PUT") continue;
-    const s = e.json<Session>();
-    if (pred(s)) {
-      watch.stop();
-      return s;
-    }
-  }
-  throw new Error("watch ended");
-}
-
+/** Resolves when the session's record reaches `state` (untilSession: a KV watch, each revision decoded by the schema). */
 export function waitForState(nc: NatsConnection, id: string, state: string): Promise<Session> {
-  return waitForRecord(nc, id, (s) => s.state === state);
+  return untilSession(nc, id, (s) => s.state === state);
 }
 
 export async function publishFact(nc: NatsConnection, fact: RunnerFact): Promise<void> {

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { EpochMs, Id } from "./ids.ts";
 import { refuseNulAndDeepNesting } from "./body.ts";
-import { Requirements } from "./requirements.ts";
+import { mergeRequirements, Requirements } from "./requirements.ts";
 import { Checkpoint, SealKey, SessionFact } from "./session.ts";
 
 /** One declared attachment of an environment; opaque to the control model. */
@@ -70,6 +70,32 @@ export const UpdateEnvironmentBody = z
   .strict()
   .superRefine(refuseNulAndDeepNesting);
 export type UpdateEnvironmentBody = z.infer<typeof UpdateEnvironmentBody>;
+
+const clearableStrings = ["image", "setup", "init"] as const;
+
+/**
+ * The PATCH semantics, in one place for the scheduler and every fake: an
+ * absent field is unchanged, "" clears a string, a list replaces the stored
+ * one ([] clears it), requirements merge field by field. Returns the content
+ * only: setupHash and the revision's bookkeeping are the caller's.
+ */
+export function applyEnvironmentPatch(current: Environment, body: UpdateEnvironmentBody): Environment {
+  const next: Environment = { ...current };
+  if (body.name !== undefined) next.name = body.name;
+  for (const field of clearableStrings) {
+    const value = body[field];
+    if (value === undefined) continue;
+    if (value === "") delete next[field];
+    else next[field] = value;
+  }
+  if (body.initTimeoutSec !== undefined) next.initTimeoutSec = body.initTimeoutSec;
+  if (body.setupTimeoutSec !== undefined) next.setupTimeoutSec = body.setupTimeoutSec;
+  if (body.egressAllow !== undefined) next.egressAllow = [...body.egressAllow];
+  if (body.secretRefs !== undefined) next.secretRefs = [...body.secretRefs];
+  if (body.connectors !== undefined) next.connectors = [...body.connectors];
+  if (body.requirements !== undefined) next.requirements = mergeRequirements(current.requirements, body.requirements);
+  return next;
+}
 
 /** What a runner needs of an environment to boot a session from it (carried on `start`). */
 export const BootEnvironment = z

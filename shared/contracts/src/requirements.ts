@@ -13,3 +13,13 @@ export const Requirements = z
 export type Requirements = z.infer<typeof Requirements>;
 
 export const NO_REQUIREMENTS: Requirements = { capabilities: [], minCpuMillis: 0, minMemoryBytes: 0, minDiskBytes: 0 };
+
+/** A stored requirements record with a partial one laid over it, field by field. */
+export function mergeRequirements(base: Requirements, patch: Partial<Requirements> | undefined): Requirements {
+  return {
+    capabilities: [...(patch?.capabilities ?? base.capabilities)],
+    minCpuMillis: patch?.minCpuMillis ?? base.minCpuMillis,
+    minMemoryBytes: patch?.minMemoryBytes ?? base.minMemoryBytes,
+    minDiskBytes: patch?.minDiskBytes ?? base.minDiskBytes,
+  };
+}

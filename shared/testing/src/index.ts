@@ -5,3 +5,6 @@ export * from "./nats-auth.ts";
 export * from "./nats-cluster.ts";
 export * from "./scratch.ts";
 export * from "./script-args.ts";
+export * from "./records.ts";
+export * from "./until-session.ts";
+export * from "./late-bound.ts";
