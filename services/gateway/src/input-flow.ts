@@ -9,7 +9,7 @@ import {
   ResizeInput,
   Subjects,
 } from "@paddock/contracts";
-import { decodeJson, encodeJson } from "@paddock/bus";
+import { decodeJson, encodeJson, isNoResponders } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 
 /** Where a controller's input goes now: the record's placement (it may move while attached). */
@@ -127,10 +127,4 @@ export class InputFlow {
     h.set(Headers.controllerGeneration, String(this.opts.controllerGeneration));
     return h;
   }
-}
-
-/** The client's RequestError wraps NoRespondersError as its cause (nats-core 3). */
-function isNoResponders(err: unknown): boolean {
-  const check = (err as { isNoResponders?: unknown } | undefined)?.isNoResponders;
-  return typeof check === "function" && (check as () => boolean).call(err) === true;
 }

@@ -19,6 +19,11 @@ export function refusedAtSequence(err: unknown): number | undefined {
   return m?.[1] === undefined ? undefined : Number(m[1]);
 }
 
+/** True when nobody was subscribed to a request's subject (the client's RequestError carries it as its cause). */
+export function isNoResponders(err: unknown): boolean {
+  return err instanceof RequestError ? err.isNoResponders() : err instanceof NoRespondersError;
+}
+
 export function isNoMessage(err: unknown): boolean {
   return err instanceof JetStreamApiError && err.code === JetStreamApiCodes.NoMessageFound;
 }
