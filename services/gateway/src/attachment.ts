@@ -2,7 +2,6 @@ import { DeliverPolicy, jetstream, type ConsumerMessages } from "@nats-io/jetstr
 import type { RawData, WebSocket } from "ws";
 import {
   type AttachMode,
-  ClientFrame,
   CLOSE_REVOKED,
   CLOSE_SLOW_CLIENT,
   CLOSE_SUPERSEDED,
@@ -17,19 +16,19 @@ import {
   isTerminal,
 } from "@paddock/contracts";
 
-/** States whose session will run but has no process taking input yet: a controller's input is held. */
-const HOLD_INPUT_STATES: ReadonlySet<SessionState> = new Set(["queued", "creating"]);
-/** Input held per controller until the session runs; past it, the socket is not read until it runs. */
-export const MAX_HELD_INPUT_BYTES = 64 * 1024;
 import { encodeJson, PULL_OPTIONS } from "@paddock/bus";
 import type { Principal } from "./auth.ts";
+import { outputStart } from "./attach-since.ts";
 import type { GatewayContext } from "./context.ts";
+import { HeldInput, HOLD_INPUT_STATES, parseClientFrame, type Resize } from "./held-input.ts";
 import { InputFlow } from "./input-flow.ts";
 import { FrameBudget } from "./limits.ts";
 import type { Watcher } from "./presence.ts";
 import type { Revocable } from "./revocation.ts";
 import type { ClaimWatch } from "./claims.ts";
-import { ChunkVerdict, exitCodeOf, firstSeqOf, judgeChunk, terminalSizeOf, type Placement } from "./termlog.ts";
+import { ChunkVerdict, exitCodeOf, judgeChunk, terminalSizeOf, type Placement } from "./termlog.ts";
+
+export { MAX_HELD_INPUT_BYTES } from "./held-input.ts";
 
 /** Everything decided before the upgrade is accepted. */
 export interface AttachGrant {
@@ -66,9 +65,8 @@ export class Attachment implements Watcher, Revocable {
   private placement: Placement;
   /** The app's log across runners. */
   private readonly termFilter: string;
-  /** Controller input sent before the session ran, in order (see holdInput). */
-  private held: Array<{ bytes: Buffer; resize: { cols: number; rows: number } | undefined }> = [];
-  private heldBytes = 0;
+  /** Controller input sent before the session ran, in order (held-input.ts). */
+  private readonly held = new HeldInput();
   /** Frames read from the socket and not handled yet (the socket is paused while this is not empty). */
   private inbox: Array<{ data: RawData; isBinary: boolean }> = [];
   /** Over the frame budget: the timer that reads on when its window ends. */
@@ -184,22 +182,9 @@ export class Attachment implements Watcher, Revocable {
   private async pump(): Promise<Outcome> {
     const { nc, metrics } = this.ctx.deps;
     const { helloCursor, session } = this.grant;
-    let startSeq: number | undefined;
-    let snapshot = false;
-    if (this.grant.since === "screen") {
-      snapshot = true;
-    } else if (this.grant.since !== "all") {
-      const cursor = Number(this.grant.since);
-      if (cursor > 0) {
-        const first = await firstSeqOf(await this.ctx.jsm(), Streams.term, this.termFilter);
-        if (first === undefined || first > cursor) {
-          this.sendFrame({ type: "truncated", from: first ?? cursor + 1 });
-          snapshot = true;
-        } else {
-          startSeq = cursor + 1;
-        }
-      }
-    }
+    const start = await outputStart(this.ctx, this.grant.since, this.termFilter, (from) => this.sendFrame({ type: "truncated", from }));
+    let startSeq = start.startSeq;
+    const snapshot = start.snapshot;
     if (snapshot) {
       // One frame with the screen as of the hello cursor (from the incrementally
       // fed emulator), then every chunk after it.
@@ -307,7 +292,7 @@ export class Attachment implements Watcher, Revocable {
 
   private inputBlocked(): boolean {
     if (this.budgetTimer !== undefined) return true;
-    if (HOLD_INPUT_STATES.has(this.state)) return this.heldBytes >= MAX_HELD_INPUT_BYTES;
+    if (HOLD_INPUT_STATES.has(this.state)) return this.held.full;
     return this.flow.blocked;
   }
 
@@ -318,7 +303,7 @@ export class Attachment implements Watcher, Revocable {
       return;
     }
     const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
-    let resize: { cols: number; rows: number } | undefined;
+    let resize: Resize | undefined;
     if (!isBinary) {
       const frame = parseClientFrame(bytes);
       if (!frame) {
@@ -333,28 +318,15 @@ export class Attachment implements Watcher, Revocable {
       return;
     }
     if (HOLD_INPUT_STATES.has(this.state)) {
-      this.holdInput(bytes, resize);
+      this.held.push(bytes, resize);
       return;
     }
     this.forwardInput(bytes, resize);
   }
 
-  /**
-   * Input sent before the app runs (a piped stdin, keys typed while the
-   * session starts) is held and forwarded in order once the record says
-   * running: the runner has no process, or no subscription yet, to take it.
-   * Past MAX_HELD_INPUT_BYTES the socket is not read until then (readInbox).
-   */
-  private holdInput(bytes: Buffer, resize: { cols: number; rows: number } | undefined): void {
-    this.held.push({ bytes, resize });
-    this.heldBytes += bytes.byteLength;
-  }
-
   private releaseHeldInput(): void {
     if (HOLD_INPUT_STATES.has(this.state)) return;
-    const held = this.held;
-    this.held = [];
-    this.heldBytes = 0;
+    const held = this.held.drain();
     // Ended without running (canceled, failed): nothing will ever read it.
     if (isTerminal(this.state)) {
       if (held.length > 0) this.ctx.deps.metrics.inputDropped.inc({ reason: "ended" }, held.length);
@@ -365,7 +337,7 @@ export class Attachment implements Watcher, Revocable {
     this.readInbox();
   }
 
-  private forwardInput(bytes: Buffer, resize: { cols: number; rows: number } | undefined): void {
+  private forwardInput(bytes: Buffer, resize: Resize | undefined): void {
     const { metrics } = this.ctx.deps;
     const { poolId, runnerId } = this.placement;
     if (poolId === undefined || runnerId === undefined) {
@@ -415,15 +387,4 @@ export class Attachment implements Watcher, Revocable {
     }
     this.onClosed(this);
   }
-}
-
-function parseClientFrame(bytes: Buffer): ClientFrame | undefined {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(bytes.toString("utf8"));
-  } catch {
-    return undefined;
-  }
-  const parsed = ClientFrame.safeParse(raw);
-  return parsed.success ? parsed.data : undefined;
 }

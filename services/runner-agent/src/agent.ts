@@ -1,17 +1,16 @@
-import { mkdir, statfs } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
-import { Buckets, DispatchCommand, Runner, RunnerState, runnerKey, Streams, type RegisterRunnerReply, type RunnerResources } from "@paddock/contracts";
-import { consumeTyped, decodeJson, type ConsumerHandle } from "@paddock/bus";
+import { Buckets, DispatchCommand, runnerKey, Streams, type RegisterRunnerReply } from "@paddock/contracts";
+import { consumeTyped, type ConsumerHandle } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { RunnerConfig, TerminalSettings, WorkspaceLimits } from "./config.ts";
 import { createFactPublisher } from "./facts.ts";
-import { readGeneration, writeGeneration } from "./generation-store.ts";
 import { startLeaseRenewer, type LeaseRenewer } from "./lease.ts";
 import type { RunnerMetrics } from "./metrics.ts";
 import { ensureDispatchConsumer } from "./dispatch-consumer.ts";
-import { register } from "./registration.ts";
+import { fenceReason, registerRunner } from "./agent-registration.ts";
 import { StoppedError } from "./errors.ts";
 import type { HeldSession } from "@paddock/contracts";
 import { createHeldCheck } from "./held-check.ts";
@@ -23,6 +22,8 @@ import { SessionManager } from "./sessions.ts";
 import { serveWorkspaceOps, type WorkspaceOps } from "./workspace-ops.ts";
 import { ActivityReporter, DEFAULT_ACTIVITY_MS } from "./activity.ts";
 import { DEFAULT_SETTLE_MS } from "./watch-reload.ts";
+
+export { fenceReason } from "./agent-registration.ts";
 
 /** How often, at most, a runner looks for processes of sessions it does not hold (a /proc scan). */
 export const STRAY_SWEEP_MS = 5_000;
@@ -168,33 +169,9 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     return Promise.resolve();
   };
 
-  const resources = async (): Promise<RunnerResources> => ({
-    cpuMillis: config.cpuMillis,
-    memoryBytes: config.memoryBytes,
-    diskBytes: config.diskBytes ?? (await freeDisk(config.dataDir, log)),
-  });
-
   /** Claims the persisted generation + 1 (authoritative + 1 after a refusal), persists the grant. */
-  const registerOnce = async (): Promise<RegisterRunnerReply> => {
-    const persisted = await readGeneration(config.dataDir);
-    const reply = await register({
-      nc,
-      log,
-      runnerId: config.runnerId,
-      poolId: config.poolId,
-      capacityTotal: config.capacityTotal,
-      capabilities: config.capabilities,
-      resources: await resources(),
-      sessions: requireSessions().held(),
-      persisted,
-      timeoutMs: config.registerTimeoutMs,
-      isStopped: () => stopped,
-      sleep,
-    });
-    await writeGeneration(config.dataDir, reply.generation);
-    log.info({ generation: reply.generation, persisted }, "registered");
-    return reply;
-  };
+  const registerOnce = (): Promise<RegisterRunnerReply> =>
+    registerRunner({ nc, log, config, held: () => requireSessions().held(), isStopped: () => stopped, sleep });
 
   /**
    * The runner may have been declared lost and its sessions moved: stop
@@ -400,28 +377,4 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       checkHeld: () => heldCheck.run(),
     },
   };
-}
-
-/** Why the stored record says this runner is superseded; undefined when it is not. */
-export function fenceReason(entry: KvEntry | null, generation: number, log: Logger): string | undefined {
-  if (!entry || entry.operation !== "PUT") return "missing";
-  const record = decodeJson(Runner, entry.value);
-  if (!record.ok) {
-    log.warn({ reason: record.reason }, "runner record does not parse; not treated as fenced");
-    return undefined;
-  }
-  if (record.value.state === RunnerState.lost) return "lost";
-  if (record.value.generation !== generation) return "generation";
-  return undefined;
-}
-
-/** Free bytes of the filesystem holding dir (0 when it cannot be measured). */
-async function freeDisk(dir: string, log: Logger): Promise<number> {
-  try {
-    const s = await statfs(dir);
-    return Math.max(0, Math.floor(Number(s.bavail) * Number(s.bsize)));
-  } catch (err) {
-    log.warn({ err, dir }, "free disk not measurable");
-    return 0;
-  }
 }

@@ -1,22 +1,21 @@
-import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { Subscription } from "@nats-io/transport-node";
-import { appsOf, FleetRpc, type RunTrigger, type Usage } from "@paddock/contracts";
+import { appsOf, FleetRpc, type HeldSession, type RunTrigger, type SessionState, type Usage } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
 import type { AppSlot, GenerationEnd, GenerationStart } from "./app-slot.ts";
-import { bootEnvironment } from "./boot.ts";
-import { checkpointObjectName, type SavedCheckpoint } from "./checkpoint.ts";
-import { egressEnv, egressRefusals, startEgressProxy, type EgressProxy } from "./egress.ts";
-import { BootError, CheckpointError, CommandRefusedError, RunnerError } from "./errors.ts";
+import type { SavedCheckpoint } from "./checkpoint.ts";
+import { BootError, CommandRefusedError, RunnerError } from "./errors.ts";
 import type { FactBody } from "./facts.ts";
 import { ControllerGate, subscribeInput } from "./input.ts";
 import { killLeftoverProcesses } from "./leftovers.ts";
 import { removeDirSoon } from "./remove-dir.ts";
-import { baseEnv, buildAppSlot, tokenEnv, type AppWiring } from "./app-wiring.ts";
+import { buildAppSlot, type AppWiring } from "./app-wiring.ts";
 import type { Phase, SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
-import type { HeldSession, SessionState } from "@paddock/contracts";
+import { prepareSandbox, saveCheckpoint, SessionEgress } from "./session-sandbox.ts";
+import { SessionFacts } from "./session-facts.ts";
 import { UsageMeter } from "./usage.ts";
-import { WatchReloader } from "./watch-reload.ts";
+import type { WatchReloader } from "./watch-reload.ts";
+import { watchSessionWorkspace } from "./session-watch.ts";
 
 /** Sampling interval of a session's CPU and memory. */
 const DEFAULT_USAGE_SAMPLE_MS = 5_000;
@@ -40,26 +39,17 @@ export class SessionRuntime {
   private watcher: WatchReloader | undefined;
   /** A watch reload fell due while the apps were frozen. */
   private reloadOnResume = false;
-  private factChain: Promise<unknown> = Promise.resolve();
   private ops: Promise<unknown> = Promise.resolve();
   /** Restarts in progress: a run-mode session does not end while one is. */
   private restarting = 0;
-  /** Discarded (its record belongs to a successor): nothing more is reported or appended. */
-  private silenced = false;
-  /** The runner generation the exited fact was produced under, once it was. */
-  private exitedUnder: number | undefined;
-  /** The runner generation the (latest) running fact was produced under, once it was. */
-  private runningUnder: number | undefined;
   /** The fact a cold suspend released the sandbox with (the manager keeps it across a re-registration). */
   releasedBy: FactBody | undefined;
   /** Measures this placement generation's usage from running until it ends. */
   private meter: UsageMeter | undefined;
-  /** Egress: this session's proxy (egressAllow), from boot until the session ends. */
-  private egress: EgressProxy | undefined;
-  /** What this generation sent and received through its proxy (kept after the proxy stops, for the usage report). */
-  private egressBytes: () => number = () => 0;
-  /** The running fact: with the setup this sandbox was booted with (none for a restored workspace). */
-  private readonly runningFact: FactBody;
+  /** Egress: this session's proxy (egressAllow), from boot until the session ends; its byte count outlives it. */
+  private readonly egress = new SessionEgress();
+  /** This placement's facts (session-facts.ts); silenced once discarded, nothing more is reported. */
+  private readonly facts: SessionFacts;
 
   constructor(
     private readonly deps: SessionRuntimeDeps,
@@ -71,7 +61,7 @@ export class SessionRuntime {
     this.workspace = join(dir, "workspace");
     this.mode = cmd.mode;
     const booted = cmd.environment && !cmd.restore ? { setupHash: cmd.environment.setupHash } : {};
-    this.runningFact = { type: "running", ...booted };
+    this.facts = new SessionFacts(deps.facts, this.held, { type: "running", ...booted });
   }
 
   /**
@@ -96,18 +86,9 @@ export class SessionRuntime {
     return next;
   }
 
-  /**
-   * Publishes a fact after every earlier fact of this session, under the
-   * runner generation current now (not when its turn comes).
-   */
+  /** Publishes a fact after every earlier fact of this session, under the runner generation current now (SessionFacts.emit). */
   emit(body: FactBody, key?: string): Promise<boolean> {
-    if (this.silenced) return Promise.resolve(false);
-    const generation = this.deps.facts.generation();
-    if (body.type === "exited") this.exitedUnder = generation;
-    if (body.type === "running") this.runningUnder = generation;
-    const next = this.factChain.then(() => (this.silenced ? false : this.deps.facts.publish(this.held, body, key, generation)));
-    this.factChain = next;
-    return next;
+    return this.facts.emit(body, key);
   }
 
   /**
@@ -119,33 +100,16 @@ export class SessionRuntime {
     const cmd = this.cmd;
     const trigger: RunTrigger = cmd.trigger;
     try {
-      const env = cmd.environment;
-      // Secret values and the service token (never in DISPATCH), asked for while the sandbox is prepared.
-      const credentials = this.deps.secrets.boot(env?.secretRefs ?? [], { ...this.held, environmentId: env?.environmentId });
-      credentials.catch(() => undefined); // awaited below, unless the restore fails first
-      // Synchronous: a thread-pool round trip here is on every create's path to running, and this is two mkdirs.
-      mkdirSync(this.workspace, { recursive: true });
-      if (cmd.restore) await this.deps.checkpoints.restore(cmd.restore, cmd.restoreKey, this.workspace).catch(rethrowAs("restore failed"));
-      const { values: secrets, sessionToken } = await credentials;
-      const base = baseEnv(this.deps.childPath, this.workspace, this.held.sessionId);
-      const appEnv = { ...base, ...secrets, ...tokenEnv(cmd, sessionToken, this.deps.gatewayUrl) };
-      // Egress: setup, init and the apps reach the network through the session's proxy (last: nothing overrides it).
-      const proxyEnv = await this.startEgress();
-      Object.assign(appEnv, proxyEnv);
-      if (env) {
-        const built = await bootEnvironment({
-          environment: env,
-          workspaceId: this.held.workspaceId,
-          workspace: this.workspace,
-          restored: cmd.restore !== undefined,
-          setupEnv: { ...base, ...proxyEnv },
-          initEnv: appEnv,
-          checkpoints: this.deps.checkpoints,
-          signal: this.abort.signal,
-        });
-        if (built.snapshot) void this.emit({ type: "env_snapshot", ...built.snapshot }, `${built.snapshot.environmentId}-${built.snapshot.setupHash}`);
-        if (built.snapshotError) this.deps.log.warn({ ...this.ids(), reason: built.snapshotError }, "environment snapshot not stored");
-      }
+      const appEnv = await prepareSandbox({
+        deps: this.deps,
+        cmd,
+        held: this.held,
+        workspace: this.workspace,
+        signal: this.abort.signal,
+        startEgress: () => this.egress.start(this.cmd.spec.egressAllow ?? [], this.deps, this.ids(), () => this.phase === "ending"),
+        emit: (body, key) => this.emit(body, key),
+        logFields: this.ids(),
+      });
       if (this.abort.signal.aborted) return false;
       const starts: Array<[AppSlot, GenerationStart]> = [];
       const wiring = this.wiring();
@@ -161,7 +125,7 @@ export class SessionRuntime {
         starts.push([slot, started]);
       }
       this.phase = "running";
-      this.meter = new UsageMeter(() => this.appGroups(), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS, () => this.egressBytes());
+      this.meter = new UsageMeter(() => this.appGroups(), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS, () => this.egress.bytes());
       this.meter.start();
       this.input = subscribeInput({
         ...this.deps,
@@ -172,8 +136,8 @@ export class SessionRuntime {
         app: (name) => this.slots.get(name)?.proc,
       });
       this.watcher?.started();
-      void this.emit(this.runningFact);
-      for (const [slot, started] of starts) void this.reportRun(slot, started.run);
+      void this.emit(this.facts.runningFact);
+      for (const [slot, started] of starts) void this.facts.reportRun(slot, started.run);
       this.deps.log.info({ ...this.ids(), apps: this.slots.size, mode: this.mode, trigger }, "session started");
       return true;
     } catch (err) {
@@ -181,7 +145,7 @@ export class SessionRuntime {
       this.phase = "ending";
       this.watcher?.close();
       await this.killAll();
-      this.stopEgress();
+      this.egress.stop();
       for (const slot of this.slots.values()) slot.abortLog();
       await removeDirSoon(this.dir, this.deps.log);
       const reason = err instanceof RunnerError ? err.message : "session could not start";
@@ -223,7 +187,7 @@ export class SessionRuntime {
     if (!wasFrozen) for (const slot of this.slots.values()) slot.freeze();
     let saved: SavedCheckpoint;
     try {
-      saved = await this.saveCheckpoint(requestId);
+      saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId);
     } catch (err) {
       if (!wasFrozen) for (const slot of this.slots.values()) slot.thaw();
       throw err;
@@ -243,7 +207,7 @@ export class SessionRuntime {
 
   async checkpoint(requestId: string): Promise<void> {
     this.require("running", "frozen", "exited");
-    const saved = await this.saveCheckpoint(requestId);
+    const saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId);
     await this.emit({ type: "checkpointed", requestId, ...saved }, requestId);
   }
 
@@ -286,7 +250,7 @@ export class SessionRuntime {
    * the successor's now.
    */
   async discard(): Promise<void> {
-    this.silenced = true;
+    this.facts.silence();
     this.abort.abort();
     this.phase = "ending";
     this.detach();
@@ -296,42 +260,14 @@ export class SessionRuntime {
     this.deps.log.info(this.ids(), "session discarded after re-registration");
   }
 
-  /**
-   * After a re-registration that kept this placement: a fact produced under
-   * the old runner generation is dropped by the scheduler's fence, even one
-   * committed but not yet applied. An exited fact is stated again under the
-   * new generation (a run-mode session has no other way to end); a start,
-   * warm suspend or resume is stated again where the record (`recordState`,
-   * as the registration reply shows it) says otherwise than the sandbox.
-   * Each is a new fact with its own message id, not the old one upgraded.
-   */
+  /** After a re-registration that kept this placement: states again what the old runner generation's fence drops (SessionFacts.restate). */
   restate(recordState?: SessionState): void {
-    const generation = this.deps.facts.generation();
-    if (this.phase === "exited") {
-      if (this.exitedUnder !== undefined && this.exitedUnder !== generation) void this.reportExited(`r${generation}`);
-      return;
-    }
-    const key = `r${generation}`;
-    if (recordState === "creating" && (this.phase === "running" || this.phase === "frozen")) void this.emit(this.runningFact, key);
-    if ((recordState === "creating" || recordState === "running") && this.phase === "frozen") void this.emit({ type: "suspended", warm: true }, key);
-    if (recordState === "suspended_warm" && this.phase === "running") void this.emit({ type: "resumed" }, key);
+    this.facts.restate(this.phase, recordState, (key) => void this.reportExited(key));
   }
 
-  /**
-   * A start redelivered for this placement: the scheduler sends it again only
-   * while the record is still creating. A running fact produced under an
-   * older runner generation is dropped by the scheduler's fence, even when
-   * committed (it may be applied after the re-registration), and the record
-   * would stay creating, refuse the exit and fail at its timeout (found by
-   * `pnpm chaos`, broker). So state it again under the current generation.
-   * Only on this request: restating it for every kept session at each
-   * re-registration would repeat hundreds of facts nobody needs.
-   */
+  /** A start redelivered for this placement: states running again under the current generation (SessionFacts.restateRunning). */
   restateRunning(): void {
-    const generation = this.deps.facts.generation();
-    if (this.runningUnder === undefined || this.runningUnder === generation) return;
-    if (this.phase !== "running" && this.phase !== "exited") return;
-    void this.emit(this.runningFact, `r${generation}`);
+    this.facts.restateRunning(this.phase);
   }
 
   /** Agent shutdown: kill the apps, append their markers, report exited (the sandbox is gone with the agent). */
@@ -359,29 +295,24 @@ export class SessionRuntime {
     try {
       for (const slot of slots) {
         const end = await slot.stop();
-        if (end) void this.reportEnd(slot, end);
+        if (end) void this.facts.reportEnd(slot, end);
       }
-      for (const slot of slots) void this.reportRun(slot, (await slot.start(trigger)).run, requestId);
+      for (const slot of slots) void this.facts.reportRun(slot, (await slot.start(trigger)).run, requestId);
     } finally {
       this.restarting -= 1;
     }
     this.maybeExit();
   }
 
-  /** Watch mode: reloads every app on a workspace change (watch-reload.ts: debounce, rate limit, ignore rules). */
+  /** Watch mode: reloads every app on a workspace change (session-watch.ts). */
   private watchWorkspace(): WatchReloader {
-    return new WatchReloader({
-      workspace: this.workspace,
-      settings: this.deps.watch,
-      now: this.deps.now,
-      metrics: this.deps.metrics,
-      reload: () =>
-        this.run(async () => {
-          if (this.phase === "running") await this.restart([...this.slots.values()], "watch");
-          // Changed while warm-suspended: the reload happens on resume, not never.
-          else if (this.phase === "frozen") this.reloadOnResume = true;
-        }).catch((err: unknown) => this.deps.log.warn({ err, ...this.ids() }, "watch reload failed")),
-    });
+    return watchSessionWorkspace(this.deps, this.workspace, this.ids(), () =>
+      this.run(async () => {
+        if (this.phase === "running") await this.restart([...this.slots.values()], "watch");
+        // Changed while warm-suspended: the reload happens on resume, not never.
+        else if (this.phase === "frozen") this.reloadOnResume = true;
+      }),
+    );
   }
 
   /** Watch mode: no reload under way, due or deferred, and no app settling (tests wait for it). */
@@ -390,7 +321,7 @@ export class SessionRuntime {
   }
 
   private onAppEnded(slot: AppSlot, end: GenerationEnd): void {
-    void this.reportEnd(slot, end);
+    void this.facts.reportEnd(slot, end);
     // Watch mode: a completed app waits for the next change; the session goes on.
     if (this.mode !== "run" || this.phase === "ending") return;
     void slot.endLog();
@@ -417,24 +348,6 @@ export class SessionRuntime {
     this.deps.log.info({ ...this.ids(), exitCode: first.exitCode, signal: first.signal }, "session exited");
   }
 
-  private reportRun(slot: AppSlot, run: GenerationStart["run"], requestId?: string): Promise<boolean> {
-    return this.emit({ type: "app", app: slot.name, run, ...(requestId !== undefined ? { requestId } : {}) }, `${slot.name}-${run.generation}-${run.phase}`);
-  }
-
-  private reportEnd(slot: AppSlot, end: GenerationEnd): Promise<boolean> {
-    return this.emit({ type: "app", app: slot.name, run: end.run, durationMs: end.durationMs }, `${slot.name}-${end.run.generation}-completed`);
-  }
-
-  private async saveCheckpoint(requestId: string): Promise<SavedCheckpoint> {
-    const name = checkpointObjectName(this.held.workspaceId, this.held.sessionId, this.held.placementGeneration, requestId);
-    try {
-      return await this.deps.checkpoints.save("checkpoints", name, this.workspace);
-    } catch (err) {
-      this.deps.metrics.checkpointFailures.inc();
-      throw new CommandRefusedError(err instanceof CheckpointError ? err.message : "checkpoint failed");
-    }
-  }
-
   private async killAll(): Promise<void> {
     await Promise.all([...this.slots.values()].map((s) => s.stop()));
     // A process that left its app's group (setsid, a daemon) still works in the sandbox: it goes too.
@@ -446,27 +359,7 @@ export class SessionRuntime {
     this.input = undefined;
     this.watcher?.close();
     this.watcher = undefined;
-    this.stopEgress();
-  }
-
-  /** Egress: starts this session's proxy for its egressAllow; answers the env that points apps at it. */
-  private async startEgress(): Promise<Record<string, string>> {
-    const proxy = await startEgressProxy({
-      allow: this.cmd.spec.egressAllow ?? [],
-      log: this.deps.log,
-      refused: egressRefusals(this.deps.metrics.registry),
-      logFields: this.ids(),
-    });
-    // Ended while the proxy was starting: nothing will stop it later.
-    if (this.phase === "ending") void proxy.close();
-    else this.egress = proxy;
-    this.egressBytes = () => proxy.bytes();
-    return egressEnv(proxy.url);
-  }
-
-  private stopEgress(): void {
-    void this.egress?.close();
-    this.egress = undefined;
+    this.egress.stop();
   }
 
   private require(...phases: Phase[]): void {
@@ -501,10 +394,4 @@ export class SessionRuntime {
   private ids() {
     return { sessionId: this.held.sessionId, placementGeneration: this.held.placementGeneration };
   }
-}
-
-function rethrowAs(prefix: string): (err: unknown) => never {
-  return (err) => {
-    throw new BootError(`${prefix}: ${err instanceof CheckpointError ? err.message : "unknown error"}`);
-  };
 }

@@ -1,98 +1,9 @@
-import { headers as natsHeaders } from "@nats-io/transport-node";
-import type { JetStreamClient, JetStreamManager, StoredMsg } from "@nats-io/jetstream";
-import { formatTerminalSize, Headers, INITIAL_TERMINAL_SIZE, Streams, Subjects, type TerminalSize } from "@paddock/contracts";
-import { isNoMessage, isWrongLastSequence, refusedAtSequence } from "@paddock/bus";
-import type { Logger } from "@paddock/logging";
-import type { RunnerMetrics } from "./metrics.ts";
+import { INITIAL_TERMINAL_SIZE, Subjects, type TerminalSize } from "@paddock/contracts";
+import { isWrongLastSequence, refusedAtSequence } from "@paddock/bus";
+import { chunkHeaders, readLastMessage, retryBackoff, sameSize, takeQueuedBytes, type Chunk, type LastMessage, type Pending } from "./term-log.ts";
+import { DEFAULT_COALESCE_MS, MAX_CHUNK_BYTES, realClock, type CoalesceClock, type OutputStream, type TermWriterOptions } from "./term-options.ts";
 
-/** TERM chunks are bounded so a reader's per-chunk cost (and the stream's per-subject limit) stays predictable. */
-export const MAX_CHUNK_BYTES = 32 * 1024;
-
-/**
- * How long output that keeps arriving is held to fill a chunk (see append).
- * A few ms: long enough that a fast producer fills 32 KiB chunks (so the
- * per-chunk costs and the per-subject chunk count bound hold in bytes), short
- * enough not to be seen; output that answers input is never held.
- */
-export const DEFAULT_COALESCE_MS = 4;
-
-/** The writer's clock and timer: injectable so tests decide when a window ends. */
-export interface CoalesceClock {
-  now(): number;
-  /** Calls fn once after ms unless the returned cancel is called first. */
-  after(ms: number, fn: () => void): () => void;
-}
-
-export const realClock: CoalesceClock = {
-  now: () => performance.now(),
-  after: (ms, fn) => {
-    const timer = setTimeout(fn, ms);
-    return () => clearTimeout(timer);
-  },
-};
-
-const MSG_ID_HEADER = "Nats-Msg-Id";
-
-export const OutputStream = { stdout: "stdout", stderr: "stderr" } as const;
-export type OutputStream = (typeof OutputStream)[keyof typeof OutputStream];
-
-export interface TermWriterOptions {
-  js: JetStreamClient;
-  jsm: JetStreamManager;
-  /** This runner: its logs live under its own pool/runner subject tokens. */
-  poolId: string;
-  runnerId: string;
-  sessionId: string;
-  app: string;
-  placementGeneration: number;
-  /**
-   * Asks the record whether this placement is still the session's current
-   * one. Called only when another runner's subject holds the app's last
-   * chunk (a runner may not read other runners' logs); throws when the
-   * answer cannot be had, and the chunk is retried.
-   */
-  isCurrentPlacement: () => Promise<boolean>;
-  metrics: Pick<RunnerMetrics, "termFenced" | "termRetries">;
-  log: Logger;
-  maxChunkBytes?: number;
-  /** First retry delay after a non-fencing publish error; doubles up to maxRetryDelayMs. */
-  retryDelayMs?: number;
-  maxRetryDelayMs?: number;
-  publishTimeoutMs?: number;
-  /** Pending bytes above which the producer is asked to pause (PTY backpressure). */
-  highWaterBytes?: number;
-  /** Called with true when pending output crosses highWaterBytes, false once it drained below half. */
-  onPressure?: (paused: boolean) => void;
-  /** The coalescing window (DEFAULT_COALESCE_MS); 0 publishes whatever is there as soon as nothing is in flight. */
-  coalesceMs?: number;
-  clock?: CoalesceClock;
-  /** Told about every committed data chunk, in log order, with its TERM sequence (screen checkpoints). */
-  onCommitted?: (seq: number, body: Uint8Array) => void;
-  /** Told about every committed resize marker, in the same order as onCommitted. */
-  onResized?: (seq: number, size: TerminalSize) => void;
-}
-
-interface Pending {
-  bytes: Uint8Array;
-  stream: OutputStream | undefined;
-  /** A resize marker (bytes empty): the terminal's size from here on. */
-  size?: TerminalSize;
-}
-
-interface Chunk {
-  body: Uint8Array;
-  stream?: OutputStream;
-  /** Set on a resize marker (an empty message with `Paddock-Terminal-Size`). */
-  size?: TerminalSize;
-  /** Set on the final message of an app: its exit code as decimal, "" when killed by a signal. */
-  exitCode?: string;
-}
-
-interface LastMessage {
-  seq: number;
-  generation: number;
-  msgId: string | undefined;
-}
+export { DEFAULT_COALESCE_MS, MAX_CHUNK_BYTES, OutputStream, realClock, type CoalesceClock, type TermWriterOptions } from "./term-options.ts";
 
 /**
  * Appends one app's PTY output to its TERM subject (under this runner's own
@@ -337,23 +248,8 @@ export class TermWriter {
 
   /** Takes up to maxChunk bytes from the head of the queue, stopping where the stream changes. */
   private takeBytes(stream: OutputStream | undefined): Uint8Array {
-    let size = 0;
-    for (const p of this.pending) {
-      if (p.stream !== stream || p.size || size >= this.maxChunk) break;
-      size += p.bytes.byteLength;
-    }
-    size = Math.min(size, this.maxChunk);
-    const out = new Uint8Array(size);
-    let filled = 0;
-    while (filled < size) {
-      const head = this.pending[0] as Pending;
-      const take = Math.min(head.bytes.byteLength, size - filled);
-      out.set(head.bytes.subarray(0, take), filled);
-      filled += take;
-      if (take === head.bytes.byteLength) this.pending.shift();
-      else this.pending[0] = { bytes: head.bytes.subarray(take), stream: head.stream };
-    }
-    this.pendingBytes -= size;
+    const out = takeQueuedBytes(this.pending, stream, this.maxChunk);
+    this.pendingBytes -= out.byteLength;
     this.updatePressure();
     return out;
   }
@@ -450,32 +346,13 @@ export class TermWriter {
     this.opts.log.warn(this.ids(), "terminal writer fenced by a newer generation; latched shut");
   }
 
-  /**
-   * The last message on this runner's own subject (seq 0 when it has none).
-   * A direct get, the only read a runner's permissions scope to its own
-   * subjects; a lagging replica at worst sends a refusal to the record.
-   */
-  private async readLast(): Promise<LastMessage> {
-    let msg: StoredMsg | null;
-    try {
-      msg = await this.opts.jsm.direct.getMessage(Streams.term, { last_by_subj: this.subject });
-    } catch (err) {
-      if (isNoMessage(err)) return { seq: 0, generation: 0, msgId: undefined };
-      throw err;
-    }
-    if (!msg) return { seq: 0, generation: 0, msgId: undefined };
-    const gen = Number(msg.header?.get(Headers.placementGeneration) ?? "0");
-    return { seq: msg.seq, generation: Number.isFinite(gen) ? gen : 0, msgId: msg.header?.get(MSG_ID_HEADER) || undefined };
+  /** The last message on this runner's own subject (see readLastMessage). */
+  private readLast(): Promise<LastMessage> {
+    return readLastMessage(this.opts.jsm, this.subject);
   }
 
   private headersFor(chunk: Chunk) {
-    const h = natsHeaders();
-    h.set(Headers.placementGeneration, String(this.opts.placementGeneration));
-    if (chunk.exitCode !== undefined) h.set(Headers.exitCode, chunk.exitCode);
-    if (chunk.size) h.set(Headers.terminalSize, formatTerminalSize(chunk.size));
-    // A pipe-run app (`tty: false`) says which pipe the bytes came from; PTY output has no such header.
-    if (chunk.stream) h.set(Headers.stream, chunk.stream);
-    return h;
+    return chunkHeaders(chunk, this.opts.placementGeneration);
   }
 
   private dropPending(): void {
@@ -494,8 +371,7 @@ export class TermWriter {
   }
 
   private backoff(attempt: number): number {
-    const first = this.opts.retryDelayMs ?? 100;
-    return Math.min(first * 2 ** Math.min(attempt, 10), this.opts.maxRetryDelayMs ?? 2_000);
+    return retryBackoff(attempt, this.opts.retryDelayMs ?? 100, this.opts.maxRetryDelayMs ?? 2_000);
   }
 
   /** A retry delay that abort() cuts short. */
@@ -515,8 +391,4 @@ export class TermWriter {
   private ids() {
     return { sessionId: this.opts.sessionId, app: this.opts.app, placementGeneration: this.opts.placementGeneration };
   }
-}
-
-function sameSize(a: TerminalSize, b: TerminalSize): boolean {
-  return a.cols === b.cols && a.rows === b.rows;
 }
