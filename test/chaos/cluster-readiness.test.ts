@@ -42,7 +42,11 @@ describe("NATS cluster readiness", () => {
     const jsm = await jetstreamManager(nc);
     await jsm.streams.add({ name: "T", subjects: ["t.>"], num_replicas: 3 });
     const js = jsm.jetstream();
-    for (let i = 0; i < 20; i++) await js.publish(`t.${i}`, String(i));
+    // A new stream's subjects reach the node this client is on by gossip, after
+    // the create answered: until then a publish has no responders. The client's
+    // own retry covers that window; the msgID keeps a retried publish single.
+    const publish = (i: number, body: string) => js.publish(`t.${i}`, body, { retries: 20, msgID: `t.${i}` });
+    for (let i = 0; i < 20; i++) await publish(i, String(i));
     await cluster.waitForReady();
     const leader = (await jsm.streams.info("T")).cluster?.leader ?? "";
     const victim = cluster.nodes.findIndex((n) => n.name === leader);
@@ -54,7 +58,7 @@ describe("NATS cluster readiness", () => {
     // Writes the restarted node has to catch up on.
     await waitForStreamLeader(jsm, "T");
     const body = "x".repeat(1_000);
-    for (let i = 20; i < COUNT; i += 500) await Promise.all(Array.from({ length: 500 }, (_, k) => js.publish(`t.${i + k}`, body)));
+    for (let i = 20; i < COUNT; i += 500) await Promise.all(Array.from({ length: 500 }, (_, k) => publish(i + k, body)));
     await cluster.restart(victim);
     await cluster.waitForReady();
 
