@@ -1,6 +1,6 @@
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { decodeJson, encodeJson } from "@paddock/bus";
+import { decodeJson, encoderOf } from "@paddock/bus";
 import {
   FLEET_WORKSPACE,
   Buckets,
@@ -23,12 +23,12 @@ export function memberKey(workspaceId: string, actorId: string): string {
 /** Stores a token record under the token's hash (tests and the dev-token path). */
 export async function seedToken(nc: NatsConnection, token: string, record: TokenRecord): Promise<void> {
   const kv = await new Kvm(nc).open(Buckets.tokens);
-  await kv.put(hashToken(token), encodeJson(TokenRecord, record));
+  await kv.put(hashToken(token), encoderOf(nc)(TokenRecord, record));
 }
 
 export async function seedMember(nc: NatsConnection, membership: Membership): Promise<void> {
   const kv = await new Kvm(nc).open(Buckets.members);
-  await kv.put(memberKey(membership.workspaceId, membership.actorId), encodeJson(Membership, membership));
+  await kv.put(memberKey(membership.workspaceId, membership.actorId), encoderOf(nc)(Membership, membership));
 }
 
 /** Opens a bucket once, lazily; a failed open is retried on the next call. */

@@ -9,7 +9,7 @@ import {
   ResizeInput,
   Subjects,
 } from "@paddock/contracts";
-import { decodeJson, encodeJson, isNoResponders } from "@paddock/bus";
+import { decodeJson, encoderOf, isNoResponders } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 
 /** Where a controller's input goes now: the record's placement (it may move while attached). */
@@ -67,7 +67,7 @@ export class InputFlow {
   send(target: InputTarget, bytes: Uint8Array, resize: { cols: number; rows: number } | undefined): void {
     if (this.stopped) return;
     const h = this.headersOf(resize ? InputKind.resize : InputKind.data);
-    this.opts.nc.publish(this.subjectOf(target), resize ? encodeJson(ResizeInput, resize) : bytes, { headers: h });
+    this.opts.nc.publish(this.subjectOf(target), resize ? encoderOf(this.opts.nc)(ResizeInput, resize) : bytes, { headers: h });
     this.sentBytes += resize ? 0 : bytes.byteLength;
     this.sentMessages += 1;
     if (this.sentBytes >= this.windowBytes || this.sentMessages >= this.windowMessages) this.askCredit();

@@ -1,5 +1,5 @@
 import type { Subscription } from "@nats-io/transport-node";
-import { encodeJson } from "@paddock/bus";
+import { encoderOf } from "@paddock/bus";
 import { Api, PaddockError, Presence, Subjects, type Scope, type Session } from "@paddock/contracts";
 import { realEvery, type GatewayContext } from "./context.ts";
 
@@ -49,7 +49,7 @@ class SessionWatch {
   }
 
   publish(): void {
-    const body = encodeJson(Presence, { sessionId: this.sessionId, workspaceId: this.workspaceId, clients: this.watchers.size });
+    const body = encoderOf(this.ctx.deps.nc)(Presence, { sessionId: this.sessionId, workspaceId: this.workspaceId, clients: this.watchers.size });
     try {
       this.ctx.deps.nc.publish(Subjects.presence(this.sessionId), body);
     } catch (err) {

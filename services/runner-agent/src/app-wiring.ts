@@ -1,3 +1,4 @@
+import { encoderOf } from "@paddock/bus";
 import { Subjects, type AppSpec, type DispatchCommand } from "@paddock/contracts";
 import { AppSlot, type AppSlotDeps } from "./app-slot.ts";
 import { defaultTerminalSettings } from "./config.ts";
@@ -8,7 +9,7 @@ import type { HeldSession } from "@paddock/contracts";
 
 /** What a placement's app slots are built from: the runner's deps and this placement. */
 export interface AppWiring {
-  deps: Pick<SessionRuntimeDeps, "js" | "jsm" | "runner" | "metrics" | "log" | "now" | "killGraceMs" | "terminal">;
+  deps: Pick<SessionRuntimeDeps, "nc" | "js" | "jsm" | "runner" | "metrics" | "log" | "now" | "killGraceMs" | "terminal">;
   held: HeldSession;
   workspace: string;
   /** Asks the record whether this placement is still current (a refused terminal chunk on another runner's subject). */
@@ -29,6 +30,7 @@ export function buildAppSlot(w: AppWiring, spec: AppSpec, env: Record<string, st
   const screen = terminal.screen
     ? new ScreenTracker({
         js: deps.js,
+        encode: encoderOf(deps.nc),
         subject: Subjects.screen(deps.runner.poolId, deps.runner.runnerId, held.sessionId, spec.name),
         placementGeneration: held.placementGeneration,
         ...terminal.screen,

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
 import { connect, type Msg, type NatsConnection } from "@nats-io/transport-node";
 import { Headers, ScreenCheckpoint, Streams, Subjects, type DispatchCommand } from "@paddock/contracts";
-import { decodeJson, provision } from "@paddock/bus";
+import { decodeJson, encodeJson, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { createRunnerMetrics } from "./metrics.ts";
@@ -95,7 +95,7 @@ let n = 0;
 function tracker(clock: ReturnType<typeof manualClock>["clock"], maxBacklogBytes?: number) {
   const subject = Subjects.screen("p", "r1", `st${++n}`, "main");
   const metrics = createRunnerMetrics();
-  const t = new ScreenTracker({ js, subject, placementGeneration: 4, quietMs: 100, intervalMs: 1_000, clock, metrics, log: silentLogger(), ...(maxBacklogBytes ? { maxBacklogBytes } : {}) });
+  const t = new ScreenTracker({ js, encode: encodeJson, subject, placementGeneration: 4, quietMs: 100, intervalMs: 1_000, clock, metrics, log: silentLogger(), ...(maxBacklogBytes ? { maxBacklogBytes } : {}) });
   return { t, subject, metrics, seen: collectCheckpoints(subject) };
 }
 

@@ -12,7 +12,7 @@ import {
   type Environment,
   type Scope,
 } from "@paddock/contracts";
-import { decodeJson, encodeJson, isWrongLastSequence } from "@paddock/bus";
+import { decodeJson, encoderOf, isWrongLastSequence } from "@paddock/bus";
 import type { SchedulerContext } from "./context.ts";
 import { makeRoom } from "./evict.ts";
 import { layerSpec, requirementsOf } from "./layering.ts";
@@ -161,7 +161,7 @@ export async function createSession(
     const key = idempotencyKeyOf(scope, body.idempotencyKey);
     const bodyHash = sha256(JSON.stringify(body));
     try {
-      await ctx.idempotency.create(key, encodeJson(IdempotencyRecord, { bodyHash, session: record }));
+      await ctx.idempotency.create(key, encoderOf(ctx.nc)(IdempotencyRecord, { bodyHash, session: record }));
     } catch (err) {
       if (!isWrongLastSequence(err)) throw err;
       const entry = await ctx.idempotency.get(key);

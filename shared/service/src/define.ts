@@ -1,5 +1,5 @@
 import { Registry } from "prom-client";
-import { connectBus, provision, setOutgoingValidation, type ProvisionOptions } from "@paddock/bus";
+import { connectBus, provision, type ProvisionOptions } from "@paddock/bus";
 import { createLogger, type Logger } from "@paddock/logging";
 import { startOpsServer } from "./ops.ts";
 import { runMain } from "./run-main.ts";
@@ -60,11 +60,16 @@ export function defineService<C extends CommonServiceConfig>(definition: Service
  */
 export function runService<C extends CommonServiceConfig>(definition: ServiceDefinition<C>, env: Record<string, string | undefined>): void {
   const config = definition.loadConfig(env);
-  setOutgoingValidation(config.validateOutgoing);
   const log = createLogger({ service: definition.name, level: config.logLevel });
   runMain(log, async () => {
     const nc = await connectBus(
-      { servers: config.natsUrl, name: definition.connectionName?.(config) ?? definition.name, user: config.natsUser, pass: config.natsPass },
+      {
+        servers: config.natsUrl,
+        name: definition.connectionName?.(config) ?? definition.name,
+        user: config.natsUser,
+        pass: config.natsPass,
+        validateOutgoing: config.validateOutgoing,
+      },
       log,
     );
     await provision(nc, definition.provision(config));
