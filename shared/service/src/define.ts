@@ -1,23 +1,14 @@
 import { Registry } from "prom-client";
 import { connectBus, provision, type ProvisionOptions } from "@paddock/bus";
+import type { commonConfig } from "@paddock/config";
 import { createLogger, type Logger } from "@paddock/logging";
 import { startOpsServer } from "./ops.ts";
 import { runMain } from "./run-main.ts";
 
 type Bus = Awaited<ReturnType<typeof connectBus>>;
 
-/** The settings every service's config carries (`commonConfig` of @paddock/config). */
-export interface CommonServiceConfig {
-  natsUrl: string;
-  natsUser?: string | undefined;
-  natsPass?: string | undefined;
-  replicas: number;
-  logLevel: string;
-  opsHost: string;
-  opsPort: number;
-  eventLoopLagWarnMs: number;
-  validateOutgoing: boolean;
-}
+/** The settings every service's config carries: what `commonConfig` of @paddock/config makes of `commonEnv`. */
+export type CommonServiceConfig = ReturnType<typeof commonConfig>;
 
 /** What runService hands a service: everything it may touch, so creating it has no side effects. */
 export interface ServiceDeps<C> {
