@@ -11,11 +11,12 @@ import {
   type Runner,
   type Session,
 } from "@paddock/contracts";
-import { createBusMetrics, provision } from "@paddock/bus";
+import { provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { FIXTURE_NOW, makeEnvironment, makeRunner, makeSession } from "@paddock/testing";
 import { useNatsServer } from "@paddock/testing/vitest";
 import { FEED_CONSUMER, createRecorder, runnerEvent, runnerEventId, sessionEvent } from "./recorder.ts";
+import { createRecorderMetrics } from "./metrics.ts";
 
 const NOW = FIXTURE_NOW;
 let seq = 0;
@@ -141,7 +142,7 @@ describe("recorder against a real nats-server", () => {
       return Promise.all([Buckets.sessions, Buckets.environments, Buckets.runners].map(async (b) => (await jsm.consumers.list(`KV_${b}`).next()).map((c) => c.name)));
     };
     const registry = new Registry();
-    const recorder = createRecorder({ nc: nats.nc, log: silentLogger(), bus: createBusMetrics(registry), registry });
+    const recorder = createRecorder({ nc: nats.nc, log: silentLogger(), metrics: createRecorderMetrics(registry) });
     await nats.nc.flush();
     expect(await consumersOf()).toEqual([[], [], []]);
     await recorder.start();
@@ -159,7 +160,7 @@ describe("recorder against a real nats-server", () => {
       revision = await sessions.update(key, JSON.stringify(s), revision);
     }
     const registry = new Registry();
-    const recorder = createRecorder({ nc: nats.nc, log: silentLogger(), bus: createBusMetrics(registry), registry });
+    const recorder = createRecorder({ nc: nats.nc, log: silentLogger(), metrics: createRecorderMetrics(registry) });
     await recorder.start();
     const consumer = await jetstream(nats.nc).consumers.get(Streams.audit, { filter_subjects: ["paddock.audit.ws1.session.deep"], deliver_policy: DeliverPolicy.All });
     const seen = new Set<string>();
@@ -177,7 +178,7 @@ describe("recorder against a real nats-server", () => {
   it("two replicas turn sessions, environments and runner facts into one event each, and a full replay adds none", async () => {
     const mk = async () => {
       const registry = new Registry();
-      const recorder = createRecorder({ nc: await connect({ servers: nats.url }), log: silentLogger(), bus: createBusMetrics(registry), registry });
+      const recorder = createRecorder({ nc: await connect({ servers: nats.url }), log: silentLogger(), metrics: createRecorderMetrics(registry) });
       await recorder.start();
       return recorder;
     };

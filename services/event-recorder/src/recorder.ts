@@ -12,10 +12,10 @@ import {
   type StoredMsg,
 } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Counter, type Registry } from "prom-client";
 import { AuditEvent, Buckets, Environment, kvStreamName, Runner, Session, Streams, Subjects } from "@paddock/contracts";
-import { consumeTyped, decodeJson, encoderOf, NEVER_PARK, type BusMetrics, type ConsumerHandle, type Encoder } from "@paddock/bus";
+import { consumeTyped, decodeJson, encoderOf, NEVER_PARK, type ConsumerHandle, type Encoder } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
+import type { RecorderMetrics } from "./metrics.ts";
 import { environmentEvent, runnerEvent, sessionEvent } from "./derive.ts";
 
 export { environmentEvent, FLEET_WORKSPACE, runnerEvent, runnerEventId, sessionEvent } from "./derive.ts";
@@ -23,8 +23,7 @@ export { environmentEvent, FLEET_WORKSPACE, runnerEvent, runnerEventId, sessionE
 export interface RecorderDeps {
   nc: NatsConnection;
   log: Logger;
-  bus: BusMetrics;
-  registry: Registry;
+  metrics: RecorderMetrics;
 }
 
 /**
@@ -154,17 +153,7 @@ async function startFeeds(deps: RecorderDeps): Promise<ConsumerHandle[]> {
   const js = jetstream(deps.nc);
   const jsm = await jetstreamManager(deps.nc);
   const encode = encoderOf(deps.nc);
-  const recorded = new Counter({
-    name: "paddock_audit_events_total",
-    help: "Audit events published (including republishes AUDIT deduplicated)",
-    labelNames: ["kind"],
-    registers: [deps.registry],
-  });
-  const gaps = new Counter({
-    name: "paddock_audit_runner_gaps_total",
-    help: "Runner revisions whose previous revision was no longer retained, so no event could be derived",
-    registers: [deps.registry],
-  });
+  const { recorded, gaps } = deps.metrics;
   for (const bucket of [Buckets.sessions, Buckets.environments, Buckets.runners]) await ensureFeedConsumer(jsm, bucket);
 
   const handles: ConsumerHandle[] = [];
@@ -175,7 +164,7 @@ async function startFeeds(deps: RecorderDeps): Promise<ConsumerHandle[]> {
         stream: kvStreamName(bucket),
         consumer: FEED_CONSUMER,
         schema,
-        metrics: deps.bus,
+        metrics: deps.metrics,
         log: deps.log,
         skip: isDeleteMarker,
         // Never parked: a revision given up on would be a hole in the audit log.
@@ -196,7 +185,7 @@ async function startFeeds(deps: RecorderDeps): Promise<ConsumerHandle[]> {
         stream: kvStreamName(Buckets.runners),
         consumer: FEED_CONSUMER,
         schema: Runner,
-        metrics: deps.bus,
+        metrics: deps.metrics,
         log: deps.log,
         skip: isDeleteMarker,
         // Never parked: a revision given up on would be a hole in the audit log.

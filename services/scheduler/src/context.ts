@@ -11,13 +11,14 @@ import type { RunnerRecords, SessionRecords, Versioned } from "./store.ts";
 import type { KvView } from "./view.ts";
 import type { PresenceTracker } from "./presence.ts";
 import type { LeaseTracker } from "./lease-tracker.ts";
-import type { EnvironmentStore } from "./environment-store.ts";
+import { createEnvironmentMetrics, type EnvironmentMetrics, type EnvironmentStore } from "./environment-store.ts";
 import type { SessionWaiters } from "./waiters.ts";
 import type { SealKeys } from "./seal-keys.ts";
 import { createCheckpointGcMetrics, type CheckpointGcMetrics } from "./checkpoint-gc.ts";
 import type { SessionIndex } from "./session-index.ts";
 import type { CoalescedReads } from "./coalesce.ts";
 
+/** Every metric of the scheduler, all made by createSchedulerMetrics (the one place they are registered). */
 export interface SchedulerMetrics {
   /** Runner facts dropped because their generations do not match the record. */
   staleFacts: Counter<"type">;
@@ -31,6 +32,7 @@ export interface SchedulerMetrics {
   /** Secret requests refused: not the holder's inbox, no such placement, or a name the environment does not reference. */
   secretsRefused: Counter<"reason">;
   checkpointGc: CheckpointGcMetrics;
+  environments: EnvironmentMetrics;
 }
 
 export function createSchedulerMetrics(registry: Registry): SchedulerMetrics {
@@ -67,6 +69,7 @@ export function createSchedulerMetrics(registry: Registry): SchedulerMetrics {
       registers: [registry],
     }),
     checkpointGc: createCheckpointGcMetrics(registry),
+    environments: createEnvironmentMetrics(registry),
   };
 }
 

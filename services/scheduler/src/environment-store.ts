@@ -97,10 +97,10 @@ export class EnvironmentStore {
 /** Opens KV `environments` and starts its view; resolves once the view is ready. */
 export async function createEnvironmentStore(
   nc: NatsConnection,
-  deps: { log: Logger; registry: Registry },
+  deps: { log: Logger; metrics: EnvironmentMetrics },
 ): Promise<EnvironmentStore> {
   const kv = await new Kvm(nc).open(Buckets.environments);
   const view = new KvView(Environment);
   await view.start(nc, kv, Buckets.environments, deps.log);
-  return new EnvironmentStore(kv, view, createEnvironmentMetrics(deps.registry), encoderOf(nc));
+  return new EnvironmentStore(kv, view, deps.metrics, encoderOf(nc));
 }
