@@ -2,7 +2,6 @@ import type { z } from "zod";
 import {
   AckPolicy,
   DeliverPolicy,
-  JetStreamError,
   jetstream,
   jetstreamManager,
   type DirectBatchOptions,
@@ -13,7 +12,7 @@ import {
 } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { AuditEvent, Buckets, Environment, kvStreamName, Runner, Session, Streams, Subjects } from "@paddock/contracts";
-import { consumeTyped, decodeJson, encoderOf, NEVER_PARK, type ConsumerHandle, type Encoder } from "@paddock/bus";
+import { consumeTyped, decodeJson, encoderOf, isDirectGetEmpty, NEVER_PARK, type ConsumerHandle, type Encoder } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { RecorderMetrics } from "./metrics.ts";
 import { environmentEvent, runnerEvent, sessionEvent } from "./derive.ts";
@@ -76,7 +75,7 @@ async function previousRunner(jsm: JetStreamManager, key: string, revision: numb
       return decoded.ok ? decoded.value : undefined;
     }
   } catch (err) {
-    if (err instanceof JetStreamError && (err as JetStreamError & { code?: unknown }).code === 404) return undefined;
+    if (isDirectGetEmpty(err)) return undefined;
     throw err;
   }
   return undefined;
@@ -111,7 +110,7 @@ async function alreadyRecorded(jsm: JetStreamManager, subject: string, id: strin
         if (decoded.ok && decoded.value.id === id) return true;
       }
     } catch (err) {
-      if (count === 0 && err instanceof JetStreamError && (err as JetStreamError & { code?: unknown }).code === 404) return false;
+      if (count === 0 && isDirectGetEmpty(err)) return false;
       throw err;
     }
     if (count < 256) return false;

@@ -1,5 +1,6 @@
-import { JetStreamError, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
+import type { JetStreamManager, StoredMsg } from "@nats-io/jetstream";
 import type { MsgHdrs } from "@nats-io/transport-node";
+import { isDirectGetEmpty } from "@paddock/bus";
 import { Headers, parseScreenSubject, parseTermSubject, parseTerminalSize, type Session, type TerminalSize } from "@paddock/contracts";
 
 const BATCH = 256;
@@ -40,15 +41,11 @@ export async function* readRange(
       }
     } catch (err) {
       // Nothing (more) at or after `next`: the direct get answers 404 instead of an empty batch.
-      if (count === 0 && isNotFound(err)) return;
+      if (count === 0 && isDirectGetEmpty(err)) return;
       throw err;
     }
     if (count < BATCH) return;
   }
-}
-
-function isNotFound(err: unknown): boolean {
-  return err instanceof JetStreamError && (err as JetStreamError & { code?: unknown }).code === 404;
 }
 
 /** The placement generation a TERM chunk was written under; 0 when absent or malformed. */

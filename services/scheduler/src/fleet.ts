@@ -56,7 +56,7 @@ async function claimRegistration(
       ctx.runnerView.apply(key, written);
       return { accepted: true, generation: req.generation, written };
     } catch (err) {
-      if (!(err instanceof CasConflictError) && !(err instanceof Error && "code" in err && err.code === "conflict")) throw err;
+      if (!(err instanceof CasConflictError) && !(err instanceof ConflictError)) throw err;
     }
   }
 }
