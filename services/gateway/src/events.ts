@@ -76,8 +76,8 @@ export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
     const reauthorize: Reauthorize = (s) => ctx.authorizer.authorize(s, Action.readEvents, workspaceResource(s));
     try {
       await reauthorize(scope);
-    } catch {
-      throw new NotFoundError("session");
+    } catch (err) {
+      throw new NotFoundError("session", { cause: err });
     }
     const subject = Subjects.audit(scope.workspaceId, "session", sessionId);
     if ((await lastSeqOf(await ctx.jsm(), Streams.audit, subject)) === 0) throw new NotFoundError("session");

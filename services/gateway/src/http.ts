@@ -149,8 +149,8 @@ function parseJson(text: string): unknown {
   if (jsonDepthExceeds(text)) throw new InvalidError(`body: JSON nested deeper than ${String(MAX_JSON_DEPTH)}`);
   try {
     return JSON.parse(text) as unknown;
-  } catch {
-    throw new InvalidError("body is not valid JSON");
+  } catch (err) {
+    throw new InvalidError("body is not valid JSON", { cause: err });
   }
 }
 

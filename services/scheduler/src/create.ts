@@ -122,7 +122,7 @@ async function reserveName(ctx: SchedulerContext, s: Session): Promise<void> {
   try {
     await ctx.names.update(key, s.id, held.revision);
   } catch (err) {
-    if (isWrongLastSequence(err)) throw new ConflictError(`name ${s.name} was taken concurrently`);
+    if (isWrongLastSequence(err)) throw new ConflictError(`name ${s.name} was taken concurrently`, { cause: err });
     throw err;
   }
 }

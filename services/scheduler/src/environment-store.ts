@@ -77,7 +77,7 @@ export class EnvironmentStore {
     try {
       await this.kv.delete(key, { previousSeq: revision });
     } catch (err) {
-      if (isWrongLastSequence(err)) throw new CasConflictError(key);
+      if (isWrongLastSequence(err)) throw new CasConflictError(key, { cause: err });
       throw err;
     }
   }

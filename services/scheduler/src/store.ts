@@ -13,8 +13,8 @@ export interface Versioned<T> {
 
 /** Thrown when a compare-and-set lost: someone else wrote first. Retryable. */
 export class CasConflictError extends UnavailableError {
-  constructor(key: string) {
-    super(`concurrent update of ${key}`);
+  constructor(key: string, options?: { cause?: unknown }) {
+    super(`concurrent update of ${key}`, options);
   }
 }
 
@@ -60,7 +60,7 @@ export class Records<S extends z.ZodType> {
       const revision = await this.kv.create(key, this.encode(this.schema, value));
       return { value: value as z.infer<S>, revision };
     } catch (err) {
-      if (isWrongLastSequence(err)) throw new ConflictError(`${key} already exists`);
+      if (isWrongLastSequence(err)) throw new ConflictError(`${key} already exists`, { cause: err });
       throw err;
     }
   }
@@ -71,7 +71,7 @@ export class Records<S extends z.ZodType> {
       const next = await this.kv.update(key, this.encode(this.schema, value), revision);
       return { value: value as z.infer<S>, revision: next };
     } catch (err) {
-      if (isWrongLastSequence(err)) throw new CasConflictError(key);
+      if (isWrongLastSequence(err)) throw new CasConflictError(key, { cause: err });
       throw err;
     }
   }
