@@ -36,7 +36,7 @@ export class TerminalHub {
   private readonly wss: WebSocketServer;
   private readonly attachments = new Set<Attachment>();
   private readonly pending = new Set<Duplex>();
-  private readonly keepalive: NodeJS.Timeout;
+  private keepalive: NodeJS.Timeout | undefined;
   /** Sockets per session, open or being prepared (the per-session attach limit). */
   private readonly slots = new Map<string, number>();
   readonly presence: PresenceTracker;
@@ -46,14 +46,14 @@ export class TerminalHub {
     this.presence = new PresenceTracker(ctx);
     this.guard = new StreamGuard(ctx);
     this.wss = new WebSocketServer({ noServer: true, maxPayload: ctx.deps.config.wsMaxPayloadBytes, clientTracking: false });
-    // Dead peers (no close, no FIN) would hold a consumer forever: ping, and drop the silent.
-    this.keepalive = setInterval(() => {
-      for (const a of [...this.attachments]) a.heartbeat();
-    }, KEEPALIVE_MS);
-    this.keepalive.unref();
   }
 
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    // Started by the first upgrade, so creating a gateway starts nothing. Dead
+    // peers (no close, no FIN) would hold a consumer forever: ping, and drop the silent.
+    this.keepalive ??= setInterval(() => {
+      for (const a of [...this.attachments]) a.heartbeat();
+    }, KEEPALIVE_MS).unref();
     socket.on("error", () => socket.destroy());
     this.pending.add(socket);
     const mode = new URL(req.url ?? "/", "http://gateway").searchParams.get("mode") === "controller" ? "controller" : "viewer";
