@@ -6,24 +6,24 @@ import { Buckets, DispatchCommand, runnerKey, Streams, type RegisterRunnerReply 
 import { consumeTyped, type ConsumerHandle } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { RunnerConfig, TerminalSettings, WorkspaceLimits } from "./config.ts";
-import { createFactPublisher } from "./facts.ts";
-import { startLeaseRenewer, type LeaseRenewer } from "./lease.ts";
+import { createFactPublisher } from "./fleet/facts.ts";
+import { startLeaseRenewer, type LeaseRenewer } from "./fleet/lease.ts";
 import type { RunnerMetrics } from "./metrics.ts";
-import { ensureDispatchConsumer } from "./dispatch-consumer.ts";
-import { fenceReason, registerRunner } from "./agent-registration.ts";
+import { ensureDispatchConsumer } from "./fleet/dispatch-consumer.ts";
+import { fenceReason, registerRunner } from "./fleet/agent-registration.ts";
 import { StoppedError } from "./errors.ts";
 import type { HeldSession } from "@paddock/contracts";
-import { createHeldCheck } from "./held-check.ts";
-import { createCheckpointStore, type CheckpointCompression } from "./checkpoint.ts";
-import { prepareSessionsDir } from "./sessions-dir.ts";
-import { RegistrationConfirmation } from "./confirmation.ts";
-import { noSecrets, type SecretResolver } from "./secrets.ts";
-import { SessionManager } from "./sessions.ts";
-import { serveWorkspaceOps, type WorkspaceOps } from "./workspace-ops.ts";
-import { ActivityReporter, DEFAULT_ACTIVITY_MS } from "./activity.ts";
-import { DEFAULT_SETTLE_MS } from "./watch-reload.ts";
+import { createHeldCheck } from "./fleet/held-check.ts";
+import { createCheckpointStore, type CheckpointCompression } from "./workspace/checkpoint.ts";
+import { prepareSessionsDir } from "./sandbox/sessions-dir.ts";
+import { RegistrationConfirmation } from "./fleet/confirmation.ts";
+import { noSecrets, type SecretResolver } from "./sessions/secrets.ts";
+import { SessionManager } from "./sessions/sessions.ts";
+import { serveWorkspaceOps, type WorkspaceOps } from "./workspace/workspace-ops.ts";
+import { ActivityReporter, DEFAULT_ACTIVITY_MS } from "./fleet/activity.ts";
+import { DEFAULT_SETTLE_MS } from "./sessions/watch-reload.ts";
 
-export { fenceReason } from "./agent-registration.ts";
+export { fenceReason } from "./fleet/agent-registration.ts";
 
 /** How often, at most, a runner looks for processes of sessions it does not hold (a /proc scan). */
 export const STRAY_SWEEP_MS = 5_000;

@@ -3,8 +3,8 @@ import { z } from "zod";
 import { Id } from "@paddock/contracts";
 import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
 import { SecretsKeySetting } from "@paddock/bus";
-import { DEFAULT_COALESCE_MS } from "./term-writer.ts";
-import { CheckpointCompression } from "./checkpoint.ts";
+import { DEFAULT_COALESCE_MS } from "./terminal/term-writer.ts";
+import { CheckpointCompression } from "./workspace/checkpoint.ts";
 
 const capabilities = z
   .string()

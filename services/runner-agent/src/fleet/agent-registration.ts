@@ -9,7 +9,7 @@ import type { KvEntry } from "@nats-io/kv";
 import { Runner, RunnerState, type HeldSession, type RegisterRunnerReply, type RunnerResources } from "@paddock/contracts";
 import { decodeJson } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
-import type { RunnerConfig } from "./config.ts";
+import type { RunnerConfig } from "../config.ts";
 import { readGeneration, writeGeneration } from "./generation-store.ts";
 import { register } from "./registration.ts";
 

@@ -1,6 +1,6 @@
 import { mkdir, open, readFile, rename } from "node:fs/promises";
 import { join } from "node:path";
-import { GenerationFileError } from "./errors.ts";
+import { GenerationFileError } from "../errors.ts";
 
 const FILE = "generation";
 

@@ -8,7 +8,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { DispatchCommand } from "@paddock/contracts";
-import { agentTestServer, collectFacts, counterValue, dispatchTo, fakeScheduler, testAgent, type TestAgent } from "./test-support.ts";
+import { agentTestServer, collectFacts, counterValue, dispatchTo, fakeScheduler, testAgent, type TestAgent } from "../testing/test-support.ts";
 
 const env = agentTestServer();
 

@@ -11,7 +11,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { FleetRpc, HELD_CHECK_MAX_SESSIONS, type HeldSession } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
-import type { RunnerMetrics } from "./metrics.ts";
+import type { RunnerMetrics } from "../metrics.ts";
 
 export interface HeldCheckDeps {
   nc: NatsConnection;

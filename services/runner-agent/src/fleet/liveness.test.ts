@@ -9,8 +9,8 @@ import { Buckets, DispatchCommand, Headers, InputKind, Runner, RunnerLease, runn
 import { decodeJson, encodeJson, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, startService, type NatsServerHandle } from "@paddock/testing";
-import { fenceReason, type RegisteredEvent } from "./agent.ts";
-import { loadConfig } from "./config.ts";
+import { fenceReason, type RegisteredEvent } from "../agent.ts";
+import { loadConfig } from "../config.ts";
 import { ConfigError } from "@paddock/config";
 import {
   Collector,
@@ -23,7 +23,7 @@ import {
   markLost,
   testAgent,
   type TestAgent,
-} from "./test-support.ts";
+} from "../testing/test-support.ts";
 
 const running: TestAgent[] = [];
 let sessionCounter = 0;

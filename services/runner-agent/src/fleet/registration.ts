@@ -8,7 +8,7 @@ import {
 import { decodeJson, encodeJson } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { z } from "zod";
-import { RegistrationRefusedError, StoppedError } from "./errors.ts";
+import { RegistrationRefusedError, StoppedError } from "../errors.ts";
 import type { HeldSession } from "@paddock/contracts";
 
 export interface RegisterOptions {

@@ -10,7 +10,7 @@ import type { DispatchCommand, PortableSpec } from "@paddock/contracts";
 import { createLogger, silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { egressEnv, egressRefusals, hostAllowed, startEgressProxy, type EgressProxy } from "./egress.ts";
-import { collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, testAgent, type TestAgent } from "./test-support.ts";
+import { collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, testAgent, type TestAgent } from "../testing/test-support.ts";
 
 /** Two upstreams on loopback: one reached by the listed name `localhost`, the other by the unlisted `127.0.0.1`. */
 let listed: Server;

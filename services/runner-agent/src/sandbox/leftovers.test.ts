@@ -12,7 +12,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { silentLogger } from "@paddock/logging";
 import { scratchDirs } from "@paddock/testing";
 import { killLeftoverProcesses } from "./leftovers.ts";
-import { stillRuns } from "./test-support.ts";
+import { stillRuns } from "../testing/test-support.ts";
 
 const dirs = scratchDirs("paddock-leftovers-");
 const children: ChildProcess[] = [];

@@ -1,8 +1,8 @@
 import type { AppRun, AppSpec, RunTrigger } from "@paddock/contracts";
-import { spawnApp, type AppExit, type AppProcess } from "./app-process.ts";
-import { SpawnError } from "./errors.ts";
-import type { ScreenTracker } from "./screen-tracker.ts";
-import type { TermWriter } from "./term-writer.ts";
+import { spawnApp, type AppExit, type AppProcess } from "../sandbox/process/app-process.ts";
+import { SpawnError } from "../errors.ts";
+import type { ScreenTracker } from "../terminal/screen-tracker.ts";
+import type { TermWriter } from "../terminal/term-writer.ts";
 
 /** How one generation ended: the run as it should be reported, and how long it ran. */
 export interface GenerationEnd {

@@ -1,9 +1,9 @@
 import { Subjects, type AppSpec, type DispatchCommand } from "@paddock/contracts";
 import { AppSlot, type AppSlotDeps } from "./app-slot.ts";
-import { defaultTerminalSettings } from "./config.ts";
-import { ScreenTracker } from "./screen-tracker.ts";
+import { defaultTerminalSettings } from "../config.ts";
+import { ScreenTracker } from "../terminal/screen-tracker.ts";
 import type { SessionRuntimeDeps } from "./session-deps.ts";
-import { realClock, TermWriter } from "./term-writer.ts";
+import { realClock, TermWriter } from "../terminal/term-writer.ts";
 import type { HeldSession } from "@paddock/contracts";
 
 /** What a placement's app slots are built from: the runner's deps and this placement. */

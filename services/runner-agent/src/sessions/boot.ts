@@ -1,7 +1,7 @@
 import type { BootEnvironment, Checkpoint, SealKey } from "@paddock/contracts";
-import { envSnapshotObjectName, type CheckpointStore } from "./checkpoint.ts";
-import { BootError, CheckpointError } from "./errors.ts";
-import { runScript, type ScriptOutcome } from "./script.ts";
+import { envSnapshotObjectName, type CheckpointStore } from "../workspace/checkpoint.ts";
+import { BootError, CheckpointError } from "../errors.ts";
+import { runScript, type ScriptOutcome } from "../sandbox/process/script.ts";
 
 export const DEFAULT_SETUP_TIMEOUT_SEC = 600;
 export const DEFAULT_INIT_TIMEOUT_SEC = 60;

@@ -12,9 +12,9 @@ import { createBusMetrics, decodeJson, provision, serveRpc } from "@paddock/bus"
 import { newSealKey, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT } from "@paddock/archive";
 import { createLogger, silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import type { AgentConfig } from "./agent.ts";
+import type { AgentConfig } from "../agent.ts";
 import { RpcSecretResolver } from "./secrets.ts";
-import { Collector, collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, maliciousTar, sealBytes, stillRuns, tarEntry, testAgent, type TestAgent } from "./test-support.ts";
+import { Collector, collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, maliciousTar, sealBytes, stillRuns, tarEntry, testAgent, type TestAgent } from "../testing/test-support.ts";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;

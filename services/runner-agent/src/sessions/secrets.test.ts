@@ -7,9 +7,9 @@ import { createBusMetrics, provision, SecretBox, serveRpc } from "@paddock/bus";
 import { Buckets, FleetRpc, ForbiddenError, secretKey, type BootEnvironment, type DispatchCommand } from "@paddock/contracts";
 import { createLogger, silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import { BootError } from "./errors.ts";
+import { BootError } from "../errors.ts";
 import { RpcSecretResolver } from "./secrets.ts";
-import { collectFacts, collectTerm, dispatchTo, fakeScheduler, testAgent, type TestAgent } from "./test-support.ts";
+import { collectFacts, collectTerm, dispatchTo, fakeScheduler, testAgent, type TestAgent } from "../testing/test-support.ts";
 
 const KEY = randomBytes(32);
 const box = new SecretBox(KEY);

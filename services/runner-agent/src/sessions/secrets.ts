@@ -1,7 +1,7 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { callRpc, SecretBox } from "@paddock/bus";
 import { FleetRpc, PaddockError, SecretName, secretKey, UnavailableError, type SessionSecretsReply, type SessionSecretsRequest } from "@paddock/contracts";
-import { BootError } from "./errors.ts";
+import { BootError } from "../errors.ts";
 
 /** Which placement of which session asks, so the scheduler can authorize the lookup. */
 export interface SecretContext {

@@ -2,11 +2,11 @@ import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { DispatchCommand } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
-import type { CheckpointStore } from "./checkpoint.ts";
-import type { TerminalSettings } from "./config.ts";
-import type { FactPublisher } from "./facts.ts";
-import type { RunnerMetrics } from "./metrics.ts";
-import type { InputAdmission } from "./input.ts";
+import type { CheckpointStore } from "../workspace/checkpoint.ts";
+import type { TerminalSettings } from "../config.ts";
+import type { FactPublisher } from "../fleet/facts.ts";
+import type { RunnerMetrics } from "../metrics.ts";
+import type { InputAdmission } from "../terminal/input.ts";
 import type { SecretResolver } from "./secrets.ts";
 
 export type StartCommand = Extract<DispatchCommand, { type: "start" }>;

@@ -6,7 +6,7 @@
  */
 import type { HeldSession, SessionState } from "@paddock/contracts";
 import type { AppSlot, GenerationEnd, GenerationStart } from "./app-slot.ts";
-import type { FactBody, FactPublisher } from "./facts.ts";
+import type { FactBody, FactPublisher } from "../fleet/facts.ts";
 import type { Phase } from "./session-deps.ts";
 
 export class SessionFacts {

@@ -7,10 +7,10 @@
 import { mkdirSync } from "node:fs";
 import type { HeldSession } from "@paddock/contracts";
 import { bootEnvironment } from "./boot.ts";
-import { checkpointObjectName, type SavedCheckpoint } from "./checkpoint.ts";
-import { egressEnv, egressRefusals, startEgressProxy, type EgressProxy } from "./egress.ts";
-import { BootError, CheckpointError, CommandRefusedError } from "./errors.ts";
-import type { FactBody } from "./facts.ts";
+import { checkpointObjectName, type SavedCheckpoint } from "../workspace/checkpoint.ts";
+import { egressEnv, egressRefusals, startEgressProxy, type EgressProxy } from "../sandbox/egress.ts";
+import { BootError, CheckpointError, CommandRefusedError } from "../errors.ts";
+import type { FactBody } from "../fleet/facts.ts";
 import { baseEnv, tokenEnv } from "./app-wiring.ts";
 import type { SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
 

@@ -1,12 +1,12 @@
 import { join } from "node:path";
-import { killLeftoverProcesses } from "./leftovers.ts";
-import { removeDirSoon } from "./remove-dir.ts";
+import { killLeftoverProcesses } from "../sandbox/leftovers.ts";
+import { removeDirSoon } from "../sandbox/remove-dir.ts";
 import type { DispatchCommand } from "@paddock/contracts";
-import { RunnerError } from "./errors.ts";
+import { RunnerError } from "../errors.ts";
 import type { HeldSession, KeptSession } from "@paddock/contracts";
 import type { SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
 import { SessionRuntime } from "./session-runtime.ts";
-import { ReleasedPlacements } from "./released.ts";
+import { ReleasedPlacements } from "../fleet/released.ts";
 
 export interface SessionManagerOptions extends SessionRuntimeDeps {
   dataDir: string;

@@ -1,6 +1,6 @@
 import { IGNORE_FILE, IgnoreRules, watchWorkspace, type WorkspaceWatcher } from "./watcher.ts";
 import { SlidingWindowLimiter } from "./rate-limit.ts";
-import type { RunnerMetrics } from "./metrics.ts";
+import type { RunnerMetrics } from "../metrics.ts";
 import type { WatchSettings } from "./session-deps.ts";
 
 /** How long after an app generation starts its own workspace writes are told from a user's. */

@@ -10,10 +10,10 @@ import { readFileSync } from "node:fs";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { Headers, INPUT_LOW_WATER_BYTES, InputCredit, Subjects } from "@paddock/contracts";
-import { createRunnerMetrics } from "./metrics.ts";
+import { createRunnerMetrics } from "../metrics.ts";
 import { silentLogger } from "@paddock/logging";
 import { scratchDirs, startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import { spawnApp, type AppProcess } from "./app-process.ts";
+import { spawnApp, type AppProcess } from "../sandbox/process/app-process.ts";
 import { ControllerGate, subscribeInput, type InputAdmission } from "./input.ts";
 
 const dirs = scratchDirs("paddock-input-");

@@ -5,10 +5,10 @@ import { Headers, ScreenCheckpoint, Streams, Subjects, type DispatchCommand } fr
 import { decodeJson, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import { createRunnerMetrics } from "./metrics.ts";
+import { createRunnerMetrics } from "../metrics.ts";
 import { ScreenEmulator, screenSize } from "@paddock/screen";
 import { ScreenTracker } from "./screen-tracker.ts";
-import { Collector, collectTerm, counterValue, dispatchTo, fakeScheduler, testAgent, type TestAgent } from "./test-support.ts";
+import { Collector, collectTerm, counterValue, dispatchTo, fakeScheduler, testAgent, type TestAgent } from "../testing/test-support.ts";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;

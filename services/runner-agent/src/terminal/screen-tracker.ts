@@ -4,7 +4,7 @@ import { Headers, INITIAL_TERMINAL_SIZE, MAX_SCREEN_CHECKPOINT_BYTES, ScreenChec
 import { encodeJson } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import { ScreenEmulator, screenSize, type Capture } from "@paddock/screen";
-import type { RunnerMetrics } from "./metrics.ts";
+import type { RunnerMetrics } from "../metrics.ts";
 import type { CoalesceClock } from "./term-writer.ts";
 
 /**

@@ -5,7 +5,7 @@
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import type { TerminalSize } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
-import type { RunnerMetrics } from "./metrics.ts";
+import type { RunnerMetrics } from "../metrics.ts";
 
 /** TERM chunks are bounded so a reader's per-chunk cost (and the stream's per-subject limit) stays predictable. */
 export const MAX_CHUNK_BYTES = 32 * 1024;

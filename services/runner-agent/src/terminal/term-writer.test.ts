@@ -5,9 +5,9 @@ import { Headers, parseTermSubject, Streams, Subjects } from "@paddock/contracts
 import { provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import { createRunnerMetrics, type RunnerMetrics } from "./metrics.ts";
+import { createRunnerMetrics, type RunnerMetrics } from "../metrics.ts";
 import { MAX_CHUNK_BYTES, TermWriter } from "./term-writer.ts";
-import { counterValue } from "./test-support.ts";
+import { counterValue } from "../testing/test-support.ts";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;

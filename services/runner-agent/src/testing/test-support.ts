@@ -36,8 +36,8 @@ import { DispatchCommand } from "@paddock/contracts";
 import { silentLogger, type Logger } from "@paddock/logging";
 import { afterAll, beforeAll } from "vitest";
 import { makeRunner, startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import { createRunnerAgent, type AgentConfig, type RunnerAgent, type RunnerAgentDeps } from "./agent.ts";
-import { createRunnerMetrics, type RunnerMetrics } from "./metrics.ts";
+import { createRunnerAgent, type AgentConfig, type RunnerAgent, type RunnerAgentDeps } from "../agent.ts";
+import { createRunnerMetrics, type RunnerMetrics } from "../metrics.ts";
 
 /** Collects items and resolves waiters whose predicate matches (already seen or future). */
 export class Collector<T> {

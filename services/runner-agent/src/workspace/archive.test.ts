@@ -6,8 +6,8 @@ import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { describe, expect, it } from "vitest";
 import { entryViolation, extractArchive, packDirectory } from "./archive.ts";
-import { ArchiveRefusedError } from "./errors.ts";
-import { maliciousTar, tarEntry } from "./test-support.ts";
+import { ArchiveRefusedError } from "../errors.ts";
+import { maliciousTar, tarEntry } from "../testing/test-support.ts";
 
 function sandbox(): { root: string; dir: string } {
   const root = mkdtempSync(join(tmpdir(), "paddock-archive-"));

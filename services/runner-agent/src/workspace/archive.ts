@@ -1,6 +1,6 @@
 import type { Readable } from "node:stream";
 import { ArchiveRejectedError, extractArchive as extract, type DirFd, type ExtractLimits, type ExtractOptions, type ExtractResult } from "@paddock/archive";
-import { ArchiveRefusedError, WorkspaceTooLargeError } from "./errors.ts";
+import { ArchiveRefusedError, WorkspaceTooLargeError } from "../errors.ts";
 
 /** The safe archive code lives in @paddock/archive (the CLI extracts with the same rules). */
 export { ARCHIVE_FORMAT, entryViolation, packDirectory, packInside, packTarget } from "@paddock/archive";

@@ -5,7 +5,7 @@ import { Objm, setSha256Backend, type ObjectStore } from "@nats-io/obj";
 import { newSealKey, SealError, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
 import { objectStoreKind, ObjectStores, runnerObjectStore, type Checkpoint, type RunnerObjectKind, type SealKey } from "@paddock/contracts";
 import { extractArchive, packDirectory } from "./archive.ts";
-import { ArchiveRefusedError, CheckpointError } from "./errors.ts";
+import { ArchiveRefusedError, CheckpointError } from "../errors.ts";
 
 /** The kinds of stores a checkpoint may live in (not `transfers`, which only holds archives in transit). */
 export type StoreName = RunnerObjectKind;

@@ -12,8 +12,8 @@ import { callRpc, provision } from "@paddock/bus";
 import { ObjectStores, PaddockError, transferObjectName, transferRef, workspaceRpcs, type DispatchCommand, type PortableSpec, type RunnerFact } from "@paddock/contracts";
 import { extractArchive, newSealKey, packDirectory, sealed, unsealed } from "@paddock/archive";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import type { AgentConfig } from "./agent.ts";
-import { collectFacts, collectTerm, dispatchTo, fakeScheduler, maliciousTar, tarEntry, testAgent, type TestAgent } from "./test-support.ts";
+import type { AgentConfig } from "../agent.ts";
+import { collectFacts, collectTerm, dispatchTo, fakeScheduler, maliciousTar, tarEntry, testAgent, type TestAgent } from "../testing/test-support.ts";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;

@@ -20,11 +20,11 @@ import {
 } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { extractArchive, packInside } from "./archive.ts";
-import { defaultWorkspaceLimits, type WorkspaceLimits } from "./config.ts";
-import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "./errors.ts";
+import { defaultWorkspaceLimits, type WorkspaceLimits } from "../config.ts";
+import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "../errors.ts";
 import { workspaceDiff } from "./git-diff.ts";
 import type { RunAs } from "./git-isolated.ts";
-import type { SessionRuntime } from "./session-runtime.ts";
+import type { SessionRuntime } from "../sessions/session-runtime.ts";
 
 export interface WorkspaceOpsDeps {
   nc: NatsConnection;

@@ -2,13 +2,13 @@ import { accessSync, constants as fsConstants, statSync, writeSync } from "node:
 import { delimiter, isAbsolute, join, resolve } from "node:path";
 import { spawn as spawnPty, type IPty } from "@lydell/node-pty";
 import { INITIAL_TERMINAL_SIZE, type AppSpec, type TerminalSize } from "@paddock/contracts";
-import { SpawnError } from "./errors.ts";
-import { InputQueue, type InputSink } from "./input-queue.ts";
+import { SpawnError } from "../../errors.ts";
+import { InputQueue, type InputSink } from "../input-queue.ts";
 import { spawnPiped } from "./pipe-process.ts";
-import { signalGroup, signalName, terminateGroup, type AppExit, type AppProcess } from "./process-group.ts";
-import type { OutputStream } from "./term-writer.ts";
+import { signalGroup, signalName, terminateGroup, type AppExit, type AppProcess } from "../process-group.ts";
+import type { OutputStream } from "../../terminal/term-writer.ts";
 
-export type { AppExit, AppProcess } from "./process-group.ts";
+export type { AppExit, AppProcess } from "../process-group.ts";
 
 export interface SpawnAppOptions {
   app: AppSpec;

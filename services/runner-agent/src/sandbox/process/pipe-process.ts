@@ -1,8 +1,8 @@
 import { spawn } from "node:child_process";
-import { SpawnError } from "./errors.ts";
-import { InputQueue } from "./input-queue.ts";
-import { signalGroup, signalName, terminateGroup, type AppExit, type AppProcess } from "./process-group.ts";
-import { OutputStream } from "./term-writer.ts";
+import { SpawnError } from "../../errors.ts";
+import { InputQueue } from "../input-queue.ts";
+import { signalGroup, signalName, terminateGroup, type AppExit, type AppProcess } from "../process-group.ts";
+import { OutputStream } from "../../terminal/term-writer.ts";
 
 export interface SpawnPipedOptions {
   name: string;
