@@ -5,7 +5,8 @@ import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import { Buckets, DispatchCommand, runnerKey, Streams, type RegisterRunnerReply } from "@paddock/contracts";
 import { consumeTyped, type ConsumerHandle } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
-import type { RunnerConfig, TerminalSettings, WorkspaceLimits } from "./config.ts";
+import type { RunnerConfig } from "./config.ts";
+import type { TerminalSettings } from "./terminal/term-options.ts";
 import { createFactPublisher } from "./fleet/facts.ts";
 import { startLeaseRenewer, type LeaseRenewer } from "./fleet/lease.ts";
 import type { RunnerMetrics } from "./metrics.ts";
@@ -19,7 +20,7 @@ import { prepareSessionsDir } from "./sandbox/sessions-dir.ts";
 import { RegistrationConfirmation } from "./fleet/confirmation.ts";
 import { noSecrets, type SecretResolver } from "./sessions/secrets.ts";
 import { SessionManager } from "./sessions/sessions.ts";
-import { serveWorkspaceOps, type WorkspaceOps } from "./workspace/workspace-ops.ts";
+import { serveWorkspaceOps, type WorkspaceLimits, type WorkspaceOps } from "./workspace/workspace-ops.ts";
 import { ActivityReporter, DEFAULT_ACTIVITY_MS } from "./fleet/activity.ts";
 import { DEFAULT_SETTLE_MS } from "./sessions/watch-reload.ts";
 

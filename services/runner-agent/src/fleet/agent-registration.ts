@@ -9,17 +9,31 @@ import type { KvEntry } from "@nats-io/kv";
 import { Runner, RunnerState, type HeldSession, type RegisterRunnerReply, type RunnerResources } from "@paddock/contracts";
 import { decodeJson } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
-import type { RunnerConfig } from "../config.ts";
 import { readGeneration, writeGeneration } from "./generation-store.ts";
 import { register } from "./registration.ts";
+
+/**
+ * The settings a registration reads (the runner's RunnerConfig is one; the
+ * agent hands its config over as is, so a change there fails to compile here
+ * rather than drifting). Declared here so that fleet/ never imports config.ts.
+ */
+export interface RegistrationSettings {
+  runnerId: string;
+  poolId: string;
+  capacityTotal: number;
+  capabilities: string[];
+  /** Holds the persisted generation; its filesystem's free space is the disk reported when diskBytes is unset. */
+  dataDir: string;
+  cpuMillis: number;
+  memoryBytes: number;
+  diskBytes: number | undefined;
+  registerTimeoutMs: number;
+}
 
 export interface RegisterRunnerOptions {
   nc: NatsConnection;
   log: Logger;
-  config: Pick<
-    RunnerConfig,
-    "runnerId" | "poolId" | "capacityTotal" | "capabilities" | "dataDir" | "cpuMillis" | "memoryBytes" | "diskBytes" | "registerTimeoutMs"
-  >;
+  config: RegistrationSettings;
   /** The sessions this runner holds, asked for once its resources are measured. */
   held: () => HeldSession[];
   isStopped: () => boolean;

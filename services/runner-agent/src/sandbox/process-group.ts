@@ -1,6 +1,10 @@
 import { constants as osConstants } from "node:os";
 import type { InputQueue } from "./input-queue.ts";
 
+/** Which stream an output chunk of an app without a PTY came from (a PTY has one). */
+export const OutputStream = { stdout: "stdout", stderr: "stderr" } as const;
+export type OutputStream = (typeof OutputStream)[keyof typeof OutputStream];
+
 export interface AppExit {
   /** null when the process was killed by a signal. */
   exitCode: number | null;

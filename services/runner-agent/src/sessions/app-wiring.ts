@@ -1,8 +1,8 @@
 import { Subjects, type AppSpec, type DispatchCommand } from "@paddock/contracts";
 import { AppSlot, type AppSlotDeps } from "./app-slot.ts";
-import { defaultTerminalSettings } from "../config.ts";
 import { ScreenTracker } from "../terminal/screen-tracker.ts";
 import type { SessionRuntimeDeps } from "./session-deps.ts";
+import { defaultTerminalSettings } from "../terminal/term-options.ts";
 import { realClock, TermWriter } from "../terminal/term-writer.ts";
 import type { HeldSession } from "@paddock/contracts";
 

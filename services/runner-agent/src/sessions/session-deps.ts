@@ -3,7 +3,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { DispatchCommand } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import type { CheckpointStore } from "../workspace/checkpoint.ts";
-import type { TerminalSettings } from "../config.ts";
+import type { TerminalSettings } from "../terminal/term-options.ts";
 import type { FactPublisher } from "../fleet/facts.ts";
 import type { RunnerMetrics } from "../metrics.ts";
 import type { InputAdmission } from "../terminal/input.ts";

@@ -2,7 +2,7 @@ import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node"
 import { Headers, INPUT_CREDIT_HOLD_MS, INPUT_LOW_WATER_BYTES, InputCredit, InputKind, ResizeInput, Subjects } from "@paddock/contracts";
 import { decodeJson, encodeJson } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
-import type { AppProcess } from "../sandbox/process/app-process.ts";
+import type { AppProcess } from "../sandbox/process-group.ts";
 import type { RunnerMetrics } from "../metrics.ts";
 
 const kinds: ReadonlySet<string> = new Set(Object.values(InputKind));

@@ -7,7 +7,7 @@ import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { JetStreamManager, StoredMsg } from "@nats-io/jetstream";
 import { formatTerminalSize, Headers, Streams, type TerminalSize } from "@paddock/contracts";
 import { isNoMessage } from "@paddock/bus";
-import type { OutputStream } from "./term-options.ts";
+import type { OutputStream } from "../sandbox/process-group.ts";
 
 const MSG_ID_HEADER = "Nats-Msg-Id";
 

@@ -1,6 +1,6 @@
 /**
- * The TERM writer's knobs: chunk bounds, the coalescing clock, the output
- * stream tag and the writer's options (term-writer.ts re-exports them).
+ * The TERM writer's knobs: chunk bounds, the coalescing clock and the
+ * writer's options (term-writer.ts re-exports them).
  */
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import type { TerminalSize } from "@paddock/contracts";
@@ -33,8 +33,15 @@ export const realClock: CoalesceClock = {
   },
 };
 
-export const OutputStream = { stdout: "stdout", stderr: "stderr" } as const;
-export type OutputStream = (typeof OutputStream)[keyof typeof OutputStream];
+/** How app output becomes the terminal log and its screen checkpoints. */
+export interface TerminalSettings {
+  /** TermWriter's coalescing window. */
+  coalesceMs: number;
+  /** Screen checkpoints; undefined writes none. */
+  screen: { quietMs: number; intervalMs: number } | undefined;
+}
+
+export const defaultTerminalSettings: TerminalSettings = { coalesceMs: DEFAULT_COALESCE_MS, screen: { quietMs: 200, intervalMs: 5_000 } };
 
 export interface TermWriterOptions {
   js: JetStreamClient;

@@ -1,9 +1,10 @@
 import { INITIAL_TERMINAL_SIZE, Subjects, type TerminalSize } from "@paddock/contracts";
 import { isWrongLastSequence, refusedAtSequence } from "@paddock/bus";
 import { chunkHeaders, readLastMessage, retryBackoff, sameSize, takeQueuedBytes, type Chunk, type LastMessage, type Pending } from "./term-log.ts";
-import { DEFAULT_COALESCE_MS, MAX_CHUNK_BYTES, realClock, type CoalesceClock, type OutputStream, type TermWriterOptions } from "./term-options.ts";
+import { DEFAULT_COALESCE_MS, MAX_CHUNK_BYTES, realClock, type CoalesceClock, type TermWriterOptions } from "./term-options.ts";
+import type { OutputStream } from "../sandbox/process-group.ts";
 
-export { DEFAULT_COALESCE_MS, MAX_CHUNK_BYTES, OutputStream, realClock, type CoalesceClock, type TermWriterOptions } from "./term-options.ts";
+export { DEFAULT_COALESCE_MS, MAX_CHUNK_BYTES, realClock, type CoalesceClock, type TermWriterOptions } from "./term-options.ts";
 
 /**
  * Appends one app's PTY output to its TERM subject (under this runner's own

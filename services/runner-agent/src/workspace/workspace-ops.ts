@@ -17,21 +17,49 @@ import {
   type WorkspaceDiffReply,
   type WorkspacePullReply,
   type WorkspacePushReply,
+  type HeldSession,
 } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { extractArchive, packInside } from "./archive.ts";
-import { defaultWorkspaceLimits, type WorkspaceLimits } from "../config.ts";
 import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "../errors.ts";
 import { workspaceDiff } from "./git-diff.ts";
 import type { RunAs } from "./git-isolated.ts";
-import type { SessionRuntime } from "../sessions/session-runtime.ts";
+
+/** Bounds of the workspace operations (push, diff). */
+export interface WorkspaceLimits {
+  maxEntries: number;
+  maxBytes: number;
+  diffMaxRepoBytes: number;
+  diffMaxBytes: number;
+  diffMaxRepos: number;
+}
+
+export const defaultWorkspaceLimits: WorkspaceLimits = {
+  maxEntries: 100_000,
+  maxBytes: 2 * 1024 * 1024 * 1024,
+  diffMaxRepoBytes: 256 * 1024,
+  diffMaxBytes: 512 * 1024,
+  diffMaxRepos: 32,
+};
+
+/**
+ * A held session as the workspace operations reach it (sessions/ SessionRuntime
+ * is one): declared here so that workspace/ never imports sessions/.
+ */
+export interface HeldWorkspace {
+  readonly held: HeldSession;
+  /** Runs fn on the workspace after every earlier command of the session, while its sandbox is live; refused otherwise. */
+  workspaceTask<T>(fn: (workspace: string) => Promise<T>): Promise<T>;
+  /** After a push: a running watch session reloads; false otherwise. */
+  requestReload(): boolean;
+}
 
 export interface WorkspaceOpsDeps {
   nc: NatsConnection;
   poolId: string;
   runnerId: string;
   /** The runtime of a session held here. */
-  session: (sessionId: string) => SessionRuntime | undefined;
+  session: (sessionId: string) => HeldWorkspace | undefined;
   /** False while the runner is fenced: it must not act on sessions it may no longer hold. */
   serving: () => boolean;
   limits?: Partial<WorkspaceLimits>;
@@ -76,7 +104,7 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
     return store;
   };
 
-  const held = (t: Target): SessionRuntime => {
+  const held = (t: Target): HeldWorkspace => {
     if (!deps.serving()) throw new UnavailableError("runner is re-registering; retry");
     const runtime = deps.session(t.sessionId);
     if (!runtime || runtime.held.workspaceId !== t.workspaceId) throw new ConflictError("session has no live sandbox on this runner");

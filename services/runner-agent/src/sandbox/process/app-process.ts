@@ -5,8 +5,7 @@ import { INITIAL_TERMINAL_SIZE, type AppSpec, type TerminalSize } from "@paddock
 import { SpawnError } from "../../errors.ts";
 import { InputQueue, type InputSink } from "../input-queue.ts";
 import { spawnPiped } from "./pipe-process.ts";
-import { signalGroup, signalName, terminateGroup, type AppExit, type AppProcess } from "../process-group.ts";
-import type { OutputStream } from "../../terminal/term-writer.ts";
+import { signalGroup, signalName, terminateGroup, type AppExit, type AppProcess, type OutputStream } from "../process-group.ts";
 
 export type { AppExit, AppProcess } from "../process-group.ts";
 

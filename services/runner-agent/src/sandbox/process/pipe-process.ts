@@ -1,8 +1,7 @@
 import { spawn } from "node:child_process";
 import { SpawnError } from "../../errors.ts";
 import { InputQueue } from "../input-queue.ts";
-import { signalGroup, signalName, terminateGroup, type AppExit, type AppProcess } from "../process-group.ts";
-import { OutputStream } from "../../terminal/term-writer.ts";
+import { OutputStream, signalGroup, signalName, terminateGroup, type AppExit, type AppProcess } from "../process-group.ts";
 
 export interface SpawnPipedOptions {
   name: string;
