@@ -1,6 +1,7 @@
-// `pnpm run cycles`: fails on any import cycle between our modules. Unlike
-// eslint's import-x/no-cycle it counts `import type` too (tsPreCompilationDeps),
-// because a type-only cycle is still two modules that cannot be read apart.
+// `pnpm run cycles`: fails on any import cycle between our modules, and on
+// any import a folder rule below forbids. Unlike eslint's import-x/no-cycle it
+// counts `import type` too (tsPreCompilationDeps), because a type-only cycle
+// (or a type-only import across a folder boundary) is still a dependency.
 export default {
   forbidden: [
     {
