@@ -51,7 +51,7 @@ describe("a registry that lies", () => {
 
   it("serves a layer with other bytes of the same size: digest_mismatch, nothing cached", async () => {
     const altered = Buffer.from(layer.data);
-    altered[altered.length - 1] ^= 0xff;
+    altered.writeUInt8(altered.readUInt8(altered.length - 1) ^ 0xff, altered.length - 1);
     serve("lie/altered", "1", image.manifest, [image.config, ...image.layers], new Map([[layer.descriptor.digest, altered]]));
     const err = await pullFails("lie/altered:1");
     expect(err.code).toBe("digest_mismatch");
