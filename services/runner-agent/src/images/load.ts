@@ -2,12 +2,12 @@
 // (the legacy manifest.json form, or the OCI layout Docker 25+ writes inside it).
 import { createHash } from "node:crypto";
 import { constants, createReadStream } from "node:fs";
-import { open, readFile, realpath, stat } from "node:fs/promises";
+import { open, realpath, stat } from "node:fs/promises";
 import { join, sep } from "node:path";
 import { createGunzip } from "node:zlib";
 import { extractArchive, relativeSegments } from "@paddock/archive";
 import {
-  Descriptor,
+  type Descriptor,
   digestHex,
   DockerArchiveManifest,
   ImageIndex,

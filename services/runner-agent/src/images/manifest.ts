@@ -2,7 +2,7 @@
 // manifest to unpack: an index picks this host's platform, every document is
 // checked against the digest and size that named it, and only layer types
 // the unpacker handles pass.
-import { Descriptor, ImageIndex, ImageManifest, INDEX_MEDIA_TYPES, LAYER_AS_OCI, MANIFEST_MEDIA_TYPES, MediaType, sha256Digest } from "@paddock/oci";
+import { type Descriptor, ImageIndex, ImageManifest, INDEX_MEDIA_TYPES, LAYER_AS_OCI, MANIFEST_MEDIA_TYPES, MediaType, sha256Digest } from "@paddock/oci";
 import { ImageError, ImageErrorCode } from "./errors.ts";
 import { verifyBytes } from "./verified-write.ts";
 

@@ -1,6 +1,6 @@
 // Pulls from a real registry (Debian's docker-registry) on loopback.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { createServer, type Server } from "node:net";
+import { createServer, type AddressInfo, type Server, type Socket } from "node:net";
 import { buildIndex, pushImage, pushIndex } from "@paddock/oci";
 import { scratchDirs, startRegistry, startRegistryProxy, type RegistryHandle } from "@paddock/testing";
 import { ImageError } from "./errors.ts";
@@ -124,10 +124,10 @@ describe("pull from a registry", () => {
   });
 
   it("a registry that accepts but never answers times out with registry_timeout", async () => {
-    const held: Array<import("node:net").Socket> = [];
+    const held: Socket[] = [];
     const silent: Server = createServer((socket) => held.push(socket));
     await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
-    const host = `127.0.0.1:${(silent.address() as import("node:net").AddressInfo).port}`;
+    const host = `127.0.0.1:${(silent.address() as AddressInfo).port}`;
     try {
       const root = scratch.make();
       const { store } = await startStore(root, { insecureRegistries: [host], requestTimeoutMs: 200 });
