@@ -9,7 +9,8 @@ import { ImageError } from "./errors.ts";
 import { busyboxImage, leftovers, startStore } from "./test-support.ts";
 
 const scratch = scratchDirs("paddock-images-lie-");
-const routes = new Map<string, { body: Buffer; type?: string }>();
+/** `stall`: send the headers and half the body, then nothing (the connection stays open). */
+const routes = new Map<string, { body: Buffer; type?: string; stall?: boolean }>();
 let server: Server;
 let host = "";
 
@@ -17,12 +18,22 @@ beforeAll(async () => {
   server = createServer((req, res) => {
     const route = routes.get(req.url ?? "");
     if (!route) return void res.writeHead(404).end();
+    if (route.stall) {
+      res.writeHead(200, { "content-length": route.body.length });
+      return void res.write(route.body.subarray(0, route.body.length >> 1));
+    }
     res.writeHead(200, { "content-type": route.type ?? "application/octet-stream", "content-length": route.body.length }).end(route.body);
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   host = `127.0.0.1:${(server.address() as AddressInfo).port}`;
 });
-afterAll(() => new Promise<void>((r) => server.close(() => r())));
+afterAll(
+  () =>
+    new Promise<void>((r) => {
+      server.closeAllConnections();
+      server.close(() => r());
+    }),
+);
 afterEach(() => {
   routes.clear();
   scratch.removeAll();
@@ -33,9 +44,9 @@ function serve(name: string, ref: string, manifest: Blob, blobs: readonly Blob[]
   for (const b of blobs) routes.set(`/v2/${name}/blobs/${b.descriptor.digest}`, { body: override.get(b.descriptor.digest) ?? b.data });
 }
 
-async function pullFails(ref: string): Promise<ImageError> {
+async function pullFails(ref: string, config: { idleTimeoutMs?: number } = {}): Promise<ImageError> {
   const root = scratch.make();
-  const { store } = await startStore(root, { insecureRegistries: [host] });
+  const { store } = await startStore(root, { insecureRegistries: [host], ...config });
   const err = await store.pull(`${host}/${ref}`).then(
     () => undefined,
     (e: unknown) => e,
@@ -91,6 +102,13 @@ describe("a registry that lies", () => {
     for (const l of zstd.layers) l.mediaType = MediaType.ociLayerZstd;
     routes.set(`/v2/lie/zstd/manifests/1`, { body: Buffer.from(JSON.stringify(zstd)), type: MediaType.ociManifest });
     expect((await pullFails("lie/zstd:1")).code).toBe("image_unsupported");
+  });
+
+  it("stops sending a layer half-way: registry_timeout after the idle deadline, nothing cached", async () => {
+    serve("lie/stall", "1", image.manifest, [image.config, ...image.layers]);
+    routes.set(`/v2/lie/stall/blobs/${layer.descriptor.digest}`, { body: layer.data, stall: true });
+    const err = await pullFails("lie/stall:1", { idleTimeoutMs: 200 });
+    expect([err.code, err.status]).toEqual(["registry_timeout", "unavailable"]);
   });
 
   it("serves only an arm64 image: no_matching_platform", async () => {
