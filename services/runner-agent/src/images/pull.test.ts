@@ -57,6 +57,9 @@ describe("pull from a registry", () => {
     expect(count(second.events, "unpack_start")).toBe(0);
     expect(count(second.events, "hit")).toBe(1);
     expect(runInRootfs(lease.image.rootfs, ["/bin/sh", "-c", "echo hi"]).stdout).toBe("hi\n");
+    // The same image by its manifest digest, never pulled under that name: no network either.
+    const byDigest = await second.store.pull(`${proxy.host}/paddock/busybox@${image.manifest.descriptor.digest}`);
+    expect(byDigest.image.rootfs).toBe(lease.image.rootfs);
   });
 
   it("concurrent pulls of one image download each blob once and unpack once", async () => {

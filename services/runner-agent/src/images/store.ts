@@ -198,7 +198,8 @@ export function createImageStore(deps: ImageStoreDeps): ImageStore {
     const ref = parseReference(reference);
     const refFile = join(refs, `${digestHex(sha256Digest(ref.canonical))}.json`);
     if (!opts.refresh) {
-      const known = await readFile(refFile, "utf8").then((t) => (JSON.parse(t) as { digest: string }).digest, () => undefined);
+      // A digest that is itself a cached manifest needs no ref file (pulled before under a tag, or loaded).
+      const known = (ref.digest && (await cached(ref.digest)) ? ref.digest : undefined) ?? (await readFile(refFile, "utf8").then((t) => (JSON.parse(t) as { digest: string }).digest, () => undefined));
       const hit = known ? await cached(known) : undefined;
       if (hit) {
         emit({ type: "hit", digest: hit.digest });
