@@ -79,6 +79,8 @@ export function busyboxLayer(): TarEntry[] {
 export interface RegistryProxyOptions {
   /** Demand `Authorization: Bearer <token>` on /v2/ and hand it out at /token for these basic credentials. */
   bearer?: { token: string; user: string; password: string };
+  /** Answer blob GETs with a 307 to this base URL + the digest (registries redirect to blob storage). */
+  redirectBlobsTo?: string;
 }
 
 export interface RegistryProxy {
@@ -114,6 +116,8 @@ export async function startRegistryProxy(upstream: string, opts: RegistryProxyOp
       const challenge = `Bearer realm="${self}/token",service="test-registry",scope="repository:paddock:pull"`;
       return void res.writeHead(401, { "www-authenticate": challenge, "content-type": "application/json" }).end('{"errors":[{"code":"UNAUTHORIZED"}]}');
     }
+    const blob = /\/blobs\/(sha256:[a-f0-9]{64})$/.exec(url.pathname);
+    if (opts.redirectBlobsTo && blob && req.method === "GET") return void res.writeHead(307, { location: `${opts.redirectBlobsTo}/${blob[1]}` }).end();
     forwarded.push(`${req.method} ${url.pathname}`);
     const headers = { ...req.headers, host: up.host };
     delete headers.authorization;

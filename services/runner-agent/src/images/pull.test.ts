@@ -1,5 +1,6 @@
 // Pulls from a real registry (Debian's docker-registry) on loopback.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { createServer as createHttpServer } from "node:http";
 import { createServer, type AddressInfo, type Server, type Socket } from "node:net";
 import { buildIndex, pushImage, pushIndex } from "@paddock/oci";
 import { scratchDirs, startRegistry, startRegistryProxy, type RegistryHandle } from "@paddock/testing";
@@ -111,6 +112,32 @@ describe("pull from a registry", () => {
       expect(proxy.tokenRequests.join(" ")).not.toMatch(/s3cret|t0ken|puller/);
     } finally {
       await proxy.stop();
+    }
+  });
+
+  it("follows a blob redirect to storage on another origin without taking the token there", async () => {
+    const seen: Array<string | null> = [];
+    const blobs = new Map([image.config, ...image.layers].map((b) => [`/${b.descriptor.digest}`, b.data]));
+    const storage = createHttpServer((req, res) => {
+      seen.push(req.headers.authorization ?? null);
+      const data = blobs.get(req.url ?? "");
+      if (!data) return void res.writeHead(404).end();
+      res.writeHead(200, { "content-length": data.length }).end(data);
+    });
+    await new Promise<void>((r) => storage.listen(0, "127.0.0.1", r));
+    // "localhost" is another origin than the registry's 127.0.0.1.
+    const storageUrl = `http://localhost:${(storage.address() as AddressInfo).port}`;
+    const bearer = { token: "t0ken-abc", user: "puller", password: "s3cret" };
+    const proxy = await startRegistryProxy(registry.url, { bearer, redirectBlobsTo: storageUrl });
+    try {
+      const { store } = await startStore(scratch.make(), { insecureRegistries: [proxy.host] }, () => ({ username: bearer.user, password: bearer.password }));
+      const lease = await store.pull(`${proxy.host}/paddock/busybox:1`);
+      expect(runInRootfs(lease.image.rootfs, ["/bin/sh", "-c", "echo hi"]).stdout).toBe("hi\n");
+      expect(seen).toEqual([null, null, null]);
+    } finally {
+      await proxy.stop();
+      storage.closeAllConnections();
+      await new Promise<void>((r) => storage.close(() => r()));
     }
   });
 
