@@ -5,18 +5,18 @@ import { Counter, type Registry } from "prom-client";
 import type { BootEnvironment, NewId, Now, Runner, RunnerFact, Session } from "@paddock/contracts";
 import type { BusMetrics } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
-import type { FactBacklog } from "./fact-backlog.ts";
+import type { FactBacklog } from "./state/fact-backlog.ts";
 import type { SchedulerConfig } from "./config.ts";
-import type { RunnerRecords, SessionRecords, Versioned } from "./store.ts";
-import type { KvView } from "./view.ts";
-import type { PresenceTracker } from "./presence.ts";
-import type { LeaseTracker } from "./lease-tracker.ts";
-import type { EnvironmentStore } from "./environment-store.ts";
-import type { SessionWaiters } from "./waiters.ts";
-import type { SealKeys } from "./seal-keys.ts";
-import { createCheckpointGcMetrics, type CheckpointGcMetrics } from "./checkpoint-gc.ts";
-import type { SessionIndex } from "./session-index.ts";
-import type { CoalescedReads } from "./coalesce.ts";
+import type { RunnerRecords, SessionRecords, Versioned } from "./state/store.ts";
+import type { KvView } from "./state/view.ts";
+import type { PresenceTracker } from "./state/presence.ts";
+import type { LeaseTracker } from "./state/lease-tracker.ts";
+import type { EnvironmentStore } from "./state/environment-store.ts";
+import type { SessionWaiters } from "./state/waiters.ts";
+import type { SealKeys } from "./state/seal-keys.ts";
+import { createCheckpointGcMetrics, type CheckpointGcMetrics } from "./policies/checkpoint-gc.ts";
+import type { SessionIndex } from "./state/session-index.ts";
+import type { CoalescedReads } from "./state/coalesce.ts";
 
 export interface SchedulerMetrics {
   /** Runner facts dropped because their generations do not match the record. */

@@ -6,7 +6,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Api, type Scope } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
-import { alice, create, startHarness, type SchedulerHarness } from "./testkit.ts";
+import { alice, create, startHarness, type SchedulerHarness } from "../testing/testkit.ts";
 
 let h: SchedulerHarness;
 beforeAll(async () => {

@@ -13,9 +13,9 @@ import {
   type Scope,
 } from "@paddock/contracts";
 import { decodeJson, encodeJson, isWrongLastSequence } from "@paddock/bus";
-import type { SchedulerContext } from "./context.ts";
+import type { SchedulerContext } from "../context.ts";
 import { makeRoom } from "./evict.ts";
-import { layerSpec, requirementsOf } from "./layering.ts";
+import { layerSpec, requirementsOf } from "../state/layering.ts";
 
 /** What an idempotency key maps to: the whole record it created, so a replay after a crash can finish the job. */
 const IdempotencyRecord = z.object({ bodyHash: z.string(), session: Session }).strict();

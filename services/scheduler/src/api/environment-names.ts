@@ -1,8 +1,8 @@
 import { createHash } from "node:crypto";
 import { ConflictError } from "@paddock/contracts";
 import { isWrongLastSequence } from "@paddock/bus";
-import type { SchedulerContext } from "./context.ts";
-import type { EnvironmentStore } from "./environment-store.ts";
+import type { SchedulerContext } from "../context.ts";
+import type { EnvironmentStore } from "../state/environment-store.ts";
 
 // Environment names: unique within a workspace, reserved in KV `names`.
 // Records are written first and names claimed after, so a name key that

@@ -8,14 +8,14 @@ import { Api, Environment, NO_REQUIREMENTS, type PortableSpec, type Scope } from
 import { callRpc, createBusMetrics, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import { testSealKey } from "./testkit.ts";
-import { loadConfig } from "./config.ts";
-import { createSchedulerMetrics } from "./context.ts";
+import { testSealKey } from "../testing/testkit.ts";
+import { loadConfig } from "../config.ts";
+import { createSchedulerMetrics } from "../context.ts";
 import { envNameKey } from "./environment-names.ts";
-import type { EnvironmentStore } from "./environment-store.ts";
+import type { EnvironmentStore } from "../state/environment-store.ts";
 import { applyEnvSnapshotFact, createEnvironment, decodeEnvCursor, encodeEnvCursor, type EnvSnapshotFact } from "./environments.ts";
-import { bootEnvironmentOf, layerSpec, requirementsOf, setupHashOf } from "./layering.ts";
-import { createScheduler, type Scheduler } from "./scheduler.ts";
+import { bootEnvironmentOf, layerSpec, requirementsOf, setupHashOf } from "../state/layering.ts";
+import { createScheduler, type Scheduler } from "../scheduler.ts";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;

@@ -22,11 +22,11 @@ import {
   type UpdateEnvironmentBody,
 } from "@paddock/contracts";
 import { serveRpc } from "@paddock/bus";
-import type { SchedulerContext } from "./context.ts";
+import type { SchedulerContext } from "../context.ts";
 import { assertNameFree, claimName, releaseName } from "./environment-names.ts";
-import { isDeleted, type EnvironmentStore } from "./environment-store.ts";
-import { setupHashOf } from "./layering.ts";
-import { CasConflictError, type Versioned } from "./store.ts";
+import { isDeleted, type EnvironmentStore } from "../state/environment-store.ts";
+import { setupHashOf } from "../state/layering.ts";
+import { CasConflictError, type Versioned } from "../state/store.ts";
 
 /** The RUNNER fact that reports a built environment snapshot. */
 export type EnvSnapshotFact = Extract<RunnerFact, { type: "env_snapshot" }>;

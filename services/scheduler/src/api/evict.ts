@@ -1,8 +1,8 @@
 import { ConflictError, isTerminal, type Session } from "@paddock/contracts";
-import type { SchedulerContext } from "./context.ts";
-import { SCHEDULER_ACTOR, transition, withFact, writeSession } from "./writes.ts";
-import { dispatchDestroy } from "./slots.ts";
-import { CasConflictError, type Versioned } from "./store.ts";
+import type { SchedulerContext } from "../context.ts";
+import { SCHEDULER_ACTOR, transition, withFact, writeSession } from "../state/writes.ts";
+import { dispatchDestroy } from "../fleet/slots.ts";
+import { CasConflictError, type Versioned } from "../state/store.ts";
 
 async function cas(ctx: SchedulerContext, current: Versioned<Session>, next: Session): Promise<boolean> {
   try {

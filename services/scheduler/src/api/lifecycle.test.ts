@@ -22,8 +22,8 @@ import {
   revisionsOf,
   serviceTokenOf,
   tokenRevoked,
-} from "./testkit.ts";
-import { RUNNER_FACTS_CONSUMER } from "./fact-backlog.ts";
+} from "../testing/testkit.ts";
+import { RUNNER_FACTS_CONSUMER } from "../state/fact-backlog.ts";
 
 let h: SchedulerHarness;
 beforeAll(async () => {

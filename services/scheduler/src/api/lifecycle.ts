@@ -10,12 +10,12 @@ import {
   type Scope,
   type Session,
 } from "@paddock/contracts";
-import type { SchedulerContext } from "./context.ts";
-import { transition, withFact, writeSession } from "./writes.ts";
+import type { SchedulerContext } from "../context.ts";
+import { transition, withFact, writeSession } from "../state/writes.ts";
 import { createSession } from "./create.ts";
 import { deleteSession, getSession } from "./queries.ts";
-import { sendCommand } from "./slots.ts";
-import { CasConflictError, type Versioned } from "./store.ts";
+import { sendCommand } from "../fleet/slots.ts";
+import { CasConflictError, type Versioned } from "../state/store.ts";
 
 /** Applies `change` to the current record by CAS, retrying lost races; change may throw a typed error. */
 async function mutateSession(

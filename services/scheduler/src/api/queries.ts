@@ -13,10 +13,10 @@ import {
   type Scope,
   type Session,
 } from "@paddock/contracts";
-import type { SchedulerContext } from "./context.ts";
-import { transition, withFact, writeSession } from "./writes.ts";
-import { releaseSlot } from "./slots.ts";
-import { CasConflictError, type Versioned } from "./store.ts";
+import type { SchedulerContext } from "../context.ts";
+import { transition, withFact, writeSession } from "../state/writes.ts";
+import { releaseSlot } from "../fleet/slots.ts";
+import { CasConflictError, type Versioned } from "../state/store.ts";
 
 const SessionCursor = z.tuple([z.number().int().nonnegative(), z.string().min(1)]);
 

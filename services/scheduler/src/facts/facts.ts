@@ -1,8 +1,8 @@
 import { canTransition, occupiesSlot, parseRunnerEventsSubject, runnerKey, sessionKey, type RunnerFact, type Session, type Usage } from "@paddock/contracts";
-import type { SchedulerContext } from "./context.ts";
-import { transition, withFact, writeSession } from "./writes.ts";
-import { releaseSlot } from "./slots.ts";
-import { CasConflictError } from "./store.ts";
+import type { SchedulerContext } from "../context.ts";
+import { transition, withFact, writeSession } from "../state/writes.ts";
+import { releaseSlot } from "../fleet/slots.ts";
+import { CasConflictError } from "../state/store.ts";
 
 type Outcome = "applied" | "stale" | "illegal" | "duplicate" | "foreign";
 

@@ -19,7 +19,7 @@ import {
   type SchedulerHarness,
   factsSettled,
   testSealKey,
-} from "./testkit.ts";
+} from "../testing/testkit.ts";
 
 let h: SchedulerHarness;
 beforeAll(async () => {

@@ -1,7 +1,7 @@
 import { occupiesSlot, runnerKey, type Runner, type Session } from "@paddock/contracts";
-import type { SchedulerContext } from "./context.ts";
-import { SCHEDULER_ACTOR, transition, writeRunner, writeSession } from "./writes.ts";
-import { CasConflictError } from "./store.ts";
+import type { SchedulerContext } from "../context.ts";
+import { SCHEDULER_ACTOR, transition, writeRunner, writeSession } from "../state/writes.ts";
+import { CasConflictError } from "../state/store.ts";
 import { recentlyReserved } from "./slots.ts";
 
 /**

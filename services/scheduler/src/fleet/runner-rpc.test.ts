@@ -14,7 +14,7 @@ import { Api, Buckets, FleetRpc, inboxPrefixOf, runnerNatsUser, secretKey, Strea
 import { callRpc, SecretBox } from "@paddock/bus";
 import { HELD_CHECK_GRACE_MS } from "./runner-rpc.ts";
 import { untilSession } from "@paddock/testing";
-import { alice, dispatchInbox, factFor, publishFact, register, startHarness, waitForState, type SchedulerHarness } from "./testkit.ts";
+import { alice, dispatchInbox, factFor, publishFact, register, startHarness, waitForState, type SchedulerHarness } from "../testing/testkit.ts";
 
 let h: SchedulerHarness;
 let session: Session;

@@ -28,7 +28,7 @@ import {
   type SessionSecretsRequest,
 } from "@paddock/contracts";
 import { serveRpc, type RpcMeta } from "@paddock/bus";
-import type { SchedulerContext } from "./context.ts";
+import type { SchedulerContext } from "../context.ts";
 import { sessionTokenOf } from "./tokens.ts";
 
 /** States in which a runner boots (or restarts apps of) a session and may need its secrets. */

@@ -11,10 +11,10 @@ import {
   type Runner,
   type Session,
 } from "@paddock/contracts";
-import type { SchedulerContext } from "./context.ts";
-import { SCHEDULER_ACTOR, transition, writeSession } from "./writes.ts";
+import type { SchedulerContext } from "../context.ts";
+import { SCHEDULER_ACTOR, transition, writeSession } from "../state/writes.ts";
 import { dispatchStart } from "./slots.ts";
-import { CasConflictError, type Versioned } from "./store.ts";
+import { CasConflictError, type Versioned } from "../state/store.ts";
 
 function sessionsPlacedOn(ctx: SchedulerContext, poolId: string, runnerId: string): Session[] {
   const placed: Session[] = [];

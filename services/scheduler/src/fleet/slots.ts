@@ -1,8 +1,8 @@
 import { DispatchCommand, MAX_RESERVATIONS, runnerKey, Subjects, type Runner, type Session, type SlotReservation } from "@paddock/contracts";
 import { mintSessionToken } from "./tokens.ts";
 import { encodeJson } from "@paddock/bus";
-import type { SchedulerContext } from "./context.ts";
-import { CasConflictError } from "./store.ts";
+import type { SchedulerContext } from "../context.ts";
+import { CasConflictError } from "../state/store.ts";
 
 const MAX_CAS_ATTEMPTS = 20;
 

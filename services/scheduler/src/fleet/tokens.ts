@@ -1,7 +1,7 @@
 import { createHmac, randomBytes } from "node:crypto";
 import { TokenRecord, tokenKey, type Session } from "@paddock/contracts";
 import { encodeJson } from "@paddock/bus";
-import type { SchedulerContext } from "./context.ts";
+import type { SchedulerContext } from "../context.ts";
 
 /** A per-process key when none is configured: tokens then only survive this replica. */
 const ephemeralSecret = randomBytes(32).toString("hex");

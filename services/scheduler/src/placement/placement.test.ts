@@ -2,13 +2,13 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { Api, Environment, Runner, Session, sessionKey, Subjects, type RunnerFact } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
-import type { SchedulerContext } from "./context.ts";
-import { applyRunnerFact } from "./facts.ts";
+import type { SchedulerContext } from "../context.ts";
+import { applyRunnerFact } from "../facts/facts.ts";
 import { planPass } from "./placement.ts";
-import { SessionIndex } from "./session-index.ts";
+import { SessionIndex } from "../state/session-index.ts";
 import { makeRunner, makeSession, untilSession } from "@paddock/testing";
-import { alice, create, dispatchInbox, factFor, get, publishFact, register, runningSession, startHarness, waitForCapacityUsed, type SchedulerHarness } from "./testkit.ts";
-import { KvView } from "./view.ts";
+import { alice, create, dispatchInbox, factFor, get, publishFact, register, runningSession, startHarness, waitForCapacityUsed, type SchedulerHarness } from "../testing/testkit.ts";
+import { KvView } from "../state/view.ts";
 
 function runner(id: string, capacityTotal: number, extra: Partial<Runner> = {}): Runner {
   return makeRunner({ id, capacityTotal, registeredAt: 1, lastSeenAt: 1, ...extra });

@@ -1,10 +1,10 @@
 import { environmentKey, runnerKey, sessionKey, type Requirements, type Runner, type Session } from "@paddock/contracts";
-import { overridesImage } from "./layering.ts";
-import type { SchedulerContext } from "./context.ts";
-import { SCHEDULER_ACTOR, transition, writeSession } from "./writes.ts";
-import { dispatchStart, releaseSlot, reserveSlots } from "./slots.ts";
-import { CasConflictError } from "./store.ts";
-import { mintSessionToken } from "./tokens.ts";
+import { overridesImage } from "../state/layering.ts";
+import type { SchedulerContext } from "../context.ts";
+import { SCHEDULER_ACTOR, transition, writeSession } from "../state/writes.ts";
+import { dispatchStart, releaseSlot, reserveSlots } from "../fleet/slots.ts";
+import { CasConflictError } from "../state/store.ts";
+import { mintSessionToken } from "../fleet/tokens.ts";
 
 /** Whether a runner offers what the session requires: every capability, and at least the minimum resources. */
 export function satisfies(runner: Runner, req: Requirements | undefined): boolean {

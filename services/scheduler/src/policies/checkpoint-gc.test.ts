@@ -4,10 +4,10 @@ import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import { Api, ObjectStores, runnerObjectStore, type Checkpoint } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
-import type { EnvSnapshotFact } from "./environments.ts";
-import { SealKeys } from "./seal-keys.ts";
+import type { EnvSnapshotFact } from "../api/environments.ts";
+import { SealKeys } from "../state/seal-keys.ts";
 import { untilSession } from "@paddock/testing";
-import { alice, dispatchInbox, factFor, publishFact, register, runningSession, startHarness, testSealKey, type SchedulerHarness } from "./testkit.ts";
+import { alice, dispatchInbox, factFor, publishFact, register, runningSession, startHarness, testSealKey, type SchedulerHarness } from "../testing/testkit.ts";
 
 const GRACE_MS = 60_000;
 /** r1's own checkpoint store (as it provisions it at start). */

@@ -18,7 +18,7 @@ import { Counter, type Registry } from "prom-client";
 import { jetstreamManager, JetStreamApiError } from "@nats-io/jetstream";
 import { isTerminal, objectStoreKind, ObjectStores, runnerObjectStore, type Environment, type Session } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
-import type { SealKeys } from "./seal-keys.ts";
+import type { SealKeys } from "../state/seal-keys.ts";
 
 /** The shared (legacy) stores whose objects are sealed checkpoints referenced from records; each runner also has its own (`runnerObjectStore`). */
 export const COLLECTED_STORES = [ObjectStores.checkpoints, ObjectStores.envSnapshots] as const;

@@ -8,7 +8,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Api, Buckets, tokenKey, type Session } from "@paddock/contracts";
 import { callRpc, provision } from "@paddock/bus";
-import { alice, dispatchInbox, register, runningSession, serviceTokenOf, startHarness, tokenRevoked, waitForState, type SchedulerHarness } from "./testkit.ts";
+import { alice, dispatchInbox, register, runningSession, serviceTokenOf, startHarness, tokenRevoked, waitForState, type SchedulerHarness } from "../testing/testkit.ts";
 
 let h: SchedulerHarness;
 beforeAll(async () => {

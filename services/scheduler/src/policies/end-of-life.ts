@@ -1,9 +1,9 @@
 import { isTerminal, tokenKey, type Session } from "@paddock/contracts";
-import type { SchedulerContext } from "./context.ts";
-import { SCHEDULER_ACTOR } from "./writes.ts";
-import { deleteSession } from "./queries.ts";
-import { dispatchDestroy } from "./slots.ts";
-import { sessionTokenOf } from "./tokens.ts";
+import type { SchedulerContext } from "../context.ts";
+import { SCHEDULER_ACTOR } from "../state/writes.ts";
+import { deleteSession } from "../api/queries.ts";
+import { dispatchDestroy } from "../fleet/slots.ts";
+import { sessionTokenOf } from "../fleet/tokens.ts";
 
 /** First retry of an end of life that failed (a broker failover), doubling up to the cap. */
 const RETRY_FIRST_MS = 1_000;

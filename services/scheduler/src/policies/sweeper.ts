@@ -1,11 +1,11 @@
 import { isTerminal, occupiesSlot, type Session } from "@paddock/contracts";
-import type { SchedulerContext } from "./context.ts";
-import { SCHEDULER_ACTOR, transition, withFact, writeSession } from "./writes.ts";
-import { suspendSession } from "./lifecycle.ts";
-import { dispatchDestroy, dispatchStart, releaseSlot, runnerGenerationOf, sendCommand } from "./slots.ts";
-import { lostRunners, markRunnerLost, repairCapacity } from "./liveness.ts";
-import { CasConflictError, type Versioned } from "./store.ts";
-import { perPass, type FactBacklog } from "./fact-backlog.ts";
+import type { SchedulerContext } from "../context.ts";
+import { SCHEDULER_ACTOR, transition, withFact, writeSession } from "../state/writes.ts";
+import { suspendSession } from "../api/lifecycle.ts";
+import { dispatchDestroy, dispatchStart, releaseSlot, runnerGenerationOf, sendCommand } from "../fleet/slots.ts";
+import { lostRunners, markRunnerLost, repairCapacity } from "../fleet/liveness.ts";
+import { CasConflictError, type Versioned } from "../state/store.ts";
+import { perPass, type FactBacklog } from "../state/fact-backlog.ts";
 
 const SECOND_MS = 1_000;
 const schedulerScope = (s: Session) => ({ workspaceId: s.workspaceId, actor: { id: SCHEDULER_ACTOR, kind: "service" as const } });

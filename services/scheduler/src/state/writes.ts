@@ -3,7 +3,7 @@
 // holds the shared interfaces and imports no module that writes, so that
 // every writer can import both without an import cycle.
 import { canTransition, ConflictError, isTerminal, type AuditAction, type Runner, type Session, type SessionState } from "@paddock/contracts";
-import type { SchedulerContext } from "./context.ts";
+import type { SchedulerContext } from "../context.ts";
 import type { Versioned } from "./store.ts";
 
 /** The actor id recorded for what the scheduler does on its own (timeouts, reconciliation). */

@@ -24,10 +24,10 @@ import {
 import { callRpc, createBusMetrics, decodeJson, encodeJson, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, untilSession, type NatsServerHandle } from "@paddock/testing";
-import { loadConfig } from "./config.ts";
-import { createSchedulerMetrics } from "./context.ts";
-import { createScheduler, type Scheduler } from "./scheduler.ts";
-import { RUNNER_FACTS_CONSUMER } from "./fact-backlog.ts";
+import { loadConfig } from "../config.ts";
+import { createSchedulerMetrics } from "../context.ts";
+import { createScheduler, type Scheduler } from "../scheduler.ts";
+import { RUNNER_FACTS_CONSUMER } from "../state/fact-backlog.ts";
 
 export const alice: Scope = { workspaceId: "ws1", actor: { id: "alice", kind: "user" } };
 export const mallory: Scope = { workspaceId: "ws2", actor: { id: "mallory", kind: "user" } };
