@@ -18,7 +18,8 @@ import {
 import { consumeTyped, decodeJson, encodeJson, NEVER_PARK, serveRpc, type BusMetrics, type ConsumerHandle } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { SchedulerConfig } from "./config.ts";
-import type { SchedulerContext, SchedulerMetrics } from "./context.ts";
+import type { SchedulerContext } from "./context.ts";
+import type { SchedulerMetrics } from "./metrics.ts";
 import { createSession } from "./api/create.ts";
 import { applyRunnerFact } from "./facts/facts.ts";
 import { registerRunner, registrationRefusal, setRunnerState } from "./fleet/runners.ts";

@@ -10,7 +10,7 @@ import { silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { testSealKey } from "../testing/testkit.ts";
 import { loadConfig } from "../config.ts";
-import { createSchedulerMetrics } from "../context.ts";
+import { createSchedulerMetrics } from "../metrics.ts";
 import { envNameKey } from "./environment-names.ts";
 import type { EnvironmentStore } from "../state/environment-store.ts";
 import { applyEnvSnapshotFact, createEnvironment, decodeEnvCursor, encodeEnvCursor, type EnvSnapshotFact } from "./environments.ts";

@@ -1,18 +1,7 @@
 import { ConflictError, isTerminal, type Session } from "@paddock/contracts";
 import type { SchedulerContext } from "../context.ts";
-import { SCHEDULER_ACTOR, transition, withFact, writeSession } from "../state/writes.ts";
+import { casSession, SCHEDULER_ACTOR, transition, withFact } from "../state/writes.ts";
 import { dispatchDestroy } from "../fleet/slots.ts";
-import { CasConflictError, type Versioned } from "../state/store.ts";
-
-async function cas(ctx: SchedulerContext, current: Versioned<Session>, next: Session): Promise<boolean> {
-  try {
-    await writeSession(ctx, current, next);
-    return true;
-  } catch (err) {
-    if (err instanceof CasConflictError) return false;
-    throw err;
-  }
-}
 
 /**
  * Records that may give way to a creator's new one, in order: terminal ones
@@ -44,13 +33,13 @@ async function evictOne(ctx: SchedulerContext, candidates: Session[]): Promise<b
     if (!current) continue;
     const s = current.value;
     if (isTerminal(s.state)) {
-      if (await cas(ctx, current, withFact(ctx, s, "evict", SCHEDULER_ACTOR))) {
+      if (await casSession(ctx, current, withFact(ctx, s, "evict", SCHEDULER_ACTOR))) {
         if (s.state === "dead") await dispatchDestroy(ctx, s);
         await ctx.sessions.remove(key);
         return true;
       }
     } else if (s.state === "suspended_cold" && s.creatorId === victim.creatorId) {
-      if (await cas(ctx, current, transition(ctx, s, "destroyed", "evict", SCHEDULER_ACTOR))) {
+      if (await casSession(ctx, current, transition(ctx, s, "destroyed", "evict", SCHEDULER_ACTOR))) {
         await ctx.sessions.remove(key);
         return true;
       }

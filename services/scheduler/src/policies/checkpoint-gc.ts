@@ -14,37 +14,14 @@
 import type { ObjectStore } from "@nats-io/obj";
 import { Objm } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Counter, type Registry } from "prom-client";
 import { jetstreamManager, JetStreamApiError } from "@nats-io/jetstream";
 import { isTerminal, objectStoreKind, ObjectStores, runnerObjectStore, type Environment, type Session } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import type { SealKeys } from "../state/seal-keys.ts";
+import type { CheckpointGcMetrics } from "../metrics.ts";
 
 /** The shared (legacy) stores whose objects are sealed checkpoints referenced from records; each runner also has its own (`runnerObjectStore`). */
 export const COLLECTED_STORES = [ObjectStores.checkpoints, ObjectStores.envSnapshots] as const;
-
-export interface CheckpointGcMetrics {
-  /** Objects deleted, by store. */
-  collected: Counter<"store">;
-  /** Seal keys deleted whose object was already gone. */
-  orphanKeys: Counter;
-}
-
-export function createCheckpointGcMetrics(registry: Registry): CheckpointGcMetrics {
-  return {
-    collected: new Counter({
-      name: "paddock_checkpoint_objects_collected_total",
-      help: "Checkpoint and environment snapshot objects deleted because no live record references them",
-      labelNames: ["store"],
-      registers: [registry],
-    }),
-    orphanKeys: new Counter({
-      name: "paddock_seal_keys_collected_total",
-      help: "Seal keys deleted because their object no longer exists",
-      registers: [registry],
-    }),
-  };
-}
 
 export interface CheckpointGcDeps {
   nc: NatsConnection;

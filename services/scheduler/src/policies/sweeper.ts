@@ -1,10 +1,9 @@
 import { isTerminal, occupiesSlot, type Session } from "@paddock/contracts";
 import type { SchedulerContext } from "../context.ts";
-import { SCHEDULER_ACTOR, transition, withFact, writeSession } from "../state/writes.ts";
+import { casSession, SCHEDULER_ACTOR, transition, withFact } from "../state/writes.ts";
 import { suspendSession } from "../api/lifecycle.ts";
 import { dispatchDestroy, dispatchStart, releaseSlot, runnerGenerationOf, sendCommand } from "../fleet/slots.ts";
 import { lostRunners, markRunnerLost, repairCapacity } from "../fleet/liveness.ts";
-import { CasConflictError, type Versioned } from "../state/store.ts";
 import { perPass, type FactBacklog } from "../state/fact-backlog.ts";
 
 const SECOND_MS = 1_000;
@@ -108,16 +107,6 @@ function stepFor(ctx: SchedulerContext, s: Session, startedAt: number, memory: S
   return undefined;
 }
 
-async function cas(ctx: SchedulerContext, current: Versioned<Session>, next: Session): Promise<boolean> {
-  try {
-    await writeSession(ctx, current, next);
-    return true;
-  } catch (err) {
-    if (err instanceof CasConflictError) return false;
-    throw err;
-  }
-}
-
 async function apply(ctx: SchedulerContext, key: string, step: SweepStep): Promise<void> {
   const current = await ctx.sessions.get(key);
   if (!current) return;
@@ -125,7 +114,7 @@ async function apply(ctx: SchedulerContext, key: string, step: SweepStep): Promi
   switch (step.kind) {
     case "timeout": {
       const { pending: _p, ...rest } = s;
-      if (await cas(ctx, current, transition(ctx, rest, step.to, "timeout", SCHEDULER_ACTOR, { error: step.reason }))) {
+      if (await casSession(ctx, current, transition(ctx, rest, step.to, "timeout", SCHEDULER_ACTOR, { error: step.reason }))) {
         if (occupiesSlot(s.state)) await releaseSlot(ctx, s.poolId, s.runnerId);
         ctx.requestPlacement();
       }
@@ -133,16 +122,16 @@ async function apply(ctx: SchedulerContext, key: string, step: SweepStep): Promi
     }
     case "clear_pending": {
       const { pending: _p, ...rest } = s;
-      await cas(ctx, current, withFact(ctx, rest, "timeout", SCHEDULER_ACTOR));
+      await casSession(ctx, current, withFact(ctx, rest, "timeout", SCHEDULER_ACTOR));
       return;
     }
     case "expire_suspended":
-      await cas(ctx, current, transition(ctx, s, "destroyed", "expire", SCHEDULER_ACTOR));
+      await casSession(ctx, current, transition(ctx, s, "destroyed", "expire", SCHEDULER_ACTOR));
       return;
     case "expire_record":
       if (s.state === "dead") await dispatchDestroy(ctx, s);
       // One last revision commits the expiry (the audit feed sees it), then the key goes.
-      if (await cas(ctx, current, withFact(ctx, s, "expire", SCHEDULER_ACTOR))) await ctx.sessions.remove(key);
+      if (await casSession(ctx, current, withFact(ctx, s, "expire", SCHEDULER_ACTOR))) await ctx.sessions.remove(key);
       return;
     case "idle_suspend":
       void suspendSession(ctx, schedulerScope(s), s.id, false, SCHEDULER_ACTOR).catch((err: unknown) =>

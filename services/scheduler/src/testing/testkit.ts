@@ -25,7 +25,7 @@ import { callRpc, createBusMetrics, decodeJson, encodeJson, provision } from "@p
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, untilSession, type NatsServerHandle } from "@paddock/testing";
 import { loadConfig } from "../config.ts";
-import { createSchedulerMetrics } from "../context.ts";
+import { createSchedulerMetrics } from "../metrics.ts";
 import { createScheduler, type Scheduler } from "../scheduler.ts";
 import { RUNNER_FACTS_CONSUMER } from "../state/fact-backlog.ts";
 
