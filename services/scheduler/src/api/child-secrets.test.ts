@@ -3,17 +3,13 @@
  * item 7): a session's token creates children only in environments whose
  * secrets its own session was given, so a child never widens them.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Api, type Scope } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
-import { alice, create, startHarness, type SchedulerHarness } from "../testing/testkit.ts";
+import { alice, create, useHarness, type SchedulerHarness } from "../testing/testkit.ts";
 
 let h: SchedulerHarness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterEach(async () => h.reset());
-afterAll(async () => h.close());
+useHarness((started) => (h = started));
 
 const asSession = (id: string): Scope => ({ workspaceId: "ws1", actor: { id, kind: "service" }, sessionId: id });
 

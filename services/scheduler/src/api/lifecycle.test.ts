@@ -1,4 +1,4 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Api, Presence, RunnerActivity, Streams, Subjects, tokenKey, type Checkpoint, type Scope } from "@paddock/contracts";
@@ -13,7 +13,7 @@ import {
   publishFact,
   register,
   runningSession,
-  startHarness,
+  useHarness,
   waitForCapacityUsed,
   waitForState,
   type SchedulerHarness,
@@ -26,13 +26,21 @@ import {
 import { RUNNER_FACTS_CONSUMER } from "../state/fact-backlog.ts";
 
 let h: SchedulerHarness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterEach(async () => h.reset());
-afterAll(async () => h.close());
+useHarness((started) => (h = started));
 
 const checkpointOf = (requestId: string): Checkpoint => ({ ref: `checkpoints/ws1/x/1-${requestId}`, format: "tar+gzip", capabilities: ["portable"] });
+
+/** A running session on runner r1 with two apps, `web` and `worker`, and r1's dispatch inbox. */
+async function runningWithApps() {
+  await h.start();
+  const inbox = await dispatchInbox(h.nc, "r1");
+  await register(h.nc, { runnerId: "r1", generation: 1 });
+  const apps = [
+    { name: "web", cmd: ["sleep", "100"] },
+    { name: "worker", cmd: ["sleep", "100"] },
+  ];
+  return { inbox, ...(await runningSession(h.nc, "r1", inbox, { spec: { apps } })) };
+}
 
 async function capacityUsed(runnerId: string): Promise<number> {
   const page = await callRpc(h.nc, Api.listRunners, { scope: alice, limit: 50 });
@@ -430,14 +438,7 @@ describe("one-shot, recycle, children, apps", () => {
   });
 
   it("restarts one app and records each app generation without touching the session state", async () => {
-    await h.start();
-    const inbox = await dispatchInbox(h.nc, "r1");
-    await register(h.nc, { runnerId: "r1", generation: 1 });
-    const apps = [
-      { name: "web", cmd: ["sleep", "100"] },
-      { name: "worker", cmd: ["sleep", "100"] },
-    ];
-    const { session, start } = await runningSession(h.nc, "r1", inbox, { spec: { apps } });
+    const { inbox, session, start } = await runningWithApps();
     await expect(callRpc(h.nc, Api.restartApp, { scope: alice, sessionId: session.id, app: "nope" })).rejects.toMatchObject({ code: "not_found" });
     const restarting = callRpc(h.nc, Api.restartApp, { scope: alice, sessionId: session.id, app: "web" });
     const cmd = await inbox.next();
@@ -517,14 +518,7 @@ describe("honest answers", () => {
   });
 
   it("a cold resume numbers each app's generations on from the record's; the new generation is recorded with trigger resume", async () => {
-    await h.start();
-    const inbox = await dispatchInbox(h.nc, "r1");
-    await register(h.nc, { runnerId: "r1", generation: 1 });
-    const apps = [
-      { name: "web", cmd: ["sleep", "100"] },
-      { name: "worker", cmd: ["sleep", "100"] },
-    ];
-    const { session, start } = await runningSession(h.nc, "r1", inbox, { spec: { apps } });
+    const { inbox, session, start } = await runningWithApps();
     await publishFact(h.nc, factFor("r1", start, { type: "app", app: "web", run: { generation: 1, phase: "running", trigger: "initial", startedAt: 1 } }));
     await publishFact(h.nc, factFor("r1", start, { type: "app", app: "web", run: { generation: 2, phase: "running", trigger: "manual", startedAt: 2 } }));
     await publishFact(h.nc, factFor("r1", start, { type: "app", app: "worker", run: { generation: 1, phase: "running", trigger: "initial", startedAt: 1 } }));

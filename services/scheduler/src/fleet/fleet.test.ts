@@ -1,4 +1,4 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Api, inboxPrefixOf, RegisterRunnerReply, RegisterRunnerRequest, RunnerFact, runnerNatsUser, Subjects, type Checkpoint } from "@paddock/contracts";
@@ -13,7 +13,7 @@ import {
   publishFact,
   register,
   runningSession,
-  startHarness,
+  useHarness,
   waitForCapacityUsed,
   waitForState,
   type SchedulerHarness,
@@ -22,11 +22,7 @@ import {
 } from "../testing/testkit.ts";
 
 let h: SchedulerHarness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterEach(async () => h.reset());
-afterAll(async () => h.close());
+useHarness((started) => (h = started));
 
 const checkpoint: Checkpoint = { ref: "checkpoints/ws1/s/1-x", format: "tar+gzip", capabilities: ["portable"] };
 

@@ -1,4 +1,4 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { Api, Environment, Runner, Session, sessionKey, Subjects, type RunnerFact } from "@paddock/contracts";
 import { callRpc } from "@paddock/bus";
@@ -7,7 +7,7 @@ import { applyRunnerFact } from "../facts/facts.ts";
 import { planPass } from "./placement.ts";
 import { SessionIndex } from "../state/session-index.ts";
 import { makeRunner, makeSession, untilSession } from "@paddock/testing";
-import { alice, create, dispatchInbox, factFor, get, publishFact, register, runningSession, startHarness, waitForCapacityUsed, type SchedulerHarness } from "../testing/testkit.ts";
+import { alice, create, dispatchInbox, factFor, get, publishFact, register, runningSession, useHarness, waitForCapacityUsed, type SchedulerHarness } from "../testing/testkit.ts";
 import { KvView } from "../state/view.ts";
 
 function runner(id: string, capacityTotal: number, extra: Partial<Runner> = {}): Runner {
@@ -85,11 +85,7 @@ describe("session index", () => {
 });
 
 let h: SchedulerHarness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterEach(async () => h.reset());
-afterAll(async () => h.close());
+useHarness((started) => (h = started));
 
 async function capacityHistory(runnerId: string): Promise<number[]> {
   const kv = await new Kvm(h.nc).open("runners");

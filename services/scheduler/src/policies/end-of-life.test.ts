@@ -3,19 +3,15 @@
  * done even when the first try fails or the replica that ended the session
  * dies before trying.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Api, Buckets, tokenKey, type Session } from "@paddock/contracts";
 import { callRpc, provision } from "@paddock/bus";
-import { alice, dispatchInbox, register, runningSession, serviceTokenOf, startHarness, tokenRevoked, waitForState, type SchedulerHarness } from "../testing/testkit.ts";
+import { alice, dispatchInbox, register, runningSession, serviceTokenOf, useHarness, tokenRevoked, waitForState, type SchedulerHarness } from "../testing/testkit.ts";
 
 let h: SchedulerHarness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterEach(async () => h.reset());
-afterAll(async () => h.close());
+useHarness((started) => (h = started));
 
 /** A running session on r1 and its service token. */
 async function runningWithToken() {

@@ -8,6 +8,7 @@ import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/
 import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Registry } from "prom-client";
+import { afterAll, afterEach, beforeAll } from "vitest";
 import {
   Api,
   DispatchCommand,
@@ -97,6 +98,17 @@ export async function startHarness(): Promise<SchedulerHarness> {
 }
 
 /** Registers a runner and puts its lease (renewed by nobody: it stays until the test deletes it). */
+/**
+ * One harness for the calling test file: started before its first test, reset
+ * after each, closed after the last. `set` receives it once started.
+ */
+export function useHarness(set: (h: SchedulerHarness) => void): void {
+  let harness: SchedulerHarness | undefined;
+  beforeAll(async () => set((harness = await startHarness())));
+  afterEach(async () => harness?.reset());
+  afterAll(async () => harness?.close());
+}
+
 export async function register(nc: NatsConnection, req: Partial<RegisterRunnerRequest> & { runnerId: string; generation: number }) {
   const full: RegisterRunnerRequest = { poolId: "default", capacityTotal: 1, capabilities: [], sessions: [], ...req };
   const leases = await new Kvm(nc).open("runner-leases");
