@@ -7,7 +7,7 @@ import { Registry } from "prom-client";
 import { Api, Environment, NO_REQUIREMENTS, type PortableSpec, type Scope } from "@paddock/contracts";
 import { callRpc, createBusMetrics, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { makeEnvironment, startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { testSealKey } from "../testing/testkit.ts";
 import { loadConfig } from "../config.ts";
 import { createSchedulerMetrics } from "../metrics.ts";
@@ -385,7 +385,7 @@ describe("environment snapshots", () => {
 });
 
 describe("layering (PortableSpec rules)", () => {
-  const env: Environment = {
+  const env = makeEnvironment({
     id: "env_1",
     workspaceId: "ws1",
     name: "e",
@@ -404,7 +404,7 @@ describe("layering (PortableSpec rules)", () => {
     createdAt: 1,
     updatedAt: 1,
     lastFact: { eventId: "evt_1", action: "create", actorId: "alice", at: 1 },
-  };
+  });
   const repo = { url: "https://example.com/r.git" };
   const other = { url: "https://example.com/o.git", ref: "main" };
 

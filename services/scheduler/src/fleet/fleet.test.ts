@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { Api, inboxPrefixOf, RegisterRunnerReply, RegisterRunnerRequest, RunnerFact, runnerNatsUser, Subjects, type Checkpoint } from "@paddock/contracts";
+import { Api, inboxPrefixOf, RegisterRunnerReply, RegisterRunnerRequest, Runner, RunnerFact, runnerNatsUser, Subjects, type Checkpoint } from "@paddock/contracts";
 import { callRpc, decodeJson, encodeJson } from "@paddock/bus";
 import { untilSession } from "@paddock/testing";
 import {
@@ -40,7 +40,7 @@ async function runner(runnerId: string) {
 async function waitForRunnerState(runnerId: string, state: string): Promise<void> {
   const kv = await new Kvm(h.nc).open("runners");
   const w = await kv.watch({ key: `default.${runnerId}` });
-  for await (const e of w) if (e.operation === "PUT" && e.json<{ state: string }>().state === state) break;
+  for await (const e of w) if (e.operation === "PUT" && Runner.parse(e.json()).state === state) break;
   w.stop();
 }
 

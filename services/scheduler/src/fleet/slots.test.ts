@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { MAX_RESERVATIONS, type Runner } from "@paddock/contracts";
+import { MAX_RESERVATIONS } from "@paddock/contracts";
+import { makeRunner } from "@paddock/testing";
 import { recentlyReserved, withReservation } from "./slots.ts";
 
 describe("slot reservations", () => {
@@ -17,9 +18,9 @@ describe("slot reservations", () => {
   });
 
   it("count as taken only within the window", () => {
-    const runner = { reservations: [{ at: 100, count: 2 }, { at: 900, count: 1 }] } as Runner;
+    const runner = makeRunner({ reservations: [{ at: 100, count: 2 }, { at: 900, count: 1 }] });
     expect(recentlyReserved(runner, 1_000, 500)).toBe(1);
     expect(recentlyReserved(runner, 1_000, 1_000)).toBe(3);
-    expect(recentlyReserved({} as Runner, 1_000, 1_000)).toBe(0);
+    expect(recentlyReserved(makeRunner(), 1_000, 1_000)).toBe(0);
   });
 });

@@ -90,7 +90,7 @@ useHarness((started) => (h = started));
 async function capacityHistory(runnerId: string): Promise<number[]> {
   const kv = await new Kvm(h.nc).open("runners");
   const out: number[] = [];
-  for await (const e of await kv.history({ key: `default.${runnerId}` })) if (e.operation === "PUT") out.push(e.json<Runner>().capacityUsed);
+  for await (const e of await kv.history({ key: `default.${runnerId}` })) if (e.operation === "PUT") out.push(Runner.parse(e.json()).capacityUsed);
   return out;
 }
 

@@ -15,12 +15,13 @@ import {
   FleetRpc,
   RegisterRunnerReply,
   RegisterRunnerRequest,
+  Runner,
   RunnerFact,
+  Session,
   Streams,
   Subjects,
   tokenKey,
   type Scope,
-  type Session,
 } from "@paddock/contracts";
 import { callRpc, createBusMetrics, decodeJson, encodeJson, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
@@ -164,7 +165,7 @@ export async function tokenRevoked(nc: NatsConnection, token: string): Promise<v
 export async function revisionsOf(nc: NatsConnection, id: string): Promise<Session[]> {
   const kv = await new Kvm(nc).open("sessions");
   const out: Session[] = [];
-  for await (const e of await kv.history({ key: `*.${id}` })) if (e.operation === "PUT") out.push(e.json<Session>());
+  for await (const e of await kv.history({ key: `*.${id}` })) if (e.operation === "PUT") out.push(Session.parse(e.json()));
   return out;
 }
 
@@ -223,7 +224,7 @@ export async function waitForCapacityUsed(nc: NatsConnection, runnerId: string, 
   const kv = await new Kvm(nc).open("runners");
   const watch = await kv.watch({ key: `${poolId}.${runnerId}` });
   for await (const e of watch) {
-    if (e.operation === "PUT" && e.json<{ capacityUsed: number }>().capacityUsed === used) break;
+    if (e.operation === "PUT" && Runner.parse(e.json()).capacityUsed === used) break;
   }
   watch.stop();
 }
