@@ -1,68 +1,29 @@
 import { createHash } from "node:crypto";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { Registry } from "prom-client";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { Registry } from "prom-client";
 import { Api, Environment, NO_REQUIREMENTS, type PortableSpec, type Scope } from "@paddock/contracts";
-import { callRpc, createBusMetrics, provision } from "@paddock/bus";
-import { silentLogger } from "@paddock/logging";
-import { makeEnvironment, startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import { testSealKey } from "../testing/testkit.ts";
-import { loadConfig } from "../config.ts";
-import { createSchedulerMetrics } from "../metrics.ts";
+import { callRpc } from "@paddock/bus";
+import { makeEnvironment } from "@paddock/testing";
+import { alice, mallory, testSealKey, useHarness, type SchedulerHarness } from "../testing/testkit.ts";
 import { envNameKey } from "./environment-names.ts";
 import type { EnvironmentStore } from "../state/environment-store.ts";
 import { applyEnvSnapshotFact, createEnvironment, decodeEnvCursor, encodeEnvCursor, type EnvSnapshotFact } from "./environments.ts";
 import { bootEnvironmentOf, layerSpec, requirementsOf, setupHashOf } from "../state/layering.ts";
-import { createScheduler, type Scheduler } from "../scheduler.ts";
+import type { Scheduler } from "../scheduler.ts";
 
-let server: NatsServerHandle;
+let h: SchedulerHarness;
 let nc: NatsConnection;
-const alice: Scope = { workspaceId: "ws1", actor: { id: "alice", kind: "user" } };
-const mallory: Scope = { workspaceId: "ws2", actor: { id: "mallory", kind: "user" } };
-
-interface Replica {
-  scheduler: Scheduler;
-  envs: EnvironmentStore;
-  registry: Registry;
-}
-const replicas: Replica[] = [];
-
-beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-  await provision(nc, { replicas: 1 });
-});
-afterEach(async () => {
-  for (const r of replicas.splice(0)) await r.scheduler.stop();
-  const jsm = await jetstreamManager(nc);
-  for (const name of ["KV_sessions", "KV_environments", "KV_names", "KV_idempotency"]) await jsm.streams.purge(name);
-});
-afterAll(async () => {
-  await nc.drain();
-  await server.stop();
+useHarness((started) => {
+  h = started;
+  nc = started.nc;
 });
 
-let counter = 0;
-async function startReplica(): Promise<Replica> {
-  const registry = new Registry();
-  let clock = 1_000;
-  const scheduler = await createScheduler({
-    nc,
-    config: loadConfig({ PADDOCK_SCHEDULER_TICK_MS: "60000" }),
-    log: silentLogger(),
-    bus: createBusMetrics(registry),
-    metrics: createSchedulerMetrics(registry),
-    registry,
-    now: () => (clock += 1),
-    newId: (prefix) => `${prefix}_${(counter += 1).toString(36).padStart(6, "0")}`,
-  }).start();
-  // The scheduler serves the environment rpcs itself; the test drives its store directly too.
-  const envs = scheduler.context.envs;
-  const r = { scheduler, envs, registry };
-  replicas.push(r);
-  return r;
+/** A scheduler replica, which serves the environment rpcs; the test drives its store directly too. */
+async function startReplica(): Promise<{ scheduler: Scheduler; envs: EnvironmentStore; registry: Registry }> {
+  const scheduler = await h.start();
+  return { scheduler, envs: scheduler.context.envs, registry: h.registryOf(scheduler) };
 }
 
 const create = (scope: Scope, body: Record<string, unknown>) => callRpc(nc, Api.createEnvironment, { scope, body: body as { name: string } });

@@ -51,6 +51,8 @@ export interface SchedulerHarness {
   clock: TestClock;
   schedulers: Scheduler[];
   start(env?: Record<string, string>): Promise<Scheduler>;
+  /** The metrics registry a started scheduler counts into. */
+  registryOf(s: Scheduler): Registry;
   /** Stops the schedulers and empties every stream the scheduler reads. */
   reset(): Promise<void>;
   close(): Promise<void>;
@@ -64,6 +66,7 @@ export async function startHarness(): Promise<SchedulerHarness> {
   await provision(nc, { replicas: 1 });
   const clock = new TestClock();
   const schedulers: Scheduler[] = [];
+  const registries = new WeakMap<Scheduler, Registry>();
   return {
     nc,
     clock,
@@ -81,7 +84,13 @@ export async function startHarness(): Promise<SchedulerHarness> {
         newId: (prefix) => `${prefix}_${(idCounter += 1).toString(36).padStart(6, "0")}`,
       }).start();
       schedulers.push(s);
+      registries.set(s, registry);
       return s;
+    },
+    registryOf: (s) => {
+      const registry = registries.get(s);
+      if (!registry) throw new Error("not a scheduler this harness started");
+      return registry;
     },
     reset: async () => {
       for (const s of schedulers.splice(0)) await s.stop();
