@@ -92,7 +92,7 @@ export async function deleteSession(ctx: SchedulerContext, scope: Scope, session
       if (err instanceof CasConflictError) continue;
       throw err;
     }
-    // The sandbox is torn down by the end-of-life hook (see terminal.ts).
+    // The sandbox is torn down by the end-of-life hook (see policies/end-of-life.ts).
     if (occupiesSlot(s.state)) {
       await releaseSlot(ctx, s.poolId, s.runnerId);
       ctx.requestPlacement();
