@@ -6,7 +6,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { ConfigError } from "@paddock/config";
 import { startNatsServer, startService, type NatsServerHandle } from "@paddock/testing";
 import { loadConfig } from "./config.ts";
-import { fakeScheduler } from "./test-support.ts";
+import { fakeScheduler } from "./testing/test-support.ts";
 
 describe("config", () => {
   it("parses the runner settings with defaults", () => {
