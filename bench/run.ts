@@ -1,10 +1,11 @@
-// `pnpm bench [--quick] [--only lifecycle,checkpoint,terminal,memory]`: every speed figure
+// `pnpm bench [--quick] [--only lifecycle,checkpoint,terminal,memory,images]`: every speed figure
 // next to a baseline measured in the same run, and their ratio; JSON under bench-results/.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseScriptArgsOrExit, repoRoot } from "@paddock/testing";
 import { BENCH_USAGE, parseBenchArgs } from "./src/args.ts";
 import { checkpointBench } from "./src/checkpoint.ts";
+import { imagesBench } from "./src/images.ts";
 import { removeLeftovers } from "./src/leftovers.ts";
 import { lifecycleBench } from "./src/lifecycle.ts";
 import { formatTable, type Figure } from "./src/stats.ts";
@@ -22,6 +23,7 @@ async function main(): Promise<void> {
   }
   if (only.has("terminal")) figures.push(...(await terminalBenches(quick ? { latencySamples: 20, echoSamples: 100, megabytes: 5 } : { latencySamples: 200, echoSamples: 1000, megabytes: 200 })));
   if (only.has("memory")) figures.push(...(await memoryBenches(quick ? { clients: 100, idleSessions: 20 } : { clients: 1000, idleSessions: 200 })));
+  if (only.has("images")) figures.push(...(await imagesBench(quick ? { megabytes: 48, samples: 2 } : { megabytes: 48, samples: 5 })));
   process.stdout.write(formatTable(figures) + "\n");
   const dir = join(repoRoot, "bench-results");
   mkdirSync(dir, { recursive: true });

@@ -155,7 +155,7 @@ export async function checkpointBench(opts: { megabytes: number; compression?: "
   const stack = await startStack({ validateOutgoing: false, runners: 2, runnerCapacity: 2, env: { "runner-agent": { ...prof, PADDOCK_RUNNER_CHECKPOINT_COMPRESSION: compression } } });
   const nc = await connect({ servers: stack.nats.url });
   const scratch = await mkdtemp(join(tmpdir(), "paddock-bench-ckpt-"));
-  // The same footing as a runner's sessions dir (services/runner-agent/src/sessions-dir.ts):
+  // The same footing as a runner's sessions dir (services/runner-agent/src/sandbox/sessions-dir.ts):
   // the baseline's extraction is placed by ext4 away from recently deleted inodes too.
   await run("chattr", ["+T", scratch]).catch(() => undefined);
   const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);

@@ -34,7 +34,7 @@ export async function startSimulatedRunner(
     filter_subject: Subjects.dispatch(poolId, runnerId),
     ack_policy: AckPolicy.Explicit,
     deliver_policy: DeliverPolicy.New,
-    // Memory-backed, as a runner-agent's (services/runner-agent/src/dispatch-consumer.ts).
+    // Memory-backed, as a runner-agent's (services/runner-agent/src/fleet/dispatch-consumer.ts).
     mem_storage: true,
   });
   // Checked as the bench's bus says (unchecked: deployed runners run so).

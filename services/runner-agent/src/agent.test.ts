@@ -7,8 +7,8 @@ import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/t
 import { Buckets, DispatchCommand, Headers, RunnerLease, Subjects, runnerKey, type PortableSpec } from "@paddock/contracts";
 import { decodeJson, encodeJson, provision } from "@paddock/bus";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
-import { dispatchConsumerName } from "./dispatch-consumer.ts";
-import { collectFacts, collectTerm, counterValue, fakeScheduler, testAgent, type TestAgent } from "./test-support.ts";
+import { dispatchConsumerName } from "./fleet/dispatch-consumer.ts";
+import { collectFacts, collectTerm, counterValue, fakeScheduler, testAgent, type TestAgent } from "./testing/test-support.ts";
 
 let server: NatsServerHandle;
 let nc: NatsConnection;

@@ -3,8 +3,9 @@ import { z } from "zod";
 import { Id } from "@paddock/contracts";
 import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
 import { SecretsKeySetting } from "@paddock/bus";
-import { DEFAULT_COALESCE_MS } from "./term-writer.ts";
-import { CheckpointCompression } from "./checkpoint.ts";
+import { DEFAULT_COALESCE_MS, type TerminalSettings } from "./terminal/term-options.ts";
+import { CheckpointCompression } from "./workspace/checkpoint.ts";
+import type { WorkspaceLimits } from "./workspace/workspace-ops.ts";
 
 const capabilities = z
   .string()
@@ -87,33 +88,6 @@ const RunnerEnv = z
     path: ["PADDOCK_RUNNER_LEASE_RENEW_MS"],
     message: "must be less than PADDOCK_RUNNER_LEASE_TTL_MS",
   });
-
-/** How app output becomes the terminal log and its screen checkpoints. */
-export interface TerminalSettings {
-  /** TermWriter's coalescing window. */
-  coalesceMs: number;
-  /** Screen checkpoints; undefined writes none. */
-  screen: { quietMs: number; intervalMs: number } | undefined;
-}
-
-export const defaultTerminalSettings: TerminalSettings = { coalesceMs: DEFAULT_COALESCE_MS, screen: { quietMs: 200, intervalMs: 5_000 } };
-
-/** Bounds of the workspace operations (push, diff). */
-export interface WorkspaceLimits {
-  maxEntries: number;
-  maxBytes: number;
-  diffMaxRepoBytes: number;
-  diffMaxBytes: number;
-  diffMaxRepos: number;
-}
-
-export const defaultWorkspaceLimits: WorkspaceLimits = {
-  maxEntries: 100_000,
-  maxBytes: 2 * 1024 * 1024 * 1024,
-  diffMaxRepoBytes: 256 * 1024,
-  diffMaxBytes: 512 * 1024,
-  diffMaxRepos: 32,
-};
 
 /** The runner's settings (inferred from RunnerEnv, no hand-written twin); everything else takes a RunnerConfig. */
 export type RunnerConfig = ReturnType<typeof loadConfig>;

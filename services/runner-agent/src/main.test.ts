@@ -6,7 +6,7 @@ import { ConfigError } from "@paddock/config";
 import { startService } from "@paddock/testing";
 import { useNatsServer } from "@paddock/testing/vitest";
 import { loadConfig } from "./config.ts";
-import { fakeScheduler } from "./test-support.ts";
+import { fakeScheduler } from "./testing/test-support.ts";
 
 describe("config", () => {
   it("parses the runner settings with defaults", () => {

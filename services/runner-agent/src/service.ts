@@ -3,7 +3,7 @@ import { defineService } from "@paddock/service";
 import { createRunnerAgent } from "./agent.ts";
 import { loadConfig } from "./config.ts";
 import { createRunnerMetrics } from "./metrics.ts";
-import { RpcSecretResolver } from "./secrets.ts";
+import { RpcSecretResolver } from "./sessions/secrets.ts";
 
 /** The runner agent as a service definition (run by main.ts through runService). */
 export const runnerAgentService = defineService({

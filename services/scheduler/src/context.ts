@@ -1,94 +1,35 @@
+// The handle every handler takes, as types only: it imports state/, config.ts
+// and metrics.ts and nothing that imports it back, so any folder may import
+// it without a cycle (the part the write helpers need is state/'s WriteContext).
 import type { JetStreamClient } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Counter, type Registry } from "prom-client";
-import type { BootEnvironment, NewId, Now, Runner, RunnerFact, Session } from "@paddock/contracts";
+import type { BootEnvironment, Runner, RunnerFact, Session } from "@paddock/contracts";
 import type { BusMetrics } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
-import type { FactBacklog } from "./fact-backlog.ts";
+import type { FactBacklog } from "./state/fact-backlog.ts";
 import type { SchedulerConfig } from "./config.ts";
-import type { RunnerRecords, SessionRecords, Versioned } from "./store.ts";
-import type { KvView } from "./view.ts";
-import type { PresenceTracker } from "./presence.ts";
-import type { LeaseTracker } from "./lease-tracker.ts";
-import { createEnvironmentMetrics, type EnvironmentMetrics, type EnvironmentStore } from "./environment-store.ts";
-import type { SessionWaiters } from "./waiters.ts";
-import type { SealKeys } from "./seal-keys.ts";
-import { createCheckpointGcMetrics, type CheckpointGcMetrics } from "./checkpoint-gc.ts";
-import type { SessionIndex } from "./session-index.ts";
-import type { CoalescedReads } from "./coalesce.ts";
-
-/** Every metric of the scheduler, all made by createSchedulerMetrics (the one place they are registered). */
-export interface SchedulerMetrics {
-  /** Runner facts dropped because their generations do not match the record. */
-  staleFacts: Counter<"type">;
-  /** Runner facts that named a transition the state machine does not allow. */
-  illegalFacts: Counter<"type">;
-  /** Runner facts whose body names another runner than the subject they were published on. */
-  foreignFacts: Counter<"type">;
-  /** Registrations refused: a body naming another runner than its subject, or a reply inbox not the runner's own. */
-  registrationsRefused: Counter<"reason">;
-  placements: Counter;
-  /** Secret requests refused: not the holder's inbox, no such placement, or a name the environment does not reference. */
-  secretsRefused: Counter<"reason">;
-  checkpointGc: CheckpointGcMetrics;
-  environments: EnvironmentMetrics;
-}
-
-export function createSchedulerMetrics(registry: Registry): SchedulerMetrics {
-  return {
-    staleFacts: new Counter({
-      name: "paddock_stale_facts_total",
-      help: "Runner facts dropped by the generation fence",
-      labelNames: ["type"],
-      registers: [registry],
-    }),
-    illegalFacts: new Counter({
-      name: "paddock_illegal_facts_total",
-      help: "Runner facts naming a transition the state machine forbids",
-      labelNames: ["type"],
-      registers: [registry],
-    }),
-    foreignFacts: new Counter({
-      name: "paddock_foreign_facts_total",
-      help: "Runner facts dropped because their body names another runner than their subject",
-      labelNames: ["type"],
-      registers: [registry],
-    }),
-    registrationsRefused: new Counter({
-      name: "paddock_registrations_refused_total",
-      help: "Runner registrations refused without effect (subject/body mismatch, or a reply inbox not the runner's own)",
-      labelNames: ["reason"],
-      registers: [registry],
-    }),
-    placements: new Counter({ name: "paddock_placements_total", help: "Sessions placed on a runner", registers: [registry] }),
-    secretsRefused: new Counter({
-      name: "paddock_secrets_refused_total",
-      help: "Runner requests for session secrets that were refused",
-      labelNames: ["reason"],
-      registers: [registry],
-    }),
-    checkpointGc: createCheckpointGcMetrics(registry),
-    environments: createEnvironmentMetrics(registry),
-  };
-}
+import type { SchedulerMetrics } from "./metrics.ts";
+import type { Versioned } from "./state/store.ts";
+import type { WriteContext } from "./state/writes.ts";
+import type { PresenceTracker } from "./state/presence.ts";
+import type { LeaseTracker } from "./state/lease-tracker.ts";
+import type { EnvironmentStore } from "./state/environment-store.ts";
+import type { SessionWaiters } from "./state/waiters.ts";
+import type { SealKeys } from "./state/seal-keys.ts";
+import type { SessionIndex } from "./state/session-index.ts";
+import type { CoalescedReads } from "./state/coalesce.ts";
 
 /** Everything the scheduler's handlers share; built once by createScheduler. */
-export interface SchedulerContext {
+export interface SchedulerContext extends WriteContext {
   nc: NatsConnection;
   js: JetStreamClient;
   config: SchedulerConfig;
   log: Logger;
   bus: BusMetrics;
   metrics: SchedulerMetrics;
-  now: Now;
-  newId: NewId;
-  sessions: SessionRecords;
-  runners: RunnerRecords;
-  sessionView: KvView<typeof Session>;
   /** Per-workspace counts and the queued set, maintained by sessionView. */
   sessionIndex: SessionIndex;
-  runnerView: KvView<typeof Runner>;
   /** Exact reads of runner records for the fact fence, shared by facts that arrive together. */
   runnerReads: CoalescedReads<Versioned<Runner> | undefined>;
   /** How far the schedulers have got through the runners' facts (creating timeouts wait for them). */
@@ -111,6 +52,4 @@ export interface SchedulerContext {
   requestPlacement(): void;
   /** Begins placing a session beside its record's create (idle system only); see Placer.placeOnWrite. */
   placeOnWrite(s: Session): ((written: boolean) => void) | undefined;
-  /** Runs once when a session becomes terminal: revoke its token, end its children. */
-  onTerminal(s: Session): void;
 }

@@ -7,8 +7,8 @@ import { createBusMetrics, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { loadConfig } from "./config.ts";
-import { createSchedulerMetrics } from "./context.ts";
-import { RUNNER_FACTS_CONSUMER } from "./fact-backlog.ts";
+import { createSchedulerMetrics } from "./metrics.ts";
+import { RUNNER_FACTS_CONSUMER } from "./state/fact-backlog.ts";
 import { createScheduler } from "./scheduler.ts";
 
 describe("createScheduler", () => {

@@ -13,7 +13,7 @@ import {
   startHarness,
   waitForState as waitIn,
   type SchedulerHarness,
-} from "./testkit.ts";
+} from "./testing/testkit.ts";
 
 let h: SchedulerHarness;
 let nc: SchedulerHarness["nc"];

@@ -2,7 +2,7 @@ import { createBusMetrics } from "@paddock/bus";
 import { randomId } from "@paddock/contracts";
 import { defineService } from "@paddock/service";
 import { loadConfig } from "./config.ts";
-import { createSchedulerMetrics } from "./context.ts";
+import { createSchedulerMetrics } from "./metrics.ts";
 import { createScheduler, type Scheduler } from "./scheduler.ts";
 
 /** The scheduler as a service definition (run by main.ts through runService). */

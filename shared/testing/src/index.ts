@@ -8,3 +8,4 @@ export * from "./script-args.ts";
 export * from "./records.ts";
 export * from "./until-session.ts";
 export * from "./late-bound.ts";
+export * from "./registry.ts";

@@ -1,0 +1,50 @@
+import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { DispatchCommand } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+import type { CheckpointStore } from "../workspace/checkpoint.ts";
+import type { TerminalSettings } from "../terminal/term-options.ts";
+import type { FactPublisher } from "../fleet/facts.ts";
+import type { RunnerMetrics } from "../metrics.ts";
+import type { InputAdmission } from "../terminal/input.ts";
+import type { SecretResolver } from "./secrets.ts";
+
+export type StartCommand = Extract<DispatchCommand, { type: "start" }>;
+
+export interface WatchSettings {
+  debounceMs: number;
+  maxReloads: number;
+  windowMs: number;
+  /** How long after an app generation starts its own workspace writes do not reload it again (watch-reload.ts). */
+  settleMs: number;
+}
+
+export interface SessionRuntimeDeps {
+  /** This runner: subjects of its terminal logs and input carry its pool and id. */
+  runner: { poolId: string; runnerId: string };
+  /** Whether input may reach apps now: held while the runner's registration is unconfirmed (it may have been stopped past its lease). */
+  inputAdmission: InputAdmission;
+  nc: NatsConnection;
+  js: JetStreamClient;
+  jsm: JetStreamManager;
+  log: Logger;
+  metrics: RunnerMetrics;
+  facts: FactPublisher;
+  checkpoints: CheckpointStore;
+  secrets: SecretResolver;
+  now: () => number;
+  childPath: string;
+  killGraceMs: number;
+  /** Handed to apps as PADDOCK_URL with a session token. */
+  gatewayUrl: string | undefined;
+  watch: WatchSettings;
+  /** Marks sessions with terminal output for the runner's activity report (the schedulers' idle policy). */
+  activity?: { touch(sessionId: string): void };
+  /** How often a session's CPU and memory are sampled for its usage. */
+  usageSampleMs?: number;
+  /** Terminal log coalescing and screen checkpoints (defaultTerminalSettings when absent). */
+  terminal?: TerminalSettings;
+}
+
+/** booting → running ⇄ frozen; running → exited (run mode); any → ending (destroy, cold suspend, shutdown). */
+export type Phase = "booting" | "running" | "frozen" | "exited" | "ending";

@@ -1,0 +1,104 @@
+/**
+ * A session placement's sandbox below its apps: the first boot steps (asks
+ * for its credentials, makes and restores its workspace, starts its egress
+ * proxy, builds its environment), its egress proxy's lifetime, and its
+ * checkpoint saves. SessionRuntime.boot starts the apps on what this prepares.
+ */
+import { mkdirSync } from "node:fs";
+import type { HeldSession } from "@paddock/contracts";
+import { bootEnvironment } from "./boot.ts";
+import { checkpointObjectName, type SavedCheckpoint } from "../workspace/checkpoint.ts";
+import { egressEnv, egressRefusals, startEgressProxy, type EgressProxy } from "../sandbox/egress.ts";
+import { BootError, CheckpointError, CommandRefusedError } from "../errors.ts";
+import type { FactBody } from "../fleet/facts.ts";
+import { baseEnv, tokenEnv } from "./app-wiring.ts";
+import type { SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
+
+export interface SandboxPrep {
+  deps: SessionRuntimeDeps;
+  cmd: StartCommand;
+  held: HeldSession;
+  workspace: string;
+  signal: AbortSignal;
+  /** Starts the session's egress proxy; answers the env that points apps at it. */
+  startEgress: () => Promise<Record<string, string>>;
+  emit: (body: FactBody, key?: string) => Promise<boolean>;
+  logFields: Record<string, unknown>;
+}
+
+/** Prepares the sandbox; answers the apps' env. Throws (a BootError when told) when it cannot. */
+export async function prepareSandbox(p: SandboxPrep): Promise<Record<string, string>> {
+  const { deps, cmd, held, workspace } = p;
+  const env = cmd.environment;
+  // Secret values and the service token (never in DISPATCH), asked for while the sandbox is prepared.
+  const credentials = deps.secrets.boot(env?.secretRefs ?? [], { ...held, environmentId: env?.environmentId });
+  credentials.catch(() => undefined); // awaited below, unless the restore fails first
+  // Synchronous: a thread-pool round trip here is on every create's path to running, and this is two mkdirs.
+  mkdirSync(workspace, { recursive: true });
+  if (cmd.restore) await deps.checkpoints.restore(cmd.restore, cmd.restoreKey, workspace).catch(rethrowAs("restore failed"));
+  const { values: secrets, sessionToken } = await credentials;
+  const base = baseEnv(deps.childPath, workspace, held.sessionId);
+  const appEnv = { ...base, ...secrets, ...tokenEnv(cmd, sessionToken, deps.gatewayUrl) };
+  // Egress: setup, init and the apps reach the network through the session's proxy (last: nothing overrides it).
+  const proxyEnv = await p.startEgress();
+  Object.assign(appEnv, proxyEnv);
+  if (env) {
+    const built = await bootEnvironment({
+      environment: env,
+      workspaceId: held.workspaceId,
+      workspace,
+      restored: cmd.restore !== undefined,
+      setupEnv: { ...base, ...proxyEnv },
+      initEnv: appEnv,
+      checkpoints: deps.checkpoints,
+      signal: p.signal,
+    });
+    if (built.snapshot) void p.emit({ type: "env_snapshot", ...built.snapshot }, `${built.snapshot.environmentId}-${built.snapshot.setupHash}`);
+    if (built.snapshotError) deps.log.warn({ ...p.logFields, reason: built.snapshotError }, "environment snapshot not stored");
+  }
+  return appEnv;
+}
+
+function rethrowAs(prefix: string): (err: unknown) => never {
+  return (err) => {
+    throw new BootError(`${prefix}: ${err instanceof CheckpointError ? err.message : "unknown error"}`);
+  };
+}
+
+/** Egress: a session's proxy (egressAllow), from boot until the session ends. */
+export class SessionEgress {
+  private proxy: EgressProxy | undefined;
+  /** What this generation sent and received through its proxy (kept after the proxy stops, for the usage report). */
+  bytes: () => number = () => 0;
+
+  /** Starts the proxy for allow; answers the env that points apps at it. */
+  async start(allow: string[], deps: SessionRuntimeDeps, logFields: Record<string, unknown>, ending: () => boolean): Promise<Record<string, string>> {
+    const proxy = await startEgressProxy({
+      allow,
+      log: deps.log,
+      refused: egressRefusals(deps.metrics.registry),
+      logFields,
+    });
+    // Ended while the proxy was starting: nothing will stop it later.
+    if (ending()) void proxy.close();
+    else this.proxy = proxy;
+    this.bytes = () => proxy.bytes();
+    return egressEnv(proxy.url);
+  }
+
+  stop(): void {
+    void this.proxy?.close();
+    this.proxy = undefined;
+  }
+}
+
+/** Saves the workspace as this placement's checkpoint for requestId; refuses the command when it fails. */
+export async function saveCheckpoint(deps: SessionRuntimeDeps, held: HeldSession, workspace: string, requestId: string): Promise<SavedCheckpoint> {
+  const name = checkpointObjectName(held.workspaceId, held.sessionId, held.placementGeneration, requestId);
+  try {
+    return await deps.checkpoints.save("checkpoints", name, workspace);
+  } catch (err) {
+    deps.metrics.checkpointFailures.inc();
+    throw new CommandRefusedError(err instanceof CheckpointError ? err.message : "checkpoint failed");
+  }
+}

@@ -1,0 +1,132 @@
+import { Readable } from "node:stream";
+import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { Objm, setSha256Backend, type ObjectStore } from "@nats-io/obj";
+import { newSealKey, SealError, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
+import { objectStoreKind, ObjectStores, runnerObjectStore, type Checkpoint, type RunnerObjectKind, type SealKey } from "@paddock/contracts";
+import { extractArchive, packDirectory } from "./archive.ts";
+import { ArchiveRefusedError, CheckpointError } from "../errors.ts";
+
+/** The kinds of stores a checkpoint may live in (not `transfers`, which only holds archives in transit). */
+export type StoreName = RunnerObjectKind;
+
+/** A session checkpoint's object name: one per placement and request. */
+export function checkpointObjectName(workspaceId: string, sessionId: string, placementGeneration: number, requestId: string): string {
+  return `${workspaceId}/${sessionId}/${placementGeneration}-${requestId}`;
+}
+
+/** An environment snapshot's object name: one per setup identity. */
+export function envSnapshotObjectName(workspaceId: string, environmentId: string, setupHash: string): string {
+  return `${workspaceId}/${environmentId}/${setupHash}`;
+}
+
+/** Splits `<store>/<object name>`; the prefix picks the bucket (a runner's own store of a kind, or the shared legacy one). */
+export function parseCheckpointRef(ref: string): { store: string; name: string } {
+  const slash = ref.indexOf("/");
+  const store = slash > 0 ? ref.slice(0, slash) : "";
+  const name = ref.slice(slash + 1);
+  if (objectStoreKind(store) === undefined || slash < 0 || name.length === 0) throw new CheckpointError("checkpoint ref names no known store");
+  return { store, name };
+}
+
+/** A stored checkpoint and the key it was sealed with (reported to the scheduler only, never logged). */
+export interface SavedCheckpoint {
+  checkpoint: Checkpoint;
+  sealKey: SealKey;
+}
+
+export interface CheckpointStore {
+  /** Streams a tar of workspace (gzipped unless compression is none), sealed with a fresh key, into this runner's own store of that kind under name. */
+  save(store: StoreName, name: string, workspace: string): Promise<SavedCheckpoint>;
+  /** Streams the checkpoint's archive out of its store, opening it with its key, into workspace (which must exist). */
+  restore(checkpoint: Checkpoint, sealKey: SealKey | undefined, workspace: string): Promise<void>;
+}
+
+/**
+ * Chunk size of a checkpoint object. Each chunk is one acknowledged publish
+ * and the store sends them one at a time, so fewer, larger chunks mean fewer
+ * round trips; half the default max_payload leaves room for any headers.
+ */
+const CHECKPOINT_CHUNK_BYTES = 512 * 1024;
+
+/** How checkpoints are packed: gzip (smaller objects) or none (no deflate on either side; faster where the store is near). */
+export const CheckpointCompression = { gzip: "gzip", none: "none" } as const;
+export type CheckpointCompression = (typeof CheckpointCompression)[keyof typeof CheckpointCompression];
+
+/** The format each compression writes; restore reads either, whatever this runner writes. */
+const formats: Record<CheckpointCompression, string> = { gzip: SEALED_ARCHIVE_FORMAT, none: SEALED_TAR_FORMAT };
+
+/**
+ * Checkpoints in the NATS object stores. Neither direction holds the archive
+ * in memory: the tar is produced, sealed and stored as the store reads it, and
+ * opened and extracted as chunks arrive. A runner writes only into its own
+ * stores (`runnerObjectStore`; NATS permissions keep every other runner from
+ * writing or deleting there) and reads any runner's (a takeover restores from
+ * the previous holder's checkpoint). Every runner can read every object, so
+ * each is sealed with a key of its own (`@paddock/archive` sealed.ts) bound to
+ * its ref: another runner reads nothing from it.
+ */
+export function createCheckpointStore(
+  nc: NatsConnection,
+  owner: { poolId: string; runnerId: string },
+  compression: CheckpointCompression = CheckpointCompression.gzip,
+): CheckpointStore {
+  // The object store digests every chunk (put and get); its default is a
+  // pure-JS SHA-256, several times slower than node:crypto on large objects.
+  setSha256Backend("native");
+  const objm = new Objm(nc);
+  const own = new Set([ObjectStores.checkpoints, ObjectStores.envSnapshots].map((kind) => runnerObjectStore(kind, owner.poolId, owner.runnerId)));
+  const opened = new Map<string, Promise<ObjectStore>>();
+  const open = (store: string): Promise<ObjectStore> => {
+    let os = opened.get(store);
+    if (!os) {
+      // Its own stores are made where missing (provisioned at start; tests may skip that); another runner's only opened.
+      os = own.has(store) ? objm.create(store) : objm.open(store);
+      // A failed open is retried next time rather than cached.
+      os.catch(() => opened.delete(store));
+      opened.set(store, os);
+    }
+    return os;
+  };
+  return {
+    save: async (kind, name, workspace) => {
+      const store = runnerObjectStore(kind, owner.poolId, owner.runnerId);
+      const ref = `${store}/${name}`;
+      const key = newSealKey();
+      try {
+        const os = await open(store);
+        // The workspace itself swapped for a link by the sandbox is refused, not followed.
+        const archive = packDirectory(workspace, { gzip: compression === CheckpointCompression.gzip, followRoot: false });
+        const body = sealed(Readable.fromWeb(archive as NodeWebReadableStream<Uint8Array>), key, ref);
+        await os.put({ name, options: { max_chunk_size: CHECKPOINT_CHUNK_BYTES } }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
+      } catch {
+        throw new CheckpointError("checkpoint could not be stored");
+      }
+      return { checkpoint: { ref, format: formats[compression], capabilities: ["portable"] }, sealKey: key.toString("base64") };
+    },
+    restore: async (checkpoint, sealKey, workspace) => {
+      const gzip = checkpoint.format === SEALED_ARCHIVE_FORMAT;
+      if (!gzip && checkpoint.format !== SEALED_TAR_FORMAT) throw new CheckpointError(`unsupported checkpoint format ${checkpoint.format.slice(0, 32)}`);
+      if (sealKey === undefined) throw new CheckpointError("checkpoint key missing");
+      const { store, name } = parseCheckpointRef(checkpoint.ref);
+      let result;
+      try {
+        const os = await open(store);
+        result = await os.get(name);
+      } catch {
+        throw new CheckpointError("checkpoint could not be read");
+      }
+      if (!result) throw new CheckpointError("checkpoint not found");
+      try {
+        const opened = unsealed(Readable.fromWeb(result.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(sealKey), checkpoint.ref);
+        await extractArchive(opened, workspace, undefined, { gzip, followRoot: false });
+      } catch (err) {
+        // A refused entry or a sealed object that does not open says why; a transfer error stays generic.
+        if (err instanceof ArchiveRefusedError || err instanceof SealError) throw new CheckpointError(err.message);
+        throw new CheckpointError("checkpoint could not be restored");
+      }
+      // Set when the chunks did not match the stored digest.
+      if (await result.error) throw new CheckpointError("checkpoint is corrupt");
+    },
+  };
+}

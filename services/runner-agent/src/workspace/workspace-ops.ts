@@ -1,0 +1,202 @@
+import { Readable } from "node:stream";
+import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
+import { Objm, type ObjectStore } from "@nats-io/obj";
+import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import { DESCRIPTOR_RELATIVE, relativeSegments, resolveInside, SealError, sealed, sealKeyFrom, UnsafePathError, unsealed } from "@paddock/archive";
+import { serveRpc, type BusMetrics } from "@paddock/bus";
+import {
+  ConflictError,
+  InvalidError,
+  NotFoundError,
+  ObjectStores,
+  TooLargeError,
+  transferObjectName,
+  transferRef,
+  UnavailableError,
+  workspaceRpcs,
+  type WorkspaceDiffReply,
+  type WorkspacePullReply,
+  type WorkspacePushReply,
+  type HeldSession,
+} from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+import { extractArchive, packInside } from "./archive.ts";
+import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "../errors.ts";
+import { workspaceDiff } from "./git-diff.ts";
+import type { RunAs } from "./git-isolated.ts";
+
+/** Bounds of the workspace operations (push, diff). */
+export interface WorkspaceLimits {
+  maxEntries: number;
+  maxBytes: number;
+  diffMaxRepoBytes: number;
+  diffMaxBytes: number;
+  diffMaxRepos: number;
+}
+
+export const defaultWorkspaceLimits: WorkspaceLimits = {
+  maxEntries: 100_000,
+  maxBytes: 2 * 1024 * 1024 * 1024,
+  diffMaxRepoBytes: 256 * 1024,
+  diffMaxBytes: 512 * 1024,
+  diffMaxRepos: 32,
+};
+
+/**
+ * A held session as the workspace operations reach it (sessions/ SessionRuntime
+ * is one): declared here so that workspace/ never imports sessions/.
+ */
+export interface HeldWorkspace {
+  readonly held: HeldSession;
+  /** Runs fn on the workspace after every earlier command of the session, while its sandbox is live; refused otherwise. */
+  workspaceTask<T>(fn: (workspace: string) => Promise<T>): Promise<T>;
+  /** After a push: a running watch session reloads; false otherwise. */
+  requestReload(): boolean;
+}
+
+export interface WorkspaceOpsDeps {
+  nc: NatsConnection;
+  poolId: string;
+  runnerId: string;
+  /** The runtime of a session held here. */
+  session: (sessionId: string) => HeldWorkspace | undefined;
+  /** False while the runner is fenced: it must not act on sessions it may no longer hold. */
+  serving: () => boolean;
+  limits?: Partial<WorkspaceLimits>;
+  childPath: string;
+  metrics: BusMetrics;
+  log: Logger;
+  /**
+   * The user a session's sandbox runs as, when not the runner's own: git runs
+   * as that user for its diff. Unset (the process backend), git runs as the
+   * runner, which is the sessions' user.
+   */
+  sessionUser?: (sessionId: string) => RunAs | undefined;
+}
+
+interface Target {
+  sessionId: string;
+  workspaceId: string;
+  placementGeneration: number;
+}
+
+export interface WorkspaceOps {
+  stop(): void;
+}
+
+/**
+ * Serves push, pull and diff for the sessions this runner holds. Each
+ * request names the placement generation it was made for; another one (an
+ * older placement, or one moved elsewhere) is a conflict, never acted on.
+ * Archives move through object store `transfers`: a push reads the gateway's
+ * object, a pull writes one the gateway then streams out and deletes.
+ */
+export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
+  const limits = { ...defaultWorkspaceLimits, ...deps.limits };
+  if (!DESCRIPTOR_RELATIVE) deps.log.warn("no /proc/self/fd: workspace push and pull check paths without holding them, so a sandbox racing them may redirect them");
+  const rpcs = workspaceRpcs(deps.poolId, deps.runnerId);
+  let store: Promise<ObjectStore> | undefined;
+  const transfers = (): Promise<ObjectStore> => {
+    store ??= new Objm(deps.nc).open(ObjectStores.transfers).catch((err: unknown) => {
+      store = undefined;
+      throw err;
+    });
+    return store;
+  };
+
+  const held = (t: Target): HeldWorkspace => {
+    if (!deps.serving()) throw new UnavailableError("runner is re-registering; retry");
+    const runtime = deps.session(t.sessionId);
+    if (!runtime || runtime.held.workspaceId !== t.workspaceId) throw new ConflictError("session has no live sandbox on this runner");
+    if (runtime.held.placementGeneration !== t.placementGeneration) throw new ConflictError("session is held at another placement generation");
+    return runtime;
+  };
+
+  const opts = { queue: `workspace-${deps.runnerId}`, metrics: deps.metrics, log: deps.log };
+  const subs: Subscription[] = [
+    serveRpc(deps.nc, rpcs.push, (req) =>
+      translate(async (): Promise<WorkspacePushReply> => {
+        const runtime = held(req);
+        const segments = relativeSegments(req.path);
+        const result = await runtime.workspaceTask(async (workspace) => {
+          const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
+          const got = await (await transfers()).get(name);
+          if (!got) throw new NotFoundError("transfer");
+          // Held by descriptor from here on: a symlink the sandbox swaps in cannot redirect the writes.
+          const target = await resolveInside(workspace, segments, { create: true });
+          const source = unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(req.sealKey), transferRef(name));
+          let extracted;
+          try {
+            extracted = await extractArchive(source, target.dir, limits);
+          } catch (err) {
+            if (err instanceof SealError) throw new InvalidError("archive does not open with its transfer key", { cause: err });
+            throw err;
+          } finally {
+            target.close();
+          }
+          if (await got.error) throw new InvalidError("archive is corrupt in the transfer store");
+          return extracted;
+        });
+        const reload = runtime.requestReload();
+        deps.log.info({ sessionId: req.sessionId, entries: result.entries, bytes: result.bytes, reload }, "workspace pushed");
+        return { ...result, reload };
+      }),
+    opts),
+    serveRpc(deps.nc, rpcs.pull, (req) =>
+      translate(async (): Promise<WorkspacePullReply> => {
+        const runtime = held(req);
+        const segments = relativeSegments(req.path);
+        return runtime.workspaceTask(async (workspace) => {
+          const target = await resolveInside(workspace, segments, { create: false });
+          try {
+            const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
+            // The reply gives the archive's own size (the client's content-length), counted before sealing.
+            let size = 0;
+            const archive = Readable.fromWeb(packInside(target) as NodeWebReadableStream<Uint8Array>);
+            const counted = archive.map((chunk: Uint8Array) => {
+              size += chunk.byteLength;
+              return chunk;
+            });
+            const body = sealed(counted, sealKeyFrom(req.sealKey), transferRef(name));
+            await (await transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
+            return { size };
+          } finally {
+            target.close();
+          }
+        });
+      }),
+    opts),
+    serveRpc(deps.nc, rpcs.diff, (req) =>
+      translate(async (): Promise<WorkspaceDiffReply> => {
+        const runtime = held(req);
+        return runtime.workspaceTask((workspace) =>
+          workspaceDiff(workspace, {
+            maxRepoBytes: limits.diffMaxRepoBytes,
+            maxBytes: limits.diffMaxBytes,
+            maxRepos: limits.diffMaxRepos,
+            pathEnv: deps.childPath,
+            runAs: deps.sessionUser?.(req.sessionId),
+          }),
+        );
+      }),
+    opts),
+  ];
+  return {
+    stop: () => {
+      for (const s of subs) s.unsubscribe();
+    },
+  };
+}
+
+/** The runner's own errors as the public vocabulary (everything else stays internal, with no detail). */
+async function translate<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (err instanceof WorkspaceTooLargeError) throw new TooLargeError(err.message, { cause: err });
+    if (err instanceof ArchiveRefusedError) throw new InvalidError(err.message, { cause: err });
+    if (err instanceof UnsafePathError) throw err.missing ? new NotFoundError("path", { cause: err }) : new InvalidError(err.message, { cause: err });
+    if (err instanceof CommandRefusedError) throw new ConflictError(err.message, { cause: err });
+    throw err;
+  }
+}

@@ -1,0 +1,161 @@
+import {
+  appsOf,
+  ConflictError,
+  isTerminal,
+  NotFoundError,
+  UnavailableError,
+  type AuditAction,
+  type Checkpoint,
+  type PendingOp,
+  type Scope,
+  type Session,
+} from "@paddock/contracts";
+import type { SchedulerContext } from "../context.ts";
+import { transition, withFact, writeSession } from "../state/writes.ts";
+import { createSession } from "./create.ts";
+import { deleteSession, getSession } from "./queries.ts";
+import { sendCommand } from "../fleet/slots.ts";
+import { CasConflictError, type Versioned } from "../state/store.ts";
+
+/** Applies `change` to the current record by CAS, retrying lost races; change may throw a typed error. */
+async function mutateSession(
+  ctx: SchedulerContext,
+  scope: Scope,
+  sessionId: string,
+  change: (current: Versioned<Session>) => Session | undefined,
+): Promise<{ before: Session; after: Session }> {
+  for (;;) {
+    const current = await getSession(ctx, scope, sessionId);
+    const next = change(current);
+    if (next === undefined) return { before: current.value, after: current.value };
+    try {
+      await writeSession(ctx, current, next);
+      return { before: current.value, after: next };
+    } catch (err) {
+      if (!(err instanceof CasConflictError)) throw err;
+    }
+  }
+}
+
+const pendingActions: Record<PendingOp["op"], AuditAction> = {
+  suspend_warm: "suspend",
+  suspend_cold: "suspend",
+  resume_warm: "resume",
+  snapshot: "snapshot",
+  restart_app: "restart",
+};
+
+function withPending(ctx: SchedulerContext, s: Session, op: PendingOp["op"], actorId: string): Session {
+  const next = withFact(ctx, s, pendingActions[op], actorId);
+  next.pending = { op, requestId: ctx.newId("req"), requestedAt: ctx.now() };
+  return next;
+}
+
+/**
+ * Waits (up to operationWaitMs) for the runner to settle the request; the
+ * record as it is then, or undefined when it did not. A request the runner
+ * refused is a conflict carrying the runner's reason, never an answer that
+ * looks like success.
+ */
+async function waitSettled(ctx: SchedulerContext, s: Session, requestId: string): Promise<Session | undefined> {
+  const settled = await ctx.waiters.wait(ctx.sessions.keyOf(s), s, (x) => x.pending?.requestId !== requestId || isTerminal(x.state), ctx.config.operationWaitMs);
+  if (settled?.refusal?.requestId === requestId) throw new ConflictError(`the runner refused: ${settled.refusal.reason}`);
+  return settled;
+}
+
+/**
+ * Warm: the runner stops the processes in place and the slot is kept. Cold:
+ * the runner checkpoints the workspace, removes the sandbox, and the slot is
+ * freed. Answers once the runner confirmed (or with the pending record when it
+ * is slow; the pending timeout then moves it on).
+ */
+export async function suspendSession(ctx: SchedulerContext, scope: Scope, sessionId: string, warm: boolean, actorId = scope.actor.id): Promise<Session> {
+  const target = warm ? "suspended_warm" : "suspended_cold";
+  const { after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => {
+    if (s.state === target) return undefined;
+    if (s.pending) throw new ConflictError(`session is busy (${s.pending.op})`);
+    if (s.state !== "running" && !(s.state === "suspended_warm" && !warm)) {
+      throw new ConflictError(`a ${s.state} session cannot be suspended ${warm ? "warm" : "cold"}`);
+    }
+    return withPending(ctx, s, warm ? "suspend_warm" : "suspend_cold", actorId);
+  });
+  if (!after.pending) return after;
+  await sendCommand(ctx, after, { type: "suspend", requestId: after.pending.requestId, warm });
+  return (await waitSettled(ctx, after, after.pending.requestId)) ?? after;
+}
+
+/** Warm: continue in place. Cold: back to queued; placement restores the checkpoint on any runner of the pool. */
+export async function resumeSession(ctx: SchedulerContext, scope: Scope, sessionId: string): Promise<Session> {
+  const { after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => {
+    if (s.state === "running" || s.state === "queued" || s.state === "creating") return undefined;
+    if (s.pending) throw new ConflictError(`session is busy (${s.pending.op})`);
+    if (s.state === "suspended_warm") return withPending(ctx, s, "resume_warm", scope.actor.id);
+    if (s.state === "suspended_cold") {
+      const { pending: _pending, ...rest } = s;
+      return transition(ctx, rest, "queued", "resume", scope.actor.id);
+    }
+    throw new ConflictError(`a ${s.state} session cannot be resumed`);
+  });
+  if (after.state === "queued") {
+    ctx.requestPlacement();
+    return (await ctx.waiters.wait(ctx.sessions.keyOf(after), after, (x) => x.state !== "queued" && x.state !== "creating", ctx.config.operationWaitMs)) ?? after;
+  }
+  if (!after.pending) return after;
+  await sendCommand(ctx, after, { type: "resume", requestId: after.pending.requestId });
+  return (await waitSettled(ctx, after, after.pending.requestId)) ?? after;
+}
+
+/** Checkpoints a running session without stopping it. */
+export async function snapshotSession(ctx: SchedulerContext, scope: Scope, sessionId: string): Promise<{ checkpoint: Checkpoint; session: Session }> {
+  const { after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => {
+    if (s.state !== "running" && s.state !== "suspended_warm") throw new ConflictError(`a ${s.state} session cannot be snapshotted`);
+    if (s.pending) throw new ConflictError(`session is busy (${s.pending.op})`);
+    return withPending(ctx, s, "snapshot", scope.actor.id);
+  });
+  const requestId = after.pending?.requestId ?? "";
+  await sendCommand(ctx, after, { type: "checkpoint", requestId });
+  const settled = await waitSettled(ctx, after, requestId);
+  if (!settled) throw new UnavailableError("the runner did not finish the snapshot in time");
+  if (!settled.checkpoint || !settled.checkpoint.ref.endsWith(requestId)) {
+    throw new ConflictError(isTerminal(settled.state) ? `the session ended (${settled.state}) before the snapshot` : "the runner could not take the snapshot");
+  }
+  return { checkpoint: settled.checkpoint, session: settled };
+}
+
+/** Releases the session and creates a fresh one with the same spec, under a new id. */
+export async function recycleSession(ctx: SchedulerContext, scope: Scope, sessionId: string): Promise<{ released: Session; session: Session }> {
+  const old = (await getSession(ctx, scope, sessionId)).value;
+  const released = await deleteSession(ctx, scope, sessionId);
+  const { session } = await createSession(ctx, scope, {
+    spec: old.spec,
+    ...(old.name !== undefined ? { name: old.name } : {}),
+    ...(old.environmentId !== undefined ? { environmentId: old.environmentId } : {}),
+    ...(old.parentId !== undefined && scope.sessionId === undefined ? { parentId: old.parentId } : {}),
+    oneShot: old.oneShot,
+    mode: old.mode,
+  });
+  return { released, session };
+}
+
+/**
+ * Starts the next generation of one app (trigger manual) and answers once the
+ * runner reported it started (the record's `apps[app]` is the new
+ * generation), or with the pending record when the runner is slow.
+ */
+export async function restartApp(ctx: SchedulerContext, scope: Scope, sessionId: string, app: string): Promise<Session> {
+  const { after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => {
+    if (!appsOf(s.spec).some((a) => a.name === app)) throw new NotFoundError("app");
+    if (s.state !== "running") throw new ConflictError(`apps of a ${s.state} session cannot be restarted`);
+    if (s.pending) throw new ConflictError(`session is busy (${s.pending.op})`);
+    return withPending(ctx, s, "restart_app", scope.actor.id);
+  });
+  const requestId = after.pending?.requestId ?? "";
+  await sendCommand(ctx, after, { type: "restart_app", requestId, app, trigger: "manual" });
+  return (await waitSettled(ctx, after, requestId)) ?? after;
+}
+
+/** A workspace push or pull happened: one revision commits it (and so one audit event). */
+export async function recordTransfer(ctx: SchedulerContext, scope: Scope, sessionId: string, direction: "push" | "pull"): Promise<Session> {
+  const { after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => withFact(ctx, s, direction, scope.actor.id));
+  return after;
+}

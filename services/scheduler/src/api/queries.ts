@@ -1,0 +1,129 @@
+import { z } from "zod";
+import {
+  ConflictError,
+  DEFAULT_PAGE_LIMIT,
+  InvalidError,
+  isTerminal,
+  MAX_PAGE_LIMIT,
+  NotFoundError,
+  occupiesSlot,
+  runnerKey,
+  sessionKey,
+  type Runner,
+  type Scope,
+  type Session,
+} from "@paddock/contracts";
+import type { SchedulerContext } from "../context.ts";
+import { transition, withFact, writeSession } from "../state/writes.ts";
+import { releaseSlot } from "../fleet/slots.ts";
+import { CasConflictError, type Versioned } from "../state/store.ts";
+
+const SessionCursor = z.tuple([z.number().int().nonnegative(), z.string().min(1)]);
+
+function encodeCursor(value: unknown): string {
+  return Buffer.from(JSON.stringify(value)).toString("base64url");
+}
+
+function decodeCursor<S extends z.ZodType>(schema: S, cursor: string): z.infer<S> {
+  try {
+    const parsed = schema.safeParse(JSON.parse(Buffer.from(cursor, "base64url").toString()));
+    if (parsed.success) return parsed.data;
+  } catch {
+    // fall through: any unreadable cursor is the same error
+  }
+  throw new InvalidError("cursor is not one this API issued");
+}
+
+export async function getSession(ctx: SchedulerContext, scope: Scope, sessionId: string): Promise<Versioned<Session>> {
+  // The key embeds the caller's workspace: another workspace's session is simply absent.
+  const found = await ctx.sessions.get(sessionKey(scope.workspaceId, sessionId));
+  if (!found) throw new NotFoundError("session");
+  return found;
+}
+
+/** One page in stable (createdAt, id) order; the cursor is the last row's sort key. */
+export function listSessions(
+  ctx: SchedulerContext,
+  q: { scope: Scope; limit: number; cursor?: string | undefined; includeTerminal: boolean; parentId?: string | undefined },
+): { sessions: Session[]; nextCursor?: string } {
+  const after = q.cursor !== undefined ? decodeCursor(SessionCursor, q.cursor) : undefined;
+  const limit = Math.min(q.limit || DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT);
+  const rows: Session[] = [];
+  for (const { value: s } of ctx.sessionView.values()) {
+    if (s.workspaceId !== q.scope.workspaceId) continue;
+    if (!q.includeTerminal && isTerminal(s.state)) continue;
+    if (q.parentId !== undefined && s.parentId !== q.parentId) continue;
+    if (after && (s.createdAt < after[0] || (s.createdAt === after[0] && s.id <= after[1]))) continue;
+    rows.push(s);
+  }
+  rows.sort((a, b) => a.createdAt - b.createdAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  const page = rows.slice(0, limit);
+  const last = page[page.length - 1];
+  return rows.length > limit && last ? { sessions: page, nextCursor: encodeCursor([last.createdAt, last.id]) } : { sessions: page };
+}
+
+export function listRunners(ctx: SchedulerContext, q: { limit: number; cursor?: string | undefined }): { runners: Runner[]; nextCursor?: string } {
+  const after = q.cursor !== undefined ? decodeCursor(z.string().min(1), q.cursor) : undefined;
+  const rows = [...ctx.runnerView.values()]
+    .map((v) => v.value)
+    .filter((r) => after === undefined || runnerKey(r.poolId, r.id) > after)
+    .sort((a, b) => (runnerKey(a.poolId, a.id) < runnerKey(b.poolId, b.id) ? -1 : 1));
+  const page = rows.slice(0, q.limit).map((r) => ctx.leases.withLastSeen(r));
+  const last = page[page.length - 1];
+  return rows.length > q.limit && last ? { runners: page, nextCursor: encodeCursor(runnerKey(last.poolId, last.id)) } : { runners: page };
+}
+
+/** Why a delete ends a session the way it does: before it ran it is canceled, after it is destroyed. */
+function deletedState(s: Session): "canceled" | "destroyed" {
+  return s.state === "queued" || s.state === "creating" ? "canceled" : "destroyed";
+}
+
+/** Deletes a session; idempotent (a terminal session is returned as it is). */
+export async function deleteSession(ctx: SchedulerContext, scope: Scope, sessionId: string): Promise<Session> {
+  for (;;) {
+    const current = await getSession(ctx, scope, sessionId);
+    const s = current.value;
+    if (isTerminal(s.state)) return s;
+    const to = deletedState(s);
+    const next = transition(ctx, s, to, to === "canceled" ? "cancel" : "delete", scope.actor.id);
+    try {
+      await writeSession(ctx, current, next);
+    } catch (err) {
+      if (err instanceof CasConflictError) continue;
+      throw err;
+    }
+    // The sandbox is torn down by the end-of-life hook (see policies/end-of-life.ts).
+    if (occupiesSlot(s.state)) {
+      await releaseSlot(ctx, s.poolId, s.runnerId);
+      ctx.requestPlacement();
+    }
+    return next;
+  }
+}
+
+/**
+ * Grants an attach. A controller attach advances controllerGeneration by
+ * compare-and-set, so it is atomic across gateway replicas and restarts.
+ */
+export async function attachSession(
+  ctx: SchedulerContext,
+  scope: Scope,
+  sessionId: string,
+  mode: "viewer" | "controller",
+): Promise<Session> {
+  for (;;) {
+    const current = await getSession(ctx, scope, sessionId);
+    if (mode === "viewer") return current.value;
+    if (isTerminal(current.value.state)) throw new ConflictError(`session has ended (${current.value.state})`);
+    // A controller attach after an earlier one supersedes it (that controller is closed with 4001).
+    const next = withFact(ctx, current.value, current.value.controllerGeneration > 0 ? "supersede" : "attach", scope.actor.id);
+    next.controllerGeneration = current.value.controllerGeneration + 1;
+    try {
+      await writeSession(ctx, current, next);
+      return next;
+    } catch (err) {
+      if (!(err instanceof CasConflictError)) throw err;
+    }
+  }
+}
+
