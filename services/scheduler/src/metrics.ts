@@ -15,7 +15,6 @@ export interface SchedulerMetrics {
   /** Secret requests refused: not the holder's inbox, no such placement, or a name the environment does not reference. */
   secretsRefused: Counter<"reason">;
   checkpointGc: CheckpointGcMetrics;
-  environments: EnvironmentMetrics;
 }
 
 export function createSchedulerMetrics(registry: Registry): SchedulerMetrics {
@@ -52,7 +51,6 @@ export function createSchedulerMetrics(registry: Registry): SchedulerMetrics {
       registers: [registry],
     }),
     checkpointGc: createCheckpointGcMetrics(registry),
-    environments: createEnvironmentMetrics(registry),
   };
 }
 
@@ -74,21 +72,6 @@ export function createCheckpointGcMetrics(registry: Registry): CheckpointGcMetri
     orphanKeys: new Counter({
       name: "paddock_seal_keys_collected_total",
       help: "Seal keys deleted because their object no longer exists",
-      registers: [registry],
-    }),
-  };
-}
-
-export interface EnvironmentMetrics {
-  /** env_snapshot facts discarded because the environment's setupHash moved on (or it is gone). */
-  staleSnapshots: Counter;
-}
-
-export function createEnvironmentMetrics(registry: Registry): EnvironmentMetrics {
-  return {
-    staleSnapshots: new Counter({
-      name: "paddock_stale_env_snapshots_total",
-      help: "Environment snapshots discarded because the environment's setup changed or it was deleted",
       registers: [registry],
     }),
   };

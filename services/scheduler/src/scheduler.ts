@@ -107,7 +107,7 @@ async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContex
     kvm.open(Buckets.runnerLeases),
     kvm.open(Buckets.sealKeys),
   ]);
-  const envs = await createEnvironmentStore(deps.nc, { log: deps.log, metrics: deps.metrics.environments });
+  const envs = await createEnvironmentStore(deps.nc, { log: deps.log, registry: deps.registry });
   const encode = encoderOf(deps.nc);
   const sealKeys = new SealKeys(sealKeysKv, deps.now, encode);
   const sessionIndex = new SessionIndex();

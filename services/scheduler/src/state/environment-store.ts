@@ -1,11 +1,26 @@
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { Counter, type Registry } from "prom-client";
 import { Buckets, Environment, environmentKey } from "@paddock/contracts";
 import { encoderOf, isWrongLastSequence, type Encoder } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import { CasConflictError, Records, type Versioned } from "./store.ts";
 import { KvView } from "./view.ts";
-import type { EnvironmentMetrics } from "../metrics.ts";
+
+export interface EnvironmentMetrics {
+  /** env_snapshot facts discarded because the environment's setupHash moved on (or it is gone). */
+  staleSnapshots: Counter;
+}
+
+export function createEnvironmentMetrics(registry: Registry): EnvironmentMetrics {
+  return {
+    staleSnapshots: new Counter({
+      name: "paddock_stale_env_snapshots_total",
+      help: "Environment snapshots discarded because the environment's setup changed or it was deleted",
+      registers: [registry],
+    }),
+  };
+}
 
 /**
  * A record whose last revision commits "delete" is on its way out (the KV
@@ -82,10 +97,10 @@ export class EnvironmentStore {
 /** Opens KV `environments` and starts its view; resolves once the view is ready. */
 export async function createEnvironmentStore(
   nc: NatsConnection,
-  deps: { log: Logger; metrics: EnvironmentMetrics },
+  deps: { log: Logger; registry: Registry },
 ): Promise<EnvironmentStore> {
   const kv = await new Kvm(nc).open(Buckets.environments);
   const view = new KvView(Environment);
   await view.start(nc, kv, Buckets.environments, deps.log);
-  return new EnvironmentStore(kv, view, deps.metrics, encoderOf(nc));
+  return new EnvironmentStore(kv, view, createEnvironmentMetrics(deps.registry), encoderOf(nc));
 }
