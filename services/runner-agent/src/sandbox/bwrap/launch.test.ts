@@ -67,7 +67,8 @@ describe("sandboxLaunch", () => {
   it("binds the host root read-only, hides the host's private dirs and the spec's, then binds the writable dirs over them", () => {
     const { args } = sandboxLaunch(spec(), tools);
     expect(after(args, "--ro-bind", 2)).toEqual([["/", "/"]]);
-    expect(after(args, "--tmpfs").flat()).toEqual([...HOST_HIDDEN, "/data"]);
+    expect(after(args, "--tmpfs").flat()).toEqual([...HOST_HIDDEN, "/data", "/dev/shm"]);
+    expect(after(args, "--remount-ro").flat()).toEqual([...HOST_HIDDEN, "/data"]);
     expect(after(args, "--bind", 2)).toEqual([
       ["/data/sessions/s1/tmp", "/tmp"],
       ["/data/sessions/s1/home", "/home/session"],
@@ -75,6 +76,7 @@ describe("sandboxLaunch", () => {
     ]);
     // Later mounts win: every writable bind comes after every tmpfs that could cover it.
     expect(args.lastIndexOf("--tmpfs")).toBeLessThan(args.indexOf("--bind"));
+    expect(args.lastIndexOf("--bind")).toBeLessThan(args.indexOf("--remount-ro"));
     expect(after(args, "--proc")).toEqual([["/proc"]]);
     expect(after(args, "--dev")).toEqual([["/dev"]]);
   });
@@ -82,7 +84,7 @@ describe("sandboxLaunch", () => {
   it("uses an image's rootfs read-only as the root, hiding nothing of the host (none of it is there)", () => {
     const { args } = sandboxLaunch(spec({ root: { kind: "image", dir: "/cache/rootfs/sha256-abc" } }), tools);
     expect(after(args, "--ro-bind", 2)).toEqual([["/cache/rootfs/sha256-abc", "/"]]);
-    expect(after(args, "--tmpfs").flat()).toEqual(["/run", "/var/tmp"]);
+    expect(after(args, "--tmpfs").flat()).toEqual(["/run", "/var/tmp", "/dev/shm"]);
   });
 
   it("enters the session's cgroup first when given one", () => {

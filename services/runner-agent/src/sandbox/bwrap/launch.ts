@@ -95,9 +95,12 @@ export interface SandboxLaunch {
  * Host directories a session never sees when its root is the host's, besides
  * the spec's `hide`: other users' homes and root's, runtime state and its
  * sockets (a unix socket stays connectable on a read-only mount), and the
- * host's temporary directories (the session gets its own `/tmp`).
+ * host's shared temporary directory (the session's own dir covers `/tmp`).
  */
-export const HOST_HIDDEN = ["/root", "/home", "/run", "/var/tmp", "/tmp", "/sys/fs/cgroup"] as const;
+export const HOST_HIDDEN = ["/root", "/home", "/run", "/var/tmp", "/sys/fs/cgroup"] as const;
+
+/** `/dev/shm` is memory: bounded, since without delegated cgroups nothing else bounds it. */
+export const DEV_SHM_BYTES = 64 * 1024 * 1024;
 
 /** The argv (and env) that starts spec's command in its sandbox. */
 export function sandboxLaunch(spec: SandboxSpec, tools: BwrapTools): SandboxLaunch {
@@ -125,16 +128,15 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
   if (!spec.netnsPath) args.push("--unshare-net");
   if (!spec.tty) args.push("--new-session");
   args.push("--hostname", "paddock");
-  if (spec.root.kind === "host") {
-    args.push("--ro-bind", "/", "/");
-    for (const dir of [...HOST_HIDDEN, ...spec.hide]) args.push("--tmpfs", dir);
-  } else {
-    args.push("--ro-bind", spec.root.dir, "/", "--tmpfs", "/run", "--tmpfs", "/var/tmp");
-  }
-  args.push("--proc", "/proc", "--dev", "/dev");
+  const hidden = spec.root.kind === "host" ? [...HOST_HIDDEN, ...spec.hide] : ["/run", "/var/tmp"];
+  args.push("--ro-bind", spec.root.kind === "host" ? "/" : spec.root.dir, "/");
+  for (const dir of hidden) args.push("--tmpfs", dir);
+  args.push("--proc", "/proc", "--dev", "/dev", "--size", String(DEV_SHM_BYTES), "--tmpfs", "/dev/shm");
   args.push("--bind", spec.tmpDir, "/tmp");
   args.push("--bind", spec.home.host, spec.home.path);
   args.push("--bind", spec.workspace.host, spec.workspace.path);
+  // The hiding tmpfs were writable (bwrap makes the binds' mount points in them); now they are empty and read-only.
+  for (const dir of hidden) args.push("--remount-ro", dir);
   args.push("--chdir", spec.cwd);
   return args;
 }

@@ -12,6 +12,8 @@
  * process group: inside the sandbox a shell makes process groups of its own,
  * and bwrap's outer process does not relay signals. SIGKILL to the pid
  * namespace's init (one of those processes) makes the kernel kill the rest.
+ * Freezing this way (SIGSTOP to each) can miss a process forked while the
+ * list is walked; where cgroups are delegated, cgroup.freeze is exact.
  */
 import { spawn } from "node:child_process";
 import { constants as osConstants } from "node:os";
@@ -33,7 +35,13 @@ export interface SandboxProcess {
   write(data: string): void;
   /** PTY only. */
   resize(cols: number, rows: number): void;
-  /** Sends sig to every process of the session's uid; answers how many got it. */
+  /**
+   * Sends sig to every process of the session's uid but bwrap's outer one
+   * (which would die of most signals and take the sandbox down at once with
+   * SIGKILL, before its processes saw the signal); answers how many got it.
+   * The outer process exits after the sandbox's last process: `exited`
+   * resolving means nothing of the session is left.
+   */
   signal(sig: NodeJS.Signals): number;
 }
 
@@ -56,7 +64,8 @@ const signalNames = new Map<number, string>(Object.entries(osConstants.signals).
 
 export function spawnInSandbox(spec: SandboxSpec, opts: SpawnSandboxOptions): SandboxProcess {
   const launch = sandboxLaunch(spec, opts.tools);
-  const signal = (sig: NodeJS.Signals) => signalSession(spec.uid, sig);
+  let outerPid = 0;
+  const signal = (sig: NodeJS.Signals) => signalSession(spec.uid, sig, outerPid);
   if (spec.tty) {
     let pty: IPty;
     try {
@@ -64,6 +73,7 @@ export function spawnInSandbox(spec: SandboxSpec, opts: SpawnSandboxOptions): Sa
     } catch (err) {
       throw new SandboxSpawnError(`session ${spec.sessionId}: could not start its sandbox`, { cause: err });
     }
+    outerPid = pty.pid;
     const exited = new Promise<SandboxExit>((resolve) => {
       pty.onExit(({ exitCode, signal: sig }) => resolve(sig ? { exitCode: null, signal: signalNames.get(sig) ?? `SIG${sig}` } : { exitCode, signal: undefined }));
     });
@@ -76,6 +86,7 @@ export function spawnInSandbox(spec: SandboxSpec, opts: SpawnSandboxOptions): Sa
     child.once("error", () => undefined);
     throw new SandboxSpawnError(`session ${spec.sessionId}: could not start its sandbox`);
   }
+  outerPid = child.pid;
   const exited = new Promise<SandboxExit>((resolve) => {
     // "close" waits for both pipes to drain, so no output arrives after the exit is reported.
     child.once("close", (code, sig) => resolve(sig ? { exitCode: null, signal: sig } : { exitCode: code, signal: undefined }));
@@ -91,9 +102,10 @@ export function spawnInSandbox(spec: SandboxSpec, opts: SpawnSandboxOptions): Sa
  * runs as that uid (uid-allocator.ts), so this is exactly the session, bwrap's
  * outer process and the pid namespace's init included.
  */
-export function signalSession(uid: number, sig: NodeJS.Signals): number {
+export function signalSession(uid: number, sig: NodeJS.Signals, exceptPid = 0): number {
   let sent = 0;
   for (const pid of pidsOfUid(uid)) {
+    if (pid === exceptPid) continue;
     try {
       process.kill(pid, sig);
       sent++;

@@ -81,8 +81,12 @@ export function createUidAllocator(opts: UidAllocatorOptions): UidAllocator {
   };
 }
 
-/** The pids whose real uid is uid, from /proc. */
-export function pidsOfUid(uid: number): number[] {
+/**
+ * The pids whose real uid is uid, from /proc. `live` leaves out zombies: the
+ * pid namespace's init is one for a moment after the sandbox ends (bwrap's
+ * outer process exits on its report, without reaping it; the host's init does).
+ */
+export function pidsOfUid(uid: number, opts: { live?: boolean } = {}): number[] {
   const pids: number[] = [];
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
@@ -93,7 +97,9 @@ export function pidsOfUid(uid: number): number[] {
       continue; // exited meanwhile
     }
     const real = /^Uid:\s+(\d+)/m.exec(status)?.[1];
-    if (real !== undefined && Number(real) === uid) pids.push(Number(entry));
+    if (real === undefined || Number(real) !== uid) continue;
+    if (opts.live && /^State:\s+Z/m.test(status)) continue;
+    pids.push(Number(entry));
   }
   return pids;
 }
