@@ -43,6 +43,10 @@ export async function startTestSandboxes(cap: BwrapCapability, uids: UidAllocato
   if (!cap.network.ip || !cap.network.nft) throw new Error(`no per-session networks here: ${cap.network.reason ?? ""}`);
   const networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance, prefix });
   await networks.start();
+  // The runner's data dir: root's, and passable, as each session's directory below it is its uid's and 0700.
+  mkdirSync(join(dataDir, "sessions"), { recursive: true });
+  chmodSync(dataDir, 0o755);
+  chmodSync(join(dataDir, "sessions"), 0o755);
   const servers: Server[] = [];
   const nets: SessionNetwork[] = [];
   return {
