@@ -2,6 +2,7 @@
 export * from "./cgroup.ts";
 export * from "./launch.ts";
 export * from "./network.ts";
+export * from "./network-pool.ts";
 export * from "./probe.ts";
 export * from "./spawn.ts";
 export * from "./uid-allocator.ts";
