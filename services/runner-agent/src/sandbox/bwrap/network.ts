@@ -37,6 +37,14 @@ export interface SandboxNetworksOptions {
   instance: string;
   /** The first two octets of the IPv4 /16 the sessions' /30 links are cut from (10.213 by default). */
   prefix?: readonly [number, number];
+  /**
+   * Ports every session may reach on the runner side of its own link: one
+   * runner-wide listener (on all addresses) per port, telling sessions apart
+   * by their link address. Sessions reach no other address of the host (no
+   * route), so no per-session rule is needed and a session's setup runs no
+   * `nft` at all. Per-session ports go through `allow`.
+   */
+  sharedPorts?: readonly number[];
 }
 
 export interface SessionNetwork {
@@ -83,7 +91,8 @@ export function createSandboxNetworks(opts: SandboxNetworksOptions): SandboxNetw
   return {
     async start() {
       await removeLeftoverNamespaces(nsPrefix, ip);
-      await nft(rulesetScript(table, ifPrefix));
+      for (const p of opts.sharedPorts ?? []) assertPort(p);
+      await nft(rulesetScript(table, ifPrefix, opts.sharedPorts ?? []));
     },
     async create(slot) {
       if (!Number.isInteger(slot) || slot < 0 || slot >= MAX_SLOTS) throw new SandboxNetworkError(`slot out of range: ${slot}`);
@@ -103,7 +112,7 @@ export function createSandboxNetworks(opts: SandboxNetworksOptions): SandboxNetw
         sandboxAddress,
         hostInterface,
         async allow(ports) {
-          for (const p of ports) if (!Number.isInteger(p) || p <= 0 || p > 65_535) throw new SandboxNetworkError(`not a port: ${p}`);
+          for (const p of ports) assertPort(p);
           if (ports.length === 0) return;
           await nft(`add element inet ${table} allowed { ${elements(ports)} }`);
           allowed.push(...ports);
@@ -129,15 +138,18 @@ export function createSandboxNetworks(opts: SandboxNetworksOptions): SandboxNetw
  * connection is reset (the session's client fails at once, as with a closed
  * port) rather than left to time out.
  */
-export function rulesetScript(table: string, ifPrefix: string): string {
+export function rulesetScript(table: string, ifPrefix: string, sharedPorts: readonly number[] = []): string {
+  const shared = sharedPorts.length > 0 ? ` elements = { ${sharedPorts.join(", ")} };` : "";
   return `add table inet ${table}
 delete table inet ${table}
 table inet ${table} {
   set allowed { type ifname . ipv4_addr . inet_service; }
+  set shared { type inet_service;${shared} }
   chain input {
     type filter hook input priority filter - 10; policy accept;
     iifname "${ifPrefix}*" ct state established,related accept
     iifname "${ifPrefix}*" meta nfproto ipv4 meta l4proto tcp iifname . ip daddr . tcp dport @allowed accept
+    iifname "${ifPrefix}*" meta nfproto ipv4 meta l4proto tcp tcp dport @shared accept
     iifname "${ifPrefix}*" meta l4proto tcp reject with tcp reset
     iifname "${ifPrefix}*" drop
   }
@@ -148,6 +160,10 @@ table inet ${table} {
   }
 }
 `;
+}
+
+function assertPort(p: number): void {
+  if (!Number.isInteger(p) || p <= 0 || p > 65_535) throw new SandboxNetworkError(`not a port: ${p}`);
 }
 
 async function removeLeftoverNamespaces(nsPrefix: string, ip: (args: string[], input?: string) => Promise<string>): Promise<void> {

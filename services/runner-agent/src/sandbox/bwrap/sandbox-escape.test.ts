@@ -126,6 +126,11 @@ describe("a bwrap session", () => {
     expect(out).toContain("CONNECTED:gateway");
   });
 
+  it("reaches the runner-wide port on its own link, where the runner tells it apart by its link address", async () => {
+    const out = await inSession(a, `exec 3<>/dev/tcp/${a.net.hostAddress}/${boxes.sharedPort} && cat <&3`);
+    expect(out).toBe(`shared:${a.net.sandboxAddress}\n`);
+  });
+
   it("cannot reach another session's port, nor another session's gateway", async () => {
     expect(await readOnce(b.net.sandboxAddress, B_PORT)).toBe("from-b\n"); // b really listens
     const out = await inSession(a, [tryConnect("b-port", b.net.sandboxAddress, B_PORT), tryConnect("b-gateway", b.net.hostAddress, b.gatewayPort), tryConnect("gateway", a.net.hostAddress, a.gatewayPort)].join("; "));

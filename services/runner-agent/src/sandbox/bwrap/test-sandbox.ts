@@ -5,7 +5,7 @@
  */
 import { chmodSync, chownSync, mkdirSync } from "node:fs";
 import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import { createServer as createNetServer, type AddressInfo, type Server as NetServer } from "node:net";
 import { join } from "node:path";
 import type { SandboxSpec } from "./launch.ts";
 import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from "./network.ts";
@@ -34,6 +34,8 @@ export interface TestSession {
 
 export interface TestSandboxes {
   networks: SandboxNetworks;
+  /** A runner-wide listener on all addresses (networks' sharedPorts); answers "shared:<peer address>". */
+  sharedPort: number;
   session(id: string): Promise<TestSession>;
   close(): Promise<void>;
 }
@@ -41,16 +43,20 @@ export interface TestSandboxes {
 export async function startTestSandboxes(cap: BwrapCapability, uids: UidAllocator, dataDir: string): Promise<TestSandboxes> {
   const { instance, prefix } = testHostIds();
   if (!cap.network.ip || !cap.network.nft) throw new Error(`no per-session networks here: ${cap.network.reason ?? ""}`);
-  const networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance, prefix });
+  const shared = createNetServer((c) => c.end(`shared:${c.remoteAddress ?? ""}\n`));
+  await new Promise<void>((resolve) => shared.listen(0, "0.0.0.0", resolve));
+  const sharedPort = (shared.address() as AddressInfo).port;
+  const networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance, prefix, sharedPorts: [sharedPort] });
   await networks.start();
   // The runner's data dir: root's, and passable, as each session's directory below it is its uid's and 0700.
   mkdirSync(join(dataDir, "sessions"), { recursive: true });
   chmodSync(dataDir, 0o755);
   chmodSync(join(dataDir, "sessions"), 0o755);
-  const servers: Server[] = [];
+  const servers: (Server | NetServer)[] = [shared];
   const nets: SessionNetwork[] = [];
   return {
     networks,
+    sharedPort,
     async session(id) {
       const ids = uids.allocate(id);
       const dir = join(dataDir, "sessions", id);
