@@ -66,8 +66,9 @@ export async function sandboxBenches(opts: { samples: number }): Promise<Figure[
       await runSession(cap, { ...spec, netnsPath: net.netnsPath });
       pooled.push(performance.now() - t0);
       pool.release(net);
-      // The next take finds a ready network, as a runner between creates would (not timed).
-      await pool.filled();
+      // The next take finds a ready network and no teardown under way, as a runner between creates would (not timed).
+      await new Promise((resolve) => setImmediate(resolve));
+      await pool.idle();
     }
     const barePty = await barePtySpawnMs(["/bin/echo", "x"], opts.samples);
     const ptyFirst: number[] = [];
@@ -78,7 +79,8 @@ export async function sandboxBenches(opts: { samples: number }): Promise<Figure[
       await firstPtyOutput(cap, { ...spec, netnsPath: net.netnsPath });
       ptyFirst.push(performance.now() - t0);
       pool.release(net);
-      await pool.filled();
+      await new Promise((resolve) => setImmediate(resolve));
+      await pool.idle();
     }
     await pool.stop();
     const rssKb = await sandboxRssKb(cap, sessionSpec(dataDir, uids.allocate("rss"), undefined, ["/bin/sleep", "1000"]));

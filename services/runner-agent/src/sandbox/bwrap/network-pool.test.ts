@@ -31,6 +31,7 @@ describe("createNetworkPool", () => {
     expect(a.hostAddress).not.toBe(b.hostAddress);
     expect(existsSync(a.netnsPath)).toBe(true);
     // Taking refills in the background.
+    await new Promise((resolve) => setImmediate(resolve));
     await pool.filled();
     expect(pool.readyCount).toBe(2);
     pool.release(a);

@@ -29,6 +29,8 @@ export interface NetworkPool {
   take(): Promise<SessionNetwork>;
   /** Destroys a network a session is done with; its slot is reused after. */
   release(net: SessionNetwork): void;
+  /** Resolves once no build or teardown is under way. */
+  idle(): Promise<void>;
   /** Destroys the ready networks and waits for the teardowns under way. */
   stop(): Promise<void>;
   readonly readyCount: number;
@@ -97,11 +99,15 @@ export function createNetworkPool(opts: NetworkPoolOptions): NetworkPool {
     filled: () => (ready.length >= opts.size || building === 0 ? Promise.resolve() : new Promise<void>((resolve) => waiters.push(resolve))),
     async take() {
       const net = ready.shift() ?? (await build());
-      refill();
+      // Spawning the next build's `ip` blocks the event loop for a moment: not before the caller has its network.
+      setImmediate(refill);
       return net;
     },
     release(net) {
       void destroy(net);
+    },
+    async idle() {
+      while (pending.size > 0) await Promise.allSettled([...pending]);
     },
     async stop() {
       stopped = true;

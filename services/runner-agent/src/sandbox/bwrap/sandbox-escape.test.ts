@@ -86,6 +86,11 @@ describe("a bwrap session", () => {
     expect(readFileSync(join(a.workspace, "mine"), "utf8")).toBe("work\n");
   });
 
+  it("sees only the safe devices", async () => {
+    const out = await inSession(a, "ls -A /dev");
+    expect(out.trim().split("\n").sort()).toEqual(["core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"]);
+  });
+
   it("gets exactly the environment it is given, nothing of the runner's", async () => {
     const r = await runInSandbox(a.spec(["env"]), cap).done;
     const keys = r.out.trim().split("\n").map((l) => l.split("=")[0]).sort();
