@@ -112,7 +112,7 @@ describe("a bwrap session", () => {
   });
 
   it("cannot see host processes nor read their environment", async () => {
-    const out = await inSession(a, `cat /proc/${sleeper.pid}/environ 2>&1; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c ${SECRET}; ${OWN_WORK}`);
+    const out = await inSession(a, `cat /proc/1/environ; cat /proc/${sleeper.pid}/environ 2>&1; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c ${SECRET}; ${OWN_WORK}`);
     expect(readFileSync(`/proc/${sleeper.pid}/environ`, "utf8")).toContain(SECRET); // it is there to find
     expect(out).not.toContain(SECRET);
     expect(out).toContain("No such file or directory");
