@@ -29,19 +29,21 @@ function after(args: string[], flag: string, n = 1): string[][] {
 }
 
 describe("sandboxLaunch", () => {
-  it("chains nsenter, prlimit, setpriv and bwrap in that order, the command last", () => {
+  it("chains prlimit, nsenter (joining the session's network, dropping to its uid) and bwrap in that order, the command last", () => {
     const { file, args } = sandboxLaunch(spec(), tools);
-    expect(file).toBe("/t/nsenter");
-    expect(args.slice(0, 2)).toEqual(["--net=/run/netns/paddock-a-1", "--"]);
-    const order = ["/t/prlimit", "/t/setpriv", "/t/bwrap"].map((t) => args.indexOf(t));
-    expect(order.every((i, k) => i > 0 && (k === 0 || i > (order[k - 1] ?? 0)))).toBe(true);
+    expect(file).toBe("/t/prlimit");
+    expect(args.slice(0, 4)).toEqual(["--nproc=256", "--nofile=1024", `--fsize=${1 << 30}`, "--"]);
+    expect(args.slice(4, 9)).toEqual(["/t/nsenter", "--net=/run/netns/paddock-a-1", "--setuid=100001", "--setgid=100001", "--"]);
+    expect(args[9]).toBe("/t/bwrap");
+    expect(args).not.toContain("/t/setpriv");
     expect(args.slice(-3)).toEqual(["--", "bash", "-l"]);
   });
 
-  it("sets the rlimits and drops to the session's uid with no groups, no capabilities and no_new_privs", () => {
-    const { args } = sandboxLaunch(spec(), tools);
-    expect(args).toEqual(expect.arrayContaining(["--nproc=256", "--nofile=1024", `--fsize=${1 << 30}`]));
-    expect(args).toEqual(expect.arrayContaining(["--reuid=100001", "--regid=100001", "--clear-groups", "--inh-caps=-all", "--no-new-privs"]));
+  it("without a network of its own, drops through setpriv: no groups, no capabilities, no_new_privs", () => {
+    const { file, args } = sandboxLaunch(spec({ netnsPath: undefined }), tools);
+    expect(file).toBe("/t/prlimit");
+    expect(args).not.toContain("/t/nsenter");
+    expect(args.slice(4, 12)).toEqual(["/t/setpriv", "--reuid=100001", "--regid=100001", "--clear-groups", "--inh-caps=-all", "--no-new-privs", "--", "/t/bwrap"]);
   });
 
   it("keeps the environment out of the argv and passes exactly the spec's", () => {
@@ -54,9 +56,7 @@ describe("sandboxLaunch", () => {
     const withNs = sandboxLaunch(spec(), tools).args;
     expect(withNs).toEqual(expect.arrayContaining(["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]));
     expect(withNs).not.toContain("--unshare-net");
-    const without = sandboxLaunch(spec({ netnsPath: undefined }), tools);
-    expect(without.file).toBe("/t/prlimit");
-    expect(without.args).toContain("--unshare-net");
+    expect(sandboxLaunch(spec({ netnsPath: undefined }), tools).args).toContain("--unshare-net");
   });
 
   it("starts a new session only without a terminal (a PTY stays the controlling terminal)", () => {
@@ -91,7 +91,7 @@ describe("sandboxLaunch", () => {
     const { file, args } = sandboxLaunch(spec({ cgroupDir: "/sys/fs/cgroup/paddock/session-s1" }), tools);
     expect(file).toBe("/t/sh");
     expect(args.slice(0, 3)).toEqual(["-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', "/sys/fs/cgroup/paddock/session-s1"]);
-    expect(args[3]).toBe("/t/nsenter");
+    expect(args[3]).toBe("/t/prlimit");
   });
 
   it.each([

@@ -4,19 +4,23 @@
  *
  * The chain, each link exec'ing the next (so one pid from the runner's view):
  *
- *   [sh -c 'echo $$ > cgroup.procs'] [nsenter --net=NETNS] prlimit … setpriv … bwrap … -- command
+ *   [sh -c 'echo $$ > cgroup.procs'] prlimit … nsenter --net=NETNS --setuid --setgid -- bwrap … -- command
+ *   [sh -c 'echo $$ > cgroup.procs'] prlimit … setpriv … bwrap … -- command     (no network of its own)
  *
- * - nsenter (as root) joins the session's network namespace prepared by
- *   network.ts; bwrap itself cannot join an existing one. Without a netns,
- *   bwrap makes an empty one (`--unshare-net`: loopback only).
  * - prlimit (as root) sets the session's rlimits; they are inherited by
  *   everything below. RLIMIT_NPROC counts the processes of the session's uid,
  *   which no one else uses (uid-allocator.ts), so it is a per-session limit.
- * - setpriv drops to the session's host uid/gid with no supplementary groups
- *   and no capabilities, and sets no_new_privs (no setuid binary gives root back).
+ * - nsenter (as root) joins the session's network namespace prepared by
+ *   network.ts (bwrap itself cannot join an existing one), then drops to the
+ *   session's host uid/gid with no supplementary groups. Without a netns,
+ *   setpriv drops instead (also clearing inheritable capabilities and setting
+ *   no_new_privs), and bwrap makes an empty namespace (`--unshare-net`:
+ *   loopback only). One exec fewer on the common path: each is a process start.
  * - bwrap runs unprivileged as that uid: a user namespace mapping the uid to
  *   itself (the session is that uid on the host, never root), and its own pid,
- *   mount, ipc, uts and cgroup namespaces.
+ *   mount, ipc, uts and cgroup namespaces. bwrap sets no_new_privs itself (no
+ *   setuid binary gives root back), and a setuid from root to another uid
+ *   leaves no capabilities.
  *
  * The environment is never in the argv (argv is world-readable in
  * /proc/<pid>/cmdline): `env` below is the whole environment the spawn gets,
@@ -107,10 +111,10 @@ export function sandboxLaunch(spec: SandboxSpec, tools: BwrapTools): SandboxLaun
   assertSpec(spec);
   const chain: string[] = [];
   if (spec.cgroupDir) chain.push(tools.sh, "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', spec.cgroupDir);
-  if (spec.netnsPath) chain.push(tools.nsenter, `--net=${spec.netnsPath}`, "--");
   const { processes, openFiles, fileSizeBytes } = spec.rlimits;
   chain.push(tools.prlimit, `--nproc=${processes}`, `--nofile=${openFiles}`, `--fsize=${fileSizeBytes}`, "--");
-  chain.push(tools.setpriv, `--reuid=${spec.uid}`, `--regid=${spec.gid}`, "--clear-groups", "--inh-caps=-all", "--no-new-privs", "--");
+  if (spec.netnsPath) chain.push(tools.nsenter, `--net=${spec.netnsPath}`, `--setuid=${spec.uid}`, `--setgid=${spec.gid}`, "--");
+  else chain.push(tools.setpriv, `--reuid=${spec.uid}`, `--regid=${spec.gid}`, "--clear-groups", "--inh-caps=-all", "--no-new-privs", "--");
   chain.push(tools.bwrap, ...bwrapArgs(spec), "--", ...spec.command);
   const [file, ...args] = chain;
   return { file: file ?? tools.bwrap, args, env: { ...spec.env } };

@@ -78,8 +78,11 @@ const OWN_WORK =
 
 describe("a bwrap session", () => {
   it("runs as its own uid in its own pid namespace, and does its own work: writes its workspace, reaches its gateway", async () => {
-    const out = await inSession(a, `id -u; echo pids=$(ls -d /proc/[0-9]* | wc -l); ${OWN_WORK}`);
-    expect(out).toContain(`${a.ids.uid}\n`);
+    const out = await inSession(a, `id -u; id -G; grep -E '^(NoNewPrivs|CapEff|CapPrm):' /proc/self/status; echo pids=$(ls -d /proc/[0-9]* | wc -l); ${OWN_WORK}`);
+    expect(out).toContain(`${a.ids.uid}\n${a.ids.gid}\n`); // its uid, its gid, no other group
+    expect(out).toMatch(/NoNewPrivs:\s+1/);
+    expect(out).toMatch(/CapPrm:\s+0+\n/);
+    expect(out).toMatch(/CapEff:\s+0+\n/);
     expect(out).toMatch(/pids=[1-5]\n/);
     expect(out).toContain("work\n");
     expect(out).toContain("gateway-ok");
