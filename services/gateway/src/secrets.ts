@@ -11,7 +11,7 @@ import { NoQuery } from "./sessions.ts";
  * The secret store's public face: PUT stores a value (admins), GET lists
  * names, DELETE removes one. A value is read from the body, sealed and written
  * to KV `secrets`; it is never echoed, logged, put in an error or a record.
- * The runner reads it at boot (services/runner-agent/src/secrets.ts).
+ * The runner reads it at boot (services/runner-agent/src/sessions/secrets.ts).
  */
 export function secretRoutes(ctx: GatewayContext): Route[] {
   const secrets = lazyKv(ctx.deps.nc, Buckets.secrets);

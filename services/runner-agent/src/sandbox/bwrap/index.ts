@@ -1,0 +1,8 @@
+/** The bwrap sandbox primitive (issue #23): probe, launch spec, uids, networks, limits. Not yet wired into the runner. */
+export * from "./cgroup.ts";
+export * from "./launch.ts";
+export * from "./network.ts";
+export * from "./network-pool.ts";
+export * from "./probe.ts";
+export * from "./spawn.ts";
+export * from "./uid-allocator.ts";

@@ -1,0 +1,107 @@
+import { describe, expect, it } from "vitest";
+import { HOST_HIDDEN, SandboxSpecError, sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
+
+const tools: BwrapTools = { bwrap: "/t/bwrap", nsenter: "/t/nsenter", prlimit: "/t/prlimit", setpriv: "/t/setpriv", sh: "/t/sh" };
+
+function spec(over: Partial<SandboxSpec> = {}): SandboxSpec {
+  return {
+    sessionId: "s1",
+    uid: 100_001,
+    gid: 100_001,
+    root: { kind: "host" },
+    workspace: { host: "/data/sessions/s1/workspace", path: "/data/sessions/s1/workspace" },
+    home: { host: "/data/sessions/s1/home", path: "/home/session" },
+    tmpDir: "/data/sessions/s1/tmp",
+    hide: ["/data"],
+    netnsPath: "/run/netns/paddock-a-1",
+    env: { PATH: "/usr/bin:/bin", PADDOCK_SESSION_TOKEN: "tok-secret" },
+    cwd: "/data/sessions/s1/workspace",
+    command: ["bash", "-l"],
+    rlimits: { processes: 256, openFiles: 1024, fileSizeBytes: 1 << 30 },
+    tty: true,
+    ...over,
+  };
+}
+
+/** The values following each occurrence of flag. */
+function after(args: string[], flag: string, n = 1): string[][] {
+  return args.flatMap((a, i) => (a === flag ? [args.slice(i + 1, i + 1 + n)] : []));
+}
+
+describe("sandboxLaunch", () => {
+  it("chains prlimit, nsenter (joining the session's network, dropping to its uid) and bwrap in that order, the command last", () => {
+    const { file, args } = sandboxLaunch(spec(), tools);
+    expect(file).toBe("/t/prlimit");
+    expect(args.slice(0, 4)).toEqual(["--nproc=256", "--nofile=1024", `--fsize=${1 << 30}`, "--"]);
+    expect(args.slice(4, 9)).toEqual(["/t/nsenter", "--net=/run/netns/paddock-a-1", "--setuid=100001", "--setgid=100001", "--"]);
+    expect(args[9]).toBe("/t/bwrap");
+    expect(args).not.toContain("/t/setpriv");
+    expect(args.slice(-3)).toEqual(["--", "bash", "-l"]);
+  });
+
+  it("without a network of its own, drops through setpriv: no groups, no capabilities, no_new_privs", () => {
+    const { file, args } = sandboxLaunch(spec({ netnsPath: undefined }), tools);
+    expect(file).toBe("/t/prlimit");
+    expect(args).not.toContain("/t/nsenter");
+    expect(args.slice(4, 12)).toEqual(["/t/setpriv", "--reuid=100001", "--regid=100001", "--clear-groups", "--inh-caps=-all", "--no-new-privs", "--", "/t/bwrap"]);
+  });
+
+  it("keeps the environment out of the argv and passes exactly the spec's", () => {
+    const launch = sandboxLaunch(spec(), tools);
+    expect(launch.args.join(" ")).not.toContain("tok-secret");
+    expect(launch.env).toEqual({ PATH: "/usr/bin:/bin", PADDOCK_SESSION_TOKEN: "tok-secret" });
+  });
+
+  it("unshares user, pid, ipc and uts; the network only without a namespace of its own", () => {
+    const withNs = sandboxLaunch(spec(), tools).args;
+    expect(withNs).toEqual(expect.arrayContaining(["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]));
+    expect(withNs).not.toContain("--unshare-net");
+    expect(sandboxLaunch(spec({ netnsPath: undefined }), tools).args).toContain("--unshare-net");
+  });
+
+  it("starts a new session only without a terminal (a PTY stays the controlling terminal)", () => {
+    expect(sandboxLaunch(spec({ tty: true }), tools).args).not.toContain("--new-session");
+    expect(sandboxLaunch(spec({ tty: false }), tools).args).toContain("--new-session");
+  });
+
+  it("binds the host root read-only, hides the host's private dirs and the spec's, then binds the writable dirs over them", () => {
+    const { args } = sandboxLaunch(spec(), tools);
+    expect(after(args, "--ro-bind", 2)).toEqual([["/", "/"]]);
+    expect(after(args, "--tmpfs").flat()).toEqual([...HOST_HIDDEN, "/data", "/dev/shm"]);
+    expect(after(args, "--remount-ro").flat()).toEqual([...HOST_HIDDEN, "/data"]);
+    expect(after(args, "--bind", 2)).toEqual([
+      ["/data/sessions/s1/tmp", "/tmp"],
+      ["/data/sessions/s1/home", "/home/session"],
+      ["/data/sessions/s1/workspace", "/data/sessions/s1/workspace"],
+    ]);
+    // Later mounts win: every writable bind comes after every tmpfs that could cover it.
+    expect(args.lastIndexOf("--tmpfs")).toBeLessThan(args.indexOf("--bind"));
+    expect(args.lastIndexOf("--bind")).toBeLessThan(args.indexOf("--remount-ro"));
+    expect(after(args, "--proc")).toEqual([["/proc"]]);
+    expect(after(args, "--dev")).toEqual([["/dev"]]);
+  });
+
+  it("uses an image's rootfs read-only as the root, hiding nothing of the host (none of it is there)", () => {
+    const { args } = sandboxLaunch(spec({ root: { kind: "image", dir: "/cache/rootfs/sha256-abc" } }), tools);
+    expect(after(args, "--ro-bind", 2)).toEqual([["/cache/rootfs/sha256-abc", "/"]]);
+    expect(after(args, "--tmpfs").flat()).toEqual(["/run", "/var/tmp", "/dev/shm"]);
+  });
+
+  it("enters the session's cgroup first when given one", () => {
+    const { file, args } = sandboxLaunch(spec({ cgroupDir: "/sys/fs/cgroup/paddock/session-s1" }), tools);
+    expect(file).toBe("/t/sh");
+    expect(args.slice(0, 3)).toEqual(["-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', "/sys/fs/cgroup/paddock/session-s1"]);
+    expect(args[3]).toBe("/t/prlimit");
+  });
+
+  it.each([
+    ["uid 0", { uid: 0 }],
+    ["gid 0", { gid: 0 }],
+    ["an empty command", { command: [] }],
+    ["a relative workspace", { workspace: { host: "ws", path: "/ws" } }],
+    ["a relative hidden path", { hide: ["data"] }],
+    ["a zero process limit", { rlimits: { processes: 0, openFiles: 1, fileSizeBytes: 1 } }],
+  ] as const)("refuses %s with a typed error", (_name, over) => {
+    expect(() => sandboxLaunch(spec(over as Partial<SandboxSpec>), tools)).toThrow(SandboxSpecError);
+  });
+});

@@ -1,0 +1,166 @@
+/**
+ * A session's sandbox launch as a pure function: a typed spec in, the argv of
+ * the exec chain out. Nothing here touches the system.
+ *
+ * The chain, each link exec'ing the next (so one pid from the runner's view):
+ *
+ *   [sh -c 'echo $$ > cgroup.procs'] prlimit … nsenter --net=NETNS --setuid --setgid -- bwrap … -- command
+ *   [sh -c 'echo $$ > cgroup.procs'] prlimit … setpriv … bwrap … -- command     (no network of its own)
+ *
+ * - prlimit (as root) sets the session's rlimits; they are inherited by
+ *   everything below. RLIMIT_NPROC counts the processes of the session's uid,
+ *   which no one else uses (uid-allocator.ts), so it is a per-session limit.
+ * - nsenter (as root) joins the session's network namespace prepared by
+ *   network.ts (bwrap itself cannot join an existing one), then drops to the
+ *   session's host uid/gid with no supplementary groups. Without a netns,
+ *   setpriv drops instead (also clearing inheritable capabilities and setting
+ *   no_new_privs), and bwrap makes an empty namespace (`--unshare-net`:
+ *   loopback only). One exec fewer on the common path: each is a process start.
+ * - bwrap runs unprivileged as that uid: a user namespace mapping the uid to
+ *   itself (the session is that uid on the host, never root), and its own pid,
+ *   mount, ipc, uts and cgroup namespaces. bwrap sets no_new_privs itself (no
+ *   setuid binary gives root back), and a setuid from root to another uid
+ *   leaves no capabilities.
+ *
+ * The environment is never in the argv (argv is world-readable in
+ * /proc/<pid>/cmdline): `env` below is the whole environment the spawn gets,
+ * and every link passes it through unchanged, so nothing of the runner's own
+ * environment reaches the session.
+ */
+
+/** Host paths of the tools in the chain (probe.ts finds them). */
+export interface BwrapTools {
+  bwrap: string;
+  nsenter: string;
+  prlimit: string;
+  setpriv: string;
+  sh: string;
+}
+
+export interface SandboxRlimits {
+  /** RLIMIT_NPROC: processes (and threads) of the session's uid. */
+  processes: number;
+  /** RLIMIT_NOFILE: open files per process. */
+  openFiles: number;
+  /** RLIMIT_FSIZE in bytes: the largest file a process may write. */
+  fileSizeBytes: number;
+}
+
+/** The session's root: the host's `/` read-only, or an unpacked image's rootfs read-only. */
+export type SandboxRoot = { kind: "host" } | { kind: "image"; dir: string };
+
+/** A host directory bound writable into the sandbox at `path`. */
+export interface SandboxBind {
+  host: string;
+  path: string;
+}
+
+export interface SandboxSpec {
+  sessionId: string;
+  /** The session's host uid and gid (uid-allocator.ts): never 0, never the runner's. */
+  uid: number;
+  gid: number;
+  root: SandboxRoot;
+  workspace: SandboxBind;
+  home: SandboxBind;
+  /** Host directory seen as `/tmp` (private to the session; on disk, not in memory). */
+  tmpDir: string;
+  /**
+   * Host paths hidden behind an empty tmpfs when the root is the host's (the
+   * runner's data dir, credential files' directories). Mounted before the
+   * workspace and home, so those can live beneath a hidden directory.
+   */
+  hide: readonly string[];
+  /** The session's network namespace (network.ts); undefined: loopback only. */
+  netnsPath?: string | undefined;
+  /** A cgroup v2 directory to start in (cgroup.ts), where the host delegates one. */
+  cgroupDir?: string | undefined;
+  /** The complete environment of the session's process. */
+  env: Record<string, string>;
+  cwd: string;
+  command: readonly string[];
+  rlimits: SandboxRlimits;
+  /**
+   * Whether the command runs on a terminal the runner gives it (a PTY). Then
+   * the sandbox stays in the PTY's session so the terminal stays its
+   * controlling terminal (job control, ^C, ^Z); otherwise bwrap starts a new
+   * session (see launchArgv).
+   */
+  tty: boolean;
+}
+
+export interface SandboxLaunch {
+  file: string;
+  args: string[];
+  env: Record<string, string>;
+}
+
+/**
+ * Host directories a session never sees when its root is the host's, besides
+ * the spec's `hide`: other users' homes and root's, runtime state and its
+ * sockets (a unix socket stays connectable on a read-only mount), and the
+ * host's shared temporary directory (the session's own dir covers `/tmp`).
+ */
+export const HOST_HIDDEN = ["/root", "/home", "/run", "/var/tmp", "/sys/fs/cgroup"] as const;
+
+/** `/dev/shm` is memory: bounded, since without delegated cgroups nothing else bounds it. */
+export const DEV_SHM_BYTES = 64 * 1024 * 1024;
+
+/** The argv (and env) that starts spec's command in its sandbox. */
+export function sandboxLaunch(spec: SandboxSpec, tools: BwrapTools): SandboxLaunch {
+  assertSpec(spec);
+  const chain: string[] = [];
+  if (spec.cgroupDir) chain.push(tools.sh, "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', spec.cgroupDir);
+  const { processes, openFiles, fileSizeBytes } = spec.rlimits;
+  chain.push(tools.prlimit, `--nproc=${processes}`, `--nofile=${openFiles}`, `--fsize=${fileSizeBytes}`, "--");
+  if (spec.netnsPath) chain.push(tools.nsenter, `--net=${spec.netnsPath}`, `--setuid=${spec.uid}`, `--setgid=${spec.gid}`, "--");
+  else chain.push(tools.setpriv, `--reuid=${spec.uid}`, `--regid=${spec.gid}`, "--clear-groups", "--inh-caps=-all", "--no-new-privs", "--");
+  chain.push(tools.bwrap, ...bwrapArgs(spec), "--", ...spec.command);
+  const [file, ...args] = chain;
+  return { file: file ?? tools.bwrap, args, env: { ...spec.env } };
+}
+
+/**
+ * bwrap's own options. `--die-with-parent`: the sandbox is SIGKILLed when the
+ * process that spawned the chain (the runner) dies, so a killed runner leaves
+ * no session running. `--new-session` only without a terminal: it protects
+ * the caller's terminal from TIOCSTI injection, but under a PTY the terminal
+ * is the session's own and setsid would cut it off as controlling terminal.
+ */
+export function bwrapArgs(spec: SandboxSpec): string[] {
+  const args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent"];
+  if (!spec.netnsPath) args.push("--unshare-net");
+  if (!spec.tty) args.push("--new-session");
+  args.push("--hostname", "paddock");
+  const hidden = spec.root.kind === "host" ? [...HOST_HIDDEN, ...spec.hide] : ["/run", "/var/tmp"];
+  args.push("--ro-bind", spec.root.kind === "host" ? "/" : spec.root.dir, "/");
+  for (const dir of hidden) args.push("--tmpfs", dir);
+  args.push("--proc", "/proc", "--dev", "/dev", "--size", String(DEV_SHM_BYTES), "--tmpfs", "/dev/shm");
+  args.push("--bind", spec.tmpDir, "/tmp");
+  args.push("--bind", spec.home.host, spec.home.path);
+  args.push("--bind", spec.workspace.host, spec.workspace.path);
+  // The hiding tmpfs were writable (bwrap makes the binds' mount points in them); now they are empty and read-only.
+  for (const dir of hidden) args.push("--remount-ro", dir);
+  args.push("--chdir", spec.cwd);
+  return args;
+}
+
+export class SandboxSpecError extends Error {
+  readonly code = "invalid_sandbox_spec";
+  constructor(message: string) {
+    super(message);
+    this.name = "SandboxSpecError";
+  }
+}
+
+function assertSpec(spec: SandboxSpec): void {
+  if (!Number.isInteger(spec.uid) || spec.uid <= 0) throw new SandboxSpecError("uid must be a positive integer (never root)");
+  if (!Number.isInteger(spec.gid) || spec.gid <= 0) throw new SandboxSpecError("gid must be a positive integer (never root)");
+  if (spec.command.length === 0) throw new SandboxSpecError("empty command");
+  const paths = [spec.workspace.host, spec.workspace.path, spec.home.host, spec.home.path, spec.tmpDir, spec.cwd, ...spec.hide];
+  if (spec.root.kind === "image") paths.push(spec.root.dir);
+  for (const p of paths) if (!p.startsWith("/")) throw new SandboxSpecError(`not an absolute path: ${p.slice(0, 128)}`);
+  for (const [name, value] of Object.entries(spec.rlimits)) {
+    if (!Number.isInteger(value) || value <= 0) throw new SandboxSpecError(`rlimit ${name} must be a positive integer`);
+  }
+}
