@@ -16,7 +16,7 @@ import {
   isTerminal,
 } from "@paddock/contracts";
 
-import { encoderOf, PULL_OPTIONS } from "@paddock/bus";
+import { encodeJson, PULL_OPTIONS } from "@paddock/bus";
 import type { Principal } from "./auth.ts";
 import { outputStart } from "./attach-since.ts";
 import type { GatewayContext } from "./context.ts";
@@ -357,8 +357,7 @@ export class Attachment implements Watcher, Revocable {
 
   private sendFrame(frame: ServerFrame): void {
     if (this.closed) return;
-    // Checked as the gateway's bus checks what it sends (its outgoing validation option).
-    this.ws.send(encoderOf(this.ctx.deps.nc)(ServerFrame, frame), { binary: false });
+    this.ws.send(encodeJson(ServerFrame, frame), { binary: false });
   }
 
   private close(code: number, reason: string): void {

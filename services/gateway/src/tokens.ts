@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type { KV } from "@nats-io/kv";
-import { decodeJson, encoderOf } from "@paddock/bus";
+import { decodeJson, encodeJson } from "@paddock/bus";
 import {
   ATTACH_TICKET_TTL_MS,
   AttachTicketBody,
@@ -100,8 +100,8 @@ export function tokenRoutes(ctx: GatewayContext): Route[] {
         ...(expiresAt !== undefined ? { expiresAt } : {}),
       };
       // Index first: a record is never left without a way to list and revoke it.
-      await kv.create(indexKey(scope.workspaceId, scope.actor.id, record.id), encoderOf(ctx.deps.nc)(TokenIndexEntry, { hash }));
-      await kv.create(hash, encoderOf(ctx.deps.nc)(TokenRecord, record));
+      await kv.create(indexKey(scope.workspaceId, scope.actor.id, record.id), encodeJson(TokenIndexEntry, { hash }));
+      await kv.create(hash, encodeJson(TokenRecord, record));
       sendJson(res, 201, { token, ...infoOf(record) });
     }),
 
@@ -151,7 +151,7 @@ export function tokenRoutes(ctx: GatewayContext): Route[] {
         tokenHash: principal.tokenHash,
         expiresAt,
       };
-      await (await ctx.tokens()).create(ticketKey(ticket), encoderOf(ctx.deps.nc)(AttachTicketRecord, record));
+      await (await ctx.tokens()).create(ticketKey(ticket), encodeJson(AttachTicketRecord, record));
       sendJson(res, 201, { ticket, expiresAt });
     }),
   ];

@@ -7,7 +7,13 @@ const decoder = new TextDecoder();
 /** Encodes a message of a schema to bytes for the bus (see encoderOf for the one a connection uses). */
 export type Encoder = <S extends z.ZodType>(schema: S, value: z.input<S>) => Uint8Array;
 
-/** Encodes a message after checking it against its schema: one that breaks its contract is refused (InvalidError) and never sent. */
+/**
+ * Encodes a message after checking it against its schema: one that breaks its
+ * contract is refused (InvalidError) and never sent. Always checked: for tests
+ * and for cold paths that are not worth the option (records made by an HTTP
+ * call, WebSocket control frames); what a service sends on the bus goes
+ * through its bus's encoder (encoderOf).
+ */
 export function encodeJson<S extends z.ZodType>(schema: S, value: z.input<S>): Uint8Array {
   const parsed = schema.safeParse(value);
   if (!parsed.success) {
