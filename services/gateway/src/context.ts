@@ -1,4 +1,4 @@
-import { ScreenCache } from "./screens.ts";
+import { ScreenCache } from "./terminal/screens.ts";
 import type { IncomingMessage } from "node:http";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
@@ -19,11 +19,11 @@ import {
   type Session,
 } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
-import { Authorizer, lazyKv, principalOfHash, tokenHashOf, type Principal, type Resource } from "./auth.ts";
+import { Authorizer, lazyKv, principalOfHash, tokenHashOf, type Principal, type Resource } from "./auth/auth.ts";
 import type { GatewayConfig } from "./config.ts";
-import { WindowLimiter } from "./limits.ts";
+import { WindowLimiter } from "./http/limits.ts";
 import type { GatewayMetrics } from "./metrics.ts";
-import { parseWith } from "./http.ts";
+import { parseWith } from "./http/http.ts";
 
 /** What createGateway is given; everything a test wants to control is here. */
 export interface GatewayDeps {

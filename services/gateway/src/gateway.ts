@@ -1,19 +1,19 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { NotFoundError, PaddockError, TooLargeError } from "@paddock/contracts";
-import { ConnectionGate } from "./connections.ts";
+import { ConnectionGate } from "./http/connections.ts";
 import { GatewayContext, type GatewayDeps } from "./context.ts";
-import { environmentRoutes } from "./environments.ts";
-import { eventRoutes } from "./events.ts";
-import { matchRoute, sendError, sendJson, type Route } from "./http.ts";
-import { lifecycleRoutes } from "./lifecycle.ts";
-import { RateLimitedError } from "./limits.ts";
-import { runnerRoutes } from "./runners.ts";
-import { secretRoutes } from "./secrets.ts";
-import { sessionRoutes } from "./sessions.ts";
-import { tokenRoutes } from "./tokens.ts";
-import { TerminalHub } from "./terminal.ts";
-import { workspaceRoutes } from "./workspace.ts";
+import { environmentRoutes } from "./routes/environments.ts";
+import { eventRoutes } from "./routes/events.ts";
+import { matchRoute, sendError, sendJson, type Route } from "./http/http.ts";
+import { lifecycleRoutes } from "./routes/lifecycle.ts";
+import { RateLimitedError } from "./http/limits.ts";
+import { runnerRoutes } from "./routes/runners.ts";
+import { secretRoutes } from "./routes/secrets.ts";
+import { sessionRoutes } from "./routes/sessions.ts";
+import { tokenRoutes } from "./auth/tokens.ts";
+import { TerminalHub } from "./terminal/terminal.ts";
+import { workspaceRoutes } from "./routes/workspace.ts";
 
 export interface Gateway {
   /** Binds the public API; resolves with the bound port (useful with port 0). */
