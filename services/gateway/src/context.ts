@@ -14,6 +14,7 @@ import {
   InvalidError,
   NotFoundError,
   type Environment,
+  type HttpRoute,
   type Rpc,
   type Scope,
   type Session,
@@ -23,7 +24,7 @@ import { Authorizer, lazyKv, principalOfHash, tokenHashOf, type Principal, type 
 import type { GatewayConfig } from "./config.ts";
 import { WindowLimiter } from "./http/limits.ts";
 import type { GatewayMetrics } from "./metrics.ts";
-import { parseWith } from "./http/http.ts";
+import { parseWith, serve, type Answer, type Input, type Route } from "./http/http.ts";
 
 /** What createGateway is given; everything a test wants to control is here. */
 export interface GatewayDeps {
@@ -129,6 +130,11 @@ export class GatewayContext {
   /** The principal of a token hash as KV holds it now (re-checks at ticket use and on token changes). */
   principalOfHash(tokenHash: string): Promise<Principal> {
     return principalOfHash(this.tokens, tokenHash, this.deps.now);
+  }
+
+  /** Serves a contract route for callers with a bearer token (every /v1 route but the terminal upgrade). */
+  serve<R extends HttpRoute>(contract: R, handler: (input: Input<R, Principal>) => Promise<Answer<R> | void>): Route {
+    return serve(contract, { authenticate: (req) => this.principal(req), maxBodyBytes: this.deps.config.maxBodyBytes }, handler);
   }
 
   call<R extends Rpc<z.ZodType, z.ZodType>>(rpc: R, request: z.input<R["request"]>): Promise<z.infer<R["result"]>> {

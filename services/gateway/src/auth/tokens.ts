@@ -3,11 +3,9 @@ import type { KV } from "@nats-io/kv";
 import { decodeJson, encodeJson } from "@paddock/bus";
 import {
   ATTACH_TICKET_TTL_MS,
-  AttachTicketBody,
   AttachTicketRecord,
   ConflictError,
-  CreateTokenBody,
-  Id,
+  HttpApi,
   InvalidError,
   NotFoundError,
   randomId,
@@ -21,7 +19,7 @@ import {
 } from "@paddock/contracts";
 import { Action, hashToken, type Principal } from "./auth.ts";
 import { sessionResource, workspaceResource, type GatewayContext } from "../context.ts";
-import { NoQuery, parseWith, queryObject, readOptionalJsonBody, route, sendJson, type Route } from "../http/http.ts";
+import type { Route } from "../http/http.ts";
 
 /** Tokens one actor may hold in one workspace (minted by POST /v1/tokens); more is a conflict. */
 export const MAX_TOKENS_PER_ACTOR = 100;
@@ -69,14 +67,12 @@ async function recordOf(kv: KV, key: string): Promise<{ hash: string; record: To
 }
 
 export function tokenRoutes(ctx: GatewayContext): Route[] {
-  const { config, now } = ctx.deps;
+  const { now } = ctx.deps;
   return [
-    route("POST", "/v1/tokens", async ({ req, res, query }) => {
-      const principal = await ctx.principal(req);
+    ctx.serve(HttpApi.createToken, async ({ caller: principal, body: readBody }) => {
       const { scope } = principal;
-      parseWith(NoQuery, queryObject(query), "query");
       await ctx.authorizer.authorize(scope, Action.createToken, workspaceResource(scope));
-      const body = parseWith(CreateTokenBody, await readOptionalJsonBody(req, config.maxBodyBytes), "body");
+      const body = await readBody();
       const at = now();
       const expiresAt = body.expiresInMs !== undefined ? at + body.expiresInMs : undefined;
       // A token cannot outlive the one that minted it (no lifetime escalation).
@@ -101,12 +97,10 @@ export function tokenRoutes(ctx: GatewayContext): Route[] {
       // Index first: a record is never left without a way to list and revoke it.
       await kv.create(indexKey(scope.workspaceId, scope.actor.id, record.id), encodeJson(TokenIndexEntry, { hash }));
       await kv.create(hash, encodeJson(TokenRecord, record));
-      sendJson(res, 201, { token, ...infoOf(record) });
+      return { status: 201, body: { token, ...infoOf(record) } };
     }),
 
-    route("GET", "/v1/tokens", async ({ req, res, query }) => {
-      const { scope } = await ctx.principal(req);
-      parseWith(NoQuery, queryObject(query), "query");
+    ctx.serve(HttpApi.listTokens, async ({ caller: { scope } }) => {
       await ctx.authorizer.authorize(scope, Action.listTokens, workspaceResource(scope));
       const kv = await ctx.tokens();
       const tokens: TokenInfo[] = [];
@@ -114,13 +108,10 @@ export function tokenRoutes(ctx: GatewayContext): Route[] {
         const found = await recordOf(kv, key);
         if (found && found.record.workspaceId === scope.workspaceId && found.record.actor.id === scope.actor.id) tokens.push(infoOf(found.record));
       }
-      sendJson(res, 200, { tokens });
+      return { status: 200, body: { tokens } };
     }),
 
-    route("DELETE", "/v1/tokens/:id", async ({ req, res, params, query }) => {
-      const { scope } = await ctx.principal(req);
-      parseWith(NoQuery, queryObject(query), "query");
-      const id = parseWith(Id, params.id, "token id");
+    ctx.serve(HttpApi.revokeToken, async ({ caller: { scope }, params: { id } }) => {
       const kv = await ctx.tokens();
       // Keys embed the workspace: another workspace's token is simply absent (not_found).
       const [key] = await collectKeys(kv, indexKey(scope.workspaceId, "*", id));
@@ -130,14 +121,12 @@ export function tokenRoutes(ctx: GatewayContext): Route[] {
       // Record first: from this write on, the token fails everywhere (open sockets watch this key).
       await kv.purge(found.hash);
       await kv.purge(key);
-      sendJson(res, 200, infoOf(found.record));
+      return { status: 200, body: infoOf(found.record) };
     }),
 
-    route("POST", "/v1/sessions/:id/attach-ticket", async ({ req, res, params, query }) => {
-      const principal = await ctx.principal(req);
+    ctx.serve(HttpApi.createAttachTicket, async ({ caller: principal, params, body: readBody }) => {
       const { scope } = principal;
-      parseWith(NoQuery, queryObject(query), "query");
-      const body = parseWith(AttachTicketBody, await readOptionalJsonBody(req, config.maxBodyBytes), "body");
+      const body = await readBody();
       const session = await ctx.getSession(scope, params.id);
       await ctx.authorizer.authorize(scope, body.mode === "controller" ? Action.attachController : Action.attachViewer, sessionResource(session));
       const ticket = secret(TICKET_PREFIX);
@@ -151,7 +140,7 @@ export function tokenRoutes(ctx: GatewayContext): Route[] {
         expiresAt,
       };
       await (await ctx.tokens()).create(ticketKey(ticket), encodeJson(AttachTicketRecord, record));
-      sendJson(res, 201, { ticket, expiresAt });
+      return { status: 201, body: { ticket, expiresAt } };
     }),
   ];
 }

@@ -4,7 +4,7 @@ import { jetstream } from "@nats-io/jetstream";
 import { Buckets, MAX_JSON_DEPTH, Streams, Subjects, ZERO_USAGE, type AuditEvent } from "@paddock/contracts";
 import { Kvm } from "@nats-io/kv";
 import { memberKey, seedMember, seedToken } from "../auth/auth.ts";
-import { LOG_CURSOR_HEADER } from "../routes/events.ts";
+import { LOG_CURSOR_HEADER } from "@paddock/contracts";
 import { api, expectError, makeSession, NOW, publishChunk, SVC_SESSION, TOKENS, useHarness, WS1, WS2 } from "../testing/testkit.ts";
 
 const h = useHarness();

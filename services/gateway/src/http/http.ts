@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { z } from "zod";
+import type { z } from "zod";
 import {
   describeZodError,
   httpStatusOf,
@@ -7,11 +7,19 @@ import {
   jsonDepthExceeds,
   MAX_JSON_DEPTH,
   TooLargeError,
+  pathParamNames,
+  pathPattern,
+  type BodyOf,
   type ErrorBody,
+  type HttpBody,
+  type HttpRoute,
+  type JsonAnswer,
+  type ParamsOf,
+  type QueryOf,
 } from "@paddock/contracts";
 import { toPaddockError } from "@paddock/bus";
 
-/** A matched request: path parameters and the parsed query. */
+/** A matched request: path parameters and the query, as received. */
 export interface RouteContext {
   req: IncomingMessage;
   res: ServerResponse;
@@ -30,20 +38,64 @@ export interface Route {
   handler: RouteHandler;
 }
 
+/** What a contract route's handler is given: everything parsed by the contract's schemas. */
+export interface Input<R extends HttpRoute, A> {
+  req: IncomingMessage;
+  res: ServerResponse;
+  /** Who is calling, as the route's authenticate step found. */
+  caller: A;
+  params: ParamsOf<R>;
+  query: QueryOf<R>;
+  /**
+   * The JSON body parsed by the contract's schema (read on the first call, so
+   * a route may authorize before it reads); undefined for a route without one.
+   */
+  body: () => Promise<BodyOf<R>>;
+}
+
+/** A JSON answer of the route's contract, or 204; a handler that streamed its own answer returns nothing. */
+export type Answer<R extends HttpRoute> = { status: number; body: JsonAnswer<R> } | { status: 204 };
+
+export interface ServeOptions<A> {
+  /** First of all: an unauthenticated request learns nothing about its input. */
+  authenticate: (req: IncomingMessage) => Promise<A>;
+  /** Bound of a JSON body, unless the route's contract sets its own. */
+  maxBodyBytes: number;
+}
+
+/**
+ * Serves one contract route: authenticate, then the path parameters and the
+ * query parsed by the contract's schemas (bad input is `invalid`), then the
+ * handler; a JSON answer is sent as the contract's response.
+ */
+export function serve<R extends HttpRoute, A>(contract: R, opts: ServeOptions<A>, handler: (input: Input<R, A>) => Promise<Answer<R> | void>): Route {
+  return route(contract.method, contract.path, async ({ req, res, params, query }) => {
+    const caller = await opts.authenticate(req);
+    const parsedParams = parseWith(contract.params, params, "path") as ParamsOf<R>;
+    const parsedQuery = parseWith(contract.query, queryObject(query), "query") as QueryOf<R>;
+    let reading: Promise<BodyOf<R>> | undefined;
+    const body = () => (reading ??= readBody(contract.body, req, opts.maxBodyBytes) as Promise<BodyOf<R>>);
+    const answer = await handler({ req, res, caller, params: parsedParams, query: parsedQuery, body });
+    if (!answer) return;
+    if (!("body" in answer)) {
+      res.writeHead(answer.status, { "cache-control": "no-store" });
+      res.end();
+      return;
+    }
+    sendJson(res, answer.status, answer.body);
+  });
+}
+
+async function readBody(spec: HttpBody, req: IncomingMessage, maxBodyBytes: number): Promise<unknown> {
+  if (spec.kind !== "json") return undefined;
+  const max = spec.maxBytes ?? maxBodyBytes;
+  const raw = spec.optional ? await readOptionalJsonBody(req, max) : await readJsonBody(req, max);
+  return parseWith(spec.schema, raw, "body");
+}
+
 /** Builds a route from a path like "/v1/sessions/:id/log". */
 export function route(method: string, path: string, handler: RouteHandler): Route {
-  const paramNames: string[] = [];
-  const source = path
-    .split("/")
-    .map((seg) => {
-      if (seg.startsWith(":")) {
-        paramNames.push(seg.slice(1));
-        return "([^/]+)";
-      }
-      return seg.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-    })
-    .join("/");
-  return { method, name: `${method} ${path}`, pattern: new RegExp(`^${source}$`), paramNames, handler };
+  return { method, name: `${method} ${path}`, pattern: pathPattern(path), paramNames: pathParamNames(path), handler };
 }
 
 export type Match =
@@ -109,9 +161,6 @@ export function parseWith<S extends z.ZodType>(schema: S, value: unknown, what: 
   if (!parsed.success) throw new InvalidError(`${what}: ${describeZodError(parsed.error)}`);
   return parsed.data;
 }
-
-/** An empty query: routes that take none refuse unknown parameters. */
-export const NoQuery = z.object({}).strict();
 
 /** Query parameters as an object; a repeated parameter is invalid. */
 export function queryObject(query: URLSearchParams): Record<string, string> {

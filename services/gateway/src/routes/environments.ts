@@ -1,11 +1,7 @@
-import { z } from "zod";
-import { Api, CreateEnvironmentBody, Id, UpdateEnvironmentBody } from "@paddock/contracts";
+import { Api, HttpApi } from "@paddock/contracts";
 import { Action } from "../auth/auth.ts";
 import { environmentResource, workspaceResource, type GatewayContext } from "../context.ts";
-import { NoQuery, parseWith, queryObject, readJsonBody, route, sendJson, type Route } from "../http/http.ts";
-import { QueryLimit } from "./sessions.ts";
-
-export const ListEnvironmentsQuery = z.object({ limit: QueryLimit, cursor: z.string().min(1).max(512).optional() }).strict();
+import type { Route } from "../http/http.ts";
 
 /**
  * Environment CRUD. Members create, get and list; only admins update and
@@ -14,21 +10,16 @@ export const ListEnvironmentsQuery = z.object({ limit: QueryLimit, cursor: z.str
  * not_found: the scheduler's keys embed the workspace.
  */
 export function environmentRoutes(ctx: GatewayContext): Route[] {
-  const { config } = ctx.deps;
   return [
-    route("POST", "/v1/environments", async ({ req, res, query }) => {
-      const scope = await ctx.authenticate(req);
-      parseWith(NoQuery, queryObject(query), "query");
+    ctx.serve(HttpApi.createEnvironment, async ({ caller: { scope }, body }) => {
       await ctx.authorizer.authorize(scope, Action.createEnvironment, workspaceResource(scope));
-      const body = parseWith(CreateEnvironmentBody, await readJsonBody(req, config.maxBodyBytes), "body");
-      if (body.secretRefs !== undefined && body.secretRefs.length > 0) await ctx.authorizer.authorize(scope, Action.grantSecrets, workspaceResource(scope));
-      const { environment } = await ctx.call(Api.createEnvironment, { scope, body });
-      sendJson(res, 201, environment);
+      const create = await body();
+      if (create.secretRefs !== undefined && create.secretRefs.length > 0) await ctx.authorizer.authorize(scope, Action.grantSecrets, workspaceResource(scope));
+      const { environment } = await ctx.call(Api.createEnvironment, { scope, body: create });
+      return { status: 201, body: environment };
     }),
 
-    route("GET", "/v1/environments", async ({ req, res, query }) => {
-      const scope = await ctx.authenticate(req);
-      const q = parseWith(ListEnvironmentsQuery, queryObject(query), "query");
+    ctx.serve(HttpApi.listEnvironments, async ({ caller: { scope }, query: q }) => {
       await ctx.authorizer.authorize(scope, Action.listEnvironments, workspaceResource(scope));
       const page = await ctx.call(Api.listEnvironments, {
         scope,
@@ -37,35 +28,28 @@ export function environmentRoutes(ctx: GatewayContext): Route[] {
       });
       // Defence in depth, as for sessions: never show another workspace's record.
       const environments = page.environments.filter((e) => e.workspaceId === scope.workspaceId);
-      sendJson(res, 200, { environments, ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) });
+      return { status: 200, body: { environments, ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) } };
     }),
 
-    route("GET", "/v1/environments/:id", async ({ req, res, params, query }) => {
-      const scope = await ctx.authenticate(req);
-      parseWith(NoQuery, queryObject(query), "query");
+    ctx.serve(HttpApi.getEnvironment, async ({ caller: { scope }, params }) => {
       const environment = await ctx.getEnvironment(scope, params.id);
       await ctx.authorizer.authorize(scope, Action.getEnvironment, environmentResource(environment));
-      sendJson(res, 200, environment);
+      return { status: 200, body: environment };
     }),
 
-    route("PATCH", "/v1/environments/:id", async ({ req, res, params, query }) => {
-      const scope = await ctx.authenticate(req);
-      parseWith(NoQuery, queryObject(query), "query");
-      const environmentId = parseWith(Id, params.id, "environment id");
-      const body = parseWith(UpdateEnvironmentBody, await readJsonBody(req, config.maxBodyBytes), "body");
-      const current = await ctx.getEnvironment(scope, environmentId);
+    ctx.serve(HttpApi.updateEnvironment, async ({ caller: { scope }, params, body }) => {
+      const patch = await body();
+      const current = await ctx.getEnvironment(scope, params.id);
       await ctx.authorizer.authorize(scope, Action.updateEnvironment, environmentResource(current));
-      const { environment } = await ctx.call(Api.updateEnvironment, { scope, environmentId: current.id, body });
-      sendJson(res, 200, environment);
+      const { environment } = await ctx.call(Api.updateEnvironment, { scope, environmentId: current.id, body: patch });
+      return { status: 200, body: environment };
     }),
 
-    route("DELETE", "/v1/environments/:id", async ({ req, res, params, query }) => {
-      const scope = await ctx.authenticate(req);
-      parseWith(NoQuery, queryObject(query), "query");
+    ctx.serve(HttpApi.deleteEnvironment, async ({ caller: { scope }, params }) => {
       const current = await ctx.getEnvironment(scope, params.id);
       await ctx.authorizer.authorize(scope, Action.deleteEnvironment, environmentResource(current));
       const { environment } = await ctx.call(Api.deleteEnvironment, { scope, environmentId: current.id });
-      sendJson(res, 200, environment);
+      return { status: 200, body: environment };
     }),
   ];
 }

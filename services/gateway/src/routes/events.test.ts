@@ -2,7 +2,7 @@ import { request as httpRequest, type IncomingMessage } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
 import { Subjects, ZERO_USAGE, type AuditEvent } from "@paddock/contracts";
-import { NDJSON } from "./events.ts";
+import { NDJSON } from "@paddock/contracts";
 import { api, expectError, makeSession, startHarness, TOKENS, WS1, WS2, type Harness } from "../testing/testkit.ts";
 
 let h: Harness;

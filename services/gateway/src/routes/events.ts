@@ -1,34 +1,12 @@
 import type { ServerResponse } from "node:http";
-import { z } from "zod";
 import { DeliverPolicy, jetstream, type ConsumerMessages } from "@nats-io/jetstream";
 import { decodeJson, PULL_OPTIONS } from "@paddock/bus";
-import { AuditEvent, Id, InvalidError, NotFoundError, PaddockError, Streams, Subjects, type Scope } from "@paddock/contracts";
+import { AuditEvent, HttpApi, LOG_CURSOR_HEADER, NDJSON, NotFoundError, PaddockError, Streams, Subjects, type Scope } from "@paddock/contracts";
 import { Action, type Principal } from "../auth/auth.ts";
 import { resolveApp, sessionResource, workspaceResource, type GatewayContext } from "../context.ts";
-import { parseWith, queryObject, route, type Route } from "../http/http.ts";
+import type { Route } from "../http/http.ts";
 import type { Reauthorize, StreamGuard } from "../auth/revocation.ts";
-import { QueryLimit } from "./sessions.ts";
 import { ChunkVerdict, exitCodeOf, judgeChunk, lastSeqOf, readRange } from "../terminal/termlog.ts";
-
-const QuerySeq = z
-  .string()
-  .regex(/^\d{1,15}$/, "must be a stream sequence")
-  .transform(Number)
-  .default(0);
-
-/** `follow=true`: stream NDJSON from `since`, then live, until the client goes away. */
-const QueryFollow = z.enum(["true", "false"], { message: 'must be "true" or "false"' }).transform((v) => v === "true").default(false);
-
-export const EventsQuery = z
-  .object({ sessionId: Id.optional(), since: QuerySeq, limit: QueryLimit, follow: QueryFollow })
-  .strict();
-
-/** Content type of `GET /v1/events?follow=true`: one AuditEvent JSON object per line. */
-export const NDJSON = "application/x-ndjson";
-export const LogQuery = z.object({ app: Id.optional(), since: QuerySeq }).strict();
-
-/** Response header of the log route: the cursor of the last chunk included (resume with ?since). */
-export const LOG_CURSOR_HEADER = "paddock-cursor";
 
 /** undefined for a session that is not there (its record is gone); any other error goes on. */
 function unlessGone(err: unknown): undefined {
@@ -132,12 +110,8 @@ export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
   };
 
   return [
-    route("GET", "/v1/events", async ({ req, res, query }) => {
-      const principal = await ctx.principal(req);
+    ctx.serve(HttpApi.listEvents, async ({ caller: principal, query: q, res }) => {
       const { scope } = principal;
-      const raw = queryObject(query);
-      const q = parseWith(EventsQuery, raw, "query");
-      if (q.follow && raw.limit !== undefined) throw new InvalidError("query: limit does not apply with follow=true");
       const { subject, reauthorize } = await auditSubject(scope, q.sessionId);
       if (q.follow) {
         await followEvents(principal, { subject, reauthorize }, q.since, res);
@@ -156,15 +130,10 @@ export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
         const event = decodeEvent(scope, m);
         if (event) events.push(event);
       }
-      const body = { events, ...(more ? { nextCursor: String(lastSeq) } : {}) };
-      const text = JSON.stringify(body);
-      res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(text), "cache-control": "no-store" });
-      res.end(text);
+      return { status: 200, body: { events, ...(more ? { nextCursor: String(lastSeq) } : {}) } };
     }),
 
-    route("GET", "/v1/sessions/:id/log", async ({ req, res, params, query }) => {
-      const scope = await ctx.authenticate(req);
-      const q = parseWith(LogQuery, queryObject(query), "query");
+    ctx.serve(HttpApi.readLog, async ({ caller: { scope }, params, query: q, res }) => {
       const session = await ctx.getSession(scope, params.id);
       await ctx.authorizer.authorize(scope, Action.readLog, sessionResource(session));
       const app = resolveApp(session, q.app);

@@ -1,72 +1,56 @@
-import { z } from "zod";
-import { Api, Id, type Scope, type Session } from "@paddock/contracts";
-import { Action } from "../auth/auth.ts";
+import { Api, HttpApi, type HttpRoute, type Session } from "@paddock/contracts";
+import { Action, type Principal } from "../auth/auth.ts";
 import { resolveApp, sessionResource, type GatewayContext } from "../context.ts";
-import { NoQuery, parseWith, queryObject, readJsonBody, readOptionalJsonBody, route, sendJson, type Route, type RouteContext } from "../http/http.ts";
-
-/** Body of POST /v1/sessions/:id/suspend: `warm` is required, nothing else is allowed. */
-export const SuspendBody = z.object({ warm: z.boolean() }).strict();
-
-/** Body of the lifecycle POSTs that take no fields: empty, or `{}`. */
-export const EmptyBody = z.object({}).strict();
+import type { Input, Route } from "../http/http.ts";
 
 /**
  * The session lifecycle routes: suspend, resume, snapshot, recycle and app
- * restart. Each: authenticate → validate (query, body, ids) → fetch the
+ * restart. Each: authenticate → validate (query, ids, body) → fetch the
  * session → authorize on the current membership (creator or admin) → act.
  */
 export function lifecycleRoutes(ctx: GatewayContext): Route[] {
-  const { config } = ctx.deps;
-
   /** The common prefix of every lifecycle route; answers the fetched, authorized session. */
-  const prepare = async <S extends z.ZodType>(
-    { req, params, query }: RouteContext,
-    action: Action,
-    bodySchema: S,
-    required: boolean,
-  ): Promise<{ scope: Scope; session: Session; body: z.infer<S> }> => {
-    const scope = await ctx.authenticate(req);
-    parseWith(NoQuery, queryObject(query), "query");
-    const sessionId = parseWith(Id, params.id, "session id");
-    const raw = required ? await readJsonBody(req, config.maxBodyBytes) : await readOptionalJsonBody(req, config.maxBodyBytes);
-    const body = parseWith(bodySchema, raw, "body");
-    const session = await ctx.getSession(scope, sessionId);
+  const prepare = async <R extends HttpRoute & { params: typeof HttpApi.resumeSession.params }>(input: Input<R, Principal>, action: Action): Promise<Session> => {
+    const { scope } = input.caller;
+    await input.body();
+    const session = await ctx.getSession(scope, input.params.id);
     await ctx.authorizer.authorize(scope, action, sessionResource(session));
-    return { scope, session, body };
+    return session;
   };
 
   return [
-    route("POST", "/v1/sessions/:id/suspend", async (rc) => {
-      const { scope, session, body } = await prepare(rc, Action.suspendSession, SuspendBody, true);
-      const r = await ctx.call(Api.suspendSession, { scope, sessionId: session.id, warm: body.warm });
-      sendJson(rc.res, 200, r.session);
+    ctx.serve(HttpApi.suspendSession, async (input) => {
+      const session = await prepare(input, Action.suspendSession);
+      const { warm } = await input.body();
+      const r = await ctx.call(Api.suspendSession, { scope: input.caller.scope, sessionId: session.id, warm });
+      return { status: 200, body: r.session };
     }),
 
-    route("POST", "/v1/sessions/:id/resume", async (rc) => {
-      const { scope, session } = await prepare(rc, Action.resumeSession, EmptyBody, false);
-      const r = await ctx.call(Api.resumeSession, { scope, sessionId: session.id });
-      sendJson(rc.res, 200, r.session);
+    ctx.serve(HttpApi.resumeSession, async (input) => {
+      const session = await prepare(input, Action.resumeSession);
+      const r = await ctx.call(Api.resumeSession, { scope: input.caller.scope, sessionId: session.id });
+      return { status: 200, body: r.session };
     }),
 
-    route("POST", "/v1/sessions/:id/snapshot", async (rc) => {
-      const { scope, session } = await prepare(rc, Action.snapshotSession, EmptyBody, false);
-      const r = await ctx.call(Api.snapshotSession, { scope, sessionId: session.id });
-      sendJson(rc.res, 200, r.checkpoint);
+    ctx.serve(HttpApi.snapshotSession, async (input) => {
+      const session = await prepare(input, Action.snapshotSession);
+      const r = await ctx.call(Api.snapshotSession, { scope: input.caller.scope, sessionId: session.id });
+      return { status: 200, body: r.checkpoint };
     }),
 
-    route("POST", "/v1/sessions/:id/recycle", async (rc) => {
-      const { scope, session } = await prepare(rc, Action.recycleSession, EmptyBody, false);
-      const r = await ctx.call(Api.recycleSession, { scope, sessionId: session.id });
-      sendJson(rc.res, 201, { released: r.released, session: r.session });
+    ctx.serve(HttpApi.recycleSession, async (input) => {
+      const session = await prepare(input, Action.recycleSession);
+      const r = await ctx.call(Api.recycleSession, { scope: input.caller.scope, sessionId: session.id });
+      return { status: 201, body: { released: r.released, session: r.session } };
     }),
 
-    route("POST", "/v1/sessions/:id/apps/:app/restart", async (rc) => {
-      const app = parseWith(Id, rc.params.app, "app");
-      const { scope, session } = await prepare(rc, Action.restartApp, EmptyBody, false);
+    ctx.serve(HttpApi.restartApp, async (input) => {
+      const session = await prepare(input, Action.restartApp);
+      const { app } = input.params;
       // After authorization: a caller who may not act learns nothing about the apps.
       resolveApp(session, app);
-      const r = await ctx.call(Api.restartApp, { scope, sessionId: session.id, app });
-      sendJson(rc.res, 200, r.session);
+      const r = await ctx.call(Api.restartApp, { scope: input.caller.scope, sessionId: session.id, app });
+      return { status: 200, body: r.session };
     }),
   ];
 }

@@ -1,18 +1,13 @@
-import { z } from "zod";
-import { Api, Id, MAX_PAGE_LIMIT, NotFoundError, type Runner, type Scope } from "@paddock/contracts";
+import { Api, HttpApi, MAX_PAGE_LIMIT, NotFoundError, RunnerState, type Runner, type Scope } from "@paddock/contracts";
 import { Action } from "../auth/auth.ts";
 import { workspaceResource, type GatewayContext } from "../context.ts";
-import { NoQuery, parseWith, queryObject, readOptionalJsonBody, route, sendJson, type Route } from "../http/http.ts";
-import { EmptyBody } from "./lifecycle.ts";
-import { QueryCursor, QueryLimit } from "./sessions.ts";
-
-export const ListRunnersQuery = z.object({ limit: QueryLimit, cursor: QueryCursor }).strict();
+import type { Route } from "../http/http.ts";
 
 /** The runner state each state-change route asks the scheduler for. */
 const STATE_ROUTES = [
-  ["drain", "draining"],
-  ["cordon", "cordoned"],
-  ["uncordon", "active"],
+  [HttpApi.drainRunner, RunnerState.draining],
+  [HttpApi.cordonRunner, RunnerState.cordoned],
+  [HttpApi.uncordonRunner, RunnerState.active],
 ] as const;
 
 /** A bound on the pages GET /v1/runners/:id walks (500 runners each): a looping cursor cannot hold a request forever. */
@@ -26,8 +21,6 @@ export const MAX_RUNNER_PAGES = 200;
  * scheduler's not_found, answered only to an admin.
  */
 export function runnerRoutes(ctx: GatewayContext): Route[] {
-  const { config } = ctx.deps;
-
   /** Walks listRunners pages until the runner is found; there is no get rpc. */
   const findRunner = async (scope: Scope, runnerId: string): Promise<Runner> => {
     let cursor: string | undefined;
@@ -42,35 +35,27 @@ export function runnerRoutes(ctx: GatewayContext): Route[] {
   };
 
   return [
-    route("GET", "/v1/runners", async ({ req, res, query }) => {
-      const scope = await ctx.authenticate(req);
-      const q = parseWith(ListRunnersQuery, queryObject(query), "query");
+    ctx.serve(HttpApi.listRunners, async ({ caller: { scope }, query: q }) => {
       await ctx.authorizer.authorize(scope, Action.listRunners, workspaceResource(scope));
       const page = await ctx.call(Api.listRunners, {
         scope,
         limit: q.limit,
         ...(q.cursor !== undefined ? { cursor: q.cursor } : {}),
       });
-      sendJson(res, 200, { runners: page.runners, ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) });
+      return { status: 200, body: { runners: page.runners, ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) } };
     }),
 
-    route("GET", "/v1/runners/:id", async ({ req, res, params, query }) => {
-      const scope = await ctx.authenticate(req);
-      parseWith(NoQuery, queryObject(query), "query");
-      const runnerId = parseWith(Id, params.id, "runner id");
+    ctx.serve(HttpApi.getRunner, async ({ caller: { scope }, params }) => {
       await ctx.authorizer.authorize(scope, Action.getRunner, workspaceResource(scope));
-      sendJson(res, 200, await findRunner(scope, runnerId));
+      return { status: 200, body: await findRunner(scope, params.id) };
     }),
 
-    ...STATE_ROUTES.map(([verb, state]) =>
-      route("POST", `/v1/runners/:id/${verb}`, async ({ req, res, params, query }) => {
-        const scope = await ctx.authenticate(req);
-        parseWith(NoQuery, queryObject(query), "query");
-        const runnerId = parseWith(Id, params.id, "runner id");
-        parseWith(EmptyBody, await readOptionalJsonBody(req, config.maxBodyBytes), "body");
+    ...STATE_ROUTES.map(([contract, state]) =>
+      ctx.serve(contract, async ({ caller: { scope }, params, body }) => {
+        await body();
         await ctx.authorizer.authorize(scope, Action.setRunnerState, workspaceResource(scope));
-        const { runner } = await ctx.call(Api.setRunnerState, { scope, runnerId, state });
-        sendJson(res, 200, runner);
+        const { runner } = await ctx.call(Api.setRunnerState, { scope, runnerId: params.id, state });
+        return { status: 200, body: runner };
       }),
     ),
   ];

@@ -1,10 +1,9 @@
-import type { ServerResponse } from "node:http";
 import type { KV } from "@nats-io/kv";
 import { SecretBox } from "@paddock/bus";
-import { Buckets, NotFoundError, PutSecretBody, SECRET_BODY_MAX_BYTES, SecretName, secretKey } from "@paddock/contracts";
+import { Buckets, HttpApi, NotFoundError, secretKey } from "@paddock/contracts";
 import { Action, lazyKv } from "../auth/auth.ts";
 import { workspaceResource, type GatewayContext } from "../context.ts";
-import { NoQuery, parseWith, queryObject, readJsonBody, route, sendJson, type Route } from "../http/http.ts";
+import type { Route } from "../http/http.ts";
 
 /**
  * The secret store's public face: PUT stores a value (admins), GET lists
@@ -15,10 +14,6 @@ import { NoQuery, parseWith, queryObject, readJsonBody, route, sendJson, type Ro
 export function secretRoutes(ctx: GatewayContext): Route[] {
   const secrets = lazyKv(ctx.deps.nc, Buckets.secrets);
   const box = new SecretBox(ctx.deps.config.secretsKey);
-  const noContent = (res: ServerResponse) => {
-    res.writeHead(204, { "cache-control": "no-store" });
-    res.end();
-  };
   const names = async (kv: KV, workspaceId: string): Promise<string[]> => {
     const out: string[] = [];
     const prefix = `${workspaceId}.`;
@@ -27,29 +22,21 @@ export function secretRoutes(ctx: GatewayContext): Route[] {
   };
 
   return [
-    route("PUT", "/v1/secrets/:name", async ({ req, res, params, query }) => {
-      const scope = await ctx.authenticate(req);
-      parseWith(NoQuery, queryObject(query), "query");
-      const name = parseWith(SecretName, params.name, "secret name");
-      const body = parseWith(PutSecretBody, await readJsonBody(req, SECRET_BODY_MAX_BYTES), "body");
+    ctx.serve(HttpApi.putSecret, async ({ caller: { scope }, params: { name }, body: readBody }) => {
+      const body = await readBody();
       await ctx.authorizer.authorize(scope, Action.putSecret, workspaceResource(scope));
       const key = secretKey(scope.workspaceId, name);
       await (await secrets()).put(key, box.seal(key, body.value));
-      noContent(res);
+      return { status: 204 };
     }),
 
-    route("GET", "/v1/secrets", async ({ req, res, query }) => {
-      const scope = await ctx.authenticate(req);
-      parseWith(NoQuery, queryObject(query), "query");
+    ctx.serve(HttpApi.listSecrets, async ({ caller: { scope } }) => {
       await ctx.authorizer.authorize(scope, Action.listSecrets, workspaceResource(scope));
       const list = await names(await secrets(), scope.workspaceId);
-      sendJson(res, 200, { secrets: list.map((name) => ({ name })) });
+      return { status: 200, body: { secrets: list.map((name) => ({ name })) } };
     }),
 
-    route("DELETE", "/v1/secrets/:name", async ({ req, res, params, query }) => {
-      const scope = await ctx.authenticate(req);
-      parseWith(NoQuery, queryObject(query), "query");
-      const name = parseWith(SecretName, params.name, "secret name");
+    ctx.serve(HttpApi.deleteSecret, async ({ caller: { scope }, params: { name } }) => {
       await ctx.authorizer.authorize(scope, Action.deleteSecret, workspaceResource(scope));
       const kv = await secrets();
       const key = secretKey(scope.workspaceId, name);
@@ -57,7 +44,7 @@ export function secretRoutes(ctx: GatewayContext): Route[] {
       if (!entry || entry.operation !== "PUT") throw new NotFoundError("secret");
       // Purge, not delete: no revision of the value is kept behind a marker.
       await kv.purge(key);
-      noContent(res);
+      return { status: 204 };
     }),
   ];
 }

@@ -1,49 +1,20 @@
-import { z } from "zod";
-import { Api, CreateSessionBody, DEFAULT_PAGE_LIMIT, Id, MAX_PAGE_LIMIT } from "@paddock/contracts";
+import { Api, HttpApi } from "@paddock/contracts";
 import { Action } from "../auth/auth.ts";
 import { sessionResource, workspaceResource, type GatewayContext } from "../context.ts";
-import { NoQuery, parseWith, queryObject, readJsonBody, route, sendJson, type Route } from "../http/http.ts";
-
-/**
- * A page limit in a query string: an integer ≥ 1, clamped to MAX_PAGE_LIMIT
- * (a larger one is not an error), DEFAULT_PAGE_LIMIT when absent.
- */
-export const QueryLimit = z
-  .string()
-  .regex(/^\d{1,15}$/, "must be an integer")
-  .transform(Number)
-  .pipe(z.number().int().min(1))
-  .transform((n) => Math.min(n, MAX_PAGE_LIMIT))
-  .default(DEFAULT_PAGE_LIMIT);
-
-export const QueryCursor = z.string().min(1).max(256).optional();
-
-const QueryBool = z
-  .enum(["true", "false"])
-  .transform((v) => v === "true")
-  .default(false);
-
-export const ListSessionsQuery = z
-  .object({ limit: QueryLimit, cursor: QueryCursor, includeTerminal: QueryBool, parentId: Id.optional() })
-  .strict();
+import type { Route } from "../http/http.ts";
 
 export function sessionRoutes(ctx: GatewayContext): Route[] {
-  const { config } = ctx.deps;
   return [
-    route("POST", "/v1/sessions", async ({ req, res, query }) => {
-      const { scope, tokenHash } = await ctx.principal(req);
-      parseWith(NoQuery, queryObject(query), "query");
+    ctx.serve(HttpApi.createSession, async ({ caller: { scope, tokenHash }, body }) => {
       await ctx.authorizer.authorize(scope, Action.createSession, workspaceResource(scope));
-      const body = parseWith(CreateSessionBody, await readJsonBody(req, config.maxBodyBytes), "body");
+      const create = await body();
       // Counted once the create is valid and allowed: a refused request spends nothing.
       ctx.creates.check(tokenHash, "session creates");
-      const { session, replayed } = await ctx.call(Api.createSession, { scope, body });
-      sendJson(res, replayed ? 200 : 201, session);
+      const { session, replayed } = await ctx.call(Api.createSession, { scope, body: create });
+      return { status: replayed ? 200 : 201, body: session };
     }),
 
-    route("GET", "/v1/sessions", async ({ req, res, query }) => {
-      const scope = await ctx.authenticate(req);
-      const q = parseWith(ListSessionsQuery, queryObject(query), "query");
+    ctx.serve(HttpApi.listSessions, async ({ caller: { scope }, query: q }) => {
       await ctx.authorizer.authorize(scope, Action.listSessions, workspaceResource(scope));
       const page = await ctx.call(Api.listSessions, {
         scope,
@@ -54,24 +25,20 @@ export function sessionRoutes(ctx: GatewayContext): Route[] {
       });
       // Defence in depth: the scheduler scopes by key; never show another workspace's record.
       const sessions = page.sessions.filter((s) => s.workspaceId === scope.workspaceId);
-      sendJson(res, 200, { sessions, ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) });
+      return { status: 200, body: { sessions, ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) } };
     }),
 
-    route("GET", "/v1/sessions/:id", async ({ req, res, params, query }) => {
-      const scope = await ctx.authenticate(req);
-      parseWith(NoQuery, queryObject(query), "query");
+    ctx.serve(HttpApi.getSession, async ({ caller: { scope }, params }) => {
       const session = await ctx.getSession(scope, params.id);
       await ctx.authorizer.authorize(scope, Action.getSession, sessionResource(session));
-      sendJson(res, 200, session);
+      return { status: 200, body: session };
     }),
 
-    route("DELETE", "/v1/sessions/:id", async ({ req, res, params, query }) => {
-      const scope = await ctx.authenticate(req);
-      parseWith(NoQuery, queryObject(query), "query");
+    ctx.serve(HttpApi.deleteSession, async ({ caller: { scope }, params }) => {
       const current = await ctx.getSession(scope, params.id);
       await ctx.authorizer.authorize(scope, Action.deleteSession, sessionResource(current));
       const { session } = await ctx.call(Api.deleteSession, { scope, sessionId: current.id });
-      sendJson(res, 200, session);
+      return { status: 200, body: session };
     }),
   ];
 }

@@ -3,29 +3,25 @@ import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { Objm, type ObjectStore } from "@nats-io/obj";
-import { z } from "zod";
 import { newSealKey, SealError, sealed, unsealed } from "@paddock/archive";
 import { callRpc } from "@paddock/bus";
 import {
   Api,
+  ARCHIVE_CONTENT_TYPE,
   ConflictError,
-  Id,
+  HttpApi,
   ObjectStores,
   TooLargeError,
   transferObjectName,
   transferRef,
   UnavailableError,
-  WorkspacePath,
   workspaceRpcs,
   type Scope,
   type Session,
 } from "@paddock/contracts";
 import { Action } from "../auth/auth.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
-import { NoQuery, parseWith, queryObject, route, sendJson, type Route, type RouteContext } from "../http/http.ts";
-
-/** `?path=`: workspace-relative, the workspace itself when absent. */
-export const WorkspaceQuery = z.object({ path: WorkspacePath.optional() }).strict();
+import type { Route } from "../http/http.ts";
 
 /** States in which the session has a sandbox on a runner to read or write. */
 const LIVE: ReadonlySet<Session["state"]> = new Set(["running", "suspended_warm"]);
@@ -82,14 +78,6 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
   };
   const rpcOpts = { timeoutMs: config.workspaceRpcTimeoutMs };
 
-  /** Authenticate, then validate the id and `?path`. */
-  const prepare = async ({ req, params }: RouteContext, rawQuery: Record<string, string>) => {
-    const scope: Scope = await ctx.authenticate(req);
-    const sessionId = parseWith(Id, params.id, "session id");
-    const query = parseWith(WorkspaceQuery, rawQuery, "query");
-    return { scope, sessionId, path: query.path ?? "" };
-  };
-
   const authorized = async (scope: Scope, sessionId: string, action: Action) => {
     const session = await ctx.getSession(scope, sessionId);
     await ctx.authorizer.authorize(scope, action, sessionResource(session));
@@ -108,29 +96,29 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
   };
 
   return [
-    route("PUT", "/v1/sessions/:id/workspace", async (rc) => {
-      const { scope, sessionId, path } = await prepare(rc, queryObject(rc.query));
-      const declared = rc.req.headers["content-length"];
+    ctx.serve(HttpApi.pushWorkspace, async ({ caller: { scope }, params, query, req }) => {
+      const path = query.path ?? "";
+      const declared = req.headers["content-length"];
       if (declared !== undefined && Number(declared) > config.maxUploadBytes) throw new TooLargeError(`upload exceeds ${config.maxUploadBytes} bytes`);
-      const { session, rpcs } = await authorized(scope, sessionId, Action.pushWorkspace);
+      const { session, rpcs } = await authorized(scope, params.id, Action.pushWorkspace);
       const transferId = ctx.deps.newId();
       const name = transferObjectName(session.workspaceId, session.id, transferId);
       const key = newSealKey();
       try {
-        const body = sealed(Readable.fromWeb(boundedBody(rc.req, config.maxUploadBytes) as NodeWebReadableStream<Uint8Array>), key, transferRef(name));
+        const body = sealed(Readable.fromWeb(boundedBody(req, config.maxUploadBytes) as NodeWebReadableStream<Uint8Array>), key, transferRef(name));
         await (await transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
         const reply = await callRpc(ctx.deps.nc, rpcs.push, { ...target(session), path, transferId, sealKey: key.toString("base64") }, rpcOpts);
         // The push is a fact: committed on the record (one audit event) before the client is told.
         await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "push" }, { timeoutMs: config.rpcTimeoutMs });
-        sendJson(rc.res, 200, reply);
+        return { status: 200, body: reply };
       } finally {
         await removeQuietly(name);
       }
     }),
 
-    route("GET", "/v1/sessions/:id/workspace", async (rc) => {
-      const { scope, sessionId, path } = await prepare(rc, queryObject(rc.query));
-      const { session, rpcs } = await authorized(scope, sessionId, Action.pullWorkspace);
+    ctx.serve(HttpApi.pullWorkspace, async ({ caller: { scope }, params, query, res }) => {
+      const path = query.path ?? "";
+      const { session, rpcs } = await authorized(scope, params.id, Action.pullWorkspace);
       const transferId = ctx.deps.newId();
       const name = transferObjectName(session.workspaceId, session.id, transferId);
       const key = newSealKey();
@@ -139,28 +127,25 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
         const got = await (await transfers()).get(name);
         if (!got) throw new UnavailableError("the runner's archive is gone; retry");
         await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "pull" }, { timeoutMs: config.rpcTimeoutMs });
-        rc.res.writeHead(200, { "content-type": "application/gzip", "content-length": String(size), "cache-control": "no-store" });
+        res.writeHead(200, { "content-type": ARCHIVE_CONTENT_TYPE, "content-length": String(size), "cache-control": "no-store" });
         try {
-          await pipeline(unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), key, transferRef(name)), rc.res);
+          await pipeline(unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), key, transferRef(name)), res);
         } catch (err) {
           // The object did not open (replaced or cut in the store), or the client left: it must not keep half an archive.
           if (err instanceof SealError) ctx.deps.log.warn({ err, sessionId: session.id }, "pulled archive did not open; response aborted");
-          rc.res.destroy();
+          res.destroy();
           return;
         }
         // A digest mismatch is only known at the end: the client must not keep a corrupt archive.
-        if (await got.error) rc.res.destroy();
+        if (await got.error) res.destroy();
       } finally {
         await removeQuietly(name);
       }
     }),
 
-    route("GET", "/v1/sessions/:id/diff", async (rc) => {
-      const scope = await ctx.authenticate(rc.req);
-      const sessionId = parseWith(Id, rc.params.id, "session id");
-      parseWith(NoQuery, queryObject(rc.query), "query");
-      const { session, rpcs } = await authorized(scope, sessionId, Action.readDiff);
-      sendJson(rc.res, 200, await callRpc(ctx.deps.nc, rpcs.diff, target(session), rpcOpts));
+    ctx.serve(HttpApi.readDiff, async ({ caller: { scope }, params }) => {
+      const { session, rpcs } = await authorized(scope, params.id, Action.readDiff);
+      return { status: 200, body: await callRpc(ctx.deps.nc, rpcs.diff, target(session), rpcOpts) };
     }),
   ];
 }

@@ -5,6 +5,8 @@ import { WebSocketServer } from "ws";
 import {
   Api,
   AttachQuery,
+  HttpApi,
+  pathPattern,
   ForbiddenError,
   Headers,
   Id,
@@ -29,7 +31,9 @@ import { consumeTicket } from "../auth/tokens.ts";
 import { lastSeqOf } from "./termlog.ts";
 
 const KEEPALIVE_MS = 30_000;
-const TERMINAL_PATH = /^\/v1\/sessions\/([^/]+)\/terminal$/;
+/** The contract route this upgrade serves (its query is AttachQuery). */
+export const TERMINAL_ROUTE = HttpApi.attachTerminal;
+const TERMINAL_PATH = pathPattern(TERMINAL_ROUTE.path);
 
 /** Serves GET /v1/sessions/:id/terminal: every check happens before the upgrade is accepted. */
 export class TerminalHub {
@@ -94,7 +98,7 @@ export class TerminalHub {
   private async prepare(req: IncomingMessage): Promise<AttachGrant> {
     const url = new URL(req.url ?? "/", "http://gateway");
     const m = TERMINAL_PATH.exec(url.pathname);
-    if (!m || req.method !== "GET") throw new NotFoundError("endpoint");
+    if (!m || req.method !== TERMINAL_ROUTE.method) throw new NotFoundError("endpoint");
     // A browser page may only open a terminal from an allowed origin (the cookie-less
     // ticket still must not be usable from any site that gets hold of one).
     const origin = req.headers.origin;
