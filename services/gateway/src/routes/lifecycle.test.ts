@@ -61,6 +61,15 @@ describe("lifecycle routes: what each answers", () => {
     expect(Object.keys(r.json).sort()).toEqual(["released", "session"]);
   });
 
+  it("a transition the state machine forbids is the scheduler's conflict (409) and changes nothing", async () => {
+    const id = fresh();
+    h.scheduler.put({ ...makeSession({ id, workspaceId: WS1, creatorId: "alice" }), state: "destroyed" });
+    const r = await api(h.url, "POST", `/v1/sessions/${id}/suspend`, { token: TOKENS.alice, body: body({ warm: false }) });
+    expectError(r, 409, "conflict");
+    const after = await api(h.url, "GET", `/v1/sessions/${id}`, { token: TOKENS.alice });
+    expect(after.json).toMatchObject({ id, state: "destroyed" });
+  });
+
   it("restart answers the session; an app the session does not run is not_found", async () => {
     const id = fresh();
     const r = await api(h.url, "POST", `/v1/sessions/${id}/apps/web/restart`, { token: TOKENS.alice });

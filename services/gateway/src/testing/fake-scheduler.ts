@@ -1,7 +1,9 @@
 /**
  * A stand-in for the scheduler's Api rpcs for the gateway tests: in-memory
  * records, every call recorded. It answers like the scheduler's contract, not
- * its policy: state checks are the scheduler's business. Used by *.test.ts only.
+ * its policy: a state change the contract forbids (canTransition) is a
+ * conflict, a PATCH is the contract's applyEnvironmentPatch; placement, quotas
+ * and runner checks are the scheduler's business. Used by *.test.ts only.
  */
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { createBusMetrics, serveRpc } from "@paddock/bus";
@@ -9,12 +11,15 @@ import type { z } from "zod";
 import {
   Api,
   applyEnvironmentPatch,
+  canTransition,
+  ConflictError,
   NotFoundError,
   type Environment,
   type Rpc,
   type Runner,
   type Scope,
   type Session,
+  type SessionState,
 } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
 import { FIXTURE_NOW, makeEnvironment, makeRunner, makeSession } from "@paddock/testing";
@@ -85,9 +90,11 @@ export class FakeScheduler {
         const all = [...this.sessions.values()].filter((s) => s.workspaceId === req.scope.workspaceId);
         return { sessions: all.slice(0, req.limit), ...(all.length > req.limit ? { nextCursor: "next" } : {}) };
       }),
-      serve("delete", Api.deleteSession, (req) => ({
-        session: this.put({ ...get(req.scope, req.sessionId), state: "destroyed" }),
-      })),
+      serve("delete", Api.deleteSession, (req) => {
+        const s = get(req.scope, req.sessionId);
+        // Not started yet: canceled; otherwise torn down.
+        return { session: this.moveTo(s, canTransition(s.state, "canceled") ? "canceled" : "destroyed") };
+      }),
       serve("attach", Api.attachSession, (req) => {
         const s = get(req.scope, req.sessionId);
         const granted = req.mode === "viewer" ? s : this.put({ ...s, controllerGeneration: s.controllerGeneration + 1 });
@@ -95,11 +102,11 @@ export class FakeScheduler {
         return { session: granted };
       }),
       serve("suspend", Api.suspendSession, (req) => ({
-        session: this.put({ ...get(req.scope, req.sessionId), state: req.warm ? "suspended_warm" : "suspended_cold" }),
+        session: this.moveTo(get(req.scope, req.sessionId), req.warm ? "suspended_warm" : "suspended_cold"),
       })),
       serve("resume", Api.resumeSession, (req) => {
         const s = get(req.scope, req.sessionId);
-        return { session: this.put({ ...s, state: s.state === "suspended_cold" ? "queued" : "running" }) };
+        return { session: this.moveTo(s, s.state === "suspended_cold" ? "queued" : "running") };
       }),
       serve("snapshot", Api.snapshotSession, (req) => {
         const s = get(req.scope, req.sessionId);
@@ -108,7 +115,7 @@ export class FakeScheduler {
       }),
       serve("recycle", Api.recycleSession, (req) => {
         const s = get(req.scope, req.sessionId);
-        const released = this.put({ ...s, state: "destroyed" });
+        const released = this.moveTo(s, "destroyed");
         const fresh = this.put(makeSession({ id: `s${++this.n}`, workspaceId: s.workspaceId, creatorId: s.creatorId, spec: s.spec, state: "queued" }));
         return { released, session: fresh };
       }),
@@ -156,6 +163,13 @@ export class FakeScheduler {
   stop(): void {
     for (const s of this.subs) s.unsubscribe();
     this.subs = [];
+  }
+
+  /** A state change, if the contract allows it (the scheduler answers the same conflict); the same state is a no-op. */
+  moveTo(s: Session, to: SessionState): Session {
+    if (s.state === to) return s;
+    if (!canTransition(s.state, to)) throw new ConflictError(`session ${s.id} cannot go from ${s.state} to ${to}`);
+    return this.put({ ...s, state: to });
   }
 
   put(s: Session): Session {
