@@ -1,5 +1,5 @@
 import { z } from "zod";
-import type { ErrorCode } from "../errors.ts";
+import { describeZodError, type ErrorCode } from "../errors.ts";
 
 /**
  * One HTTP route of the public API, defined once: the gateway registers its
@@ -141,4 +141,26 @@ export function fillPath(path: string, params: Readonly<Record<string, string | 
 /** `GET /v1/sessions/:id`: a route's name (metric label, docs heading). */
 export function routeName(r: Pick<HttpRoute, "method" | "path">): string {
   return `${r.method} ${r.path}`;
+}
+
+/** A request's input parsed by its route's schemas, or where and why it is invalid (the gateway's 400 message). */
+export function parseHttpInput(
+  route: HttpRoute,
+  raw: { params: Record<string, string>; query: URLSearchParams; bodyText?: string },
+): { ok: true; params: unknown; query: unknown; body: unknown } | { ok: false; message: string } {
+  const params = route.params.safeParse(raw.params);
+  if (!params.success) return { ok: false, message: `path: ${describeZodError(params.error)}` };
+  const query = route.query.safeParse(Object.fromEntries(raw.query));
+  if (!query.success) return { ok: false, message: `query: ${describeZodError(query.error)}` };
+  if (route.body.kind !== "json") return { ok: true, params: params.data, query: query.data, body: undefined };
+  const text = raw.bodyText ?? "";
+  let json: unknown;
+  try {
+    json = text === "" && route.body.optional ? {} : (JSON.parse(text) as unknown);
+  } catch {
+    return { ok: false, message: "body is not valid JSON" };
+  }
+  const body = route.body.schema.safeParse(json);
+  if (!body.success) return { ok: false, message: `body: ${describeZodError(body.error)}` };
+  return { ok: true, params: params.data, query: query.data, body: body.data };
 }

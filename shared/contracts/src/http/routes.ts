@@ -8,7 +8,7 @@ import { Checkpoint, CreateSessionBody, Session } from "../session.ts";
 import { AttachQuery, ServerFrame } from "../terminal.ts";
 import { AttachTicket, AttachTicketBody, CreatedToken, CreateTokenBody, TokenInfo, TokenList } from "../tokens.ts";
 import { WorkspaceDiffReply, WorkspacePath, WorkspacePushReply } from "../workspace.ts";
-import { EmptyBody, httpRoute, json, jsonBody, type HttpRoute } from "./route.ts";
+import { EmptyBody, httpRoute, json, jsonBody, pathParamNames, pathPattern, type HttpRoute } from "./route.ts";
 import { QueryBool, QueryCursor, QueryLimit, QueryLimitValue, QuerySeq } from "./query.ts";
 import { DEFAULT_PAGE_LIMIT } from "../api.ts";
 
@@ -315,3 +315,18 @@ export const HealthRoutes = {
     errors: ["unavailable"],
   }),
 } as const satisfies Record<string, HttpRoute>;
+
+/** The contract route a request is for, with its raw path parameters; undefined when none matches. */
+export function findHttpRoute(method: string, pathname: string): { name: HttpRouteName; route: HttpRoute; params: Record<string, string> } | undefined {
+  for (const [name, route] of Object.entries(HttpApi) as Array<[HttpRouteName, HttpRoute]>) {
+    if (route.method !== method) continue;
+    const m = pathPattern(route.path).exec(pathname);
+    if (!m) continue;
+    const params: Record<string, string> = {};
+    pathParamNames(route.path).forEach((p, i) => {
+      params[p] = decodeURIComponent(m[i + 1] ?? "");
+    });
+    return { name, route, params };
+  }
+  return undefined;
+}
