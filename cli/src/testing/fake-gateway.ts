@@ -18,6 +18,7 @@ import {
   isTerminal,
   NDJSON,
   parseHttpInput,
+  type AttachMode,
   type AuditEvent,
   type BodyOf,
   type ErrorBody,
@@ -39,7 +40,7 @@ export interface FakeTerminal {
   readonly input: Buffer[];
   readonly resizes: Array<{ cols: number; rows: number }>;
   /** Open terminal sockets and their mode. */
-  readonly sockets: Map<WebSocket, "viewer" | "controller">;
+  readonly sockets: Map<WebSocket, AttachMode>;
   emit(text: string): void;
   exit(code: number | null): void;
 }

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { ErrorBody } from "./errors.ts";
-import { Runner } from "./fleet.ts";
+import { Runner, SettableRunnerState } from "./fleet.ts";
 import { Id } from "./ids.ts";
 import { Scope } from "./auth.ts";
 import { CreateEnvironmentBody, Environment, UpdateEnvironmentBody } from "./environment.ts";
@@ -154,7 +154,7 @@ export const Api = {
   setRunnerState: rpc(
     "runners",
     "set_state",
-    z.object({ scope: Scope, runnerId: Id, state: z.enum(["active", "draining", "cordoned"]) }).strict(),
+    z.object({ scope: Scope, runnerId: Id, state: SettableRunnerState }).strict(),
     z.object({ runner: Runner }).strict(),
   ),
   listRunners: rpc(
