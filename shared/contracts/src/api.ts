@@ -7,13 +7,10 @@ import { CreateEnvironmentBody, Environment, UpdateEnvironmentBody } from "./env
 import { Checkpoint, CreateSessionBody, Session } from "./session.ts";
 import { AttachMode } from "./terminal.ts";
 import { Subjects } from "./names.ts";
+import type { Rpc } from "./rpc.ts";
+import { TransferDirection } from "./workspace.ts";
 
-/** One request/reply operation on the bus: its subject and both schemas. */
-export interface Rpc<Req extends z.ZodType, Res extends z.ZodType> {
-  readonly subject: string;
-  readonly request: Req;
-  readonly result: Res;
-}
+export type { Rpc } from "./rpc.ts";
 
 function rpc<Req extends z.ZodType, Res extends z.ZodType>(
   resource: string,
@@ -108,7 +105,7 @@ export const Api = {
   recordTransfer: rpc(
     "sessions",
     "record_transfer",
-    z.object({ scope: Scope, sessionId: Id, direction: z.enum(["push", "pull"]) }).strict(),
+    z.object({ scope: Scope, sessionId: Id, direction: TransferDirection }).strict(),
     z.object({ session: Session }).strict(),
   ),
   /** Starts the next generation of one app. */

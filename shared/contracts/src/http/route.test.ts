@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { RunnerState, RunnerStateSchema, SettableRunnerState } from "../fleet.ts";
+import { TransferDirection, WorkspaceOps } from "../workspace.ts";
 import { fillPath, parseHttpInput, pathParamNames, pathPattern, routeName } from "./route.ts";
 import { findHttpRoute, HttpApi } from "./routes.ts";
 
@@ -39,5 +40,6 @@ describe("HTTP contract helpers", () => {
   it("enum schemas are built from their `as const` objects: no twin list", () => {
     expect(RunnerStateSchema.options.sort()).toEqual(Object.values(RunnerState).sort());
     expect(SettableRunnerState.options.sort()).toEqual(["active", "cordoned", "draining"]);
+    expect(TransferDirection.options).toEqual(WorkspaceOps.filter((op) => op !== "diff"));
   });
 });
