@@ -10,6 +10,7 @@ import {
   NotFoundError,
   randomId,
   TICKET_PREFIX,
+  TicketValue,
   TOKEN_PREFIX,
   TokenIndexEntry,
   TokenRecord,
@@ -145,8 +146,6 @@ export function tokenRoutes(ctx: GatewayContext): Route[] {
   ];
 }
 
-const TICKET_SHAPE = /^pdt_[A-Za-z0-9_-]{43}$/;
-
 /**
  * Spends an attach ticket: the first use deletes it (a CAS on its revision, so
  * two concurrent uses race to one winner), later ones are unauthenticated. Then
@@ -160,7 +159,7 @@ export async function consumeTicket(
 ): Promise<{ principal: Principal; mode: AttachMode }> {
   // The one answer of every token failure (auth.ts): nothing tells which check failed.
   const refused = () => new UnauthenticatedError();
-  if (!TICKET_SHAPE.test(ticket)) throw refused();
+  if (!TicketValue.safeParse(ticket).success) throw refused();
   const kv = await ctx.tokens();
   const key = ticketKey(ticket);
   const entry = await kv.get(key);
