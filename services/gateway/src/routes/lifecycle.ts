@@ -1,7 +1,7 @@
-import { Api, HttpApi, type HttpRoute, type Session } from "@paddock/contracts";
+import { Api, HttpApi, type Session } from "@paddock/contracts";
 import { Action, type Principal } from "../auth/auth.ts";
 import { resolveApp, sessionResource, type GatewayContext } from "../context.ts";
-import type { Input, Route } from "../http/http.ts";
+import type { Route } from "../http/http.ts";
 
 /**
  * The session lifecycle routes: suspend, resume, snapshot, recycle and app
@@ -10,7 +10,7 @@ import type { Input, Route } from "../http/http.ts";
  */
 export function lifecycleRoutes(ctx: GatewayContext): Route[] {
   /** The common prefix of every lifecycle route; answers the fetched, authorized session. */
-  const prepare = async <R extends HttpRoute & { params: typeof HttpApi.resumeSession.params }>(input: Input<R, Principal>, action: Action): Promise<Session> => {
+  const prepare = async (input: { caller: Principal; params: { id: string }; body: () => Promise<unknown> }, action: Action): Promise<Session> => {
     const { scope } = input.caller;
     await input.body();
     const session = await ctx.getSession(scope, input.params.id);
