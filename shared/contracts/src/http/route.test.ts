@@ -31,6 +31,8 @@ describe("HTTP contract helpers", () => {
     expect(parseHttpInput(route, { params: {}, query: new URLSearchParams("follow=true") })).toMatchObject({ ok: true, query: { follow: true, since: 0, limit: 50 } });
     expect(parseHttpInput(route, { params: {}, query: new URLSearchParams("limit=9999") })).toMatchObject({ ok: true, query: { limit: 500 } });
     expect(parseHttpInput(route, { params: {}, query: new URLSearchParams("zz=1") })).toMatchObject({ ok: false });
+    expect(parseHttpInput(route, { params: {}, query: new URLSearchParams("since=1&since=2") })).toEqual({ ok: false, message: "query: since given more than once" });
+    expect(findHttpRoute("GET", "/v1/sessions/%ZZ")).toMatchObject({ name: "getSession", params: { id: "%ZZ" } });
     const suspend = HttpApi.suspendSession;
     expect(parseHttpInput(suspend, { params: { id: "s1" }, query: new URLSearchParams(), bodyText: "" })).toEqual({ ok: false, message: "body is not valid JSON" });
     expect(parseHttpInput(HttpApi.resumeSession, { params: { id: "s1" }, query: new URLSearchParams(), bodyText: "" })).toMatchObject({ ok: true, body: {} });

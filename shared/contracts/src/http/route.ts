@@ -150,6 +150,9 @@ export function parseHttpInput(
 ): { ok: true; params: unknown; query: unknown; body: unknown } | { ok: false; message: string } {
   const params = route.params.safeParse(raw.params);
   if (!params.success) return { ok: false, message: `path: ${describeZodError(params.error)}` };
+  const keys = [...raw.query.keys()];
+  const repeated = keys.find((k, i) => keys.indexOf(k) !== i);
+  if (repeated !== undefined) return { ok: false, message: `query: ${repeated} given more than once` };
   const query = route.query.safeParse(Object.fromEntries(raw.query));
   if (!query.success) return { ok: false, message: `query: ${describeZodError(query.error)}` };
   if (route.body.kind !== "json") return { ok: true, params: params.data, query: query.data, body: undefined };

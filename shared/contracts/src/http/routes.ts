@@ -324,7 +324,12 @@ export function findHttpRoute(method: string, pathname: string): { name: HttpRou
     if (!m) continue;
     const params: Record<string, string> = {};
     pathParamNames(route.path).forEach((p, i) => {
-      params[p] = decodeURIComponent(m[i + 1] ?? "");
+      const value = m[i + 1] ?? "";
+      try {
+        params[p] = decodeURIComponent(value);
+      } catch {
+        params[p] = value; // not decodable: the route's schema refuses it
+      }
     });
     return { name, route, params };
   }
