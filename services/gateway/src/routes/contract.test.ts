@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { fillPath, HealthRoutes, HttpApi, pathParamNames, routeName, type HttpRoute } from "@paddock/contracts";
-import { api, expectError, openTerminal, TOKENS, useHarness } from "../testing/testkit.ts";
+import { api, expectError, makeEnvironment, makeSession, openTerminal, RUNNER, TOKENS, useHarness, WS1 } from "../testing/testkit.ts";
 
 /*
  * The gateway serves exactly the routes of the HTTP contract: the names its
@@ -41,5 +41,27 @@ describe("the HTTP contract is what the gateway serves", () => {
       expect(res.status, routeName(r)).toBe(400);
       expect(res.json?.error?.code, routeName(r)).toBe("invalid");
     }
+  });
+
+  it("the gateway's JSON answers parse with the contract's response schemas (what the CLI parses them with)", async () => {
+    h.scheduler.put(makeSession({ id: "cs1", workspaceId: WS1, creatorId: "alice" }));
+    h.scheduler.putEnv(makeEnvironment({ id: "ce1", workspaceId: WS1, name: "contract-env" }));
+    const ids: Record<string, string> = { sessions: "cs1", environments: "ce1", runners: RUNNER.id };
+    let checked = 0;
+    for (const r of Object.values(HttpApi) as readonly HttpRoute[]) {
+      if (r === HttpApi.readDiff) continue; // answered by the session's runner, which this harness has not
+      const answer = r.responses.find((x) => x.kind === "json");
+      // GETs only: they change nothing, and every one answers from what the fake scheduler holds.
+      if (r.method !== "GET" || !answer || answer.kind !== "json") continue;
+      const names = pathParamNames(r.path);
+      if (names.some((n) => n !== "id")) continue;
+      const path = names.length ? fillPath(r.path, { id: ids[r.path.split("/")[2] ?? ""] ?? "x" }) : r.path;
+      const res = await api(h.url, "GET", path, { token: TOKENS.admin });
+      expect(res.status, routeName(r)).toBe(200);
+      const parsed = answer.schema.safeParse(res.json);
+      expect(parsed.success, `${routeName(r)}: ${parsed.success ? "" : parsed.error.message}`).toBe(true);
+      checked += 1;
+    }
+    expect(checked).toBeGreaterThanOrEqual(8);
   });
 });
