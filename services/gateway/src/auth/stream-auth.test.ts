@@ -7,20 +7,14 @@
  */
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { Kvm } from "@nats-io/kv";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Buckets, CLOSE_REVOKED } from "@paddock/contracts";
 import { memberKey, seedMember, seedToken } from "./auth.ts";
-import { api, makeSession, NOW, openOk, publishChunk, startHarness, TOKENS, WS1, type Harness, type WsClient } from "../testing/testkit.ts";
+import { api, makeSession, NOW, openOk, publishChunk, useHarness, TOKENS, WS1, type WsClient } from "../testing/testkit.ts";
 
-let h: Harness;
 let n = 0;
 
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => {
-  await h.stop();
-});
+const h = useHarness();
 
 /** A fresh user with a token and a membership of WS1. */
 async function user(role: "member" | "admin"): Promise<{ actor: string; token: string }> {

@@ -12,6 +12,7 @@ import {
   openOk,
   openTerminal,
   startHarness,
+  useHarness,
   TOKENS,
   WS1,
   WS2,
@@ -21,15 +22,9 @@ import {
 const json = (v: unknown) => JSON.stringify(v);
 let clock = NOW;
 const timers = new ManualAfter();
-let h: Harness;
 let n = 0;
 
-beforeAll(async () => {
-  h = await startHarness({ now: () => clock, after: timers.after, config: { allowedOrigins: ["https://app.example"] } });
-});
-afterAll(async () => {
-  await h.stop();
-});
+const h = useHarness({ now: () => clock, after: timers.after, config: { allowedOrigins: ["https://app.example"] } });
 
 /** A fresh running session of alice's in WS1. */
 function newSession(workspaceId = WS1, creatorId = "alice"): string {

@@ -1,7 +1,8 @@
 import { request as httpRequest } from "node:http";
 import { describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
-import { Buckets, MAX_JSON_DEPTH, Streams, Subjects, ZERO_USAGE, type AuditEvent } from "@paddock/contracts";
+import { Buckets, MAX_JSON_DEPTH, Streams, Subjects, type AuditEvent } from "@paddock/contracts";
+import { makeAuditEvent } from "@paddock/testing";
 import { Kvm } from "@nats-io/kv";
 import { memberKey, seedMember, seedToken } from "../auth/auth.ts";
 import { LOG_CURSOR_HEADER } from "@paddock/contracts";
@@ -297,16 +298,7 @@ describe("GET /v1/sessions/:id/log", () => {
 });
 
 describe("GET /v1/events", () => {
-  const event = (id: string, ws: string, sessionId: string): AuditEvent => ({
-    id,
-    workspaceId: ws,
-    actorId: "alice",
-    action: "create",
-    resource: { kind: "session", workspaceId: ws, id: sessionId, creatorId: "alice" },
-    at: 1,
-    usage: ZERO_USAGE,
-    placementGeneration: 0,
-  });
+  const event = (id: string, ws: string, sessionId: string) => makeAuditEvent({ id, workspaceId: ws, sessionId });
 
   it("pages a workspace's events and one session's, skipping malformed ones", async () => {
     const js = jetstream(h.nc);

@@ -1,28 +1,14 @@
 import { request as httpRequest, type IncomingMessage } from "node:http";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
-import { Subjects, ZERO_USAGE, type AuditEvent } from "@paddock/contracts";
+import { Subjects, type AuditEvent } from "@paddock/contracts";
+import { makeAuditEvent } from "@paddock/testing";
 import { NDJSON } from "@paddock/contracts";
-import { api, expectError, makeSession, startHarness, TOKENS, WS1, WS2, type Harness } from "../testing/testkit.ts";
+import { api, expectError, makeSession, useHarness, TOKENS, WS1, WS2 } from "../testing/testkit.ts";
 
-let h: Harness;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => {
-  await h.stop();
-});
+const h = useHarness();
 
-const event = (id: string, ws: string, sessionId: string): AuditEvent => ({
-  id,
-  workspaceId: ws,
-  actorId: "alice",
-  action: "create",
-  resource: { kind: "session", workspaceId: ws, id: sessionId, creatorId: "alice" },
-  at: 1,
-  usage: ZERO_USAGE,
-  placementGeneration: 0,
-});
+const event = (id: string, ws: string, sessionId: string) => makeAuditEvent({ id, workspaceId: ws, sessionId });
 
 /** An open follow stream: events as they arrive, with a way to wait for n of them. */
 interface Follow {

@@ -1,18 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { decodeJson } from "@paddock/bus";
 import { Presence, Subjects } from "@paddock/contracts";
-import { Collector, makeSession, ManualEvery, openOk, startHarness, TOKENS, WS1, type Harness } from "../testing/testkit.ts";
+import { Collector, makeSession, ManualEvery, openOk, useHarness, TOKENS, WS1 } from "../testing/testkit.ts";
 
 const INTERVAL = 1234;
 const every = new ManualEvery();
-let h: Harness;
 let n = 0;
-beforeAll(async () => {
-  h = await startHarness({ every: every.every, config: { presenceIntervalMs: INTERVAL } });
-});
-afterAll(async () => {
-  await h.stop();
-});
+const h = useHarness({ every: every.every, config: { presenceIntervalMs: INTERVAL } });
 
 function newSession(): string {
   const id = `p${++n}`;

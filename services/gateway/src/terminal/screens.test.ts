@@ -3,21 +3,15 @@
  * as is, or with the chunks after it rendered on top; checkpoints that do
  * not stand for the placement's log are never used, and counted.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
 import { headers } from "@nats-io/transport-node";
 import { Headers, MAX_SCREEN_CHECKPOINT_BYTES, Subjects } from "@paddock/contracts";
 import { ScreenEmulator, screenSize } from "@paddock/screen";
-import { makeSession, openOk, publishChunk, RUNNER, startHarness, TOKENS, WS1, type Harness, type WsClient } from "../testing/testkit.ts";
+import { makeSession, openOk, publishChunk, RUNNER, useHarness, TOKENS, WS1, type WsClient } from "../testing/testkit.ts";
 
-let h: Harness;
 let n = 0;
-beforeAll(async () => {
-  h = await startHarness();
-});
-afterAll(async () => {
-  await h.stop();
-});
+const h = useHarness();
 
 function newSession(placementGeneration = 1): string {
   const id = `scr${++n}`;

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { CLOSE_SLOW_CLIENT, CLOSE_SUPERSEDED, Headers, INPUT_WINDOW_BYTES, ResizeInput, Streams, Subjects } from "@paddock/contracts";
 import {
@@ -7,24 +7,17 @@ import {
   openOk,
   openTerminal,
   publishChunk,
-  startHarness,
+  useHarness,
   TOKENS,
   WS1,
   WS2,
-  type Harness,
   type WsClient,
 } from "../testing/testkit.ts";
 import { MAX_HELD_INPUT_BYTES } from "./attachment.ts";
 
 const MAX_PER_SUBJECT = 5;
-let h: Harness;
 let n = 0;
-beforeAll(async () => {
-  h = await startHarness({ termMaxMsgsPerSubject: MAX_PER_SUBJECT, config: { wsSendBufferBytes: 256 * 1024 } });
-});
-afterAll(async () => {
-  await h.stop();
-});
+const h = useHarness({ termMaxMsgsPerSubject: MAX_PER_SUBJECT, config: { wsSendBufferBytes: 256 * 1024 } });
 
 /** A fresh running session of alice's in WS1 (one app, "main"). */
 function newSession(p: Parameters<typeof makeSession>[0] extends infer T ? Partial<T> : never = {}): string {

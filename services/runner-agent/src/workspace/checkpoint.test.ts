@@ -26,14 +26,14 @@ describe("checkpoint store errors", () => {
     const saved = await store.save(ObjectStores.checkpoints, "ws1/s1/1-c1", workspaceWith("note.txt", "kept"));
 
     // Opened with another key: refused, the seal's own error kept as the cause.
-    const wrongKey = await store.restore(saved.checkpoint, newSealKey(), mkdtempSync(join(tmpdir(), "paddock-restore-"))).catch((e: unknown) => e);
+    const wrongKey = await store.restore(saved.checkpoint, newSealKey().toString("base64"), mkdtempSync(join(tmpdir(), "paddock-restore-"))).catch((e: unknown) => e);
     expect(wrongKey).toBeInstanceOf(CheckpointError);
     expect((wrongKey as CheckpointError).cause).toBeInstanceOf(SealError);
     expect((wrongKey as CheckpointError).message).toBe(((wrongKey as CheckpointError).cause as SealError).message);
 
     // A store that does not exist: the fact says only that it could not be read.
     const missing = { ...saved.checkpoint, ref: `${runnerObjectStore(ObjectStores.checkpoints, "p9", "r9")}/ws1/s1/1-c1` };
-    const unread = await store.restore(missing, newSealKey(), mkdtempSync(join(tmpdir(), "paddock-restore-"))).catch((e: unknown) => e);
+    const unread = await store.restore(missing, newSealKey().toString("base64"), mkdtempSync(join(tmpdir(), "paddock-restore-"))).catch((e: unknown) => e);
     expect(unread).toMatchObject({ name: "CheckpointError", message: "checkpoint could not be read" });
     expect((unread as CheckpointError).cause).toBeInstanceOf(Error);
   });
