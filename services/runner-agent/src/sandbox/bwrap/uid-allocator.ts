@@ -7,9 +7,18 @@
  * "every process of uid U" is exactly the session (signal.ts).
  *
  * A uid that still owns processes (a previous runner's session that outlived
- * it, or one not yet reaped) is skipped, not reused.
+ * it, or one not yet reaped) is skipped, not reused. Every allocation is also
+ * claimed host-wide, a file `<claimDir>/<uid>` created exclusively and naming
+ * the claiming pid: two runners (or two test workers) on one host whose ranges
+ * overlap never hand out the same uid, which would let one's session signal or
+ * read the other's. A claim whose pid is gone and whose uid owns no process is
+ * stale and taken over. `/run` is cleared at boot, so are the claims.
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, writeSync } from "node:fs";
+import { join } from "node:path";
+
+/** Where uids are claimed host-wide unless the runner says otherwise. */
+export const DEFAULT_UID_CLAIM_DIR = "/run/paddock/uids";
 
 export interface SessionIds {
   uid: number;
@@ -27,6 +36,8 @@ export interface UidAllocatorOptions {
   reserved: readonly number[];
   /** Whether a uid still owns processes; scans /proc by default. */
   inUse?: (uid: number) => boolean;
+  /** The host-wide claim directory (DEFAULT_UID_CLAIM_DIR); every allocator on a host must use the same one. */
+  claimDir?: string;
 }
 
 export class UidRangeError extends Error {
@@ -50,6 +61,8 @@ export function createUidAllocator(opts: UidAllocatorOptions): UidAllocator {
   if (!Number.isInteger(opts.first) || opts.first <= 0) throw new UidRangeError("the uid range must start above 0");
   if (!Number.isInteger(opts.count) || opts.count <= 0) throw new UidRangeError("the uid range must hold at least one uid");
   const inUse = opts.inUse ?? uidHasProcesses;
+  const claimDir = opts.claimDir ?? DEFAULT_UID_CLAIM_DIR;
+  mkdirSync(claimDir, { recursive: true, mode: 0o700 });
   const reserved = new Set(opts.reserved);
   const bySession = new Map<string, SessionIds>();
   const taken = new Set<number>();
@@ -62,7 +75,7 @@ export function createUidAllocator(opts: UidAllocatorOptions): UidAllocator {
       for (let i = 0; i < opts.count; i++) {
         const slot = (next + i) % opts.count;
         const uid = opts.first + slot;
-        if (taken.has(uid) || reserved.has(uid) || inUse(uid)) continue;
+        if (taken.has(uid) || reserved.has(uid) || inUse(uid) || !claimUid(claimDir, uid, inUse)) continue;
         next = (slot + 1) % opts.count;
         const ids = { uid, gid: uid, slot };
         taken.add(uid);
@@ -76,9 +89,66 @@ export function createUidAllocator(opts: UidAllocatorOptions): UidAllocator {
       if (!ids) return;
       bySession.delete(sessionId);
       taken.delete(ids.uid);
+      releaseUid(claimDir, ids.uid);
     },
     get: (sessionId) => bySession.get(sessionId),
   };
+}
+
+/** Claims uid host-wide for this process; false when another live process holds it. */
+export function claimUid(claimDir: string, uid: number, inUse: (uid: number) => boolean = uidHasProcesses): boolean {
+  const path = join(claimDir, String(uid));
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      const fd = openSync(path, "wx", 0o600);
+      try {
+        writeSync(fd, String(process.pid));
+      } finally {
+        closeSync(fd);
+      }
+      return true;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+    }
+    const holder = claimHolder(path);
+    // Held by a live process (this one included: another allocator of ours), or its uid still runs something.
+    if (holder === undefined || pidAlive(holder) || inUse(uid)) return false;
+    try {
+      unlinkSync(path); // stale: its claimant died without releasing it
+    } catch {
+      // another claimant removed it first; try once more
+    }
+  }
+  return false;
+}
+
+/** Drops this process's claim on uid (never another process's). */
+export function releaseUid(claimDir: string, uid: number): void {
+  const path = join(claimDir, String(uid));
+  if (claimHolder(path) !== process.pid) return;
+  try {
+    unlinkSync(path);
+  } catch {
+    // already gone
+  }
+}
+
+function claimHolder(path: string): number | undefined {
+  try {
+    const pid = Number(readFileSync(path, "utf8"));
+    return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
 }
 
 /**
