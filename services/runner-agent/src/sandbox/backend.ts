@@ -84,6 +84,8 @@ export interface SandboxReach {
   egressHost: string;
   /** PADDOCK_URL as the session can reach it; undefined when the runner has no gateway URL. */
   gatewayUrl: string | undefined;
+  /** Hosts the session reaches directly rather than through its egress proxy (NO_PROXY): the gateway's relay. */
+  noProxy: string[];
   /** Lets the session reach these ports of egressHost (its egress proxy's); no-op where nothing is filtered. */
   allow(ports: readonly number[]): Promise<void>;
 }

@@ -44,7 +44,7 @@ export async function prepareSandbox(p: SandboxPrep): Promise<Record<string, str
   // Egress: setup, init and the apps reach the network through the session's proxy (last: nothing overrides it).
   const egress = await p.startEgress(reach.egressHost);
   await reach.allow([egress.port]);
-  const proxyEnv = egress.env;
+  const proxyEnv = reach.noProxy.length > 0 ? { ...egress.env, NO_PROXY: reach.noProxy.join(","), no_proxy: reach.noProxy.join(",") } : egress.env;
   Object.assign(appEnv, proxyEnv);
   if (env) {
     const built = await bootEnvironment({

@@ -19,12 +19,12 @@ import type { AppProcess } from "../process-group.ts";
 import { wrapPty } from "../pty-app.ts";
 import { removeDirSoon } from "../remove-dir.ts";
 import { prepareSessionsDir } from "../sessions-dir.ts";
-import { sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
+import { HOST_HIDDEN, sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
 import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
 import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from "./network.ts";
 import type { BwrapCapability } from "./probe.ts";
 import { signalSession } from "./spawn.ts";
-import { createUidAllocator, type SessionIds } from "./uid-allocator.ts";
+import { createUidAllocator, pidsOfUid, type SessionIds } from "./uid-allocator.ts";
 
 /** Where a session sees its workspace (its cwd and HOME); /home is an empty tmpfs in the sandbox. */
 export const INSIDE_WORKSPACE = "/home/workspace";
@@ -62,7 +62,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
       const dataDir = dirname(sessionsDir);
       await chmod(dataDir, 0o711);
       await chmod(sessionsDir, 0o711);
-      hide = [dataDir];
+      hide = hiddenByTmpfs(dataDir);
       if (cap.network.works && cap.network.ip && cap.network.nft) {
         networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: settings.netInstance, prefix: settings.netPrefix });
         await networks.start();
@@ -137,7 +137,10 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     rlimits: RLIMITS,
     tty,
   });
-  const killAll = () => signalSession(p.ids.uid, "SIGKILL");
+  const killAll = async () => {
+    signalSession(p.ids.uid, "SIGKILL");
+    await untilUidGone(p.ids.uid, p.log);
+  };
   return {
     workspace,
     insideWorkspace: INSIDE_WORKSPACE,
@@ -145,28 +148,26 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     adopt: () => chownTree(workspace, p.ids.uid, p.ids.gid),
     async reach(gatewayUrl): Promise<SandboxReach> {
       const net = p.net;
-      if (!net) return { egressHost: "127.0.0.1", gatewayUrl: undefined, allow: () => Promise.resolve() };
+      if (!net) return { egressHost: "127.0.0.1", gatewayUrl: undefined, noProxy: [], allow: () => Promise.resolve() };
       let relayPort: number | undefined;
       if (gatewayUrl) {
         relay = await startRelay(net.hostAddress, new URL(gatewayUrl));
         relayPort = (relay.address() as AddressInfo).port;
       }
       const url = gatewayUrl && relayPort ? `${new URL(gatewayUrl).protocol}//${net.hostAddress}:${relayPort}` : undefined;
-      return { egressHost: net.hostAddress, gatewayUrl: url, allow: (ports) => net.allow(relayPort ? [relayPort, ...ports] : ports) };
+      // The relay is the gateway: reached directly (the proxy would refuse it as a host not on the list).
+      return { egressHost: net.hostAddress, gatewayUrl: url, noProxy: url ? [net.hostAddress] : [], allow: (ports) => net.allow(relayPort ? [relayPort, ...ports] : ports) };
     },
     startApp: (opts) => startApp(opts, spec, p.tools),
     runScript: (opts) => runScript(opts, spec, p.tools),
     freeze: (apps) => apps.forEach((app) => app.freeze()),
     thaw: (apps) => apps.forEach((app) => app.thaw()),
-    killLeftovers: () => {
-      killAll();
-      return Promise.resolve();
-    },
+    killLeftovers: killAll,
     usageGroups: (apps) => apps.map((app) => app.pid),
     async destroy() {
       if (destroyed) return;
       destroyed = true;
-      killAll();
+      await killAll();
       relay?.close();
       if (p.net) p.pool?.release(p.net);
       await removeDirSoon(p.dir, p.log);
@@ -277,6 +278,37 @@ function readStatSync(pid: string): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** How long a SIGKILLed session's processes may take to go before the runner says so (they are not children it could wait for). */
+const KILL_SETTLE_MS = 5_000;
+const KILL_POLL_MS = 10;
+
+/**
+ * Resolves once no live process of uid is left (zombies aside: the host's
+ * init reaps them). The killed processes are no children of the runner, so
+ * there is no exit to wait on: /proc is looked at again until they are gone.
+ */
+async function untilUidGone(uid: number, log: Logger): Promise<void> {
+  const deadline = Date.now() + KILL_SETTLE_MS;
+  while (pidsOfUid(uid, { live: true }).length > 0) {
+    if (Date.now() > deadline) {
+      log.warn({ uid }, "sandbox processes still alive after SIGKILL");
+      return;
+    }
+    signalSession(uid, "SIGKILL");
+    await new Promise((resolve) => setTimeout(resolve, KILL_POLL_MS));
+  }
+}
+
+/**
+ * The runner's data dir hidden behind a tmpfs, unless the sandbox already
+ * replaces a directory holding it (its own /tmp, the emptied /home, /run…):
+ * bwrap could not remount a hiding mount read-only once covered.
+ */
+function hiddenByTmpfs(dataDir: string): string[] {
+  const covered = ["/tmp", ...HOST_HIDDEN].some((d) => dataDir === d || dataDir.startsWith(`${d}/`));
+  return covered ? [] : [dataDir];
 }
 
 /** SIGKILLs every process whose real uid matches; answers how many. One /proc scan. */
