@@ -13,7 +13,8 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { pidsOfUid } from "../../services/runner-agent/src/sandbox/bwrap/uid-allocator.ts";
 import { api, sessionOf, Terminal } from "./helpers.ts";
 
-const UID_FIRST = 210_000 + (process.pid % 1_000) * 32;
+// Clear of the ranges the runner-agent tests use (testHostIds: 150,000-230,000) and of the default (200,000).
+const UID_FIRST = 300_000 + (process.pid % 1_000) * 32;
 let stack: Stack;
 let nc: NatsConnection;
 

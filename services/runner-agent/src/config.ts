@@ -86,7 +86,7 @@ const RunnerEnv = z
      * its probe at start succeeds, else process).
      */
     PADDOCK_SANDBOX: z.enum(["auto", "bwrap", "process"]).default("process"),
-    /** bwrap: the host uids sessions run as (one each), first and count; never 0 or the runner's. */
+    /** bwrap: the host uids sessions run as (one each), first and count; never 0 or the runner's. Every process of the range is killed at start: runners sharing a host need disjoint ranges. */
     PADDOCK_SANDBOX_UID_FIRST: z.coerce.number().int().positive().max(2 ** 31 - 70_000).default(200_000),
     PADDOCK_SANDBOX_UID_COUNT: z.coerce.number().int().positive().max(16_384).default(1_024),
     /** bwrap: names this runner's network namespaces, interfaces and nftables table (runners sharing a host differ). */

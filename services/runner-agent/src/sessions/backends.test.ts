@@ -90,13 +90,13 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
   it("warm suspend stops the session's processes (bwrap's outer one spared) and resume continues them", async () => {
     const sessionId = nextId();
     const term = collectTerm(nc, sessionId, "main");
-    await start(sessionId, { cmd: ["sh", "-c", 'echo "uid=$(id -u)."; sleep 600 & wait'] });
+    await start(sessionId, { cmd: ["sh", "-c", 'sleep 600 & echo "uid=$(id -u)."; wait'] });
     await term.waitFor(() => /uid=\d+\./.test(term.text()));
     const uid = Number(/uid=(\d+)\./.exec(term.text())?.[1]);
     await send({ type: "suspend", sessionId, requestId: "w1", warm: true });
     expect(await fact(sessionId, "suspended")).toMatchObject({ warm: true });
     if (backend === "bwrap") {
-      // sh, sleep and the pid namespace's init stopped; bwrap's outer process (the PTY's child) is not.
+      // sh, sleep (forked before the line that says uid) and the pid namespace's init stopped; bwrap's outer process (the PTY's child) is not.
       await eventually(() => statesOf(uid).filter((s) => s === "T").length === 3, () => `states ${statesOf(uid).join(",")}`);
       expect(statesOf(uid).filter((s) => s !== "T")).toHaveLength(1);
     }
@@ -138,6 +138,12 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     const ended = await facts.waitFor((f) => f.sessionId === second && (f.type === "exited" || f.type === "failed"));
     expect(ended).toMatchObject({ type: "exited", exitCode: 0 });
     expect(term2.text()).toContain("built\r\nbooted");
+  });
+
+  it("reports an app whose command does not exist as failed with a clean reason", async () => {
+    const sessionId = nextId();
+    await start(sessionId, { cmd: ["no-such-command-here"] });
+    expect(await fact(sessionId, "failed")).toMatchObject({ reason: "app main: command not found: no-such-command-here" });
   });
 
   it("runs a tty:false app with pipes, each chunk tagged with its stream", async () => {

@@ -14,6 +14,7 @@ import { INITIAL_TERMINAL_SIZE } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { SpawnError } from "../../errors.ts";
 import { SandboxKind, type Sandbox, type SandboxApp, type SandboxBackend, type SandboxReach, type SandboxScript, type ScriptOutcome } from "../backend.ts";
+import { resolveExecutable } from "../executable.ts";
 import { spawnPiped } from "../pipe-app.ts";
 import type { AppProcess } from "../process-group.ts";
 import { wrapPty } from "../pty-app.ts";
@@ -158,7 +159,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
       // The relay is the gateway: reached directly (the proxy would refuse it as a host not on the list).
       return { egressHost: net.hostAddress, gatewayUrl: url, noProxy: url ? [net.hostAddress] : [], allow: (ports) => net.allow(relayPort ? [relayPort, ...ports] : ports) };
     },
-    startApp: (opts) => startApp(opts, spec, p.tools),
+    startApp: (opts) => startApp(opts, spec, p.tools, workspace),
     runScript: (opts) => runScript(opts, spec, p.tools),
     freeze: (apps) => apps.forEach((app) => app.freeze()),
     thaw: (apps) => apps.forEach((app) => app.thaw()),
@@ -179,9 +180,12 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
 
 type SpecOf = (command: readonly string[], env: Record<string, string>, tty: boolean) => SandboxSpec;
 
-function startApp(opts: SandboxApp, spec: SpecOf, tools: BwrapTools): AppProcess {
+function startApp(opts: SandboxApp, spec: SpecOf, tools: BwrapTools, workspace: string): AppProcess {
   const [command] = opts.app.cmd;
   if (!command) throw new SpawnError(`app ${opts.app.name}: empty command`);
+  // The root is the host's: what the session would exec is found here first (the workspace as the host sees it).
+  const onHost = command === INSIDE_WORKSPACE || command.startsWith(`${INSIDE_WORKSPACE}/`) ? join(workspace, command.slice(INSIDE_WORKSPACE.length)) : command;
+  if (!resolveExecutable(onHost, workspace, opts.env.PATH ?? "")) throw new SpawnError(`app ${opts.app.name}: command not found: ${command.slice(0, 128)}`);
   const tty = opts.app.tty !== false;
   const launch = sandboxLaunch(spec(opts.app.cmd, opts.env, tty), tools);
   if (!tty) return spawnPiped({ name: opts.app.name, file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: opts.onData, signal: signalTree });

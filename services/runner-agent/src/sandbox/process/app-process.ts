@@ -1,8 +1,7 @@
-import { accessSync, constants as fsConstants, statSync } from "node:fs";
-import { delimiter, isAbsolute, join, resolve } from "node:path";
 import { spawn as spawnPty, type IPty } from "@lydell/node-pty";
 import { INITIAL_TERMINAL_SIZE, type AppSpec, type TerminalSize } from "@paddock/contracts";
 import { SpawnError } from "../../errors.ts";
+import { resolveExecutable } from "../executable.ts";
 import { spawnPiped } from "../pipe-app.ts";
 import type { AppProcess, OutputStream } from "../process-group.ts";
 import { wrapPty } from "../pty-app.ts";
@@ -18,27 +17,6 @@ export interface SpawnAppOptions {
   onData: (bytes: Uint8Array, stream?: OutputStream) => void;
   /** The PTY's size (INITIAL_TERMINAL_SIZE when absent): a restart keeps the size its terminal log is at. */
   size?: TerminalSize | undefined;
-}
-
-/**
- * Finds the executable the way execvp would. node-pty forks before exec, so a
- * missing command only shows up as exit code 1 with an error printed in the
- * terminal; resolving first turns it into a clean `failed` fact.
- */
-export function resolveExecutable(command: string, cwd: string, path: string): string | undefined {
-  const candidates = command.includes("/")
-    ? [isAbsolute(command) ? command : resolve(cwd, command)]
-    : path.split(delimiter).filter(Boolean).map((dir) => join(dir, command));
-  return candidates.find(isExecutableFile);
-}
-
-function isExecutableFile(file: string): boolean {
-  try {
-    accessSync(file, fsConstants.X_OK);
-    return statSync(file).isFile();
-  } catch {
-    return false;
-  }
 }
 
 /** Starts an app in a PTY (or piped when `tty: false`); throws SpawnError with a short, fact-safe reason. */
