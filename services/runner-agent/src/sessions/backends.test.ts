@@ -43,7 +43,8 @@ const UID_COUNT = 16;
 describe.each(["process", "bwrap"] as const)("a session on the %s backend", (backend) => {
   let t: TestAgent;
   let facts: ReturnType<typeof collectFacts>;
-  const ids = testHostIds();
+  // Not the ids sandbox-escape.test.ts takes in the same worker process (testHostIds(process.pid)): another uid range, instance and /16.
+  const ids = testHostIds(process.pid + 2_501);
   beforeAll(async () => {
     // Passable by a session's uid: its bwrap binds its directories from below it.
     const dataDir = mkdtempSync(join(tmpdir(), "paddock-backends-"));

@@ -53,6 +53,8 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   let hide: string[] = [];
   /** uids of the sessions held now: any other process of the range is a stray. */
   const live = new Set<number>();
+  /** The sandboxes not destroyed yet: a runner that stops destroys them (their networks and relays are its own). */
+  const sandboxes = new Set<Sandbox>();
   return {
     kind: SandboxKind.bwrap,
     async prepare(sessionsDir) {
@@ -86,7 +88,12 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
           await chmod(d, 0o700);
         }
         const net = pool ? await pool.take() : undefined;
-        return bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, release, pool });
+        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, release: () => {
+          release();
+          sandboxes.delete(sandbox);
+        } });
+        sandboxes.add(sandbox);
+        return sandbox;
       } catch (err) {
         release();
         await removeDirSoon(dir, log);
@@ -99,6 +106,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
     // Every session process runs as a uid of the range, which only held sessions hold.
     reapStrays: () => killUids((uid) => inRange(uid) && !live.has(uid)),
     async stop() {
+      await Promise.all([...sandboxes].map((s) => s.destroy()));
       await pool?.stop();
       await networks?.stop();
     },
