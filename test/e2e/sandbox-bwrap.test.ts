@@ -14,7 +14,15 @@ import { pidsOfUid } from "../../services/runner-agent/src/sandbox/bwrap/uid-all
 import { api, sessionOf, Terminal } from "./helpers.ts";
 
 // Clear of the ranges the runner-agent tests use (testHostIds: 150,000-230,000) and of the default (200,000).
-const UID_FIRST = 300_000 + (process.pid % 1_000) * 32;
+const UID_FIRST = 300_000 + (process.pid % 1_000) * 64;
+/** A second bwrap runner on this host (a cold resume moves there): its own uids, names and addresses. */
+const SECOND_BWRAP = {
+  PADDOCK_SANDBOX: "bwrap",
+  PADDOCK_SANDBOX_UID_FIRST: String(UID_FIRST + 32),
+  PADDOCK_SANDBOX_UID_COUNT: "32",
+  PADDOCK_SANDBOX_NET_INSTANCE: ((process.pid + 839_808) % 1_679_616).toString(36),
+  PADDOCK_SANDBOX_NET_PREFIX: `10.${190 + (process.pid % 10)}`,
+};
 let stack: Stack;
 let nc: NatsConnection;
 
@@ -75,13 +83,14 @@ describe("a session on a bwrap runner", () => {
     expect(runners.find((r) => r.id === "runner-1")?.capabilities).toContain("sandbox:bwrap");
   });
 
-  it("is contained, reaches its gateway, survives a cold suspend, and leaves nothing of its uid", async () => {
+  it("is contained, reaches its gateway, moves to another bwrap runner by a cold suspend with its workspace, and leaves nothing of its uid", async () => {
     const natsPort = new URL(stack.nats.url.replace("nats://", "http://")).port;
     const s = await createSession({ spec: { cmd: ["bash", "-c", probeScript(stack.dataDir, natsPort)] } });
     const out = await outputOf(s.id, (t) => t.includes("DONE."));
     const uid = Number(/uid=(\d+)\./.exec(out)?.[1]);
     expect(uid).toBeGreaterThanOrEqual(UID_FIRST);
     expect(uid).toBeLessThan(UID_FIRST + 32);
+    const first = await getSession(s.id);
     expect(out).toContain("DATA:hidden");
     expect(out).not.toContain("NATS:reached");
     expect(out.match(/NATS:refused/g)).toHaveLength(2);
@@ -91,13 +100,17 @@ describe("a session on a bwrap runner", () => {
     const suspended = sessionOf(await post(`/v1/sessions/${s.id}/suspend`, { warm: false }));
     expect(suspended.state).toBe("suspended_cold");
     expect(pidsOfUid(uid, { live: true })).toEqual([]);
+    // A roomier bwrap runner: placement (most free capacity first) resumes the session there.
+    await stack.addRunner({ runnerId: "runner-b2", capacity: 16, env: SECOND_BWRAP });
     const resumed = sessionOf(await post(`/v1/sessions/${s.id}/resume`, {}));
-    expect(resumed.state).toBe("running");
+    expect(resumed).toMatchObject({ state: "running", runnerId: "runner-b2", placementGeneration: first.placementGeneration + 1 });
     // The new placement's output: the restored workspace, readable by the session's (new) uid, and its gateway again.
     const again = await outputOf(s.id, (t) => t.includes("restored:first."));
     expect(again).toContain("GATEWAY:200.");
     expect(again).toContain("DATA:hidden");
     const uidAgain = Number([...again.matchAll(/uid=(\d+)\./g)].at(-1)?.[1]);
+    expect(uidAgain).toBeGreaterThanOrEqual(UID_FIRST + 32);
+    expect(uidAgain).toBeLessThan(UID_FIRST + 64);
 
     expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
     // The runner's destroyed fact (with the placement's usage) comes after its teardown.
@@ -105,7 +118,7 @@ describe("a session on a bwrap runner", () => {
     expect(pidsOfUid(uidAgain, { live: true })).toEqual([]);
   });
 
-  it("an environment requiring sandbox:bwrap is placed on the bwrap runner, never on a process one", async () => {
+  it("an environment requiring sandbox:bwrap is placed on a bwrap runner, never on a process one", async () => {
     const processRunner = await stack.addRunner({ runnerId: "runner-process", capacity: 16, env: { PADDOCK_SANDBOX: "process" } });
     const runners = (await api(stack.url, stack.token, "GET", "/v1/runners")).body as { runners: Array<{ id: string; capabilities: string[] }> };
     expect(runners.runners.find((r) => r.id === "runner-process")?.capabilities).toContain("sandbox:process");
@@ -116,7 +129,7 @@ describe("a session on a bwrap runner", () => {
     for (let i = 0; i < 3; i++) {
       const s = await createSession({ environmentId: envId, spec: { cmd: ["sleep", "600"] } });
       const placed = await untilSession(nc, s.id, (x) => x.state === "running");
-      expect(placed.runnerId).toBe("runner-1");
+      expect(["runner-1", "runner-b2"]).toContain(placed.runnerId);
     }
     const free = await createSession({ spec: { cmd: ["sleep", "600"] } });
     expect((await untilSession(nc, free.id, (x) => x.state === "running")).runnerId).toBe(String(processRunner.ready.runnerId));
