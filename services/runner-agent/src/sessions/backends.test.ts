@@ -6,6 +6,8 @@
  */
 import { chmodSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -145,6 +147,30 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     const sessionId = nextId();
     await start(sessionId, { cmd: ["no-such-command-here"] });
     expect(await fact(sessionId, "failed")).toMatchObject({ reason: "app main: command not found: no-such-command-here" });
+  });
+
+  it("reaches the network through its egress proxy; directly only on process (advisory there, enforced on bwrap)", async () => {
+    const server = createServer((_req, res) => res.end("hello"));
+    await new Promise<void>((resolve) => server.listen(0, "0.0.0.0", resolve));
+    const port = (server.address() as AddressInfo).port;
+    try {
+      const sessionId = nextId();
+      const term = collectTerm(nc, sessionId, "main");
+      const script = [
+        `echo "proxied:$(curl -s -m 5 http://127.0.0.1:${port}/)."`,
+        `echo "refused:$(curl -s -m 5 -o /dev/null -w %{http_code} http://localhost:${port}/)."`,
+        // The proxy's own address, without the proxy: the host's port beside it.
+        'H=${HTTP_PROXY#http://}; H=${H%%:*}',
+        `echo "direct:$(curl -s -m 5 --noproxy '*' http://$H:${port}/ || echo none)."`,
+      ].join("; ");
+      await start(sessionId, { cmd: ["sh", "-c", `${script}; exit 0`], egressAllow: ["127.0.0.1"] });
+      expect(await fact(sessionId, "exited")).toMatchObject({ exitCode: 0 });
+      expect(term.text()).toContain("proxied:hello.");
+      expect(term.text()).toContain("refused:403.");
+      expect(term.text()).toContain(backend === "bwrap" ? "direct:none." : "direct:hello.");
+    } finally {
+      server.close();
+    }
   });
 
   it("runs a tty:false app with pipes, each chunk tagged with its stream", async () => {
