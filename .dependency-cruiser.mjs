@@ -117,6 +117,29 @@ export default {
       from: { path: `${SCHEDULER}${SCHEDULER_LEAVES}` },
       to: { path: SCHEDULER, pathNot: `${SCHEDULER}(state/|${SCHEDULER_LEAVES})` },
     },
+    // gateway folders (services/gateway/src/*/README.md): http/ is a leaf; auth/ and
+    // terminal/ never reach into routes/; testing/ is no-testing-in-production's.
+    {
+      name: "gateway-http-is-a-leaf",
+      severity: "error",
+      comment: "gateway http/ (server plumbing, limits, bodies) imports nothing else of the gateway.",
+      from: { path: "^services/gateway/src/http/", pathNot: "\\.test\\.ts$" },
+      to: { path: "^services/gateway/src/", pathNot: "^services/gateway/src/http/" },
+    },
+    {
+      name: "gateway-no-routes-from-auth-or-terminal",
+      severity: "error",
+      comment: "gateway auth/ and terminal/ do not depend on route modules: shared pieces go to http/, context.ts or contracts.",
+      from: { path: "^services/gateway/src/(auth|terminal)/", pathNot: "\\.test\\.ts$" },
+      to: { path: "^services/gateway/src/routes/" },
+    },
+    {
+      name: "gateway-auth-not-terminal",
+      severity: "error",
+      comment: "gateway auth/ is below terminal/: the terminal uses auth, never the reverse.",
+      from: { path: "^services/gateway/src/auth/", pathNot: "\\.test\\.ts$" },
+      to: { path: "^services/gateway/src/terminal/" },
+    },
   ],
   options: {
     tsPreCompilationDeps: true,

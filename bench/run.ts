@@ -2,7 +2,6 @@
 // next to a baseline measured in the same run, and their ratio; JSON under bench-results/.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { setOutgoingValidation } from "@paddock/bus";
 import { parseScriptArgsOrExit, repoRoot } from "@paddock/testing";
 import { BENCH_USAGE, parseBenchArgs } from "./src/args.ts";
 import { checkpointBench } from "./src/checkpoint.ts";
@@ -17,8 +16,6 @@ import { terminalBenches } from "./src/terminal.ts";
 const { quick, only } = parseScriptArgsOrExit(BENCH_USAGE, parseBenchArgs);
 
 async function main(): Promise<void> {
-  // The simulated runners and clients in this process run as the services do when deployed.
-  setOutgoingValidation(false);
   const figures: Figure[] = [];
   if (only.has("lifecycle")) figures.push(...(await lifecycleBench(quick ? { sessions: 500, runners: 20 } : { sessions: 10_000, runners: 500 })));
   if (only.has("checkpoint")) {

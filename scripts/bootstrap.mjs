@@ -157,17 +157,21 @@ function main() {
   ensureModules(pnpm);
   const natsServer = ensureNats();
   const env = { ...process.env, PADDOCK_NATS_SERVER: natsServer };
-  const tsx = join(root, "node_modules", ".bin", "tsx");
+  // Node itself with tsx as a loader, not the tsx CLI: the CLI is a second
+  // process that relays Ctrl-C, and SIGKILLs its child when the child does not
+  // acknowledge the signal within 30 ms — under load that killed `up` before it
+  // could stop what it supervises.
+  const tsx = (script) => [process.execPath, ["--import", "tsx", script, ...rest]];
   const steps = {
-    up: [[tsx, ["scripts/up.ts", ...rest]]],
+    up: [tsx("scripts/up.ts")],
     test: [
       [pnpm, ["run", "typecheck"]],
       [pnpm, ["run", "lint"]],
       [pnpm, ["run", "cycles"]],
       [join(root, "node_modules", ".bin", "vitest"), ["run", ...rest]],
     ],
-    bench: [[tsx, ["bench/run.ts", ...rest]]],
-    chaos: [[tsx, ["chaos/run.ts", ...rest]]],
+    bench: [tsx("bench/run.ts")],
+    chaos: [tsx("chaos/run.ts")],
   }[command];
   for (const [cmd, args] of steps) {
     const r = spawnSync(cmd, args, { stdio: "inherit", cwd: root, env });

@@ -1,7 +1,7 @@
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { connect } from "@nats-io/transport-node";
 import { AuditEvent, isTerminal, Streams, Subjects, type Scope, type Session } from "@paddock/contracts";
+import { connectBus } from "@paddock/bus";
 import { startStack } from "@paddock/testing";
 import { createSessions, recorderDrain } from "./audit-drain.ts";
 import { ackedPublishesPerSec, kvCasOpsPerSec } from "./baselines.ts";
@@ -28,7 +28,8 @@ export async function lifecycleBench(opts: { sessions: number; runners: number }
     runners: 0,
     env: { scheduler: { ...prof, PADDOCK_MAX_SESSIONS_PER_WORKSPACE: String(opts.sessions * 3), PADDOCK_MAX_SESSIONS_PER_USER: String(opts.sessions * 3) }, "event-recorder": prof, gateway: prof },
   });
-  const nc = await connect({ servers: stack.nats.url, noAsyncTraces: true });
+  // The simulated runners and clients in this process run as the services do when deployed: unchecked.
+  const nc = await connectBus({ servers: stack.nats.url, name: "bench", validateOutgoing: false });
   try {
     const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
     log("baselines");

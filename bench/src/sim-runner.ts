@@ -11,7 +11,7 @@ import {
   Streams,
   Subjects,
 } from "@paddock/contracts";
-import { decodeJson, encodeJson } from "@paddock/bus";
+import { decodeJson, encoderOf } from "@paddock/bus";
 
 /**
  * A runner with an instant fake backend that still speaks the real protocol:
@@ -37,15 +37,17 @@ export async function startSimulatedRunner(
     // Memory-backed, as a runner-agent's (services/runner-agent/src/fleet/dispatch-consumer.ts).
     mem_storage: true,
   });
+  // Checked as the bench's bus says (unchecked: deployed runners run so).
+  const encode = encoderOf(nc);
   const req: RegisterRunnerRequest = { runnerId, poolId, generation: 1, capacityTotal: capacity, capabilities: [], sessions: [] };
-  const reply = decodeJson(RegisterRunnerReply, (await nc.request(Subjects.register(req.poolId, req.runnerId), encodeJson(RegisterRunnerRequest, req), { timeout: 10_000 })).data);
+  const reply = decodeJson(RegisterRunnerReply, (await nc.request(Subjects.register(req.poolId, req.runnerId), encode(RegisterRunnerRequest, req), { timeout: 10_000 })).data);
   if (!reply.ok || !reply.value.accepted) throw new Error(`simulated runner ${runnerId} was not accepted`);
   const generation = reply.value.generation;
   const js = jetstream(nc);
   // The lease, renewed as a runner-agent does (every 2 s, 10 s TTL): without it
   // the scheduler declares the runner lost 30 s after it started.
   const renew = () =>
-    js.publish(`$KV.${Buckets.runnerLeases}.${runnerKey(poolId, runnerId)}`, encodeJson(RunnerLease, { runnerId, poolId, generation, renewedAt: Date.now() }), { ttl: "10s" });
+    js.publish(`$KV.${Buckets.runnerLeases}.${runnerKey(poolId, runnerId)}`, encode(RunnerLease, { runnerId, poolId, generation, renewedAt: Date.now() }), { ttl: "10s" });
   await renew();
   const leaseTimer = setInterval(() => void renew().catch(() => undefined), 2_000);
   const messages = await (await js.consumers.get(Streams.dispatch, durable)).consume({ max_messages: 512 });
@@ -65,7 +67,7 @@ export async function startSimulatedRunner(
         placementGeneration: cmd.value.placementGeneration,
         at: Date.now(),
       };
-      void js.publish(Subjects.runnerEvents(poolId, runnerId), encodeJson(RunnerFact, fact)).catch(() => undefined);
+      void js.publish(Subjects.runnerEvents(poolId, runnerId), encode(RunnerFact, fact)).catch(() => undefined);
     }
   })();
   return {

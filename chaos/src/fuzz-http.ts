@@ -5,20 +5,13 @@
  * parameter, a bad id, a bad token, a body its schema refuses, a wrong
  * method), so any state change it causes is an anomaly, as is any 5xx.
  */
-import { readdirSync, readFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { connect as tcpConnect } from "node:net";
-import { join } from "node:path";
 import { z } from "zod";
-import { CreateEnvironmentBody, CreateSessionBody, CreateTokenBody, AttachTicketBody, PutSecretBody, UpdateEnvironmentBody } from "@paddock/contracts";
-import { repoRoot } from "@paddock/testing";
+import { HttpApi, pathParamNames, type HttpRoute, type HttpRouteName } from "@paddock/contracts";
 import { countStatus, excerpt, nextInput, type FuzzContext } from "./fuzz-context.ts";
 import { badId, encode, nastyString, nulOrDeepBody, randomJson, rawBadSegment, refusedBy, refusedText } from "./fuzz-values.ts";
 import type { Prng } from "./prng.ts";
-
-/** Mirrors of the gateway's own strict bodies (lifecycle and runner routes). */
-const SuspendBody = z.object({ warm: z.boolean() }).strict();
-const EmptyBody = z.object({}).strict();
 
 interface BodySpec {
   schema: z.ZodType;
@@ -32,7 +25,35 @@ const SESSION_OS_SAMPLE = {
 };
 const ENVIRONMENT_OS_SAMPLE = { name: "fuzz", image: "img", setup: "make", init: "true", egressAllow: ["example.com"], connectors: [{ type: "t", raw: { a: "b" } }] };
 
+/** A valid body per route (the schema comes from the contract); a route whose schema takes `{}` needs none here. */
+const BODY_SAMPLES: Partial<Record<HttpRouteName, Omit<BodySpec, "schema">>> = {
+  createSession: { sample: { spec: { cmd: ["true"] }, name: "n", oneShot: true }, osSample: SESSION_OS_SAMPLE },
+  suspendSession: { sample: { warm: true } },
+  createAttachTicket: { sample: { mode: "viewer" } },
+  createEnvironment: { sample: { name: "fuzz", init: "true" }, osSample: ENVIRONMENT_OS_SAMPLE },
+  updateEnvironment: { sample: { init: "true" }, osSample: ENVIRONMENT_OS_SAMPLE },
+  putSecret: { sample: { value: "v" } },
+  createToken: { sample: { label: "x" } },
+};
+
+/** Plausible (and a few refused) values of each query parameter the contract names. */
+const QUERY_VALUES: Record<string, string[]> = {
+  limit: ["1", "500", "0", "-1", "abc"],
+  cursor: ["x"],
+  includeTerminal: ["true", "maybe"],
+  parentId: ["x"],
+  app: ["main", "nope"],
+  since: ["0", "5", "-1", "x"],
+  path: ["", "a", "../x", "/etc"],
+  sessionId: ["x"],
+  follow: ["true", "false", "yes"],
+};
+
+/** GETs that still change state: a workspace pull records a transfer in the audit. */
+const MUTATING_GETS: ReadonlySet<HttpRouteName> = new Set(["pullWorkspace"]);
+
 interface RouteSpec {
+  name: HttpRouteName;
   method: string;
   path: string;
   /** Whether a valid call changes state (then every generated call carries a refused defect). */
@@ -41,53 +62,29 @@ interface RouteSpec {
   /** An archive upload: any random body is malformed. */
   archive?: boolean;
   /** Known query parameters and plausible values. */
-  query?: Record<string, string[]>;
+  query: Record<string, string[]>;
 }
 
-const S = "/v1/sessions/:id";
-export const HTTP_ROUTES: RouteSpec[] = [
-  { method: "POST", path: "/v1/sessions", mutates: true, body: { schema: CreateSessionBody, sample: { spec: { cmd: ["true"] }, name: "n", oneShot: true }, osSample: SESSION_OS_SAMPLE } },
-  { method: "GET", path: "/v1/sessions", mutates: false, query: { limit: ["1", "500", "0", "-1", "abc"], cursor: ["x"], includeTerminal: ["true", "maybe"], parentId: ["x"] } },
-  { method: "GET", path: S, mutates: false },
-  { method: "DELETE", path: S, mutates: true },
-  { method: "POST", path: `${S}/suspend`, mutates: true, body: { schema: SuspendBody, sample: { warm: true } } },
-  { method: "POST", path: `${S}/resume`, mutates: true, body: { schema: EmptyBody, sample: {} } },
-  { method: "POST", path: `${S}/snapshot`, mutates: true, body: { schema: EmptyBody, sample: {} } },
-  { method: "POST", path: `${S}/recycle`, mutates: true, body: { schema: EmptyBody, sample: {} } },
-  { method: "POST", path: `${S}/apps/:app/restart`, mutates: true, body: { schema: EmptyBody, sample: {} } },
-  { method: "GET", path: `${S}/log`, mutates: false, query: { app: ["main", "nope"], since: ["0", "5", "-1", "x"] } },
-  { method: "POST", path: `${S}/attach-ticket`, mutates: true, body: { schema: AttachTicketBody, sample: { mode: "viewer" } } },
-  { method: "PUT", path: `${S}/workspace`, mutates: true, archive: true, query: { path: ["", "a", "../x", "/etc"] } },
-  { method: "GET", path: `${S}/workspace`, mutates: true, query: { path: ["", "a", "../x"] } },
-  { method: "GET", path: `${S}/diff`, mutates: false },
-  { method: "GET", path: "/v1/events", mutates: false, query: { sessionId: ["x"], since: ["0", "x"], limit: ["1", "0"], follow: ["true", "false", "yes"] } },
-  { method: "POST", path: "/v1/environments", mutates: true, body: { schema: CreateEnvironmentBody, sample: { name: "fuzz", init: "true" }, osSample: ENVIRONMENT_OS_SAMPLE } },
-  { method: "GET", path: "/v1/environments", mutates: false, query: { limit: ["1", "x"], cursor: ["x"] } },
-  { method: "GET", path: "/v1/environments/:env", mutates: false },
-  { method: "PATCH", path: "/v1/environments/:env", mutates: true, body: { schema: UpdateEnvironmentBody, sample: { init: "true" }, osSample: ENVIRONMENT_OS_SAMPLE } },
-  { method: "DELETE", path: "/v1/environments/:env", mutates: true },
-  { method: "GET", path: "/v1/runners", mutates: false, query: { limit: ["1", "x"], cursor: ["x"] } },
-  { method: "GET", path: "/v1/runners/:runner", mutates: false },
-  ...["drain", "cordon", "uncordon"].map((verb) => ({ method: "POST", path: `/v1/runners/:runner/${verb}`, mutates: true, body: { schema: EmptyBody, sample: {} } })),
-  { method: "PUT", path: "/v1/secrets/:name", mutates: true, body: { schema: PutSecretBody, sample: { value: "v" } } },
-  { method: "GET", path: "/v1/secrets", mutates: false },
-  { method: "DELETE", path: "/v1/secrets/:name", mutates: true },
-  { method: "POST", path: "/v1/tokens", mutates: true, body: { schema: CreateTokenBody, sample: { label: "x" } } },
-  { method: "GET", path: "/v1/tokens", mutates: false },
-  { method: "DELETE", path: "/v1/tokens/:token", mutates: true },
-];
-
-/** Routes the gateway declares (`route("M", "/path")` in its sources) that the table above does not cover. */
-export function uncoveredRoutes(): string[] {
-  const dir = join(repoRoot, "services", "gateway", "src");
-  const declared: string[] = [];
-  for (const f of readdirSync(dir).filter((f) => f.endsWith(".ts") && !f.includes("test") && !f.includes("fake") && f !== "testkit.ts")) {
-    for (const m of readFileSync(join(dir, f), "utf8").matchAll(/route\("(\w+)", [`"]([^`"]+)[`"]/g)) declared.push(`${m[1] ?? ""} ${m[2] ?? ""}`);
+function specOf(name: HttpRouteName, r: HttpRoute): RouteSpec {
+  const keys = Object.keys((z.toJSONSchema(r.query, { io: "input", unrepresentable: "any" }) as { properties?: object }).properties ?? {});
+  const query = Object.fromEntries(keys.map((k) => [k, QUERY_VALUES[k] ?? ["x"]]));
+  const spec: RouteSpec = { name, method: r.method, path: r.path, mutates: r.method !== "GET" || MUTATING_GETS.has(name), query };
+  if (r.body.kind === "bytes") spec.archive = true;
+  if (r.body.kind === "json") {
+    const samples = BODY_SAMPLES[name] ?? { sample: {} };
+    if (!r.body.schema.safeParse(samples.sample).success) throw new Error(`fuzz-http: the sample body of ${name} is refused by its contract`);
+    spec.body = { schema: r.body.schema, ...samples };
   }
-  const shape = (p: string) => p.replace(/:\w+|\$\{\w+\}/g, ":_");
-  const known = new Set(HTTP_ROUTES.map((r) => `${r.method} ${shape(r.path)}`.replace(/\/(drain|cordon|uncordon)$/, "/:_")));
-  return declared.filter((d) => !known.has(shape(d)));
+  return spec;
 }
+
+/**
+ * Every HTTP route of the contract (the terminal upgrade is fuzz-ws's): the
+ * gateway serves exactly these, so nothing it serves goes unfuzzed.
+ */
+export const HTTP_ROUTES: RouteSpec[] = (Object.entries(HttpApi) as Array<[HttpRouteName, HttpRoute]>)
+  .filter(([, r]) => !r.responses.some((x) => x.kind === "websocket"))
+  .map(([name, r]) => specOf(name, r));
 
 type Defect = "query" | "auth" | "id" | "body" | "method";
 
@@ -100,21 +97,23 @@ interface Req {
   follow: boolean;
 }
 
-function paramValue(ctx: FuzzContext, p: Prng, name: string): string {
+/** A value for a path parameter: an existing record's id (or a plausible absent one) of the route's resource. */
+function paramValue(ctx: FuzzContext, p: Prng, route: RouteSpec, name: string): string {
   const f = ctx.fixtures;
+  if (name === "app") return p.pick(["main", "nope"]);
+  const resource = route.path.split("/")[2] ?? "";
   const valid: Record<string, string[]> = {
-    id: [f.running.id, f.dead.id, `ses_${p.string(20)}`],
-    app: ["main", "nope"],
-    env: [f.environmentId, `env_${p.string(20)}`],
-    runner: [...ctx.stack.runnerIds, "nope"],
-    name: [f.secretName, "NOPE"],
-    token: [f.tokenId, `tok_${p.string(20)}`],
+    sessions: [f.running.id, f.dead.id, `ses_${p.string(20)}`],
+    environments: [f.environmentId, `env_${p.string(20)}`],
+    runners: [...ctx.stack.runnerIds, "nope"],
+    secrets: [f.secretName, "NOPE"],
+    tokens: [f.tokenId, `tok_${p.string(20)}`],
   };
-  return p.pick(valid[name] ?? ["x"]);
+  return p.pick(valid[resource] ?? ["x"]);
 }
 
 function generate(ctx: FuzzContext, p: Prng, route: RouteSpec): { req: Req; defects: Defect[] } {
-  const params = [...route.path.matchAll(/:(\w+)/g)].map((m) => m[1] ?? "");
+  const params = pathParamNames(route.path);
   const possible: Defect[] = ["query", "auth", "method", ...(params.length > 0 ? (["id"] as const) : []), ...(route.body || route.archive ? (["body"] as const) : [])];
   const defects = new Set<Defect>();
   for (const d of possible) if (p.bool(0.3)) defects.add(d);
@@ -123,14 +122,14 @@ function generate(ctx: FuzzContext, p: Prng, route: RouteSpec): { req: Req; defe
   const badParam = defects.has("id") ? p.pick(params) : undefined;
   let path = route.path;
   for (const name of params) {
-    const value = name === badParam ? badId(p) : paramValue(ctx, p, name);
+    const value = name === badParam ? badId(p) : paramValue(ctx, p, route, name);
     // Mostly percent-encoded; a bad id is sometimes sent raw (printable ASCII only, still not an id).
     path = path.replace(`:${name}`, p.bool(0.8) || name !== badParam ? encode(value) : rawBadSegment(value));
   }
   const query: string[] = [];
-  for (const [k, values] of Object.entries(route.query ?? {})) if (p.bool(0.3)) query.push(`${k}=${encode(p.bool(0.7) ? p.pick(values) : nastyString(p))}`);
+  for (const [k, values] of Object.entries(route.query)) if (p.bool(0.3)) query.push(`${k}=${encode(p.bool(0.7) ? p.pick(values) : nastyString(p))}`);
   if (defects.has("query")) {
-    const known = Object.keys(route.query ?? {});
+    const known = Object.keys(route.query);
     if (known.length > 0 && p.bool(0.3)) query.push(`${p.pick(known)}=1`, `${p.pick(known)}=1`, `zz${p.string(4)}=1`);
     else query.push(`${p.pick(["zz", "token", "access_token", "__proto__", "x", "Limit"])}${p.string(p.int(0, 4))}=${encode(nastyString(p))}`);
   }

@@ -208,7 +208,7 @@ export function rawBadSegment(s: string): string {
   } catch {
     // stays raw: the server keeps an undecodable segment as is
   }
-  return /^[A-Za-z0-9_-]{1,64}$/.test(decoded) ? `${raw}.` : raw;
+  return Id.safeParse(decoded).success ? `${raw}.` : raw;
 }
 
 /**

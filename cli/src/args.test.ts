@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { extractGlobalFlags, parseArgs } from "./args.ts";
 import { loadCliConfig, DEFAULT_URL } from "./config.ts";
 import { UsageError } from "./io.ts";
-import { runCli } from "./testing/run-cli.ts";
+import { expectUsageError, runCli } from "./testing/run-cli.ts";
 
 const spec = { name: { type: "string" }, view: { type: "boolean", short: "v" }, limit: { type: "int" } } as const;
 
@@ -74,12 +74,7 @@ describe("bad invocations exit 2 without a server", () => {
     [["attach", "s1", "--since", "yesterday"], /--since/],
     [["--url"], /--url needs a value/],
     [[], /usage: paddock/],
-  ])("%j", async (argv, msg) => {
-    const r = await runCli(argv, env);
-    expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(msg);
-    expect(r.stdout).toBe("");
-  });
+  ])("%j", (argv, msg) => expectUsageError(argv, msg, env));
 
   it("a missing token is a usage error", async () => {
     const r = await runCli(["ls"], { PADDOCK_URL: "http://127.0.0.1:9" });

@@ -4,8 +4,9 @@ import {
   CLOSE_SLOW_CLIENT,
   CLOSE_SUPERSEDED,
   ServerFrame,
-  Session,
   decodeOutputFrame,
+  fillPath,
+  HttpApi,
   isTerminal,
   type AttachMode,
   type ClientFrame,
@@ -183,7 +184,7 @@ export class TerminalAttachment {
   /** Whether err is a controller attach refused because the session is in a terminal state. */
   private async endedWhileController(err: unknown): Promise<boolean> {
     if (this.mode !== "controller" || !(err instanceof ApiError) || err.code !== "conflict") return false;
-    const session = await this.opts.client.json("GET", `/v1/sessions/${encodeURIComponent(this.opts.sessionId)}`, Session);
+    const session = await this.opts.client.call(HttpApi.getSession, { params: { id: this.opts.sessionId } });
     return isTerminal(session.state);
   }
 
@@ -201,7 +202,7 @@ export class TerminalAttachment {
   private connect(since: string): Promise<Attempt> {
     const { client, sessionId, app } = this.opts;
     const mode = this.mode;
-    const url = client.url(`/v1/sessions/${encodeURIComponent(sessionId)}/terminal`, { app, mode, since });
+    const url = client.url(fillPath(HttpApi.attachTerminal.path, { id: sessionId }), { app, mode, since });
     url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
     return new Promise<Attempt>((resolve, reject) => {
       if (this.detached) {

@@ -1,5 +1,3 @@
-import { z } from "zod";
-import { AuditEvent, Session } from "@paddock/contracts";
 import { helpFlag, parseArgs, type FlagSpec, type ParseOptions, type ParsedArgs } from "./args.ts";
 import { requireToken, type CliConfig } from "./config.ts";
 import { ApiClient } from "./http.ts";
@@ -54,11 +52,3 @@ export function positionals(cmd: Pick<Command, "name">, got: readonly string[], 
 export function notice(ctx: Ctx, text: string, raw = false): void {
   ctx.io.stderr.write(raw ? `\r\n[paddock] ${text}\r\n` : `[paddock] ${text}\n`);
 }
-
-/*
- * HTTP answer bodies, built from the contract schemas. A session answer is
- * the record itself (create/get/delete); lists are `{<plural>, nextCursor}`
- * (sessions and runners reuse the bus RPC result schemas, which have that shape).
- */
-export const SessionAnswer = Session;
-export const EventList = z.object({ events: z.array(AuditEvent), nextCursor: z.string().optional() }).strict();

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { useFakeGateway } from "./testing/fake-gateway.ts";
-import { runCli } from "./testing/run-cli.ts";
+import { expectUsageError, runCli } from "./testing/run-cli.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "paddock-env-test-"));
 const setupFile = join(dir, "setup.sh");
@@ -30,12 +30,7 @@ describe("paddock env: bad usage exits 2 without a server", () => {
     [["env", "update", "e1", "--clear-setup", "--setup-file", setupFile], /--clear-setup and --setup\/--setup-file contradict/],
     [["env", "update", "e1", "--name", ""], /name/],
     [["env", "rm"], /expected ID\.\.\./],
-  ])("%j", async (argv, msg) => {
-    const r = await runCli(argv, env);
-    expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(msg);
-    expect(r.stdout).toBe("");
-  });
+  ])("%j", (argv, msg) => expectUsageError(argv, msg, env));
 
   it("help for env and each subcommand, with no token needed", async () => {
     for (const argv of [["env", "--help"], ["help", "env"], ["env", "create", "--help"], ["env", "update", "-h"], ["env", "rm", "--help"]]) {

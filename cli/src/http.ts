@@ -1,15 +1,34 @@
 import type { z } from "zod";
-import { ErrorBody, MAX_PAGE_LIMIT, describeZodError } from "@paddock/contracts";
+import { ErrorBody, ErrorCode, fillPath, httpStatusOf, MAX_PAGE_LIMIT, describeZodError, type BodyInput, type HttpRoute, type JsonAnswer } from "@paddock/contracts";
 import { ApiError } from "./io.ts";
 
 export type Query = Readonly<Record<string, string | number | boolean | undefined>>;
+
+/** What a call through a contract route sends: its path parameters, query and JSON body, typed by the route. */
+export interface CallInput<R extends HttpRoute> {
+  readonly params?: { readonly [K in keyof z.input<R["params"]>]: string };
+  readonly query?: { readonly [K in keyof z.input<R["query"]>]?: string | number | boolean | undefined };
+  readonly body?: BodyInput<R>;
+}
+
+/** The route's concrete path and query. */
+function target<R extends HttpRoute>(route: R, input: CallInput<R>): { path: string; query: Query } {
+  return { path: fillPath(route.path, (input.params ?? {}) as Record<string, string>), query: (input.query ?? {}) as Query };
+}
+
+/** The schema of a route's JSON answer. */
+function answerSchema(route: HttpRoute): z.ZodType {
+  const json = route.responses.find((r) => r.kind === "json");
+  if (!json || json.kind !== "json") throw new Error(`${route.method} ${route.path} has no JSON answer`);
+  return json.schema;
+}
 
 export interface RequestOptions {
   readonly query?: Query;
   readonly body?: unknown;
 }
 
-/** A client of the public HTTP API; every JSON answer is validated with a contract schema. */
+/** A client of the public HTTP API: every call goes through a route of the HTTP contract (HttpApi), and every JSON answer is parsed by that route's schema. */
 export class ApiClient {
   constructor(
     readonly baseUrl: string,
@@ -26,8 +45,20 @@ export class ApiClient {
     return `Bearer ${this.token}`;
   }
 
+  /** Calls a contract route and parses its JSON answer with the route's schema. */
+  async call<R extends HttpRoute>(route: R, input: CallInput<R> = {}): Promise<JsonAnswer<R>> {
+    const { path, query } = target(route, input);
+    return (await this.json(route.method, path, answerSchema(route), { query, ...(input.body !== undefined ? { body: input.body } : {}) })) as JsonAnswer<R>;
+  }
+
+  /** Calls a contract route whose answer is streamed (bytes, NDJSON); returns the successful response. */
+  async open<R extends HttpRoute>(route: R, input: CallInput<R> = {}): Promise<Response> {
+    const { path, query } = target(route, input);
+    return this.send(route.method, path, { query, ...(input.body !== undefined ? { body: input.body } : {}) });
+  }
+
   /** Sends a request and parses a JSON answer with schema. */
-  async json<S extends z.ZodType>(method: string, path: string, schema: S, opts: RequestOptions = {}): Promise<z.infer<S>> {
+  private async json<S extends z.ZodType>(method: string, path: string, schema: S, opts: RequestOptions = {}): Promise<z.infer<S>> {
     const res = await this.send(method, path, opts);
     const text = await res.text();
     let data: unknown;
@@ -43,16 +74,18 @@ export class ApiClient {
     return parsed.data;
   }
 
-  /** Sends a request and returns the successful response to stream its body. */
-  async raw(method: string, path: string, opts: RequestOptions = {}): Promise<Response> {
-    return this.send(method, path, opts);
+  /** Streams body to a contract route that takes raw bytes (its content type); an error answer is thrown. */
+  async uploadTo<R extends HttpRoute>(route: R, input: Omit<CallInput<R>, "body">, body: ReadableStream<Uint8Array>): Promise<Response> {
+    if (route.body.kind !== "bytes") throw new Error(`${route.method} ${route.path} takes no raw body`);
+    const { path, query } = target(route, input);
+    return this.upload(route.method, path, body, { query, contentType: route.body.contentType });
   }
 
   /**
    * Sends a streamed body (chunked; never held in memory) and returns the
    * successful response; an error answer is thrown as its ApiError.
    */
-  async upload(method: string, path: string, body: ReadableStream<Uint8Array>, opts: { query?: Query; contentType?: string } = {}): Promise<Response> {
+  private async upload(method: string, path: string, body: ReadableStream<Uint8Array>, opts: { query?: Query; contentType?: string } = {}): Promise<Response> {
     const headers = { authorization: this.authHeader, accept: "application/json", "content-type": opts.contentType ?? "application/octet-stream" };
     let res: Response;
     try {
@@ -69,18 +102,18 @@ export class ApiClient {
    * next page is asked for with query parameter cursorParam (`cursor` for
    * sessions and runners; `since` for events, whose cursor is a stream position).
    */
-  async listAll<P extends { nextCursor?: string | undefined }, T>(
-    path: string,
-    schema: z.ZodType<P>,
-    itemsOf: (page: P) => T[],
-    opts: { query?: Query; max?: number; cursorParam?: string } = {},
+  async listAll<R extends HttpRoute, T>(
+    route: R,
+    itemsOf: (page: JsonAnswer<R>) => T[],
+    opts: { query?: CallInput<R>["query"]; max?: number; cursorParam?: string } = {},
   ): Promise<T[]> {
     const max = opts.max ?? Number.POSITIVE_INFINITY;
     const items: T[] = [];
     let cursor: string | undefined;
     for (;;) {
       const limit = Math.min(MAX_PAGE_LIMIT, max - items.length);
-      const page = await this.json("GET", path, schema, { query: { ...opts.query, limit, [opts.cursorParam ?? "cursor"]: cursor } });
+      const query = { ...opts.query, limit, [opts.cursorParam ?? "cursor"]: cursor } as CallInput<R>["query"];
+      const page = (await this.call(route, query === undefined ? {} : { query })) as JsonAnswer<R> & { nextCursor?: string | undefined };
       items.push(...itemsOf(page));
       cursor = page.nextCursor;
       if (!cursor || items.length >= max) return items.slice(0, max);
@@ -127,16 +160,8 @@ export function errorFromText(status: number, text: string): ApiError {
   return new ApiError(codeOfStatus(status), `HTTP ${String(status)}`, status);
 }
 
+/** The contract's code of an HTTP status (its httpStatusOf, inverted); 500 and anything unknown ≥ 500 is internal. */
 function codeOfStatus(status: number): string {
-  const codes: Record<number, string> = {
-    400: "invalid",
-    401: "unauthenticated",
-    403: "forbidden",
-    404: "not_found",
-    409: "conflict",
-    413: "too_large",
-    429: "rate_limited",
-    503: "unavailable",
-  };
-  return codes[status] ?? (status >= 500 ? "internal" : "invalid");
+  const code = Object.values(ErrorCode).find((c) => c !== ErrorCode.internal && httpStatusOf[c] === status);
+  return code ?? (status >= 500 ? "internal" : "invalid");
 }

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { useFakeGateway } from "./testing/fake-gateway.ts";
-import { runCli } from "./testing/run-cli.ts";
+import { expectUsageError, runCli } from "./testing/run-cli.ts";
 
 describe("bad usage exits 2 without a server", () => {
   const env = { PADDOCK_TOKEN: "t", PADDOCK_URL: "http://127.0.0.1:9" };
@@ -26,12 +26,7 @@ describe("bad usage exits 2 without a server", () => {
     [["recycle"], /expected ID/],
     [["restart", "a"], /expected ID APP/],
     [["restart", "a", "b", "c"], /expected ID APP/],
-  ])("%j", async (argv, msg) => {
-    const r = await runCli(argv, env);
-    expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(msg);
-    expect(r.stdout).toBe("");
-  });
+  ])("%j", (argv, msg) => expectUsageError(argv, msg, env));
 
   it("every new command has --help, with no token needed", async () => {
     for (const name of ["create", "suspend", "resume", "snapshot", "recycle", "restart"]) {

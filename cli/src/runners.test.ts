@@ -2,7 +2,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { startFakeGateway, type FakeGateway } from "./testing/fake-gateway.ts";
 import { makeRunner } from "./testing/fake-runners.ts";
-import { runCli } from "./testing/run-cli.ts";
+import { expectUsageError, runCli } from "./testing/run-cli.ts";
 
 describe("paddock runner(s): bad usage exits 2 without a server", () => {
   const env = { PADDOCK_TOKEN: "t", PADDOCK_URL: "http://127.0.0.1:9" };
@@ -24,12 +24,7 @@ describe("paddock runner(s): bad usage exits 2 without a server", () => {
     [["runners", "r1"], /paddock runners: expected nothing, got "r1"/],
     [["runners", "--all"], /unknown flag --all/],
     [["runners", "--json=1"], /takes no value/],
-  ])("%j", async (argv, msg) => {
-    const r = await runCli(argv, env);
-    expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(msg);
-    expect(r.stdout).toBe("");
-  });
+  ])("%j", (argv, msg) => expectUsageError(argv, msg, env));
 
   it("a missing token is a usage error", async () => {
     const r = await runCli(["runner", "drain", "r1"], { PADDOCK_URL: "http://127.0.0.1:9" });

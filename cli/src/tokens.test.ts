@@ -3,7 +3,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CreateTokenBody } from "@paddock/contracts";
-import { runCli } from "./testing/run-cli.ts";
+import { expectUsageError, runCli } from "./testing/run-cli.ts";
 
 describe("paddock token: bad usage exits 2 without a server", () => {
   const env = { PADDOCK_TOKEN: "t", PADDOCK_URL: "http://127.0.0.1:9" };
@@ -18,12 +18,7 @@ describe("paddock token: bad usage exits 2 without a server", () => {
     [["token", "ls", "x"], /expected nothing/],
     [["token", "revoke"], /expected ID/],
     [["token", "revoke", "a", "b"], /expected ID/],
-  ])("%j", async (argv, msg) => {
-    const r = await runCli(argv, env);
-    expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(msg);
-    expect(r.stdout).toBe("");
-  });
+  ])("%j", (argv, msg) => expectUsageError(argv, msg, env));
 
   it("help with no token needed", async () => {
     for (const argv of [["token", "--help"], ["help", "token"], ["token", "create", "--help"], ["token", "revoke", "-h"]]) {

@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { readNatsCredentials } from "@paddock/config";
-import { connectAs, repoRoot, tsxBin } from "@paddock/testing";
+import { connectAs, repoRoot } from "@paddock/testing";
 import { startUsageObserver } from "../../examples/usage-observer.ts";
 import { api, sessionOf, Terminal } from "./helpers.ts";
 import { denied } from "./nats-denied.ts";
@@ -40,7 +40,7 @@ interface Up {
 
 function startUp(env: Record<string, string>): Promise<Up> {
   const dataDir = join(mkdtempSync(join(tmpdir(), "paddock-up-")), "data");
-  const child = spawn(tsxBin, ["scripts/up.ts", "--http-port", "0", "--data-dir", dataDir, "--stop-grace-ms", String(STOP_GRACE_MS)], {
+  const child = spawn(process.execPath, ["--import", "tsx", "scripts/up.ts", "--http-port", "0", "--data-dir", dataDir, "--stop-grace-ms", String(STOP_GRACE_MS)], {
     cwd: repoRoot,
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],
@@ -185,7 +185,7 @@ describe("npm run up", { timeout: 120_000 }, () => {
     await observer.stop();
 
     // The example itself, as a user runs it with what up printed.
-    const example = spawn(tsxBin, ["examples/usage-observer.ts", "--nats", up.printed.PADDOCK_NATS_URL ?? "", "--durable", "up-example", "--workspace", "default"], {
+    const example = spawn(process.execPath, ["--import", "tsx", "examples/usage-observer.ts", "--nats", up.printed.PADDOCK_NATS_URL ?? "", "--durable", "up-example", "--workspace", "default"], {
       cwd: repoRoot,
       env: { ...process.env, PADDOCK_OBSERVER_CREDS: up.printed.PADDOCK_OBSERVER_CREDS ?? "" },
       stdio: ["ignore", "pipe", "inherit"],

@@ -1,11 +1,10 @@
 import { readFile } from "node:fs/promises";
-import { Api, CreateEnvironmentBody, describeZodError, Environment, UpdateEnvironmentBody } from "@paddock/contracts";
+import { CreateEnvironmentBody, describeZodError, HttpApi, UpdateEnvironmentBody } from "@paddock/contracts";
 import type { FlagValues } from "../args.ts";
 import { apiOf, parseCommand, positionals, type Command } from "../command.ts";
 import { environmentsTable, json, keyValues } from "../format.ts";
 import { ApiError, ExitCode, UsageError, write } from "../io.ts";
 
-const envPath = (id: string) => `/v1/environments/${encodeURIComponent(id)}`;
 
 const fieldFlags = {
   name: { type: "string" },
@@ -70,7 +69,7 @@ ${FIELD_HELP}
     if (args.flags.name === undefined) throw new UsageError("paddock env create: --name is required");
     const body = CreateEnvironmentBody.safeParse(await fieldsOf("paddock env create", args.flags));
     if (!body.success) throw new UsageError(`paddock env create: ${describeZodError(body.error)}`);
-    const env = await apiOf(ctx).json("POST", "/v1/environments", Environment, { body: body.data });
+    const env = await apiOf(ctx).call(HttpApi.createEnvironment, { body: body.data });
     await write(ctx.io.stdout, args.flags.json ? json(env) : `${env.id}\n`);
     return ExitCode.ok;
   },
@@ -87,7 +86,7 @@ Lists the workspace's environments (every page).
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     positionals(this, args.positionals, []);
-    const envs = await apiOf(ctx).listAll("/v1/environments", Api.listEnvironments.result, (p) => p.environments);
+    const envs = await apiOf(ctx).listAll(HttpApi.listEnvironments, (p) => p.environments);
     await write(ctx.io.stdout, args.flags.json ? json(envs) : environmentsTable(envs));
     return ExitCode.ok;
   },
@@ -104,7 +103,7 @@ Prints the environment record as key: value lines, or as JSON with --json.
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     const [id = ""] = positionals(this, args.positionals, ["id"]);
-    const env = await apiOf(ctx).json("GET", envPath(id), Environment);
+    const env = await apiOf(ctx).call(HttpApi.getEnvironment, { params: { id } });
     await write(ctx.io.stdout, args.flags.json ? json(env) : keyValues(env));
     return ExitCode.ok;
   },
@@ -142,7 +141,7 @@ ${FIELD_HELP}
     if (Object.keys(fields).length === 0) throw new UsageError(`${cmd}: nothing to update (give a field flag or a --clear-* flag)`);
     const body = UpdateEnvironmentBody.safeParse(fields);
     if (!body.success) throw new UsageError(`${cmd}: ${describeZodError(body.error)}`);
-    const env = await apiOf(ctx).json("PATCH", envPath(id), Environment, { body: body.data });
+    const env = await apiOf(ctx).call(HttpApi.updateEnvironment, { params: { id }, body: body.data });
     await write(ctx.io.stdout, args.flags.json ? json(env) : `${env.id}\n`);
     return ExitCode.ok;
   },
@@ -164,7 +163,7 @@ a live session uses cannot be deleted (conflict). Exits 1 if any deletion failed
     let code: number = ExitCode.ok;
     for (const id of ids) {
       try {
-        await api.json("DELETE", envPath(id), Environment);
+        await api.call(HttpApi.deleteEnvironment, { params: { id } });
         await write(ctx.io.stdout, `${id}\n`);
       } catch (err) {
         if (!(err instanceof ApiError)) throw err;

@@ -1,9 +1,8 @@
-import { Api, Checkpoint, CreateSessionBody, describeZodError, SessionMode, type Session } from "@paddock/contracts";
-import { apiOf, parseCommand, positionals, SessionAnswer, type Command, type Ctx } from "../command.ts";
+import { CreateSessionBody, describeZodError, HttpApi, SessionMode, type Session } from "@paddock/contracts";
+import { apiOf, parseCommand, positionals, type Command, type Ctx } from "../command.ts";
 import { json } from "../format.ts";
 import { ExitCode, UsageError, write } from "../io.ts";
 
-const sessionPath = (id: string) => `/v1/sessions/${encodeURIComponent(id)}`;
 
 /** `ID STATE`, or the record with --json. */
 async function printSession(ctx: Ctx, session: Session, asJson: boolean | undefined): Promise<void> {
@@ -57,7 +56,7 @@ session runs its environment's command, or a login shell.
       spec: cmd ? { cmd } : {},
     });
     if (!body.success) throw new UsageError(`paddock create: ${describeZodError(body.error)}`);
-    const session = await apiOf(ctx).json("POST", "/v1/sessions", SessionAnswer, { body: body.data });
+    const session = await apiOf(ctx).call(HttpApi.createSession, { body: body.data });
     await write(ctx.io.stdout, flags.json ? json(session) : `${session.id}\n`);
     return ExitCode.ok;
   },
@@ -76,7 +75,7 @@ Cold (default): a checkpoint is taken and the sandbox removed; its slot is freed
     const args = parseCommand(ctx, this, argv, { warm: { type: "boolean" }, json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     const [id = ""] = positionals(this, args.positionals, ["id"]);
-    const session = await apiOf(ctx).json("POST", `${sessionPath(id)}/suspend`, SessionAnswer, { body: { warm: args.flags.warm === true } });
+    const session = await apiOf(ctx).call(HttpApi.suspendSession, { params: { id }, body: { warm: args.flags.warm === true } });
     await printSession(ctx, session, args.flags.json);
     return ExitCode.ok;
   },
@@ -94,7 +93,7 @@ cold one is queued for placement on any runner of its pool and restored.
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     const [id = ""] = positionals(this, args.positionals, ["id"]);
-    const session = await apiOf(ctx).json("POST", `${sessionPath(id)}/resume`, SessionAnswer, { body: {} });
+    const session = await apiOf(ctx).call(HttpApi.resumeSession, { params: { id }, body: {} });
     await printSession(ctx, session, args.flags.json);
     return ExitCode.ok;
   },
@@ -112,7 +111,7 @@ checkpoint's ref (the checkpoint {ref, format, capabilities} with --json).
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     const [id = ""] = positionals(this, args.positionals, ["id"]);
-    const checkpoint = await apiOf(ctx).json("POST", `${sessionPath(id)}/snapshot`, Checkpoint, { body: {} });
+    const checkpoint = await apiOf(ctx).call(HttpApi.snapshotSession, { params: { id }, body: {} });
     await write(ctx.io.stdout, args.flags.json ? json(checkpoint) : `${checkpoint.ref}\n`);
     return ExitCode.ok;
   },
@@ -130,7 +129,7 @@ new session's id ({released, session} with --json).
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     const [id = ""] = positionals(this, args.positionals, ["id"]);
-    const answer = await apiOf(ctx).json("POST", `${sessionPath(id)}/recycle`, Api.recycleSession.result, { body: {} });
+    const answer = await apiOf(ctx).call(HttpApi.recycleSession, { params: { id }, body: {} });
     await write(ctx.io.stdout, args.flags.json ? json(answer) : `${answer.session.id}\n`);
     return ExitCode.ok;
   },
@@ -149,7 +148,7 @@ time (the session record with --json).
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     const [id = "", app = ""] = positionals(this, args.positionals, ["id", "app"]);
-    const session = await apiOf(ctx).json("POST", `${sessionPath(id)}/apps/${encodeURIComponent(app)}/restart`, SessionAnswer, { body: {} });
+    const session = await apiOf(ctx).call(HttpApi.restartApp, { params: { id, app }, body: {} });
     const generation = session.apps?.[app]?.generation;
     // The answer shows the new generation once the runner started it; before that, the old one is not the answer.
     const pending = session.pending?.op === "restart_app";

@@ -1,9 +1,8 @@
-import { Api, AuditEvent, describeZodError } from "@paddock/contracts";
-import { apiOf, EventList, parseCommand, positionals, SessionAnswer, type Command } from "../command.ts";
+import { AuditEvent, describeZodError, HttpApi } from "@paddock/contracts";
+import { apiOf, parseCommand, positionals, type Command } from "../command.ts";
 import { eventLine, EVENT_LINE_HEADER, eventsTable, json, keyValues, sessionsTable } from "../format.ts";
 import { ApiError, ExitCode, write } from "../io.ts";
 
-const sessionPath = (id: string) => `/v1/sessions/${encodeURIComponent(id)}`;
 
 export const lsCommand: Command = {
   name: "ls",
@@ -19,12 +18,10 @@ Lists the workspace's live sessions (every page).
     const args = parseCommand(ctx, this, argv, { all: { type: "boolean" }, limit: { type: "int" }, json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     positionals(this, args.positionals, []);
-    const sessions = await apiOf(ctx).listAll(
-      "/v1/sessions",
-      Api.listSessions.result,
-      (p) => p.sessions,
-      { query: { includeTerminal: args.flags.all === true }, max: args.flags.limit },
-    );
+    const sessions = await apiOf(ctx).listAll(HttpApi.listSessions, (p) => p.sessions, {
+      query: { includeTerminal: args.flags.all === true },
+      max: args.flags.limit,
+    });
     await write(ctx.io.stdout, args.flags.json ? json(sessions) : sessionsTable(sessions));
     return ExitCode.ok;
   },
@@ -41,7 +38,7 @@ Prints the session record as key: value lines, or as JSON with --json.
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     const [id = ""] = positionals(this, args.positionals, ["id"]);
-    const session = await apiOf(ctx).json("GET", sessionPath(id), SessionAnswer);
+    const session = await apiOf(ctx).call(HttpApi.getSession, { params: { id } });
     await write(ctx.io.stdout, args.flags.json ? json(session) : keyValues(session));
     return ExitCode.ok;
   },
@@ -63,7 +60,7 @@ prints the id of each one deleted. Exits 1 if any deletion failed.
     let code: number = ExitCode.ok;
     for (const id of ids) {
       try {
-        const res = await api.raw("DELETE", sessionPath(id));
+        const res = await api.open(HttpApi.deleteSession, { params: { id } });
         await res.body?.cancel();
         await write(ctx.io.stdout, `${id}\n`);
       } catch (err) {
@@ -96,7 +93,7 @@ Lists the workspace's audit events (every page), optionally of one session.
     if (!args) return ExitCode.ok;
     positionals(this, args.positionals, []);
     if (args.flags.follow) return followEvents(ctx, args.flags.session, args.flags.json === true);
-    const events = await apiOf(ctx).listAll("/v1/events", EventList, (p) => p.events, {
+    const events = await apiOf(ctx).listAll(HttpApi.listEvents, (p) => p.events, {
       query: { sessionId: args.flags.session },
       cursorParam: "since",
     });
@@ -111,7 +108,7 @@ Lists the workspace's audit events (every page), optionally of one session.
  * exits 1, since events may follow that this run did not print.
  */
 async function followEvents(ctx: Parameters<Command["run"]>[0], sessionId: string | undefined, asJson: boolean): Promise<number> {
-  const res = await apiOf(ctx).raw("GET", "/v1/events", { query: { sessionId, follow: true } });
+  const res = await apiOf(ctx).open(HttpApi.listEvents, { query: { sessionId, follow: true } });
   if (!res.body) throw new ApiError("internal", "GET /v1/events: the gateway answered without a body");
   if (!asJson) await write(ctx.io.stdout, EVENT_LINE_HEADER);
   const decoder = new TextDecoder();

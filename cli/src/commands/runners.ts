@@ -1,9 +1,10 @@
-import { Api, Runner } from "@paddock/contracts";
+import { HttpApi } from "@paddock/contracts";
 import { apiOf, parseCommand, positionals, type Command } from "../command.ts";
 import { json, keyValues, runnersTable } from "../format.ts";
 import { ExitCode, UsageError, write } from "../io.ts";
 
-const runnerPath = (id: string) => `/v1/runners/${encodeURIComponent(id)}`;
+/** The contract route of each state change. */
+const STATE_ROUTES = { drain: HttpApi.drainRunner, cordon: HttpApi.cordonRunner, uncordon: HttpApi.uncordonRunner } as const;
 
 export const runnersCommand: Command = {
   name: "runners",
@@ -19,7 +20,7 @@ when it was last seen.
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     positionals(this, args.positionals, []);
-    const runners = await apiOf(ctx).listAll("/v1/runners", Api.listRunners.result, (p) => p.runners);
+    const runners = await apiOf(ctx).listAll(HttpApi.listRunners, (p) => p.runners);
     await write(ctx.io.stdout, args.flags.json ? json(runners) : runnersTable(runners));
     return ExitCode.ok;
   },
@@ -40,7 +41,7 @@ Prints "ID STATE" (the runner record with --json). Needs a workspace admin.
       const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
       if (!args) return ExitCode.ok;
       const [id = ""] = positionals(this, args.positionals, ["id"]);
-      const runner = await apiOf(ctx).json("POST", `${runnerPath(id)}/${verb}`, Runner, { body: {} });
+      const runner = await apiOf(ctx).call(STATE_ROUTES[verb], { params: { id }, body: {} });
       await write(ctx.io.stdout, args.flags.json ? json(runner) : `${runner.id} ${runner.state}\n`);
       return ExitCode.ok;
     },
@@ -66,7 +67,7 @@ Prints the runner record as key: value lines, or as JSON with --json.
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     const [id = ""] = positionals(this, args.positionals, ["id"]);
-    const runner = await apiOf(ctx).json("GET", runnerPath(id), Runner);
+    const runner = await apiOf(ctx).call(HttpApi.getRunner, { params: { id } });
     await write(ctx.io.stdout, args.flags.json ? json(runner) : keyValues(runner));
     return ExitCode.ok;
   },

@@ -1,6 +1,6 @@
-import { CreateSessionBody, describeZodError, type AttachMode, type Session } from "@paddock/contracts";
+import { CreateSessionBody, describeZodError, HttpApi, type AttachMode, type Session } from "@paddock/contracts";
 import { TerminalAttachment, type AttachOutcome, type Since } from "../attach.ts";
-import { apiOf, notice, parseCommand, positionals, SessionAnswer, type Command, type Ctx } from "../command.ts";
+import { apiOf, notice, parseCommand, positionals, type Command, type Ctx } from "../command.ts";
 import type { ApiClient } from "../http.ts";
 import { ExitCode, UsageError, write } from "../io.ts";
 import { bindInput } from "../terminal.ts";
@@ -30,7 +30,7 @@ Otherwise stdin is forwarded to CMD as it arrives.
     const body = CreateSessionBody.safeParse({ name: args.flags.name, spec: { cmd } });
     if (!body.success) throw new UsageError(`paddock run: ${describeZodError(body.error)}`);
     const api = apiOf(ctx);
-    const session = await api.json("POST", "/v1/sessions", SessionAnswer, { body: body.data });
+    const session = await api.call(HttpApi.createSession, { body: body.data });
     if (args.flags.detach) {
       await write(ctx.io.stdout, `${session.id}\n`);
       return ExitCode.ok;
@@ -87,7 +87,7 @@ Prints the terminal log of app APP (default: the main app) as raw bytes.
       await att.done;
       return ExitCode.ok;
     }
-    const res = await api.raw("GET", `/v1/sessions/${encodeURIComponent(id)}/log`, { query: { app: args.flags.app } });
+    const res = await api.open(HttpApi.readLog, { params: { id }, query: { app: args.flags.app } });
     if (res.body) for await (const chunk of res.body) await write(ctx.io.stdout, chunk);
     return ExitCode.ok;
   },
@@ -135,7 +135,7 @@ async function report(ctx: Ctx, api: ApiClient, sessionId: string, outcome: Atta
       notice(ctx, "another controller attached to this terminal; this one was disconnected", raw);
       return ExitCode.failure;
     case "ended":
-      return endedWithoutExit(ctx, await api.json("GET", `/v1/sessions/${encodeURIComponent(sessionId)}`, SessionAnswer), outcome.reason);
+      return endedWithoutExit(ctx, await api.call(HttpApi.getSession, { params: { id: sessionId } }), outcome.reason);
   }
 }
 

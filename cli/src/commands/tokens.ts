@@ -1,4 +1,4 @@
-import { CreatedToken, MAX_TOKEN_LIFETIME_MS, TokenInfo, TokenList } from "@paddock/contracts";
+import { HttpApi, MAX_TOKEN_LIFETIME_MS, type TokenInfo } from "@paddock/contracts";
 import { apiOf, parseCommand, positionals, type Command } from "../command.ts";
 import { json, table, time } from "../format.ts";
 import { ExitCode, UsageError, write } from "../io.ts";
@@ -41,7 +41,7 @@ token cannot outlive the one that creates it.
     const body: Record<string, unknown> = {};
     if (args.flags.label !== undefined) body.label = args.flags.label;
     if (args.flags.expires !== undefined) body.expiresInMs = parseDuration("paddock token create", args.flags.expires);
-    const created = await apiOf(ctx).json("POST", "/v1/tokens", CreatedToken, { body });
+    const created = await apiOf(ctx).call(HttpApi.createToken, { body });
     await write(ctx.io.stdout, args.flags.json ? json(created) : `${created.token}\n`);
     if (!args.flags.json) ctx.io.stderr.write(`[paddock] token ${created.id}: store it now, it is not shown again\n`);
     return ExitCode.ok;
@@ -59,7 +59,7 @@ Lists your tokens in this workspace (never their values).
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     positionals(this, args.positionals, []);
-    const { tokens } = await apiOf(ctx).json("GET", "/v1/tokens", TokenList);
+    const { tokens } = await apiOf(ctx).call(HttpApi.listTokens);
     await write(ctx.io.stdout, args.flags.json ? json(tokens) : tokensTable(tokens));
     return ExitCode.ok;
   },
@@ -77,7 +77,7 @@ and terminals opened with it are closed. Prints the id.
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     const [id = ""] = positionals(this, args.positionals, ["id"]);
-    const revoked = await apiOf(ctx).json("DELETE", `/v1/tokens/${encodeURIComponent(id)}`, TokenInfo);
+    const revoked = await apiOf(ctx).call(HttpApi.revokeToken, { params: { id } });
     await write(ctx.io.stdout, args.flags.json ? json(revoked) : `${revoked.id}\n`);
     return ExitCode.ok;
   },

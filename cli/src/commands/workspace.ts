@@ -4,13 +4,12 @@ import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { createGzip } from "node:zlib";
 import { ArchiveRejectedError, extractArchive, packTarget } from "@paddock/archive";
-import { Id, WorkspaceDiffReply, WorkspacePath, WorkspacePushReply } from "@paddock/contracts";
+import { HttpApi, Id, WorkspacePath, WorkspacePushReply } from "@paddock/contracts";
 import { apiOf, parseCommand, positionals, type Command, type Ctx } from "../command.ts";
 import { json } from "../format.ts";
 import { ApiError, ExitCode, UsageError, write } from "../io.ts";
 import { counter, formatBytes, Progress } from "../progress.ts";
 
-const workspacePath = (id: string) => `/v1/sessions/${encodeURIComponent(id)}/workspace`;
 
 /** Limits on what `cp ID:PATH LOCAL` extracts locally (the same rules as the runner). */
 const LOCAL_LIMITS = { maxEntries: 1_000_000, maxBytes: 64 * 1024 * 1024 * 1024 };
@@ -52,10 +51,7 @@ async function upload(ctx: Ctx, local: string, remote: RemoteRef): Promise<numbe
   const tar = Readable.fromWeb(packTarget(local, st.isDirectory() ? "directory" : "file", { gzip: false }) as NodeWebReadableStream<Uint8Array>);
   const gz = tar.pipe(counter((n) => progress.add(n))).pipe(createGzip());
   tar.once("error", (err) => gz.destroy(err));
-  const res = await apiOf(ctx).upload("PUT", workspacePath(remote.sessionId), Readable.toWeb(gz) as ReadableStream<Uint8Array>, {
-    query: { path: remote.path },
-    contentType: "application/gzip",
-  });
+  const res = await apiOf(ctx).uploadTo(HttpApi.pushWorkspace, { params: { id: remote.sessionId }, query: { path: remote.path } }, Readable.toWeb(gz) as ReadableStream<Uint8Array>);
   const parsed = WorkspacePushReply.safeParse(await res.json());
   progress.done();
   if (!parsed.success) throw new ApiError("internal", "unexpected answer to the upload");
@@ -65,7 +61,7 @@ async function upload(ctx: Ctx, local: string, remote: RemoteRef): Promise<numbe
 async function download(ctx: Ctx, remote: RemoteRef, local: string): Promise<number> {
   const existing = await lstat(local).catch(() => undefined);
   if (existing && !existing.isDirectory()) throw new UsageError(`paddock cp: ${local}: exists and is not a directory`);
-  const res = await apiOf(ctx).raw("GET", workspacePath(remote.sessionId), { query: { path: remote.path } });
+  const res = await apiOf(ctx).open(HttpApi.pullWorkspace, { params: { id: remote.sessionId }, query: { path: remote.path } });
   if (!res.body) throw new ApiError("internal", "the gateway answered no archive");
   const length = Number(res.headers.get("content-length") ?? "");
   const progress = new Progress(ctx.io.stderr, `← ${remote.sessionId}:${remote.path || "."}`, Number.isFinite(length) && length > 0 ? length : undefined);
@@ -134,7 +130,7 @@ marked. --json prints the answer as returned by the API.
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     const [id = ""] = positionals(this, args.positionals, ["id"]);
-    const reply = await apiOf(ctx).json("GET", `/v1/sessions/${encodeURIComponent(id)}/diff`, WorkspaceDiffReply);
+    const reply = await apiOf(ctx).call(HttpApi.readDiff, { params: { id } });
     if (args.flags.json) {
       await write(ctx.io.stdout, json(reply));
       return ExitCode.ok;

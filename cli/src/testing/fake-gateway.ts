@@ -5,20 +5,28 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { handleEnvironments, type FakeEnvironments } from "./fake-environments.ts";
-import { fail, send } from "./fake-http.ts";
-import { handleRunners, type FakeRunners } from "./fake-runners.ts";
+import { handleEnvironments, isEnvironmentRoute, type FakeEnvironments } from "./fake-environments.ts";
+import { fail, send, type FakeCall } from "./fake-http.ts";
+import { handleRunners, isRunnerRoute, type FakeRunners } from "./fake-runners.ts";
 import { WebSocketServer, type WebSocket } from "ws";
 import {
   appsOf,
   canTransition,
   CLOSE_SUPERSEDED,
   encodeOutputFrame,
+  findHttpRoute,
   isTerminal,
+  NDJSON,
+  parseHttpInput,
+  type AttachMode,
   type AuditEvent,
+  type BodyOf,
   type ErrorBody,
+  type HttpApi,
+  type QueryOf,
   type ServerFrame,
   type Session,
+  type SessionState,
 } from "@paddock/contracts";
 import { lateBound, makeSession } from "@paddock/testing";
 import { afterEach, beforeEach } from "vitest";
@@ -32,7 +40,7 @@ export interface FakeTerminal {
   readonly input: Buffer[];
   readonly resizes: Array<{ cols: number; rows: number }>;
   /** Open terminal sockets and their mode. */
-  readonly sockets: Map<WebSocket, "viewer" | "controller">;
+  readonly sockets: Map<WebSocket, AttachMode>;
   emit(text: string): void;
   exit(code: number | null): void;
 }
@@ -136,107 +144,110 @@ export async function startFakeGateway(): Promise<FakeGateway> {
     },
   };
 
+  /**
+   * Every request is matched and parsed by the HTTP contract, like the
+   * gateway: an unknown route is 404, input its schemas refuse is 400.
+   */
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (req.headers.authorization !== `Bearer ${token}`) return fail(res, 401, { code: "unauthenticated", message: "missing or invalid token" });
     const url = new URL(req.url ?? "/", "http://x");
-    const parts = url.pathname.split("/").filter(Boolean);
-    const t = parts[2] === undefined ? undefined : terminals.get(parts[2]);
-    const text = req.method === "GET" ? "" : await readBody(req);
-    const body = text === "" ? undefined : (JSON.parse(text) as unknown);
-    gw.requests.push({ method: req.method ?? "GET", path: url.pathname + url.search, body });
-    if (parts[1] === "environments") return handleEnvironments(gw, req.method ?? "GET", parts, url, body, res);
-    if (parts[1] === "runners") return handleRunners(gw, req.method ?? "GET", parts, url, body, res);
-    if (req.method === "POST" && url.pathname === "/v1/sessions") {
-      const b = body as CreateBody;
-      const prior = b.idempotencyKey === undefined ? undefined : idempotent.get(b.idempotencyKey);
-      if (prior) return send(res, 200, prior);
-      seq += 1;
-      const session = newSession(`s${String(seq)}`, seq, b);
-      if (b.idempotencyKey !== undefined) idempotent.set(b.idempotencyKey, session);
-      const term = terminalOf(session);
-      terminals.set(session.id, term);
-      gw.program.start?.(term);
-      return send(res, 201, session);
-    }
-    if (req.method === "GET" && url.pathname === "/v1/sessions") {
-      const all = [...terminals.values()].map((x) => x.session);
-      const from = Number(url.searchParams.get("cursor") ?? "0");
-      const limit = Math.min(gw.pageSize, Number(url.searchParams.get("limit") ?? "50"));
-      const page = all.slice(from, from + limit);
-      const next = from + limit < all.length ? String(from + limit) : undefined;
-      return send(res, 200, { sessions: page, nextCursor: next });
-    }
-    if (req.method === "GET" && url.pathname === "/v1/events") {
-      // Like the gateway: `since` is the cursor, and the query is strict.
-      if (url.searchParams.has("cursor")) return fail(res, 400, { code: "invalid", message: "query: unknown key cursor" });
-      const followParam = url.searchParams.get("follow");
-      if (followParam !== null && followParam !== "true" && followParam !== "false") {
-        return fail(res, 400, { code: "invalid", message: 'query: follow: must be "true" or "false"' });
+    const method = req.method ?? "GET";
+    const text = method === "GET" ? "" : await readBody(req);
+    gw.requests.push({ method, path: url.pathname + url.search, body: text === "" ? undefined : (JSON.parse(text) as unknown) });
+    const found = findHttpRoute(method, url.pathname);
+    if (!found) return fail(res, 404, { code: "not_found", message: "no such route" });
+    const input = parseHttpInput(found.route, { params: found.params, query: url.searchParams, bodyText: text });
+    if (!input.ok) return fail(res, 400, { code: "invalid", message: input.message });
+    const { name } = found;
+    const call: FakeCall = { name, params: input.params, query: input.query, rawQuery: url.searchParams, body: input.body };
+    if (isEnvironmentRoute(name)) return handleEnvironments(gw, call, res);
+    if (isRunnerRoute(name)) return handleRunners(gw, call, res);
+    return handleSessions(call, res);
+  }
+
+  function handleSessions(call: FakeCall, res: ServerResponse): void {
+    switch (call.name) {
+      case "createSession": {
+        const b = call.body as BodyOf<typeof HttpApi.createSession>;
+        const prior = b.idempotencyKey === undefined ? undefined : idempotent.get(b.idempotencyKey);
+        if (prior) return send(res, 200, prior);
+        seq += 1;
+        const session = newSession(`s${String(seq)}`, seq, b);
+        if (b.idempotencyKey !== undefined) idempotent.set(b.idempotencyKey, session);
+        const term = terminalOf(session);
+        terminals.set(session.id, term);
+        gw.program.start?.(term);
+        return send(res, 201, session);
       }
-      if (followParam === "true") {
-        if (url.searchParams.has("limit")) return fail(res, 400, { code: "invalid", message: "query: limit does not apply with follow=true" });
-        const sid = url.searchParams.get("sessionId");
-        if (sid !== null && !/^[A-Za-z0-9_-]{1,64}$/.test(sid)) return fail(res, 400, { code: "invalid", message: "query: sessionId: bad id" });
-        gw.follows.push(url.searchParams);
-        // NDJSON of the events so far, then the stream ends (as when the gateway restarts).
-        res.writeHead(200, { "content-type": "application/x-ndjson" });
-        for (const e of gw.events) if (sid === null || e.resource.id === sid) res.write(JSON.stringify(e) + "\n");
-        res.end(gw.followTail);
+      case "listSessions": {
+        const q = call.query as QueryOf<typeof HttpApi.listSessions>;
+        const all = [...terminals.values()].map((x) => x.session);
+        const from = Number(q.cursor ?? "0");
+        const limit = Math.min(gw.pageSize, q.limit);
+        const next = from + limit < all.length ? String(from + limit) : undefined;
+        return send(res, 200, { sessions: all.slice(from, from + limit), nextCursor: next });
+      }
+      case "listEvents": {
+        const q = call.query as QueryOf<typeof HttpApi.listEvents>;
+        if (q.follow) {
+          gw.follows.push(call.rawQuery);
+          // NDJSON of the events so far, then the stream ends (as when the gateway restarts).
+          res.writeHead(200, { "content-type": NDJSON });
+          for (const e of gw.events) if (q.sessionId === undefined || e.resource.id === q.sessionId) res.write(JSON.stringify(e) + "\n");
+          res.end(gw.followTail);
+          return;
+        }
+        const next = q.since + gw.pageSize < gw.events.length ? String(q.since + gw.pageSize) : undefined;
+        return send(res, 200, { events: gw.events.slice(q.since, q.since + gw.pageSize), nextCursor: next });
+      }
+    }
+    const { id, app } = call.params as { id: string; app?: string };
+    const t = terminals.get(id);
+    if (!t) return fail(res, 404, { code: "not_found", message: "session not found" });
+    const s = t.session;
+    switch (call.name) {
+      case "getSession":
+        return send(res, 200, s);
+      case "deleteSession":
+        s.state = "destroyed";
+        return send(res, 200, s);
+      case "readLog":
+        res.writeHead(200, { "content-type": "application/octet-stream" });
+        res.end(Buffer.concat(t.log));
         return;
+      case "suspendSession": {
+        const to = (call.body as BodyOf<typeof HttpApi.suspendSession>).warm ? "suspended_warm" : "suspended_cold";
+        return moveTo(res, s, to);
       }
-      const from = Number(url.searchParams.get("since") ?? "0");
-      const next = from + gw.pageSize < gw.events.length ? String(from + gw.pageSize) : undefined;
-      return send(res, 200, { events: gw.events.slice(from, from + gw.pageSize), nextCursor: next });
-    }
-    if (!t || parts[0] !== "v1" || parts[1] !== "sessions") return fail(res, 404, { code: "not_found", message: "session not found" });
-    if (req.method === "GET" && parts.length === 3) return send(res, 200, t.session);
-    if (req.method === "DELETE" && parts.length === 3) {
-      t.session.state = "destroyed";
-      return send(res, 200, t.session);
-    }
-    if (req.method === "GET" && parts[3] === "log") {
-      res.writeHead(200, { "content-type": "application/octet-stream" });
-      res.end(Buffer.concat(t.log));
-      return;
-    }
-    if (req.method === "POST" && parts.length === 4) {
-      const s = t.session;
-      switch (parts[3]) {
-        case "suspend": {
-          const warm = (body as { warm?: unknown } | undefined)?.warm;
-          if (typeof warm !== "boolean") return fail(res, 400, { code: "invalid", message: "body: warm: expected boolean" });
-          const to = warm ? "suspended_warm" : "suspended_cold";
-          if (!canTransition(s.state, to)) return fail(res, 409, { code: "conflict", message: `session is ${s.state}` });
-          s.state = to;
-          return send(res, 200, s);
-        }
-        case "resume": {
-          // A warm session wakes in place; anything else resumes by queueing again (which only a cold one may).
-          const to = s.state === "suspended_warm" ? "running" : "queued";
-          if (!canTransition(s.state, to)) return fail(res, 409, { code: "conflict", message: `session is ${s.state}` });
-          s.state = to;
-          return send(res, 200, s);
-        }
-        case "snapshot":
-          return send(res, 200, { ref: `checkpoints/default/${s.id}-1`, format: "tar+gzip", capabilities: ["portable"] });
-        case "recycle": {
-          s.state = "destroyed";
-          seq += 1;
-          const fresh = newSession(`s${String(seq)}`, seq, { spec: s.spec });
-          terminals.set(fresh.id, terminalOf(fresh));
-          return send(res, 201, { released: s, session: fresh });
-        }
+      case "resumeSession":
+        // A warm session wakes in place; anything else resumes by queueing again (which only a cold one may).
+        return moveTo(res, s, s.state === "suspended_warm" ? "running" : "queued");
+      case "snapshotSession":
+        return send(res, 200, { ref: `checkpoints/default/${s.id}-1`, format: "tar+gzip", capabilities: ["portable"] });
+      case "recycleSession": {
+        s.state = "destroyed";
+        seq += 1;
+        const fresh = newSession(`s${String(seq)}`, seq, { spec: s.spec });
+        terminals.set(fresh.id, terminalOf(fresh));
+        return send(res, 201, { released: s, session: fresh });
+      }
+      case "restartApp": {
+        const name = app ?? "";
+        if (!appsOf(s.spec).some((a) => a.name === name)) return fail(res, 404, { code: "not_found", message: "app not found" });
+        if (gw.restartPending) return send(res, 200, { ...s, pending: { op: "restart_app", requestId: "req_1", requestedAt: 1_700_000_000_000 } });
+        const generation = (s.apps?.[name]?.generation ?? 1) + 1;
+        s.apps = { ...s.apps, [name]: { generation, phase: "running", trigger: "manual", startedAt: 1_700_000_000_000 } };
+        return send(res, 200, s);
       }
     }
-    if (req.method === "POST" && parts.length === 6 && parts[3] === "apps" && parts[5] === "restart") {
-      const app = parts[4] ?? "";
-      if (!appsOf(t.session.spec).some((a) => a.name === app)) return fail(res, 404, { code: "not_found", message: "app not found" });
-      if (gw.restartPending) return send(res, 200, { ...t.session, pending: { op: "restart_app", requestId: "req_1", requestedAt: 1_700_000_000_000 } });
-      const generation = (t.session.apps?.[app]?.generation ?? 1) + 1;
-      t.session.apps = { ...t.session.apps, [app]: { generation, phase: "running", trigger: "manual", startedAt: 1_700_000_000_000 } };
-      return send(res, 200, t.session);
-    }
-    fail(res, 404, { code: "not_found", message: "no such route" });
+    fail(res, 404, { code: "not_found", message: "no such route in the fake" });
+  }
+
+  /** A state change the contract's state machine allows, or the scheduler's conflict. */
+  function moveTo(res: ServerResponse, s: Session, to: SessionState): void {
+    if (!canTransition(s.state, to)) return fail(res, 409, { code: "conflict", message: `session is ${s.state}` });
+    s.state = to;
+    send(res, 200, s);
   }
 
   server.on("upgrade", (req, socket, head) => {
@@ -294,9 +305,7 @@ export async function startFakeGateway(): Promise<FakeGateway> {
   return gw;
 }
 
-type CreateBody = Partial<Pick<Session, "name" | "environmentId" | "oneShot" | "parentId" | "mode" | "idempotencyKey">> & { spec: Session["spec"] };
-
-function newSession(id: string, seq: number, body: CreateBody): Session {
+function newSession(id: string, seq: number, body: Pick<BodyOf<typeof HttpApi.createSession>, "spec"> & Partial<BodyOf<typeof HttpApi.createSession>>): Session {
   const at = 1_700_000_000_000 + seq;
   return makeSession({
     id,

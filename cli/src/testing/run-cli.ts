@@ -1,4 +1,5 @@
 import { PassThrough, Writable } from "node:stream";
+import { expect } from "vitest";
 import { main } from "../main.ts";
 import type { CliEnv } from "../io.ts";
 
@@ -59,4 +60,12 @@ export async function runCli(argv: readonly string[], env: CliEnv = {}): Promise
   const run = startCli(argv, env);
   const code = await run.code;
   return { code, stdout: run.stdout.text(), stderr: run.stderr.text() };
+}
+
+/** A bad invocation: exit 2, the reason on stderr, nothing on stdout (no server is asked). */
+export async function expectUsageError(argv: readonly string[], reason: RegExp, env: CliEnv): Promise<void> {
+  const r = await runCli(argv, env);
+  expect(r.code).toBe(2);
+  expect(r.stderr).toMatch(reason);
+  expect(r.stdout).toBe("");
 }

@@ -1,7 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { connect } from "@nats-io/transport-node";
 import { Registry } from "prom-client";
 import {
   AuditEvent,
@@ -11,10 +11,12 @@ import {
   type Runner,
   type Session,
 } from "@paddock/contracts";
-import { createBusMetrics, provision } from "@paddock/bus";
+import { provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
-import { FIXTURE_NOW, makeEnvironment, makeRunner, makeSession, startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { FIXTURE_NOW, makeEnvironment, makeRunner, makeSession } from "@paddock/testing";
+import { useNatsServer } from "@paddock/testing/vitest";
 import { FEED_CONSUMER, createRecorder, runnerEvent, runnerEventId, sessionEvent } from "./recorder.ts";
+import { createRecorderMetrics } from "./metrics.ts";
 
 const NOW = FIXTURE_NOW;
 let seq = 0;
@@ -97,26 +99,19 @@ describe("runnerEvent (pure)", () => {
 });
 
 describe("recorder against a real nats-server", () => {
-  let nats: NatsServerHandle;
-  let nc: NatsConnection;
+  const nats = useNatsServer();
   let sessions: KV;
   let environments: KV;
   let runners: KV;
 
   beforeAll(async () => {
-    nats = await startNatsServer();
-    nc = await connect({ servers: nats.url });
-    await provision(nc, { replicas: 1 });
-    const kvm = new Kvm(nc);
+    await provision(nats.nc, { replicas: 1 });
+    const kvm = new Kvm(nats.nc);
     [sessions, environments, runners] = await Promise.all([kvm.open(Buckets.sessions), kvm.open(Buckets.environments), kvm.open(Buckets.runners)]);
-  });
-  afterAll(async () => {
-    await nc.drain();
-    await nats.stop();
   });
 
   async function auditEvents(count: number): Promise<Array<{ subject: string; event: AuditEvent }>> {
-    const consumer = await jetstream(nc).consumers.get(Streams.audit, { deliver_policy: DeliverPolicy.All });
+    const consumer = await jetstream(nats.nc).consumers.get(Streams.audit, { deliver_policy: DeliverPolicy.All });
     const out: Array<{ subject: string; event: AuditEvent }> = [];
     if (count === 0) return out;
     for await (const m of await consumer.consume()) {
@@ -127,7 +122,7 @@ describe("recorder against a real nats-server", () => {
   }
 
   async function pendingOf(bucket: string): Promise<{ pending: number; ackPending: number }> {
-    const info = await (await jetstreamManager(nc)).consumers.info(`KV_${bucket}`, FEED_CONSUMER);
+    const info = await (await jetstreamManager(nats.nc)).consumers.info(`KV_${bucket}`, FEED_CONSUMER);
     return { pending: info.num_pending, ackPending: info.num_ack_pending };
   }
 
@@ -143,12 +138,12 @@ describe("recorder against a real nats-server", () => {
 
   it("creating a recorder touches nothing on the bus; start() makes its feed consumers and stop() ends them", async () => {
     const consumersOf = async () => {
-      const jsm = await jetstreamManager(nc);
+      const jsm = await jetstreamManager(nats.nc);
       return Promise.all([Buckets.sessions, Buckets.environments, Buckets.runners].map(async (b) => (await jsm.consumers.list(`KV_${b}`).next()).map((c) => c.name)));
     };
     const registry = new Registry();
-    const recorder = createRecorder({ nc, log: silentLogger(), bus: createBusMetrics(registry), registry });
-    await nc.flush();
+    const recorder = createRecorder({ nc: nats.nc, log: silentLogger(), metrics: createRecorderMetrics(registry) });
+    await nats.nc.flush();
     expect(await consumersOf()).toEqual([[], [], []]);
     await recorder.start();
     expect(await consumersOf()).toEqual([[FEED_CONSUMER], [FEED_CONSUMER], [FEED_CONSUMER]]);
@@ -165,9 +160,9 @@ describe("recorder against a real nats-server", () => {
       revision = await sessions.update(key, JSON.stringify(s), revision);
     }
     const registry = new Registry();
-    const recorder = createRecorder({ nc, log: silentLogger(), bus: createBusMetrics(registry), registry });
+    const recorder = createRecorder({ nc: nats.nc, log: silentLogger(), metrics: createRecorderMetrics(registry) });
     await recorder.start();
-    const consumer = await jetstream(nc).consumers.get(Streams.audit, { filter_subjects: ["paddock.audit.ws1.session.deep"], deliver_policy: DeliverPolicy.All });
+    const consumer = await jetstream(nats.nc).consumers.get(Streams.audit, { filter_subjects: ["paddock.audit.ws1.session.deep"], deliver_policy: DeliverPolicy.All });
     const seen = new Set<string>();
     for await (const m of await consumer.consume()) {
       seen.add(AuditEvent.parse(m.json()).id);
@@ -176,14 +171,14 @@ describe("recorder against a real nats-server", () => {
     expect(ids.filter((id) => !seen.has(id))).toEqual([]);
     await recorder.stop();
     // The other tests count events from a clean slate.
-    await (await jetstreamManager(nc)).streams.purge(Streams.audit);
+    await (await jetstreamManager(nats.nc)).streams.purge(Streams.audit);
     await sessions.purge(key);
   });
 
   it("two replicas turn sessions, environments and runner facts into one event each, and a full replay adds none", async () => {
     const mk = async () => {
       const registry = new Registry();
-      const recorder = createRecorder({ nc: await connect({ servers: nats.url }), log: silentLogger(), bus: createBusMetrics(registry), registry });
+      const recorder = createRecorder({ nc: await connect({ servers: nats.url }), log: silentLogger(), metrics: createRecorderMetrics(registry) });
       await recorder.start();
       return recorder;
     };
@@ -231,7 +226,7 @@ describe("recorder against a real nats-server", () => {
     // Replay every feed from the start (as after a lost ack): the same ids, so AUDIT keeps 9.
     await a.stop();
     await b.stop();
-    const jsm = await jetstreamManager(nc);
+    const jsm = await jetstreamManager(nats.nc);
     for (const bucket of [Buckets.sessions, Buckets.environments, Buckets.runners]) await jsm.consumers.delete(`KV_${bucket}`, FEED_CONSUMER);
     const c = await mk();
     await drained();

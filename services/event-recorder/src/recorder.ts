@@ -2,7 +2,6 @@ import type { z } from "zod";
 import {
   AckPolicy,
   DeliverPolicy,
-  JetStreamError,
   jetstream,
   jetstreamManager,
   type DirectBatchOptions,
@@ -12,10 +11,10 @@ import {
   type StoredMsg,
 } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { Counter, type Registry } from "prom-client";
 import { AuditEvent, Buckets, Environment, kvStreamName, Runner, Session, Streams, Subjects } from "@paddock/contracts";
-import { consumeTyped, decodeJson, encodeJson, NEVER_PARK, type BusMetrics, type ConsumerHandle } from "@paddock/bus";
+import { consumeTyped, decodeJson, encoderOf, isDirectGetEmpty, NEVER_PARK, type ConsumerHandle, type Encoder } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
+import type { RecorderMetrics } from "./metrics.ts";
 import { environmentEvent, runnerEvent, sessionEvent } from "./derive.ts";
 
 export { environmentEvent, FLEET_WORKSPACE, runnerEvent, runnerEventId, sessionEvent } from "./derive.ts";
@@ -23,8 +22,7 @@ export { environmentEvent, FLEET_WORKSPACE, runnerEvent, runnerEventId, sessionE
 export interface RecorderDeps {
   nc: NatsConnection;
   log: Logger;
-  bus: BusMetrics;
-  registry: Registry;
+  metrics: RecorderMetrics;
 }
 
 /**
@@ -77,7 +75,7 @@ async function previousRunner(jsm: JetStreamManager, key: string, revision: numb
       return decoded.ok ? decoded.value : undefined;
     }
   } catch (err) {
-    if (err instanceof JetStreamError && (err as JetStreamError & { code?: unknown }).code === 404) return undefined;
+    if (isDirectGetEmpty(err)) return undefined;
     throw err;
   }
   return undefined;
@@ -112,19 +110,19 @@ async function alreadyRecorded(jsm: JetStreamManager, subject: string, id: strin
         if (decoded.ok && decoded.value.id === id) return true;
       }
     } catch (err) {
-      if (count === 0 && err instanceof JetStreamError && (err as JetStreamError & { code?: unknown }).code === 404) return false;
+      if (count === 0 && isDirectGetEmpty(err)) return false;
       throw err;
     }
     if (count < 256) return false;
   }
 }
 
-async function publish(js: JetStreamClient, jsm: JetStreamManager, event: AuditEvent, msg: JsMsg): Promise<void> {
+async function publish(js: JetStreamClient, jsm: JetStreamManager, encode: Encoder, event: AuditEvent, msg: JsMsg): Promise<void> {
   const subject = Subjects.audit(event.workspaceId, event.resource.kind, event.resource.id);
   if (msg.info.deliveryCount > 1 && (await alreadyRecorded(jsm, subject, event.id, storedAtMs(msg)))) return;
   // The event id is the message id: a republish after a crash between publish
   // and ack is dropped by AUDIT's duplicate window.
-  await js.publish(subject, encodeJson(AuditEvent, event), { msgID: event.id });
+  await js.publish(subject, encode(AuditEvent, event), { msgID: event.id });
 }
 
 /**
@@ -153,17 +151,8 @@ export interface Recorder {
 async function startFeeds(deps: RecorderDeps): Promise<ConsumerHandle[]> {
   const js = jetstream(deps.nc);
   const jsm = await jetstreamManager(deps.nc);
-  const recorded = new Counter({
-    name: "paddock_audit_events_total",
-    help: "Audit events published (including republishes AUDIT deduplicated)",
-    labelNames: ["kind"],
-    registers: [deps.registry],
-  });
-  const gaps = new Counter({
-    name: "paddock_audit_runner_gaps_total",
-    help: "Runner revisions whose previous revision was no longer retained, so no event could be derived",
-    registers: [deps.registry],
-  });
+  const encode = encoderOf(deps.nc);
+  const { recorded, gaps } = deps.metrics;
   for (const bucket of [Buckets.sessions, Buckets.environments, Buckets.runners]) await ensureFeedConsumer(jsm, bucket);
 
   const handles: ConsumerHandle[] = [];
@@ -174,7 +163,7 @@ async function startFeeds(deps: RecorderDeps): Promise<ConsumerHandle[]> {
         stream: kvStreamName(bucket),
         consumer: FEED_CONSUMER,
         schema,
-        metrics: deps.bus,
+        metrics: deps.metrics,
         log: deps.log,
         skip: isDeleteMarker,
         // Never parked: a revision given up on would be a hole in the audit log.
@@ -184,7 +173,7 @@ async function startFeeds(deps: RecorderDeps): Promise<ConsumerHandle[]> {
         // read (a drain of 30,000 events measured 13,000-14,000/s against ~10,000/s with 64).
         lanes: { concurrency: RECORD_LANES, keyOf: (msg) => msg.subject },
         handler: async (value, msg) => {
-          await publish(js, jsm, toEvent(value as z.infer<S>), msg);
+          await publish(js, jsm, encode, toEvent(value as z.infer<S>), msg);
           recorded.inc({ kind });
         },
       });
@@ -195,7 +184,7 @@ async function startFeeds(deps: RecorderDeps): Promise<ConsumerHandle[]> {
         stream: kvStreamName(Buckets.runners),
         consumer: FEED_CONSUMER,
         schema: Runner,
-        metrics: deps.bus,
+        metrics: deps.metrics,
         log: deps.log,
         skip: isDeleteMarker,
         // Never parked: a revision given up on would be a hole in the audit log.
@@ -213,7 +202,7 @@ async function startFeeds(deps: RecorderDeps): Promise<ConsumerHandle[]> {
             return;
           }
           if (derived.kind === "none") return;
-          await publish(js, jsm, derived.event, msg);
+          await publish(js, jsm, encode, derived.event, msg);
           recorded.inc({ kind: "runner" });
         },
       }),

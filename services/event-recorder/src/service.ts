@@ -1,6 +1,6 @@
-import { createBusMetrics } from "@paddock/bus";
 import { defineService } from "@paddock/service";
 import { loadConfig } from "./config.ts";
+import { createRecorderMetrics } from "./metrics.ts";
 import { createRecorder } from "./recorder.ts";
 
 /** The event recorder as a service definition (run by main.ts through runService). */
@@ -9,7 +9,7 @@ export const eventRecorderService = defineService({
   loadConfig,
   provision: (config) => ({ replicas: config.replicas, auditMaxAgeMs: config.auditMaxAgeMs }),
   create: ({ nc, log, registry }) => {
-    const recorder = createRecorder({ nc, log, bus: createBusMetrics(registry), registry });
+    const recorder = createRecorder({ nc, log, metrics: createRecorderMetrics(registry) });
     return {
       start: async () => {
         await recorder.start();

@@ -1,4 +1,4 @@
-import { ScreenCache } from "./screens.ts";
+import { ScreenCache } from "./terminal/screens.ts";
 import type { IncomingMessage } from "node:http";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
@@ -14,16 +14,17 @@ import {
   InvalidError,
   NotFoundError,
   type Environment,
+  type HttpRoute,
   type Rpc,
   type Scope,
   type Session,
 } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
-import { Authorizer, lazyKv, principalOfHash, tokenHashOf, type Principal, type Resource } from "./auth.ts";
+import { Authorizer, lazyKv, principalOfHash, tokenHashOf, type Principal, type Resource } from "./auth/auth.ts";
 import type { GatewayConfig } from "./config.ts";
-import { WindowLimiter } from "./limits.ts";
+import { WindowLimiter } from "./http/limits.ts";
 import type { GatewayMetrics } from "./metrics.ts";
-import { parseWith } from "./http.ts";
+import { parseWith, serve, type Answer, type Input, type Route } from "./http/http.ts";
 
 /** What createGateway is given; everything a test wants to control is here. */
 export interface GatewayDeps {
@@ -129,6 +130,11 @@ export class GatewayContext {
   /** The principal of a token hash as KV holds it now (re-checks at ticket use and on token changes). */
   principalOfHash(tokenHash: string): Promise<Principal> {
     return principalOfHash(this.tokens, tokenHash, this.deps.now);
+  }
+
+  /** Serves a contract route for callers with a bearer token (every /v1 route but the terminal upgrade). */
+  serve<R extends HttpRoute>(contract: R, handler: (input: Input<R, Principal>) => Promise<Answer<R> | void>): Route {
+    return serve(contract, { authenticate: (req) => this.principal(req), maxBodyBytes: this.deps.config.maxBodyBytes }, handler);
   }
 
   call<R extends Rpc<z.ZodType, z.ZodType>>(rpc: R, request: z.input<R["request"]>): Promise<z.infer<R["result"]>> {

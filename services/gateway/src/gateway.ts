@@ -1,19 +1,19 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { NotFoundError, PaddockError, TooLargeError } from "@paddock/contracts";
-import { ConnectionGate } from "./connections.ts";
+import { HealthRoutes, NotFoundError, PaddockError, routeName, TooLargeError } from "@paddock/contracts";
+import { ConnectionGate } from "./http/connections.ts";
 import { GatewayContext, type GatewayDeps } from "./context.ts";
-import { environmentRoutes } from "./environments.ts";
-import { eventRoutes } from "./events.ts";
-import { matchRoute, sendError, sendJson, type Route } from "./http.ts";
-import { lifecycleRoutes } from "./lifecycle.ts";
-import { RateLimitedError } from "./limits.ts";
-import { runnerRoutes } from "./runners.ts";
-import { secretRoutes } from "./secrets.ts";
-import { sessionRoutes } from "./sessions.ts";
-import { tokenRoutes } from "./tokens.ts";
-import { TerminalHub } from "./terminal.ts";
-import { workspaceRoutes } from "./workspace.ts";
+import { environmentRoutes } from "./routes/environments.ts";
+import { eventRoutes } from "./routes/events.ts";
+import { matchRoute, sendError, sendJson, type Route } from "./http/http.ts";
+import { lifecycleRoutes } from "./routes/lifecycle.ts";
+import { RateLimitedError } from "./http/limits.ts";
+import { runnerRoutes } from "./routes/runners.ts";
+import { secretRoutes } from "./routes/secrets.ts";
+import { sessionRoutes } from "./routes/sessions.ts";
+import { tokenRoutes } from "./auth/tokens.ts";
+import { TerminalHub, TERMINAL_ROUTE } from "./terminal/terminal.ts";
+import { workspaceRoutes } from "./routes/workspace.ts";
 
 export interface Gateway {
   /** Binds the public API; resolves with the bound port (useful with port 0). */
@@ -24,6 +24,8 @@ export interface Gateway {
   close(): Promise<void>;
   readonly server: Server;
   readonly terminals: TerminalHub;
+  /** Every route this gateway serves (`GET /v1/sessions/:id`), the terminal upgrade and the probes included. */
+  readonly served: readonly string[];
 }
 
 /**
@@ -46,11 +48,11 @@ export function createGateway(deps: GatewayDeps): Gateway {
     const method = req.method ?? "GET";
     let routeName = "unmatched";
     try {
-      if (url.pathname === "/healthz" && method === "GET") {
+      if (url.pathname === HealthRoutes.healthz.path && method === HealthRoutes.healthz.method) {
         sendJson(res, 200, { status: "ok" });
         return;
       }
-      if (url.pathname === "/readyz" && method === "GET") {
+      if (url.pathname === HealthRoutes.readyz.path && method === HealthRoutes.readyz.method) {
         const ready = isReady();
         sendJson(res, ready ? 200 : 503, { status: ready ? "ready" : "not_ready" });
         return;
@@ -113,9 +115,11 @@ export function createGateway(deps: GatewayDeps): Gateway {
     else socket.destroy();
   });
 
+  const served = [...routes.map((r) => r.name), routeName(TERMINAL_ROUTE), ...Object.values(HealthRoutes).map(routeName)];
   return {
     server,
     terminals,
+    served,
     isReady,
     listen: (port = deps.config.httpPort, host = deps.config.httpHost) =>
       new Promise((resolve, reject) => {

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { defineService } from "@paddock/service";
-import { seedDevToken } from "./auth.ts";
+import { seedDevToken } from "./auth/auth.ts";
 import { loadConfig } from "./config.ts";
 import { createGateway } from "./gateway.ts";
 import { createGatewayMetrics } from "./metrics.ts";

@@ -3,26 +3,20 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
+import { headers as natsHeaders } from "@nats-io/transport-node";
 import { Buckets, DispatchCommand, Headers, RunnerLease, Subjects, runnerKey, type PortableSpec } from "@paddock/contracts";
 import { decodeJson, encodeJson, provision } from "@paddock/bus";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { useNatsServer } from "@paddock/testing/vitest";
 import { dispatchConsumerName } from "./fleet/dispatch-consumer.ts";
 import { collectFacts, collectTerm, counterValue, fakeScheduler, testAgent, type TestAgent } from "./testing/test-support.ts";
 
-let server: NatsServerHandle;
-let nc: NatsConnection;
+const nats = useNatsServer();
 const running: TestAgent[] = [];
 
-beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-  await provision(nc, { replicas: 1 });
-});
+beforeAll(() => provision(nats.nc, { replicas: 1 }));
+// Before the server stops: after-all hooks run last-registered first.
 afterAll(async () => {
   for (const t of running) await t.agent.stop();
-  await nc.drain();
-  await server.stop();
 });
 
 let sessionCounter = 0;
@@ -32,7 +26,7 @@ function nextSessionId(): string {
 }
 
 async function dispatch(t: TestAgent, cmd: DispatchCommand): Promise<void> {
-  await jetstream(nc).publish(Subjects.dispatch(t.config.poolId, t.config.runnerId), encodeJson(DispatchCommand, cmd));
+  await jetstream(nats.nc).publish(Subjects.dispatch(t.config.poolId, t.config.runnerId), encodeJson(DispatchCommand, cmd));
 }
 
 function startCmd(t: TestAgent, sessionId: string, spec: PortableSpec, placementGeneration = 1): DispatchCommand {
@@ -43,13 +37,13 @@ function sendInput(t: TestAgent, sessionId: string, app: string, kind: string | 
   const h = natsHeaders();
   if (kind !== undefined) h.set(Headers.inputKind, kind);
   if (generation !== undefined) h.set(Headers.controllerGeneration, generation);
-  nc.publish(Subjects.input(t.config.poolId, t.config.runnerId, sessionId, app), body, { headers: h });
+  nats.nc.publish(Subjects.input(t.config.poolId, t.config.runnerId, sessionId, app), body, { headers: h });
 }
 
 describe("registration", () => {
   it("claims the persisted generation plus one, persists the grant and renews its lease", async () => {
-    const scheduler = fakeScheduler(nc, 0);
-    const t = testAgent(nc);
+    const scheduler = fakeScheduler(nats.nc, 0);
+    const t = testAgent(nats.nc);
     running.push(t);
     writeFileSync(join(t.config.dataDir, "generation"), "4\n");
     await t.agent.start();
@@ -58,20 +52,20 @@ describe("registration", () => {
     expect(scheduler.requests.items[0]).toMatchObject({ runnerId: t.config.runnerId, capacityTotal: 8, capabilities: ["process", "sandbox:process"], sessions: [] });
     expect(t.agent.generation).toBe(5);
     expect(readFileSync(join(t.config.dataDir, "generation"), "utf8").trim()).toBe("5");
-    const jsm = await jetstreamManager(nc);
+    const jsm = await jetstreamManager(nats.nc);
     const info = await jsm.consumers.info("DISPATCH", dispatchConsumerName("default", t.config.runnerId));
     expect(info.config.filter_subject).toBe(Subjects.dispatch("default", t.config.runnerId));
     // Memory-backed: no state file rewritten per ack; made again from what was settled if a broker restart loses it.
     expect(info.config.mem_storage).toBe(true);
-    const kv = await new Kvm(nc).open(Buckets.runnerLeases);
+    const kv = await new Kvm(nats.nc).open(Buckets.runnerLeases);
     const entry = await kv.get(runnerKey("default", t.config.runnerId));
     const lease = decodeJson(RunnerLease, entry?.value ?? new Uint8Array());
     expect(lease).toEqual({ ok: true, value: { runnerId: t.config.runnerId, poolId: "default", generation: 5, renewedAt: 1_700_000_000_000 } });
   });
 
   it("re-claims past the stored generation after a refusal", async () => {
-    const scheduler = fakeScheduler(nc, 9);
-    const t = testAgent(nc);
+    const scheduler = fakeScheduler(nats.nc, 9);
+    const t = testAgent(nats.nc);
     running.push(t);
     writeFileSync(join(t.config.dataDir, "generation"), "4\n");
     await t.agent.start();
@@ -82,11 +76,11 @@ describe("registration", () => {
   });
 
   it("destroys the sessions the scheduler lists in its reply", async () => {
-    const scheduler = fakeScheduler(nc, 0);
+    const scheduler = fakeScheduler(nats.nc, 0);
     scheduler.destroy = [{ sessionId: "orphan1", workspaceId: "ws1", placementGeneration: 3 }];
-    const t = testAgent(nc);
+    const t = testAgent(nats.nc);
     running.push(t);
-    const facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
+    const facts = collectFacts(nats.nc, t.config.poolId, t.config.runnerId);
     await t.agent.start();
     scheduler.sub.unsubscribe();
     const destroyed = await facts.waitFor((f) => f.sessionId === "orphan1");
@@ -97,13 +91,13 @@ describe("registration", () => {
     let firstSeen!: () => void;
     const seen = new Promise<void>((resolve) => (firstSeen = resolve));
     // A subscriber that never answers: the agent's request times out and is retried.
-    const mute = nc.subscribe(Subjects.registerAll, { callback: () => firstSeen() });
-    const t = testAgent(nc, { registerTimeoutMs: 100 });
+    const mute = nats.nc.subscribe(Subjects.registerAll, { callback: () => firstSeen() });
+    const t = testAgent(nats.nc, { registerTimeoutMs: 100 });
     running.push(t);
     const starting = t.agent.start();
     await seen;
     mute.unsubscribe();
-    const scheduler = fakeScheduler(nc, 0);
+    const scheduler = fakeScheduler(nats.nc, 0);
     await starting;
     scheduler.sub.unsubscribe();
     expect(t.agent.generation).toBe(1);
@@ -115,9 +109,9 @@ describe("sessions", () => {
   let facts: ReturnType<typeof collectFacts>;
 
   beforeAll(async () => {
-    const scheduler = fakeScheduler(nc, 0);
-    const pending = testAgent(nc);
-    facts = collectFacts(nc, pending.config.poolId, pending.config.runnerId);
+    const scheduler = fakeScheduler(nats.nc, 0);
+    const pending = testAgent(nats.nc);
+    facts = collectFacts(nats.nc, pending.config.poolId, pending.config.runnerId);
     running.push(pending);
     await pending.agent.start();
     scheduler.sub.unsubscribe();
@@ -126,7 +120,7 @@ describe("sessions", () => {
 
   it("runs an app: running fact, output with its generation, exit marker, exited fact", async () => {
     const sessionId = nextSessionId();
-    const term = collectTerm(nc, sessionId, "main");
+    const term = collectTerm(nats.nc, sessionId, "main");
     await dispatch(t, startCmd(t, sessionId, { cmd: ["sh", "-c", "printf hello; exit 3"] }, 7));
     const runningFact = await facts.waitFor((f) => f.sessionId === sessionId && f.type === "running");
     expect(runningFact).toMatchObject({ runnerId: t.config.runnerId, poolId: "default", runnerGeneration: 1, workspaceId: "ws1", placementGeneration: 7, at: 1_700_000_000_000 });
@@ -143,7 +137,7 @@ describe("sessions", () => {
 
   it("is idempotent for a redelivered start of the same placement", async () => {
     const sessionId = nextSessionId();
-    const term = collectTerm(nc, sessionId, "main");
+    const term = collectTerm(nats.nc, sessionId, "main");
     const cmd = startCmd(t, sessionId, { cmd: ["sh", "-c", "printf once; exit 0"] });
     await dispatch(t, cmd);
     await dispatch(t, cmd);
@@ -159,7 +153,7 @@ describe("sessions", () => {
 
   it("delivers input of the current controller generation and drops older ones", async () => {
     const sessionId = nextSessionId();
-    const term = collectTerm(nc, sessionId, "main");
+    const term = collectTerm(nats.nc, sessionId, "main");
     await dispatch(t, startCmd(t, sessionId, { cmd: ["cat"] }));
     await facts.waitFor((f) => f.sessionId === sessionId && f.type === "running");
     const staleBefore = await counterValue(t.metrics.staleInput);
@@ -203,7 +197,7 @@ describe("sessions", () => {
     const staleBefore = await counterValue(t.metrics.staleDispatch);
     const invalidBefore = await counterValue(t.metrics.invalidMessages);
     await dispatch(t, { ...startCmd(t, stale, { cmd: ["true"] }), runnerGeneration: t.agent.generation + 5 });
-    const js = jetstream(nc);
+    const js = jetstream(nats.nc);
     const subject = Subjects.dispatch(t.config.poolId, t.config.runnerId);
     await js.publish(subject, "not json");
     await js.publish(subject, JSON.stringify({ type: "start", sessionId: "x" }));
@@ -217,7 +211,7 @@ describe("sessions", () => {
 
   it("runs every app of a session and reports the first app's exit code once all exited", async () => {
     const sessionId = nextSessionId();
-    const second = collectTerm(nc, sessionId, "helper");
+    const second = collectTerm(nats.nc, sessionId, "helper");
     await dispatch(
       t,
       startCmd(t, sessionId, {
@@ -236,13 +230,13 @@ describe("sessions", () => {
 
 describe("shutdown", () => {
   it("kills its sessions, appends their exit markers and reports them exited by signal", async () => {
-    const scheduler = fakeScheduler(nc, 0);
-    const t = testAgent(nc);
-    const facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
+    const scheduler = fakeScheduler(nats.nc, 0);
+    const t = testAgent(nats.nc);
+    const facts = collectFacts(nats.nc, t.config.poolId, t.config.runnerId);
     await t.agent.start();
     scheduler.sub.unsubscribe();
     const sessionId = nextSessionId();
-    const term = collectTerm(nc, sessionId, "main");
+    const term = collectTerm(nats.nc, sessionId, "main");
     await dispatch(t, startCmd(t, sessionId, { cmd: ["sh", "-c", "printf up; exec sleep 600"] }));
     await facts.waitFor((f) => f.sessionId === sessionId && f.type === "running");
     await term.waitFor(() => term.text().includes("up"));

@@ -3,7 +3,7 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import { Buckets, DispatchCommand, runnerKey, Streams, type RegisterRunnerReply } from "@paddock/contracts";
-import { consumeTyped, type ConsumerHandle } from "@paddock/bus";
+import { consumeTyped, encoderOf, type ConsumerHandle } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { RunnerConfig } from "./config.ts";
 import type { TerminalSettings } from "./terminal/term-options.ts";
@@ -144,6 +144,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
   const confirmed = () => !stopped && !fenced && registering === undefined && confirmation.holds();
   const facts = createFactPublisher({
     js,
+    encode: encoderOf(nc),
     log,
     runnerId: config.runnerId,
     poolId: config.poolId,
@@ -313,6 +314,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     confirmation.confirm(askedAt);
     lease = await startLeaseRenewer({
       js,
+      encode: encoderOf(nc),
       bucket: Buckets.runnerLeases,
       key,
       lease: () => ({ runnerId: config.runnerId, poolId: config.poolId, generation, renewedAt: deps.now() }),

@@ -13,34 +13,36 @@ export const RunnerErrorCode = {
 } as const;
 export type RunnerErrorCode = (typeof RunnerErrorCode)[keyof typeof RunnerErrorCode];
 
+/** `cause` (ES2022) keeps what went wrong for logs; `message` stays the short, fact-safe reason. */
 export class RunnerError extends Error {
   constructor(
     readonly code: RunnerErrorCode,
     message: string,
+    options?: ErrorOptions,
   ) {
-    super(message);
+    super(message, options);
     this.name = "RunnerError";
   }
 }
 
 /** An app could not be started; `message` is short and safe to put in a fact. */
 export class SpawnError extends RunnerError {
-  constructor(message: string) {
-    super(RunnerErrorCode.spawnFailed, message);
+  constructor(message: string, options?: ErrorOptions) {
+    super(RunnerErrorCode.spawnFailed, message, options);
     this.name = "SpawnError";
   }
 }
 
 export class GenerationFileError extends RunnerError {
-  constructor(message: string) {
-    super(RunnerErrorCode.generationFile, message);
+  constructor(message: string, options?: ErrorOptions) {
+    super(RunnerErrorCode.generationFile, message, options);
     this.name = "GenerationFileError";
   }
 }
 
 export class RegistrationRefusedError extends RunnerError {
-  constructor(message: string) {
-    super(RunnerErrorCode.registrationRefused, message);
+  constructor(message: string, options?: ErrorOptions) {
+    super(RunnerErrorCode.registrationRefused, message, options);
     this.name = "RegistrationRefusedError";
   }
 }
@@ -55,40 +57,40 @@ export class StoppedError extends RunnerError {
 
 /** An archive holds an entry that may not be extracted (or is not a valid archive); message is fact-safe. */
 export class ArchiveRefusedError extends RunnerError {
-  constructor(reason: string) {
-    super(RunnerErrorCode.archiveRefused, `archive refused: ${reason}`);
+  constructor(reason: string, options?: ErrorOptions) {
+    super(RunnerErrorCode.archiveRefused, `archive refused: ${reason}`, options);
     this.name = "ArchiveRefusedError";
   }
 }
 
 /** An archive pushed into a workspace has more entries or bytes than allowed; message is client-safe. */
 export class WorkspaceTooLargeError extends RunnerError {
-  constructor(reason: string) {
-    super(RunnerErrorCode.workspaceTooLarge, `archive refused: ${reason}`);
+  constructor(reason: string, options?: ErrorOptions) {
+    super(RunnerErrorCode.workspaceTooLarge, `archive refused: ${reason}`, options);
     this.name = "WorkspaceTooLargeError";
   }
 }
 
 /** Saving or restoring a checkpoint failed; message is short and fact-safe. */
 export class CheckpointError extends RunnerError {
-  constructor(message: string) {
-    super(RunnerErrorCode.checkpointFailed, message);
+  constructor(message: string, options?: ErrorOptions) {
+    super(RunnerErrorCode.checkpointFailed, message, options);
     this.name = "CheckpointError";
   }
 }
 
 /** Environment setup or init failed; message is the fact's reason. */
 export class BootError extends RunnerError {
-  constructor(message: string) {
-    super(RunnerErrorCode.bootFailed, message);
+  constructor(message: string, options?: ErrorOptions) {
+    super(RunnerErrorCode.bootFailed, message, options);
     this.name = "BootError";
   }
 }
 
 /** A command cannot be carried out in the session's current state; message is the refused fact's reason. */
 export class CommandRefusedError extends RunnerError {
-  constructor(message: string) {
-    super(RunnerErrorCode.commandRefused, message);
+  constructor(message: string, options?: ErrorOptions) {
+    super(RunnerErrorCode.commandRefused, message, options);
     this.name = "CommandRefusedError";
   }
 }

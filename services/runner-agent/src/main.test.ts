@@ -1,10 +1,10 @@
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { describe, expect, it } from "vitest";
 import { ConfigError } from "@paddock/config";
-import { startNatsServer, startService, type NatsServerHandle } from "@paddock/testing";
+import { startService } from "@paddock/testing";
+import { useNatsServer } from "@paddock/testing/vitest";
 import { loadConfig } from "./config.ts";
 import { fakeScheduler } from "./testing/test-support.ts";
 
@@ -73,22 +73,13 @@ describe("config", () => {
 });
 
 describe("main", () => {
-  let server: NatsServerHandle;
-  let nc: NatsConnection;
-  beforeAll(async () => {
-    server = await startNatsServer();
-    nc = await connect({ servers: server.url });
-  });
-  afterAll(async () => {
-    await nc.drain();
-    await server.stop();
-  });
+  const nats = useNatsServer();
 
   it("starts as a process, logs ready with its generation, and stops cleanly on SIGTERM", async () => {
-    const scheduler = fakeScheduler(nc, 0);
+    const scheduler = fakeScheduler(nats.nc, 0);
     const dataDir = mkdtempSync(join(tmpdir(), "paddock-runner-main-"));
     const svc = await startService("runner-agent", {
-      PADDOCK_NATS_URL: server.url,
+      PADDOCK_NATS_URL: nats.url,
       PADDOCK_RUNNER_ID: "main1",
       PADDOCK_RUNNER_DATA_DIR: dataDir,
     });

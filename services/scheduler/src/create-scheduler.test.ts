@@ -1,35 +1,25 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Registry } from "prom-client";
 import { Streams } from "@paddock/contracts";
 import { createBusMetrics, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { useNatsServer } from "@paddock/testing/vitest";
 import { loadConfig } from "./config.ts";
 import { createSchedulerMetrics } from "./metrics.ts";
 import { RUNNER_FACTS_CONSUMER } from "./state/fact-backlog.ts";
 import { createScheduler } from "./scheduler.ts";
 
 describe("createScheduler", () => {
-  let server: NatsServerHandle;
-  let nc: NatsConnection;
-  beforeAll(async () => {
-    server = await startNatsServer();
-    nc = await connect({ servers: server.url });
-    await provision(nc, { replicas: 1 });
-  });
-  afterAll(async () => {
-    await nc.drain();
-    await server.stop();
-  });
+  const nats = useNatsServer();
+  beforeAll(() => provision(nats.nc, { replicas: 1 }));
 
   it("touches nothing on the bus until start(); start() consumes runner facts and stop() ends it", async () => {
-    const factConsumers = async () => (await (await jetstreamManager(nc)).consumers.list(Streams.runner).next()).map((c) => c.name);
+    const factConsumers = async () => (await (await jetstreamManager(nats.nc)).consumers.list(Streams.runner).next()).map((c) => c.name);
     const registry = new Registry();
     let id = 0;
     const created = createScheduler({
-      nc,
+      nc: nats.nc,
       config: loadConfig({ PADDOCK_SCHEDULER_TICK_MS: "3600000" }),
       log: silentLogger(),
       bus: createBusMetrics(registry),
@@ -38,7 +28,7 @@ describe("createScheduler", () => {
       now: () => 1_000,
       newId: (prefix) => `${prefix}_${String((id += 1))}`,
     });
-    await nc.flush();
+    await nats.nc.flush();
     expect(await factConsumers()).toEqual([]);
     const scheduler = await created.start();
     expect(await factConsumers()).toEqual([RUNNER_FACTS_CONSUMER]);

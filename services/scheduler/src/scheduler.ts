@@ -15,7 +15,7 @@ import {
   type NewId,
   type Now,
 } from "@paddock/contracts";
-import { consumeTyped, decodeJson, encodeJson, NEVER_PARK, serveRpc, type BusMetrics, type ConsumerHandle } from "@paddock/bus";
+import { consumeTyped, decodeJson, encoderOf, NEVER_PARK, serveRpc, type BusMetrics, type ConsumerHandle } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { SchedulerConfig } from "./config.ts";
 import type { SchedulerContext } from "./context.ts";
@@ -108,17 +108,18 @@ async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContex
     kvm.open(Buckets.sealKeys),
   ]);
   const envs = await createEnvironmentStore(deps.nc, { log: deps.log, registry: deps.registry });
-  const sealKeys = new SealKeys(sealKeysKv, deps.now);
+  const encode = encoderOf(deps.nc);
+  const sealKeys = new SealKeys(sealKeysKv, deps.now, encode);
   const sessionIndex = new SessionIndex();
   // Exact reads decide fences (a fact's runner generation, a placement check): from the leader.
   const jsm = await jetstreamManager(deps.nc);
-  const runners = new RunnerRecords(runnersKv, Runner, { jsm, bucket: Buckets.runners });
+  const runners = new RunnerRecords(runnersKv, Runner, encode, { jsm, bucket: Buckets.runners });
   // Made once the context exists; nothing ends a session before the views start below.
   let endOfLife: EndOfLife | undefined;
   const ctx = {
     ...deps,
     js: jetstream(deps.nc),
-    sessions: new SessionRecords(sessionsKv, Session, { jsm, bucket: Buckets.sessions }),
+    sessions: new SessionRecords(sessionsKv, Session, encode, { jsm, bucket: Buckets.sessions }),
     runners,
     runnerReads: new CoalescedReads((key) => runners.get(key)),
     factBacklog: createFactBacklog(jsm),
@@ -213,7 +214,7 @@ function serveRegistration(ctx: SchedulerContext): Subscription {
         return;
       }
       registerRunner(ctx, decoded.value).then(
-        (reply) => msg.respond(encodeJson(RegisterRunnerReply, reply)),
+        (reply) => msg.respond(encoderOf(ctx.nc)(RegisterRunnerReply, reply)),
         (e: unknown) => ctx.log.error({ err: e, runnerId: decoded.value.runnerId }, "registration failed"),
       );
     },

@@ -1,65 +1,56 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { z } from "zod";
 import { Buckets, InvalidError, NotFoundError, Streams, UnavailableError, type Rpc } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { useNatsServer } from "@paddock/testing/vitest";
 import {
   callRpc,
+  connectBus,
   consumeTyped,
   createBusMetrics,
   decodeJson,
   encodeJson,
+  encoderOf,
+  encodeUnchecked,
   isWrongLastSequence,
   provision,
   readLatestFromLeader,
   serveRpc,
-  setOutgoingValidation,
   SettledFloor,
   streamConfigs,
 } from "./index.ts";
 
-let server: NatsServerHandle;
-let nc: NatsConnection;
-
-beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-});
-afterAll(async () => {
-  await nc.drain();
-  await server.stop();
-});
+const nats = useNatsServer();
 
 describe("provision", () => {
   it("is idempotent when several replicas run it at once", async () => {
-    await Promise.all([provision(nc, { replicas: 1 }), provision(nc, { replicas: 1 }), provision(nc, { replicas: 1 })]);
-    await provision(nc, { replicas: 1 });
-    const jsm = await jetstreamManager(nc);
+    await Promise.all([provision(nats.nc, { replicas: 1 }), provision(nats.nc, { replicas: 1 }), provision(nats.nc, { replicas: 1 })]);
+    await provision(nats.nc, { replicas: 1 });
+    const jsm = await jetstreamManager(nats.nc);
     for (const cfg of streamConfigs({ replicas: 1 })) {
       const info = await jsm.streams.info(cfg.name);
       expect(info.config.subjects).toEqual(cfg.subjects);
     }
-    const kv = await new Kvm(nc).open(Buckets.sessions);
+    const kv = await new Kvm(nats.nc).open(Buckets.sessions);
     // Deeper than the KV client's cap of 64: the change feed must not drop revisions of a busy record.
     expect((await kv.status()).history).toBe(1024);
   });
 
   it("updates a stream whose config drifted", async () => {
-    const jsm = await jetstreamManager(nc);
+    const jsm = await jetstreamManager(nats.nc);
     const twoHoursNs = 2 * 3_600_000 * 1_000_000;
     await jsm.streams.update(Streams.audit, { max_age: twoHoursNs });
-    await provision(nc, { replicas: 1, auditMaxAgeMs: 3 * 3_600_000 });
+    await provision(nats.nc, { replicas: 1, auditMaxAgeMs: 3 * 3_600_000 });
     expect((await jsm.streams.info(Streams.audit)).config.max_age).toBe(3 * 3_600_000 * 1_000_000);
     // A service that does not set audit retention leaves it alone.
-    await provision(nc, { replicas: 1 });
+    await provision(nats.nc, { replicas: 1 });
     expect((await jsm.streams.info(Streams.audit)).config.max_age).toBe(3 * 3_600_000 * 1_000_000);
   });
 
   it("reports a lost KV compare-and-set as wrong-last-sequence", async () => {
-    const kv = await new Kvm(nc).open(Buckets.names);
+    const kv = await new Kvm(nats.nc).open(Buckets.names);
     const rev = await kv.create("ws.cas", "a");
     await kv.update("ws.cas", "b", rev);
     const lost = await kv.update("ws.cas", "c", rev).catch((e: unknown) => e);
@@ -79,7 +70,7 @@ describe("rpc", () => {
   it("validates requests at the boundary and maps typed errors", async () => {
     const metrics = createBusMetrics();
     const sub = serveRpc(
-      nc,
+      nats.nc,
       Echo,
       async ({ n }) => {
         if (n < 0) throw new NotFoundError("number");
@@ -88,18 +79,18 @@ describe("rpc", () => {
       },
       { queue: "test", metrics, log: silentLogger() },
     );
-    expect(await callRpc(nc, Echo, { n: 21 })).toEqual({ doubled: 42 });
-    await expect(callRpc(nc, Echo, { n: -1 })).rejects.toMatchObject({ code: "not_found" });
-    const internal = (await callRpc(nc, Echo, { n: 13 }).catch((e: unknown) => e)) as Error;
+    expect(await callRpc(nats.nc, Echo, { n: 21 })).toEqual({ doubled: 42 });
+    await expect(callRpc(nats.nc, Echo, { n: -1 })).rejects.toMatchObject({ code: "not_found" });
+    const internal = (await callRpc(nats.nc, Echo, { n: 13 }).catch((e: unknown) => e)) as Error;
     expect(internal).toMatchObject({ code: "internal" });
     expect(internal.message).not.toContain("raw internal detail");
     // A malformed request from a foreign client: answered invalid, counted, server alive.
-    const reply = await nc.request(Echo.subject, new TextEncoder().encode('{"n":"x","extra":1}'));
+    const reply = await nats.nc.request(Echo.subject, new TextEncoder().encode('{"n":"x","extra":1}'));
     expect(reply.json()).toMatchObject({ ok: false, error: { code: "invalid" } });
     expect((await metrics.invalidMessages.get()).values[0]?.value).toBe(1);
-    expect(await callRpc(nc, Echo, { n: 1 })).toEqual({ doubled: 2 });
+    expect(await callRpc(nats.nc, Echo, { n: 1 })).toEqual({ doubled: 2 });
     sub.unsubscribe();
-    const noAnswer = await callRpc(nc, Echo, { n: 1 }, { timeoutMs: 500 }).catch((e: unknown) => e);
+    const noAnswer = await callRpc(nats.nc, Echo, { n: 1 }, { timeoutMs: 500 }).catch((e: unknown) => e);
     expect(noAnswer).toBeInstanceOf(UnavailableError);
     // The client's own error stays as the cause, for logs.
     expect((noAnswer as Error).cause).toBeInstanceOf(Error);
@@ -107,48 +98,78 @@ describe("rpc", () => {
 
   it("a request that cannot be encoded is the caller's invalid, not a retryable unavailable, and is never sent", async () => {
     let served = 0;
-    const sub = nc.subscribe(Echo.subject, {
+    const sub = nats.nc.subscribe(Echo.subject, {
       callback: () => {
         served += 1;
       },
     });
-    await expect(callRpc(nc, Echo, { n: "x" } as never)).rejects.toMatchObject({ code: "invalid" });
-    setOutgoingValidation(false);
+    await expect(callRpc(nats.nc, Echo, { n: "x" } as never)).rejects.toMatchObject({ code: "invalid" });
+    const unchecked = await connectBus({ servers: nats.url, name: "unchecked", validateOutgoing: false });
     try {
       // Unchecked, an unencodable value still fails locally (a BigInt here; a value nested past the stack alike).
-      await expect(callRpc(nc, Echo, { n: 1n } as never)).rejects.toMatchObject({ code: "invalid" });
+      await expect(callRpc(unchecked, Echo, { n: 1n } as never)).rejects.toMatchObject({ code: "invalid" });
+      await unchecked.flush();
     } finally {
-      setOutgoingValidation(true);
+      await unchecked.close();
     }
-    await nc.flush();
+    await nats.nc.flush();
     expect(served).toBe(0);
     sub.unsubscribe();
   });
 
-  it("refuses to publish a message that breaks its contract", () => {
-    expect(() => encodeJson(Echo.request, { n: "x" } as never)).toThrow(InvalidError);
+  it("outgoing validation is an option of each bus: one refuses a message that breaks its contract, the other sends it to the receiver", async () => {
+    const received: unknown[] = [];
+    // The receiver refuses what does not parse, as serveRpc does; it records what reached it.
+    const sub = nats.nc.subscribe(Echo.subject, {
+      callback: (_err, msg) => {
+        received.push(msg.json());
+        msg.respond(new TextEncoder().encode(JSON.stringify({ ok: false, error: { code: "invalid", message: "refused by the receiver" } })));
+      },
+    });
+    await nats.nc.flush();
+    const checking = await connectBus({ servers: nats.url, name: "checking", validateOutgoing: true });
+    const unchecked = await connectBus({ servers: nats.url, name: "unchecked", validateOutgoing: false });
+    try {
+      const refused = await callRpc(checking, Echo, { n: "x" } as never).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(InvalidError);
+      expect((refused as Error).message).toMatch(/^outgoing message breaks its contract/);
+      await checking.flush();
+      expect(received).toEqual([]);
+
+      const answered = await callRpc(unchecked, Echo, { n: "x" } as never).catch((e: unknown) => e);
+      // The receiver's own typed answer: the message was sent.
+      expect(answered).toMatchObject({ code: "invalid", message: "refused by the receiver" });
+      expect(received).toEqual([{ n: "x" }]);
+      // The same holds for the encoder each bus hands its senders (KV writes, publishes).
+      expect(() => encoderOf(checking)(Echo.request, { n: "x" } as never)).toThrow(InvalidError);
+      expect(decodeJson(Echo.request, encoderOf(unchecked)(Echo.request, { n: "x" } as never))).toMatchObject({ ok: false });
+    } finally {
+      sub.unsubscribe();
+      await checking.close();
+      await unchecked.close();
+    }
   });
 
-  it("with outgoing validation off, leaves the check to the receiver, which still refuses the message", () => {
-    setOutgoingValidation(false);
-    try {
-      const bytes = encodeJson(Echo.request, { n: "x" } as never);
-      expect(decodeJson(Echo.request, bytes)).toMatchObject({ ok: false });
-      expect(decodeJson(Echo.request, encodeJson(Echo.request, { n: 2 }))).toEqual({ ok: true, value: { n: 2 } });
-    } finally {
-      setOutgoingValidation(true);
-    }
+  it("refuses to publish a message that breaks its contract", () => {
     expect(() => encodeJson(Echo.request, { n: "x" } as never)).toThrow(InvalidError);
+    // A connection not made by connectBus (a test's own) checks what it sends.
+    expect(() => encoderOf(nats.nc)(Echo.request, { n: "x" } as never)).toThrow(InvalidError);
+  });
+
+  it("unchecked, leaves the check to the receiver, which still refuses the message", () => {
+    const bytes = encodeUnchecked(Echo.request, { n: "x" } as never);
+    expect(decodeJson(Echo.request, bytes)).toMatchObject({ ok: false });
+    expect(decodeJson(Echo.request, encodeUnchecked(Echo.request, { n: 2 }))).toEqual({ ok: true, value: { n: 2 } });
   });
 });
 
 describe("typed consumer", () => {
   it("terminates invalid messages, counts them, and keeps consuming", async () => {
     const { consumeTyped } = await import("./consume.ts");
-    const jsm = await jetstreamManager(nc);
+    const jsm = await jetstreamManager(nats.nc);
     await jsm.streams.add({ name: "TESTC", subjects: ["testc.>"] });
     await jsm.consumers.add("TESTC", { durable_name: "c", ack_policy: "explicit" as never });
-    const js = jetstream(nc);
+    const js = jetstream(nats.nc);
     const metrics = createBusMetrics();
     const seen: number[] = [];
     let resolveTwo!: () => void;
@@ -178,10 +199,10 @@ describe("typed consumer", () => {
 describe("typed consumer in lanes", () => {
   it("handles different keys concurrently and one key strictly in order", async () => {
     const { consumeTyped } = await import("./consume.ts");
-    const jsm = await jetstreamManager(nc);
+    const jsm = await jetstreamManager(nats.nc);
     await jsm.streams.add({ name: "TESTL", subjects: ["testl.>"] });
     await jsm.consumers.add("TESTL", { durable_name: "l", ack_policy: "explicit" as never });
-    const js = jetstream(nc);
+    const js = jetstream(nats.nc);
     const order: Record<string, number[]> = { a: [], b: [] };
     let active = 0;
     let maxActive = 0;
@@ -223,8 +244,8 @@ describe("typed consumer in lanes", () => {
 
 describe("reading a KV key from its stream's leader", () => {
   it("answers the latest value with the revision a compare-and-set names, and nothing for a missing or deleted key", async () => {
-    const kv = await new Kvm(nc).create("leader-read", { history: 4 });
-    const jsm = await jetstreamManager(nc);
+    const kv = await new Kvm(nats.nc).create("leader-read", { history: 4 });
+    const jsm = await jetstreamManager(nats.nc);
     const text = (e: { value: Uint8Array } | undefined) => (e ? new TextDecoder().decode(e.value) : undefined);
     expect(await readLatestFromLeader(jsm, "leader-read", "a.b")).toBeUndefined();
     const first = await kv.create("a.b", "one");
@@ -264,8 +285,8 @@ describe("settled floor", () => {
 
 describe("a memory-backed consumer the server lost", () => {
   it("is made again from the settled floor: a nak'ed message comes back, one published meanwhile arrives, none before the floor", async () => {
-    const jsm = await jetstreamManager(nc);
-    const js = jetstream(nc);
+    const jsm = await jetstreamManager(nats.nc);
+    const js = jetstream(nats.nc);
     await jsm.streams.add({ name: "TESTR", subjects: ["testr.>"] });
     await js.publish("testr.x", JSON.stringify({ n: 0 }));
     const config = (start: { afterSeq: number } | "new") => ({

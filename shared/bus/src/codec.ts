@@ -4,29 +4,30 @@ import { describeZodError, InvalidError } from "@paddock/contracts";
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
+/** Encodes a message of a schema to bytes for the bus (see encoderOf for the one a connection uses). */
+export type Encoder = <S extends z.ZodType>(schema: S, value: z.input<S>) => Uint8Array;
+
 /**
- * Whether encodeJson checks outgoing messages against their schema (a process-wide
- * assertion, set once at start). Every receiver validates what it reads at
- * the bus boundary, so this second check only catches a sender's own bug
- * sooner; it was 14% of the scheduler's CPU under load (`pnpm bench`,
- * benchmark 1). On in tests and in-process use; a service's runService sets it
- * from its config, `PADDOCK_VALIDATE_OUTGOING` (off by default).
+ * Encodes a message after checking it against its schema: one that breaks its
+ * contract is refused (InvalidError) and never sent. Always checked: for tests
+ * and for cold paths that are not worth the option (records made by an HTTP
+ * call, WebSocket control frames); what a service sends on the bus goes
+ * through its bus's encoder (encoderOf).
  */
-let validateOutgoing = true;
-
-/** Turns the check of outgoing messages on or off for this process (see validateOutgoing). */
-export function setOutgoingValidation(on: boolean): void {
-  validateOutgoing = on;
-}
-
-/** Encodes a message; with outgoing validation on, one that breaks its contract is never sent. */
 export function encodeJson<S extends z.ZodType>(schema: S, value: z.input<S>): Uint8Array {
-  if (!validateOutgoing) return stringify(value);
   const parsed = schema.safeParse(value);
   if (!parsed.success) {
     throw new InvalidError(`outgoing message breaks its contract: ${describeZodError(parsed.error)}`);
   }
   return stringify(parsed.data);
+}
+
+/**
+ * Encodes a message without checking it: the receiver's check is the one that
+ * counts (see encoderOf). The schema is taken so that both encoders have one shape.
+ */
+export function encodeUnchecked<S extends z.ZodType>(_schema: S, value: z.input<S>): Uint8Array {
+  return stringify(value);
 }
 
 /** A value JSON cannot encode (nested past the stack, a BigInt, a cycle) is the caller's bad input: `invalid`. */

@@ -1,6 +1,7 @@
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { inboxPrefixOf } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
+import { setBusEncoder } from "./outgoing.ts";
 
 export interface BusConnectOptions {
   /** Comma-separated NATS URLs. */
@@ -9,9 +10,19 @@ export interface BusConnectOptions {
   name: string;
   user?: string | undefined;
   pass?: string | undefined;
+  /**
+   * Check every message sent on this connection against its schema too
+   * (receivers always check): a debugging aid, see encoderOf. From the
+   * service's config; on in tests.
+   */
+  validateOutgoing: boolean;
 }
 
-/** Connects with unlimited reconnects: a service outlives broker restarts. Status changes are logged. */
+/**
+ * Connects with unlimited reconnects: a service outlives broker restarts.
+ * Status changes are logged. Messages sent through encoderOf(connection) are
+ * checked as `validateOutgoing` says.
+ */
 export async function connectBus(opts: BusConnectOptions, log?: Logger): Promise<NatsConnection> {
   const nc = await connect({
     servers: opts.servers.split(",").map((s) => s.trim()),
@@ -27,6 +38,7 @@ export async function connectBus(opts: BusConnectOptions, log?: Logger): Promise
     // thousands of KV and JetStream requests a second.
     noAsyncTraces: true,
   });
+  setBusEncoder(nc, opts.validateOutgoing);
   if (log) {
     void (async () => {
       for await (const s of nc.status()) {

@@ -1,9 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { JetStreamApiError } from "@nats-io/jetstream";
+import { jetstreamManager, JetStreamApiError } from "@nats-io/jetstream";
 import { jserrors } from "@nats-io/jetstream/internal";
 import { NoRespondersError, TimeoutError } from "@nats-io/transport-node";
 import { PaddockError, UnavailableError } from "@paddock/contracts";
-import { toPaddockError } from "./errors.ts";
+import { useNatsServer } from "@paddock/testing/vitest";
+import { isDirectGetEmpty, isStreamNameInUse, isStreamNotFound, toPaddockError } from "./errors.ts";
 
 function named(name: string): Error {
   const e = new Error("raw detail");
@@ -54,5 +55,29 @@ describe("PaddockError", () => {
     expect([later.cause, later.retryable, later.retryAfterMs]).toEqual([root, true, 1_500]);
     expect(new UnavailableError("busy").retryAfterMs).toBeUndefined();
     expect("cause" in new PaddockError("invalid", "x")).toBe(false);
+  });
+});
+
+describe("JetStream refusals, matched by class and API code against a real server", () => {
+  const nats = useNatsServer();
+
+  it("tells a missing stream, a stream name taken with another config and an empty direct get apart; a look-alike by name or message is none of them", async () => {
+    const jsm = await jetstreamManager(nats.nc);
+    const missing = await jsm.streams.info("NOPE").catch((e: unknown) => e);
+    expect([isStreamNotFound(missing), isStreamNameInUse(missing), isDirectGetEmpty(missing)]).toEqual([true, false, false]);
+
+    await jsm.streams.add({ name: "ERRS", subjects: ["errs.>"], allow_direct: true });
+    const taken = await jsm.streams.add({ name: "ERRS", subjects: ["other.>"] }).catch((e: unknown) => e);
+    expect([isStreamNotFound(taken), isStreamNameInUse(taken), isDirectGetEmpty(taken)]).toEqual([false, true, false]);
+
+    // A batch direct get with nothing at or after its start answers 404, not an empty batch.
+    const empty = await (async () => {
+      for await (const m of await jsm.direct.getBatch("ERRS", { seq: 1, batch: 8, next_by_subj: "errs.x" })) return m;
+      return undefined;
+    })().catch((e: unknown) => e);
+    expect([isStreamNotFound(empty), isStreamNameInUse(empty), isDirectGetEmpty(empty)]).toEqual([false, false, true]);
+
+    const lookAlike = Object.assign(named("JetStreamStatusError"), { code: 404, message: "no message found" });
+    expect([isStreamNotFound(lookAlike), isStreamNameInUse(lookAlike), isDirectGetEmpty(lookAlike)]).toEqual([false, false, false]);
   });
 });

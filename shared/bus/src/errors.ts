@@ -1,5 +1,5 @@
 import { JetStreamApiError, JetStreamApiCodes } from "@nats-io/jetstream";
-import { jserrors } from "@nats-io/jetstream/internal";
+import { JetStreamStatusError, jserrors } from "@nats-io/jetstream/internal";
 import { ClosedConnectionError, ConnectionError, DrainingConnectionError, NoRespondersError, RequestError, TimeoutError } from "@nats-io/transport-node";
 import { PaddockError, UnavailableError } from "@paddock/contracts";
 
@@ -26,6 +26,24 @@ export function isNoResponders(err: unknown): boolean {
 
 export function isNoMessage(err: unknown): boolean {
   return err instanceof JetStreamApiError && err.code === JetStreamApiCodes.NoMessageFound;
+}
+
+/** True when a direct get (batch) found nothing at or after where it asked: the server answers status 404, not an empty batch. */
+export function isDirectGetEmpty(err: unknown): boolean {
+  return err instanceof JetStreamStatusError && err.code === 404;
+}
+
+/** True when the stream (or the KV bucket / object store behind it) does not exist: API error 10059. */
+export function isStreamNotFound(err: unknown): boolean {
+  return err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound;
+}
+
+/** API error 10058: a stream of that name exists with another configuration (nats.js names no constant for it). */
+const STREAM_NAME_IN_USE = 10058;
+
+/** True when adding a stream failed because one of that name exists with another configuration. */
+export function isStreamNameInUse(err: unknown): boolean {
+  return err instanceof JetStreamApiError && err.code === STREAM_NAME_IN_USE;
 }
 
 /**

@@ -1,5 +1,6 @@
 export * from "./connect.ts";
 export * from "./codec.ts";
+export { encoderOf } from "./outgoing.ts";
 export * from "./consume.ts";
 export * from "./consumer-recovery.ts";
 export * from "./errors.ts";

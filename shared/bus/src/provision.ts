@@ -1,6 +1,5 @@
 import {
   DiscardPolicy,
-  JetStreamApiError,
   jetstreamManager,
   RetentionPolicy,
   StorageType,
@@ -12,6 +11,7 @@ import { Objm } from "@nats-io/obj";
 import { jserrors } from "@nats-io/jetstream/internal";
 import { NoRespondersError, RequestError, TimeoutError, type NatsConnection } from "@nats-io/transport-node";
 import { Buckets, kvStreamName, MAX_SCREEN_CHECKPOINT_BYTES, ObjectStores, runnerObjectStore, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
+import { isStreamNameInUse, isStreamNotFound } from "./errors.ts";
 
 const NS_PER_MS = 1_000_000;
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -135,7 +135,7 @@ async function ensureStream(
     // fields, and retention only where this caller set it, so services that
     // do not own a retention setting never fight over it. Several replicas
     // may race here; each update converges on the same config.
-    if (!(err instanceof JetStreamApiError && err.code === 10058)) throw err;
+    if (!isStreamNameInUse(err)) throw err;
     const existing = (await streamInfo(jsm, cfg.name)).config;
     const { name, ...rest } = cfg;
     const next: Partial<StreamConfig> = { ...rest };
@@ -161,7 +161,7 @@ async function streamInfo(jsm: JetStreamManager, name: string): Promise<Awaited<
     try {
       return await jsm.streams.info(name);
     } catch (err) {
-      if (!(err instanceof JetStreamApiError && err.code === 10059) || attempt >= 50) throw err;
+      if (!isStreamNotFound(err) || attempt >= 50) throw err;
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
   }
@@ -174,7 +174,7 @@ async function ensureBucket(nc: NatsConnection, jsm: JetStreamManager, name: str
     // 10058: between this client's "not found" and its add, a racing replica made
     // the bucket and raised its history past what the KV client asks for (seen
     // once in the concurrent provision test); the check below converges.
-    if (!(err instanceof JetStreamApiError && err.code === 10058)) throw err;
+    if (!isStreamNameInUse(err)) throw err;
   }
   const info = await streamInfo(jsm, kvStreamName(name));
   const wantHistory = FEED_HISTORY[name] ?? opts.history ?? 1;

@@ -1,24 +1,13 @@
 import { Writable } from "node:stream";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { AckPolicy, jetstream, jetstreamManager, type JsMsg } from "@nats-io/jetstream";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { z } from "zod";
 import { ConflictError, UnavailableError } from "@paddock/contracts";
 import { createLogger, silentLogger } from "@paddock/logging";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { useNatsServer } from "@paddock/testing/vitest";
 import { consumeTyped, createBusMetrics, DEFAULT_REDELIVERY, NEVER_PARK, redeliveryDelayMs, shouldPark, type ConsumeOptions, type Settlement } from "./index.ts";
 
-let server: NatsServerHandle;
-let nc: NatsConnection;
-
-beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-});
-afterAll(async () => {
-  await nc.drain();
-  await server.stop();
-});
+const nats = useNatsServer();
 
 const Schema = z.object({ n: z.number() }).strict();
 
@@ -28,10 +17,10 @@ async function consumeOne(
   opts: Pick<ConsumeOptions<typeof Schema>, "handler" | "redelivery"> & { log?: ConsumeOptions<typeof Schema>["log"] },
   until: (seen: Settlement[]) => boolean,
 ) {
-  const jsm = await jetstreamManager(nc);
+  const jsm = await jetstreamManager(nats.nc);
   await jsm.streams.add({ name, subjects: [`${name.toLowerCase()}.>`] });
   await jsm.consumers.add(name, { durable_name: "c", ack_policy: AckPolicy.Explicit });
-  const js = jetstream(nc);
+  const js = jetstream(nats.nc);
   const metrics = createBusMetrics();
   const seen: Settlement[] = [];
   let resolve!: () => void;

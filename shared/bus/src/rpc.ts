@@ -9,9 +9,10 @@ import {
   type Rpc,
 } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
-import { decodeJson, encodeJson } from "./codec.ts";
+import { decodeJson } from "./codec.ts";
 import { toPaddockError } from "./errors.ts";
 import type { BusMetrics } from "./metrics.ts";
+import { encoderOf } from "./outgoing.ts";
 
 /** What the bus says about a request besides its body. */
 export interface RpcMeta {
@@ -51,6 +52,7 @@ export function serveRpc<R extends Rpc<z.ZodType, z.ZodType>>(
   opts: ServeRpcOptions,
 ): Subscription {
   const envelope = replyEnvelope(rpc.result);
+  const encode = encoderOf(nc);
   return nc.subscribe(rpc.subject, {
     queue: opts.queue ?? QueueGroups.scheduler,
     callback: (err, msg) => {
@@ -65,7 +67,7 @@ export function serveRpc<R extends Rpc<z.ZodType, z.ZodType>>(
         return;
       }
       handler(decoded.value as z.infer<R["request"]>, { reply: msg.reply }).then(
-        (result) => msg.respond(encodeJson(envelope, { ok: true, result })),
+        (result) => msg.respond(encode(envelope, { ok: true, result })),
         (handlerErr: unknown) => {
           const mapped = toPaddockError(handlerErr);
           if (mapped.code === "internal") opts.log.error({ err: handlerErr, subject: rpc.subject }, "rpc handler failed");
@@ -96,7 +98,7 @@ export async function callRpc<R extends Rpc<z.ZodType, z.ZodType>>(
   opts: { timeoutMs?: number } = {},
 ): Promise<z.infer<R["result"]>> {
   // Outside the try: a request that cannot be encoded is the caller's error (invalid), never a retryable `unavailable`.
-  const data = encodeJson(rpc.request, request);
+  const data = encoderOf(nc)(rpc.request, request);
   let reply: Msg;
   try {
     reply = await nc.request(rpc.subject, data, { timeout: opts.timeoutMs ?? 5_000 });

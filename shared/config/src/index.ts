@@ -103,7 +103,10 @@ export function readNatsCredentials(file: string): NatsCredentialsFile {
   return parsed.data;
 }
 
-function natsCredentials(e: { PADDOCK_NATS_USER?: string | undefined; PADDOCK_NATS_PASS?: string | undefined; PADDOCK_NATS_CREDS_FILE?: string | undefined }) {
+/** The shared settings as parsed (any service's env schema extends commonEnv). */
+type CommonEnv = z.infer<z.ZodObject<typeof commonEnv>>;
+
+function natsCredentials(e: Pick<CommonEnv, "PADDOCK_NATS_USER" | "PADDOCK_NATS_PASS" | "PADDOCK_NATS_CREDS_FILE">) {
   if (e.PADDOCK_NATS_CREDS_FILE === undefined) return { natsUser: e.PADDOCK_NATS_USER, natsPass: e.PADDOCK_NATS_PASS };
   if (e.PADDOCK_NATS_USER !== undefined || e.PADDOCK_NATS_PASS !== undefined) {
     throw new ConfigError("invalid configuration: PADDOCK_NATS_CREDS_FILE: set either it or PADDOCK_NATS_USER/PASS, not both");
@@ -113,18 +116,7 @@ function natsCredentials(e: { PADDOCK_NATS_USER?: string | undefined; PADDOCK_NA
 }
 
 /** The shared settings, named as services use them. */
-export function commonConfig(e: {
-  PADDOCK_NATS_URL: string;
-  PADDOCK_NATS_USER?: string | undefined;
-  PADDOCK_NATS_PASS?: string | undefined;
-  PADDOCK_NATS_CREDS_FILE?: string | undefined;
-  PADDOCK_REPLICAS: number;
-  PADDOCK_LOG_LEVEL: "trace" | "debug" | "info" | "warn" | "error" | "fatal" | "silent";
-  PADDOCK_OPS_HOST: string;
-  PADDOCK_OPS_PORT: number;
-  PADDOCK_EVENT_LOOP_LAG_WARN_MS: number;
-  PADDOCK_VALIDATE_OUTGOING: "true" | "false";
-}) {
+export function commonConfig(e: CommonEnv) {
   return {
     natsUrl: e.PADDOCK_NATS_URL,
     ...natsCredentials(e),

@@ -1,19 +1,16 @@
 import { z } from "zod";
 import { ErrorBody } from "./errors.ts";
-import { Runner } from "./fleet.ts";
+import { Runner, SettableRunnerState } from "./fleet.ts";
 import { Id } from "./ids.ts";
 import { Scope } from "./auth.ts";
 import { CreateEnvironmentBody, Environment, UpdateEnvironmentBody } from "./environment.ts";
 import { Checkpoint, CreateSessionBody, Session } from "./session.ts";
 import { AttachMode } from "./terminal.ts";
 import { Subjects } from "./names.ts";
+import type { Rpc } from "./rpc.ts";
+import { TransferDirection } from "./workspace.ts";
 
-/** One request/reply operation on the bus: its subject and both schemas. */
-export interface Rpc<Req extends z.ZodType, Res extends z.ZodType> {
-  readonly subject: string;
-  readonly request: Req;
-  readonly result: Res;
-}
+export type { Rpc } from "./rpc.ts";
 
 function rpc<Req extends z.ZodType, Res extends z.ZodType>(
   resource: string,
@@ -108,7 +105,7 @@ export const Api = {
   recordTransfer: rpc(
     "sessions",
     "record_transfer",
-    z.object({ scope: Scope, sessionId: Id, direction: z.enum(["push", "pull"]) }).strict(),
+    z.object({ scope: Scope, sessionId: Id, direction: TransferDirection }).strict(),
     z.object({ session: Session }).strict(),
   ),
   /** Starts the next generation of one app. */
@@ -154,7 +151,7 @@ export const Api = {
   setRunnerState: rpc(
     "runners",
     "set_state",
-    z.object({ scope: Scope, runnerId: Id, state: z.enum(["active", "draining", "cordoned"]) }).strict(),
+    z.object({ scope: Scope, runnerId: Id, state: SettableRunnerState }).strict(),
     z.object({ runner: Runner }).strict(),
   ),
   listRunners: rpc(

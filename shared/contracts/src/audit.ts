@@ -37,7 +37,7 @@ export const AuditAction = {
   fence: "fence",
 } as const;
 export type AuditAction = (typeof AuditAction)[keyof typeof AuditAction];
-export const AuditActionSchema = z.enum(Object.values(AuditAction) as [AuditAction, ...AuditAction[]]);
+export const AuditActionSchema = z.enum(AuditAction);
 
 export const ResourceKind = z.enum(["session", "environment", "runner"]);
 export type ResourceKind = z.infer<typeof ResourceKind>;

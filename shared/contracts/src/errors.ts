@@ -28,7 +28,7 @@ export const httpStatusOf: Record<ErrorCode, number> = {
 
 export const ErrorBody = z
   .object({
-    code: z.enum(Object.values(ErrorCode) as [ErrorCode, ...ErrorCode[]]),
+    code: z.enum(ErrorCode),
     message: z.string(),
   })
   .strict();

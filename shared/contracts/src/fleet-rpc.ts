@@ -3,7 +3,7 @@
  * answered from the session record, the authority on who holds a session.
  */
 import { z } from "zod";
-import type { Rpc } from "./api.ts";
+import type { Rpc } from "./rpc.ts";
 import { SecretName } from "./environment.ts";
 import { Generation, Id } from "./ids.ts";
 import { Subjects } from "./names.ts";

@@ -6,6 +6,10 @@ import { AppRun, Checkpoint, PortableSpec, SealKey, SessionMode, SessionStateSch
 
 export const RunnerState = { active: "active", draining: "draining", cordoned: "cordoned", lost: "lost" } as const;
 export type RunnerState = (typeof RunnerState)[keyof typeof RunnerState];
+export const RunnerStateSchema = z.enum(RunnerState);
+/** The states an operator may set (drain, cordon, uncordon); `lost` is the scheduler's verdict only. */
+export const SettableRunnerState = RunnerStateSchema.exclude([RunnerState.lost]);
+export type SettableRunnerState = z.infer<typeof SettableRunnerState>;
 
 /** Resources a runner offers one session (millicores, bytes). */
 export const RunnerResources = z
@@ -29,7 +33,7 @@ export const Runner = z
   .object({
     id: Id,
     poolId: Id,
-    state: z.enum(["active", "draining", "cordoned", "lost"]),
+    state: RunnerStateSchema,
     /** The authoritative registration generation; a claim must exceed it. */
     generation: Generation,
     /** Slots held by sessions placed here (creating, running, suspended_warm). */
@@ -212,7 +216,7 @@ export const DispatchCommand = z.discriminatedUnion("type", [
       spec: PortableSpec,
       mode: SessionMode,
       /** initial: a fresh sandbox; resume: restore `restore` first (cold resume). */
-      trigger: z.enum(["initial", "resume"]),
+      trigger: RunTrigger.extract(["initial", "resume"]),
       restore: Checkpoint.optional(),
       /** The key `restore` was sealed with. A secret: never logged. */
       restoreKey: SealKey.optional(),

@@ -13,3 +13,4 @@ export * from "./workspace.ts";
 export * from "./tokens.ts";
 export * from "./fleet-rpc.ts";
 export * from "./body.ts";
+export * from "./http/index.ts";

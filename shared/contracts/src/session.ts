@@ -17,7 +17,7 @@ export const SessionState = {
   destroyed: "destroyed",
 } as const;
 export type SessionState = (typeof SessionState)[keyof typeof SessionState];
-export const SessionStateSchema = z.enum(Object.values(SessionState) as [SessionState, ...SessionState[]]);
+export const SessionStateSchema = z.enum(SessionState);
 
 const terminalStates: ReadonlySet<SessionState> = new Set(["canceled", "failed", "dead", "destroyed"]);
 const slotStates: ReadonlySet<SessionState> = new Set(["creating", "running", "suspended_warm"]);

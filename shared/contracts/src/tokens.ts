@@ -10,6 +10,10 @@ export const ATTACH_TICKET_TTL_MS = 30_000;
 /** Prefix of an API token minted by POST /v1/tokens, and of an attach ticket. */
 export const TOKEN_PREFIX = "pdk_";
 export const TICKET_PREFIX = "pdt_";
+/** A minted token's value: the prefix and 32 random bytes, base64url. */
+export const TokenValue = z.string().regex(new RegExp(`^${TOKEN_PREFIX}[A-Za-z0-9_-]{43}$`), "not a minted token");
+/** An attach ticket's value: the prefix and 32 random bytes, base64url. */
+export const TicketValue = z.string().regex(new RegExp(`^${TICKET_PREFIX}[A-Za-z0-9_-]{43}$`), "not an attach ticket");
 
 /** Body of POST /v1/tokens. Without expiresInMs the token does not expire. */
 export const CreateTokenBody = z
@@ -34,7 +38,7 @@ export const TokenInfo = z
 export type TokenInfo = z.infer<typeof TokenInfo>;
 
 /** Answer of POST /v1/tokens (201): the only time the token value is shown. */
-export const CreatedToken = TokenInfo.extend({ token: z.string().startsWith(TOKEN_PREFIX) }).strict();
+export const CreatedToken = TokenInfo.extend({ token: TokenValue }).strict();
 export type CreatedToken = z.infer<typeof CreatedToken>;
 
 /** Answer of GET /v1/tokens: the caller's own tokens. */
@@ -46,7 +50,7 @@ export const AttachTicketBody = z.object({ mode: AttachMode.default("viewer") })
 export type AttachTicketBody = z.infer<typeof AttachTicketBody>;
 
 /** Answer of POST /v1/sessions/:id/attach-ticket: pass `?ticket=` to the terminal WebSocket within 30 s, once. */
-export const AttachTicket = z.object({ ticket: z.string().startsWith(TICKET_PREFIX), expiresAt: EpochMs }).strict();
+export const AttachTicket = z.object({ ticket: TicketValue, expiresAt: EpochMs }).strict();
 export type AttachTicket = z.infer<typeof AttachTicket>;
 
 /**

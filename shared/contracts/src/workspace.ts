@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { Generation, Id } from "./ids.ts";
-import type { Rpc } from "./api.ts";
+import type { Rpc } from "./rpc.ts";
 import { SealKey } from "./session.ts";
 
 /**
@@ -100,6 +100,9 @@ export type WorkspaceDiffReply = z.infer<typeof WorkspaceDiffReply>;
 
 export const WorkspaceOps = ["push", "pull", "diff"] as const;
 export type WorkspaceOp = (typeof WorkspaceOps)[number];
+/** The transfers a session's record counts (recordTransfer): the ops that move an archive. */
+export const TransferDirection = z.enum(WorkspaceOps).extract(["push", "pull"]);
+export type TransferDirection = z.infer<typeof TransferDirection>;
 
 /** The subject a runner serves one workspace operation on. */
 export function workspaceSubject(poolId: string, runnerId: string, op: WorkspaceOp): string {

@@ -1,23 +1,14 @@
 import { Registry } from "prom-client";
-import { connectBus, provision, setOutgoingValidation, type ProvisionOptions } from "@paddock/bus";
+import { connectBus, provision, type ProvisionOptions } from "@paddock/bus";
+import type { commonConfig } from "@paddock/config";
 import { createLogger, type Logger } from "@paddock/logging";
 import { startOpsServer } from "./ops.ts";
 import { runMain } from "./run-main.ts";
 
 type Bus = Awaited<ReturnType<typeof connectBus>>;
 
-/** The settings every service's config carries (`commonConfig` of @paddock/config). */
-export interface CommonServiceConfig {
-  natsUrl: string;
-  natsUser?: string | undefined;
-  natsPass?: string | undefined;
-  replicas: number;
-  logLevel: string;
-  opsHost: string;
-  opsPort: number;
-  eventLoopLagWarnMs: number;
-  validateOutgoing: boolean;
-}
+/** The settings every service's config carries: what `commonConfig` of @paddock/config makes of `commonEnv`. */
+export type CommonServiceConfig = ReturnType<typeof commonConfig>;
 
 /** What runService hands a service: everything it may touch, so creating it has no side effects. */
 export interface ServiceDeps<C> {
@@ -60,11 +51,16 @@ export function defineService<C extends CommonServiceConfig>(definition: Service
  */
 export function runService<C extends CommonServiceConfig>(definition: ServiceDefinition<C>, env: Record<string, string | undefined>): void {
   const config = definition.loadConfig(env);
-  setOutgoingValidation(config.validateOutgoing);
   const log = createLogger({ service: definition.name, level: config.logLevel });
   runMain(log, async () => {
     const nc = await connectBus(
-      { servers: config.natsUrl, name: definition.connectionName?.(config) ?? definition.name, user: config.natsUser, pass: config.natsPass },
+      {
+        servers: config.natsUrl,
+        name: definition.connectionName?.(config) ?? definition.name,
+        user: config.natsUser,
+        pass: config.natsPass,
+        validateOutgoing: config.validateOutgoing,
+      },
       log,
     );
     await provision(nc, definition.provision(config));

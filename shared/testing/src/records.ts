@@ -1,9 +1,9 @@
 /**
- * Record fixtures: a valid Session, Runner or Environment with test defaults,
+ * Record fixtures: a valid Session, Runner, Environment or AuditEvent with test defaults,
  * overridden field by field and parsed by its contract schema, so a fixture
  * can never drift from the record the services actually store.
  */
-import { Environment, NO_REQUIREMENTS, Runner, Session } from "@paddock/contracts";
+import { AuditEvent, Environment, NO_REQUIREMENTS, Runner, Session, ZERO_USAGE } from "@paddock/contracts";
 
 /** The fixed clock every fixture is stamped with. */
 export const FIXTURE_NOW = 1_700_000_000_000;
@@ -74,4 +74,21 @@ export function makeEnvironment(overrides: Overrides<Environment> = {}): Environ
     lastFact: { eventId: `evt-${id}`, action: "create", actorId: "dev", at: FIXTURE_NOW },
   };
   return Environment.parse(merge(defaults, overrides));
+}
+
+/** A session's `create` event by alice, in `workspaceId`, with id `id`. */
+export function makeAuditEvent(overrides: Overrides<AuditEvent> & { sessionId?: string } = {}): AuditEvent {
+  const { sessionId = "s1", ...rest } = overrides;
+  const workspaceId = rest.workspaceId ?? "default";
+  const defaults: AuditEvent = {
+    id: "evt1",
+    workspaceId,
+    actorId: "alice",
+    action: "create",
+    resource: { kind: "session", workspaceId, id: sessionId, creatorId: "alice" },
+    at: 1,
+    usage: ZERO_USAGE,
+    placementGeneration: 0,
+  };
+  return AuditEvent.parse(merge(defaults, rest));
 }

@@ -1,6 +1,6 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { MAX_ACTIVITY_SESSIONS, RunnerActivity, Subjects } from "@paddock/contracts";
-import { encodeJson } from "@paddock/bus";
+import { encoderOf } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 
 /** How often a runner reports which sessions had output (far below the scheduler's idle window). */
@@ -51,7 +51,7 @@ export class ActivityReporter {
     for (let i = 0; i < ids.length; i += MAX_ACTIVITY_SESSIONS) {
       const sessions = ids.slice(i, i + MAX_ACTIVITY_SESSIONS);
       try {
-        this.opts.nc.publish(subject, encodeJson(RunnerActivity, { poolId: this.opts.poolId, runnerId: this.opts.runnerId, sessions }));
+        this.opts.nc.publish(subject, encoderOf(this.opts.nc)(RunnerActivity, { poolId: this.opts.poolId, runnerId: this.opts.runnerId, sessions }));
       } catch (err) {
         // A closed connection: the next report (or the idle window's own slack) covers it.
         this.opts.log.debug({ err }, "activity report not sent");

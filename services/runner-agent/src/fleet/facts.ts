@@ -1,6 +1,6 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import { RunnerFact, Subjects } from "@paddock/contracts";
-import { encodeJson } from "@paddock/bus";
+import type { Encoder } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { HeldSession } from "@paddock/contracts";
 
@@ -14,6 +14,8 @@ export type FactBody = DistributiveOmit<
 
 export interface FactPublisherOptions {
   js: JetStreamClient;
+  /** The bus's encoder (encoderOf): it checks outgoing messages as the bus says. */
+  encode: Encoder;
   log: Logger;
   runnerId: string;
   poolId: string;
@@ -57,7 +59,7 @@ export function createFactPublisher(opts: FactPublisherOptions): FactPublisher {
         placementGeneration: session.placementGeneration,
         at: opts.now(),
       };
-      const data = encodeJson(RunnerFact, fact);
+      const data = opts.encode(RunnerFact, fact);
       const base = `${session.sessionId}-${session.placementGeneration}-${body.type}`;
       const msgID = key === undefined ? base : `${base}-${key}`;
       for (let attempt = 0; !opts.isStopped(); attempt++) {

@@ -1,10 +1,12 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import { RunnerLease } from "@paddock/contracts";
-import { encodeJson } from "@paddock/bus";
+import type { Encoder } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 
 export interface LeaseRenewerOptions {
   js: JetStreamClient;
+  /** The bus's encoder (encoderOf): it checks outgoing messages as the bus says. */
+  encode: Encoder;
   bucket: string;
   key: string;
   lease: () => RunnerLease;
@@ -47,7 +49,7 @@ export async function startLeaseRenewer(opts: LeaseRenewerOptions): Promise<Leas
   let stopped = false;
   const publish = async (): Promise<void> => {
     try {
-      await opts.js.publish(subject, encodeJson(RunnerLease, opts.lease()), { ttl, timeout: Math.min(opts.ttlMs, 5_000) });
+      await opts.js.publish(subject, opts.encode(RunnerLease, opts.lease()), { ttl, timeout: Math.min(opts.ttlMs, 5_000) });
       if (failures > 0) opts.log.info({ failures }, "lease renewal recovered");
       failures = 0;
     } catch (err) {

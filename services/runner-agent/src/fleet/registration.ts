@@ -5,7 +5,7 @@ import {
   Subjects,
   type RunnerResources,
 } from "@paddock/contracts";
-import { decodeJson, encodeJson } from "@paddock/bus";
+import { decodeJson, encoderOf } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { z } from "zod";
 import { RegistrationRefusedError, StoppedError } from "../errors.ts";
@@ -58,7 +58,7 @@ export async function register(opts: RegisterOptions): Promise<Reply> {
 }
 
 async function requestOnce(opts: RegisterOptions, generation: number): Promise<{ ok: true; value: Reply } | { ok: false; reason: string }> {
-  const body = encodeJson(RegisterRunnerRequest, {
+  const body = encoderOf(opts.nc)(RegisterRunnerRequest, {
     runnerId: opts.runnerId,
     poolId: opts.poolId,
     generation,

@@ -4,11 +4,10 @@ import { connect as netConnect, type AddressInfo, type Socket } from "node:net";
 import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Registry } from "prom-client";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { provision } from "@paddock/bus";
 import type { DispatchCommand, PortableSpec } from "@paddock/contracts";
 import { createLogger, silentLogger } from "@paddock/logging";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { useNatsServer } from "@paddock/testing/vitest";
 import { egressEnv, egressRefusals, hostAllowed, startEgressProxy, type EgressProxy } from "./egress.ts";
 import { collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, testAgent, type TestAgent } from "../testing/test-support.ts";
 
@@ -219,22 +218,18 @@ function hasCurl(): boolean {
 }
 
 describe("egress in a session", () => {
-  let server: NatsServerHandle;
-  let nc: NatsConnection;
+  const nats = useNatsServer();
   let t: TestAgent;
   beforeAll(async () => {
-    server = await startNatsServer();
-    nc = await connect({ servers: server.url });
-    await provision(nc, { replicas: 1 });
-    const scheduler = fakeScheduler(nc, 0);
-    t = testAgent(nc);
+    await provision(nats.nc, { replicas: 1 });
+    const scheduler = fakeScheduler(nats.nc, 0);
+    t = testAgent(nats.nc);
     await t.agent.start();
     scheduler.sub.unsubscribe();
   });
   afterAll(async () => {
+    // Before the server stops: after-all hooks run last-registered first.
     await t.agent.stop();
-    await nc.drain();
-    await server.stop();
   });
 
   /**
@@ -284,11 +279,11 @@ describe("egress in a session", () => {
 
   it("a listed host is reachable through the session's proxy and an unlisted one is refused", async () => {
     const sessionId = "egress1";
-    const facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
-    const term = collectTerm(nc, sessionId, "main");
+    const facts = collectFacts(nats.nc, t.config.poolId, t.config.runnerId);
+    const term = collectTerm(nats.nc, sessionId, "main");
     const refusedBefore = await counterValue(egressRefusals(t.metrics.registry));
     const spec: PortableSpec = { cmd: appCmd(), egressAllow: ["localhost"] };
-    await dispatchTo(nc, t, { type: "start", sessionId, workspaceId: "ws1", runnerGeneration: t.agent.generation, placementGeneration: 1, spec, mode: "run", trigger: "initial" } as DispatchCommand);
+    await dispatchTo(nats.nc, t, { type: "start", sessionId, workspaceId: "ws1", runnerGeneration: t.agent.generation, placementGeneration: 1, spec, mode: "run", trigger: "initial" } as DispatchCommand);
     await facts.waitFor((f) => f.sessionId === sessionId && f.type === "exited");
     await eventually(() => term.text().includes("TUN_UNLISTED="), () => `app output: ${term.text()}`);
     const text = term.text();

@@ -1,3 +1,4 @@
+import { encoderOf } from "@paddock/bus";
 import { Subjects, type AppSpec, type DispatchCommand } from "@paddock/contracts";
 import { AppSlot, type AppSlotDeps } from "./app-slot.ts";
 import { ScreenTracker } from "../terminal/screen-tracker.ts";
@@ -9,7 +10,7 @@ import type { Sandbox } from "../sandbox/backend.ts";
 
 /** What a placement's app slots are built from: the runner's deps and this placement. */
 export interface AppWiring {
-  deps: Pick<SessionRuntimeDeps, "js" | "jsm" | "runner" | "metrics" | "log" | "now" | "killGraceMs" | "terminal">;
+  deps: Pick<SessionRuntimeDeps, "nc" | "js" | "jsm" | "runner" | "metrics" | "log" | "now" | "killGraceMs" | "terminal">;
   held: HeldSession;
   /** Asks the record whether this placement is still current (a refused terminal chunk on another runner's subject). */
   isCurrentPlacement: () => Promise<boolean>;
@@ -29,6 +30,7 @@ export function buildAppSlot(w: AppWiring, sandbox: Sandbox, spec: AppSpec, env:
   const screen = terminal.screen
     ? new ScreenTracker({
         js: deps.js,
+        encode: encoderOf(deps.nc),
         subject: Subjects.screen(deps.runner.poolId, deps.runner.runnerId, held.sessionId, spec.name),
         placementGeneration: held.placementGeneration,
         ...terminal.screen,

@@ -48,7 +48,7 @@ export async function bootEnvironment(opts: BootOptions): Promise<BootResult> {
       await opts.checkpoints.restore(env.snapshot, env.snapshotKey, opts.sandbox.workspace);
       await opts.sandbox.adopt();
     } catch (err) {
-      throw new BootError(`environment snapshot restore failed: ${err instanceof CheckpointError ? err.message : "unknown error"}`);
+      throw new BootError(`environment snapshot restore failed: ${err instanceof CheckpointError ? err.message : "unknown error"}`, { cause: err });
     }
   } else if (!opts.restored && env.setup !== undefined && env.setup !== "") {
     const timeoutSec = env.setupTimeoutSec ?? DEFAULT_SETUP_TIMEOUT_SEC;

@@ -6,29 +6,23 @@ import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Registry } from "prom-client";
 import { Objm } from "@nats-io/obj";
-import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
+import { headers as natsHeaders } from "@nats-io/transport-node";
 import { FleetRpc, Headers, ObjectStores, RunnerActivity, runnerObjectStore, Subjects, type BootEnvironment, type DispatchCommand, type PortableSpec, type RunnerFact, type SessionSecretsRequest as FleetRpcRequest } from "@paddock/contracts";
 import { createBusMetrics, decodeJson, provision, serveRpc } from "@paddock/bus";
 import { newSealKey, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT } from "@paddock/archive";
 import { createLogger, silentLogger } from "@paddock/logging";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { useNatsServer } from "@paddock/testing/vitest";
 import type { AgentConfig } from "../agent.ts";
 import { RpcSecretResolver } from "./secrets.ts";
 import { Collector, collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, maliciousTar, sealBytes, stillRuns, tarEntry, testAgent, type TestAgent } from "../testing/test-support.ts";
 
-let server: NatsServerHandle;
-let nc: NatsConnection;
+const nats = useNatsServer();
 const agents: TestAgent[] = [];
 
-beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-  await provision(nc, { replicas: 1 });
-});
+beforeAll(() => provision(nats.nc, { replicas: 1 }));
+// Before the server stops: after-all hooks run last-registered first.
 afterAll(async () => {
   for (const t of agents) await t.agent.stop();
-  await nc.drain();
-  await server.stop();
 });
 
 let counter = 0;
@@ -44,10 +38,10 @@ interface Harness {
 }
 
 async function harness(overrides: Partial<AgentConfig> = {}, log?: ReturnType<typeof createLogger>, extra: Parameters<typeof testAgent>[3] = {}): Promise<Harness> {
-  const scheduler = fakeScheduler(nc, 0);
-  const t = testAgent(nc, overrides, log, extra);
+  const scheduler = fakeScheduler(nats.nc, 0);
+  const t = testAgent(nats.nc, overrides, log, extra);
   agents.push(t);
-  const facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
+  const facts = collectFacts(nats.nc, t.config.poolId, t.config.runnerId);
   await t.agent.start();
   scheduler.sub.unsubscribe();
   const base = () => ({ workspaceId: "ws1", runnerGeneration: t.agent.generation });
@@ -57,8 +51,8 @@ async function harness(overrides: Partial<AgentConfig> = {}, log?: ReturnType<ty
     fact: (sessionId, type, pred) =>
       facts.waitFor((f) => f.sessionId === sessionId && f.type === type && (!pred || pred(f as never))) as never,
     start: (sessionId, spec, extra = {}) =>
-      dispatchTo(nc, t, { type: "start", sessionId, ...base(), placementGeneration: 1, spec, mode: "run", trigger: "initial", ...extra } as DispatchCommand),
-    send: (cmd) => dispatchTo(nc, t, { ...base(), placementGeneration: 1, ...cmd } as DispatchCommand),
+      dispatchTo(nats.nc, t, { type: "start", sessionId, ...base(), placementGeneration: 1, spec, mode: "run", trigger: "initial", ...extra } as DispatchCommand),
+    send: (cmd) => dispatchTo(nats.nc, t, { ...base(), placementGeneration: 1, ...cmd } as DispatchCommand),
   };
 }
 
@@ -76,7 +70,7 @@ function sendInput(t: TestAgent, sessionId: string, body: string, generation = "
   const h = natsHeaders();
   h.set(Headers.inputKind, "data");
   h.set(Headers.controllerGeneration, generation);
-  nc.publish(Subjects.input(t.config.poolId, t.config.runnerId, sessionId, "main"), body, { headers: h });
+  nats.nc.publish(Subjects.input(t.config.poolId, t.config.runnerId, sessionId, "main"), body, { headers: h });
 }
 
 /**
@@ -95,7 +89,7 @@ describe("suspend, resume, checkpoint", () => {
 
   it("warm suspend stops the process group in place and resume continues it", async () => {
     const sessionId = nextId();
-    const term = collectTerm(nc, sessionId, "main");
+    const term = collectTerm(nats.nc, sessionId, "main");
     await h.start(sessionId, { cmd: counterApp });
     await term.waitFor(() => /pid=\d+/.test(term.text()) && lastCount(term.text()) > 0);
     const pid = Number(/pid=(\d+)/.exec(term.text())?.[1]);
@@ -116,7 +110,7 @@ describe("suspend, resume, checkpoint", () => {
 
   it("cold suspend checkpoints, removes the sandbox without an exit, and a resume start restores the workspace", async () => {
     const sessionId = nextId();
-    const term = collectTerm(nc, sessionId, "main");
+    const term = collectTerm(nats.nc, sessionId, "main");
     await h.start(sessionId, { cmd: ["sh", "-c", "echo before-suspend > note.txt; echo ready; exec sleep 600"] });
     await term.waitFor(() => term.text().includes("ready"));
     await h.send({ type: "suspend", sessionId, requestId: "c1", warm: false });
@@ -126,7 +120,7 @@ describe("suspend, resume, checkpoint", () => {
     const own = runnerObjectStore(ObjectStores.checkpoints, h.t.config.poolId, h.t.config.runnerId);
     expect(suspended).toMatchObject({ warm: false, checkpoint: { ref: `${own}/${name}`, format: SEALED_ARCHIVE_FORMAT, capabilities: ["portable"] } });
     if (suspended.type !== "suspended" || !suspended.checkpoint || !suspended.sealKey) throw new Error("expected a sealed cold checkpoint");
-    const os = await new Objm(nc).open(own);
+    const os = await new Objm(nats.nc).open(own);
     expect((await os.info(name))?.size).toBeGreaterThan(0);
     expect(existsSync(join(h.t.config.dataDir, "sessions", sessionId))).toBe(false);
     // Commands for the suspended placement are refused now.
@@ -139,7 +133,7 @@ describe("suspend, resume, checkpoint", () => {
     await h.start(sessionId, { cmd: ["true"] }, { placementGeneration: 3, trigger: "resume", restore: suspended.checkpoint, restoreKey: newSealKey().toString("base64") });
     expect((await h.fact(sessionId, "failed", (f) => f.placementGeneration === 3)).reason).toMatch(/^restore failed: /);
 
-    const resumed = collectTerm(nc, sessionId, "main");
+    const resumed = collectTerm(nats.nc, sessionId, "main");
     await h.start(sessionId, { cmd: ["sh", "-c", "cat note.txt; exit 0"] }, { placementGeneration: 4, trigger: "resume", restore: suspended.checkpoint, restoreKey: suspended.sealKey });
     const exited = await h.fact(sessionId, "exited");
     expect(exited).toMatchObject({ placementGeneration: 4, exitCode: 0 });
@@ -153,7 +147,7 @@ describe("suspend, resume, checkpoint", () => {
 
   it("a snapshot leaves the app running", async () => {
     const sessionId = nextId();
-    const term = collectTerm(nc, sessionId, "main");
+    const term = collectTerm(nats.nc, sessionId, "main");
     await h.start(sessionId, { cmd: ["cat"] });
     await h.fact(sessionId, "running");
     await h.send({ type: "checkpoint", sessionId, requestId: "snap1" });
@@ -184,7 +178,7 @@ describe("suspend, resume, checkpoint", () => {
 
   it("a warm-suspended session suspended cold is checkpointed as it stands (stopped) and its sandbox removed", async () => {
     const sessionId = nextId();
-    const term = collectTerm(nc, sessionId, "main");
+    const term = collectTerm(nats.nc, sessionId, "main");
     await h.start(sessionId, { cmd: [process.execPath, "-e", "require('fs').writeFileSync('kept.txt', 'frozen-state'); console.log('pid=' + process.pid); setInterval(() => {}, 1000);"] });
     await term.waitFor(() => /pid=\d+/.test(term.text()));
     const pid = Number(/pid=(\d+)/.exec(term.text())?.[1]);
@@ -198,7 +192,7 @@ describe("suspend, resume, checkpoint", () => {
     await eventually(() => !stillRuns(pid), "the stopped app was ended");
     // The checkpoint holds the workspace as the stopped app left it.
     if (cold.type !== "suspended" || !cold.checkpoint || !cold.sealKey) throw new Error("expected a sealed checkpoint");
-    const restored = collectTerm(nc, sessionId, "main");
+    const restored = collectTerm(nats.nc, sessionId, "main");
     await h.start(sessionId, { cmd: ["sh", "-c", "cat kept.txt; exit 0"] }, { placementGeneration: 2, trigger: "resume", restore: cold.checkpoint, restoreKey: cold.sealKey });
     await h.fact(sessionId, "exited", (f) => f.placementGeneration === 2);
     expect(restored.text()).toContain("frozen-state");
@@ -218,7 +212,7 @@ describe("suspend, resume, checkpoint", () => {
 
   it("an app killed by a signal it did not get from the runner is failed with the signal; one the runner stops is completed", async () => {
     const sessionId = nextId();
-    const term = collectTerm(nc, sessionId, "main");
+    const term = collectTerm(nats.nc, sessionId, "main");
     await h.start(sessionId, { apps: [{ name: "main", cmd: [process.execPath, "-e", "console.log('pid=' + process.pid); setInterval(() => {}, 1000);"] }, { name: "side", cmd: ["sleep", "600"] }] });
     await term.waitFor(() => /pid=\d+/.test(term.text()));
     process.kill(Number(/pid=(\d+)/.exec(term.text())?.[1]), "SIGKILL");
@@ -246,7 +240,7 @@ describe("suspend, resume, checkpoint", () => {
 
   it("destroy leaves nothing running in the sandbox, not even a process that left its app's group", async () => {
     const sessionId = nextId();
-    const term = collectTerm(nc, sessionId, "main");
+    const term = collectTerm(nats.nc, sessionId, "main");
     // setsid: a new session and process group, out of reach of the group's signals.
     // The escaped process prints its own pid once setsid() is done (setsid execs it), so the check below cannot run first.
     await h.start(sessionId, { cmd: ["sh", "-c", "setsid sh -c 'echo escaped=$$; exec sleep 300' & exec sleep 600"] });
@@ -262,7 +256,7 @@ describe("suspend, resume, checkpoint", () => {
   it("a runner set to compress nothing writes a sealed plain tar; a runner that gzips restores it", async () => {
     const plain = await harness({ checkpointCompression: "none" });
     const sessionId = nextId();
-    const term = collectTerm(nc, sessionId, "main");
+    const term = collectTerm(nats.nc, sessionId, "main");
     await plain.start(sessionId, { cmd: ["sh", "-c", "echo kept > kept.txt; echo ready; exec sleep 600"] });
     await term.waitFor(() => term.text().includes("ready"));
     await plain.send({ type: "checkpoint", sessionId, requestId: "p1" });
@@ -270,11 +264,11 @@ describe("suspend, resume, checkpoint", () => {
     if (snap.type !== "checkpointed") throw new Error("unreachable");
     expect(snap.checkpoint.format).toBe(SEALED_TAR_FORMAT);
     const [store = "", ...path] = snap.checkpoint.ref.split("/");
-    const raw = await (await new Objm(nc).open(store)).getBlob(path.join("/"));
+    const raw = await (await new Objm(nats.nc).open(store)).getBlob(path.join("/"));
     expect(Buffer.from(raw ?? []).includes("kept\n")).toBe(false);
     // h gzips its own checkpoints; it reads this one by its format (into a session of its own: the log fence is per session).
     const other = nextId();
-    const restored = collectTerm(nc, other, "main");
+    const restored = collectTerm(nats.nc, other, "main");
     await h.start(other, { cmd: ["sh", "-c", "cat kept.txt; exit 0"] }, { trigger: "resume", restore: snap.checkpoint, restoreKey: snap.sealKey });
     await h.fact(other, "exited");
     expect(restored.text()).toContain("kept");
@@ -286,7 +280,7 @@ describe("suspend, resume, checkpoint", () => {
 
   it("a start restoring a malicious checkpoint fails without writing outside the workspace", async () => {
     const sessionId = nextId();
-    const os = await new Objm(nc).open(ObjectStores.checkpoints);
+    const os = await new Objm(nats.nc).open(ObjectStores.checkpoints);
     // Sealed with a key the start carries: the runner opens it, and extraction refuses the entry.
     const ref = `checkpoints/ws1/${sessionId}/evil`;
     const key = newSealKey();
@@ -387,7 +381,7 @@ describe("activity report", () => {
   it("names, once per interval, the sessions whose apps wrote output, and no other", async () => {
     const h = await harness({ activityMs: 50 });
     const reports = new Collector<RunnerActivity>();
-    const sub = nc.subscribe(Subjects.activity(h.t.config.poolId, h.t.config.runnerId), {
+    const sub = nats.nc.subscribe(Subjects.activity(h.t.config.poolId, h.t.config.runnerId), {
       callback: (_err, msg) => {
         const decoded = decodeJson(RunnerActivity, msg.data);
         if (!decoded.ok) throw new Error(`malformed activity report: ${decoded.reason}`);
@@ -429,7 +423,7 @@ describe("environment boot", () => {
 
   it("runs setup once and publishes its snapshot; a start with the snapshot skips setup; init runs on every boot", async () => {
     const first = nextId();
-    const term1 = collectTerm(nc, first, "main");
+    const term1 = collectTerm(nats.nc, first, "main");
     await h.start(first, { cmd: ["sh", "-c", "cat built.txt; exit 0"] }, { environment: env() });
     const snap = await h.fact(first, "env_snapshot");
     expect(snap).toMatchObject({ environmentId: "env1", setupHash: "h1", checkpoint: { ref: `${runnerObjectStore(ObjectStores.envSnapshots, h.t.config.poolId, h.t.config.runnerId)}/ws1/env1/h1`, format: SEALED_ARCHIVE_FORMAT } });
@@ -439,7 +433,7 @@ describe("environment boot", () => {
     expect(h.facts.items.filter((f) => f.sessionId === first).map((f) => f.type).slice(0, 2)).toEqual(["env_snapshot", "running"]);
 
     const second = nextId();
-    const term2 = collectTerm(nc, second, "main");
+    const term2 = collectTerm(nats.nc, second, "main");
     await h.start(second, { cmd: ["sh", "-c", "cat built.txt; exit 0"] }, { environment: env({ snapshot: snap.checkpoint, snapshotKey: snap.sealKey }) });
     await h.fact(second, "exited");
     expect(term2.text()).toContain("built");
@@ -490,7 +484,7 @@ describe("app environment and pipes", () => {
     // The scheduler's side of the boot call: the token of this placement, only when asked for it.
     const asked: FleetRpcRequest[] = [];
     const answering = serveRpc(
-      nc,
+      nats.nc,
       FleetRpc.sessionSecrets,
       (req) => {
         asked.push(req);
@@ -500,8 +494,8 @@ describe("app environment and pipes", () => {
     );
     const runnerLog = createLogger({ service: "runner-agent", level: "trace", destination: sink });
     const runnerId = `boot-${sessionId}`;
-    const h = await harness({ runnerId }, runnerLog, { secrets: new RpcSecretResolver(nc, undefined, { poolId: "default", runnerId }) });
-    const term = collectTerm(nc, sessionId, "main");
+    const h = await harness({ runnerId }, runnerLog, { secrets: new RpcSecretResolver(nats.nc, undefined, { poolId: "default", runnerId }) });
+    const term = collectTerm(nats.nc, sessionId, "main");
     const cmd = 'printf %s "$PADDOCK_TOKEN" | sha256sum; echo "url=$PADDOCK_URL sid=$PADDOCK_SESSION_ID"';
     await h.start(sessionId, { cmd: ["sh", "-c", cmd] });
     await h.fact(sessionId, "exited");
@@ -517,7 +511,7 @@ describe("app environment and pipes", () => {
   it("runs a tty:false app with pipes and tags each chunk with its stream", async () => {
     const h = await harness();
     const sessionId = nextId();
-    const term = collectTerm(nc, sessionId, "main");
+    const term = collectTerm(nats.nc, sessionId, "main");
     await h.start(sessionId, { apps: [{ name: "main", tty: false, cmd: ["sh", "-c", "echo out-line; echo err-line >&2; exit 5"] }] });
     expect(await h.fact(sessionId, "exited")).toMatchObject({ exitCode: 5 });
     await term.waitFor((m) => m.exitCode !== undefined);

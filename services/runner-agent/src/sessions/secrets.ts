@@ -88,8 +88,8 @@ export class RpcSecretResolver implements SecretResolver {
       reply = await this.call({ ...this.runner, ...placement, names: [...refs], ...(token ? { token } : {}) });
     } catch (err) {
       // The scheduler's reasons (no such placement, a name the environment does not reference) say nothing secret.
-      if (err instanceof PaddockError && err.code !== "unavailable") throw new BootError(`secrets refused: ${err.message}`);
-      throw new BootError("secret store unavailable");
+      if (err instanceof PaddockError && err.code !== "unavailable") throw new BootError(`secrets refused: ${err.message}`, { cause: err });
+      throw new BootError("secret store unavailable", { cause: err });
     }
     const byName = new Map(reply.secrets.map((s) => [s.name, s.envelope]));
     for (const name of refs) {
@@ -97,8 +97,8 @@ export class RpcSecretResolver implements SecretResolver {
       if (envelope === undefined) throw new BootError(`secret ${name} is not set`);
       try {
         out[name] = this.box.open(secretKey(ctx.workspaceId, name), Buffer.from(envelope, "base64"));
-      } catch {
-        throw new BootError(`secret ${name} could not be read`);
+      } catch (err) {
+        throw new BootError(`secret ${name} could not be read`, { cause: err });
       }
     }
     return { values: out, sessionToken: reply.sessionToken };

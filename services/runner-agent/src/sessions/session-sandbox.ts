@@ -110,6 +110,6 @@ export async function saveCheckpoint(deps: SessionRuntimeDeps, held: HeldSession
     return await deps.checkpoints.save("checkpoints", name, workspace);
   } catch (err) {
     deps.metrics.checkpointFailures.inc();
-    throw new CommandRefusedError(err instanceof CheckpointError ? err.message : "checkpoint failed");
+    throw new CommandRefusedError(err instanceof CheckpointError ? err.message : "checkpoint failed", { cause: err });
   }
 }

@@ -7,12 +7,13 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
+import { afterEach, describe, expect, it } from "vitest";
+import { headers } from "@nats-io/transport-node";
 import { Headers, INPUT_LOW_WATER_BYTES, InputCredit, Subjects } from "@paddock/contracts";
 import { createRunnerMetrics } from "../metrics.ts";
 import { silentLogger } from "@paddock/logging";
-import { scratchDirs, startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { scratchDirs } from "@paddock/testing";
+import { useNatsServer } from "@paddock/testing/vitest";
 import { spawnApp, type AppProcess } from "../sandbox/process/app-process.ts";
 import { ControllerGate, subscribeInput, type InputAdmission } from "./input.ts";
 
@@ -86,16 +87,7 @@ async function outputIncludes(output: () => string, text: string, exited: Promis
   expect(output()).toContain(text);
 }
 
-let server: NatsServerHandle;
-let nc: NatsConnection;
-beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-});
-afterAll(async () => {
-  await nc?.close();
-  await server?.stop();
-});
+const nats = useNatsServer();
 
 describe("an app's input queue (real PTY)", () => {
   it("a 1 MiB paste into a program not reading stdin leaves the event loop free; once it reads it gets every byte in order", async () => {
@@ -146,7 +138,7 @@ describe("credit on the input subject (real nats-server, real PTY)", () => {
     await ready;
     const metrics = createRunnerMetrics();
     const sub = subscribeInput({
-      nc,
+      nc: nats.nc,
       poolId: "default",
       runnerId: "r1",
       sessionId: "s1",
@@ -164,9 +156,9 @@ describe("credit on the input subject (real nats-server, real PTY)", () => {
       x.set(Headers.controllerGeneration, "1");
       return x;
     };
-    const credit = async () => InputCredit.parse((await nc.request(subject, new Uint8Array(0), { headers: h("credit"), timeout: 5_000 })).json());
+    const credit = async () => InputCredit.parse((await nats.nc.request(subject, new Uint8Array(0), { headers: h("credit"), timeout: 5_000 })).json());
     const bytes = payload(size);
-    for (let at = 0; at < size; at += 16 * 1024) nc.publish(subject, bytes.subarray(at, at + 16 * 1024), { headers: h("data") });
+    for (let at = 0; at < size; at += 16 * 1024) nats.nc.publish(subject, bytes.subarray(at, at + 16 * 1024), { headers: h("data") });
     // The program is stopped: the queue stays over the mark and the answer says so.
     expect(await credit()).toEqual({ ready: false });
     proc.thaw();
@@ -176,8 +168,8 @@ describe("credit on the input subject (real nats-server, real PTY)", () => {
     }
     await outputIncludes(output, sha256(bytes), proc.exited);
     // A credit request without a reply subject is bad input: counted, nothing else.
-    nc.publish(subject, new Uint8Array(0), { headers: h("credit") });
-    await nc.flush();
+    nats.nc.publish(subject, new Uint8Array(0), { headers: h("credit") });
+    await nats.nc.flush();
     await sub.drain();
     expect((await metrics.invalidMessages.get()).values.reduce((n, v) => n + v.value, 0)).toBe(1);
     expect((await metrics.inputOverflow.get()).values[0]?.value ?? 0).toBe(0);
@@ -214,7 +206,7 @@ function manualAdmission(): InputAdmission & { close(): void; confirm(): void; r
 describe("input while the registration is unconfirmed (real nats-server, real PTY)", () => {
   function harness(sessionId: string, proc: AppProcess, admission: InputAdmission) {
     const metrics = createRunnerMetrics();
-    const sub = subscribeInput({ nc, poolId: "default", runnerId: "r1", sessionId, admission, gate: new ControllerGate(), app: (name) => (name === "main" ? proc : undefined), metrics, log: silentLogger() });
+    const sub = subscribeInput({ nc: nats.nc, poolId: "default", runnerId: "r1", sessionId, admission, gate: new ControllerGate(), app: (name) => (name === "main" ? proc : undefined), metrics, log: silentLogger() });
     const subject = Subjects.input("default", "r1", sessionId, "main");
     const h = (kind: string) => {
       const x = headers();
@@ -222,8 +214,8 @@ describe("input while the registration is unconfirmed (real nats-server, real PT
       x.set(Headers.controllerGeneration, "1");
       return x;
     };
-    const send = (bytes: Buffer) => nc.publish(subject, bytes, { headers: h("data") });
-    const credit = () => nc.request(subject, new Uint8Array(0), { headers: h("credit"), timeout: 30_000 }).then((m) => InputCredit.parse(m.json()));
+    const send = (bytes: Buffer) => nats.nc.publish(subject, bytes, { headers: h("data") });
+    const credit = () => nats.nc.request(subject, new Uint8Array(0), { headers: h("credit"), timeout: 30_000 }).then((m) => InputCredit.parse(m.json()));
     return { metrics, sub, send, credit };
   }
 
@@ -235,12 +227,12 @@ describe("input while the registration is unconfirmed (real nats-server, real PT
     const { metrics, sub, send, credit } = harness("s-held", proc, admission);
     const bytes = payload(size);
     send(bytes.subarray(0, 5_000));
-    await nc.flush();
+    await nats.nc.flush();
     admission.close();
     for (let at = 5_000; at < size; at += 10) send(bytes.subarray(at, at + 10));
     // Asked while unconfirmed: answered only after the confirmation, behind the input it covers.
     const granted = credit();
-    await nc.flush();
+    await nats.nc.flush();
     admission.confirm();
     expect(await granted).toEqual({ ready: true });
     await outputIncludes(output, sha256(bytes), proc.exited);
@@ -256,7 +248,7 @@ describe("input while the registration is unconfirmed (real nats-server, real PT
     admission.close();
     send(Buffer.from("stale!"));
     const released = credit();
-    await nc.flush();
+    await nats.nc.flush();
     admission.reregister();
     expect(await released).toEqual({ ready: true });
     // Input after the new registration reaches the app; the stale bytes never do.

@@ -1,6 +1,6 @@
 import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node";
 import { Headers, INPUT_CREDIT_HOLD_MS, INPUT_LOW_WATER_BYTES, InputCredit, InputKind, ResizeInput, Subjects } from "@paddock/contracts";
-import { decodeJson, encodeJson } from "@paddock/bus";
+import { decodeJson, encoderOf } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { AppProcess } from "../sandbox/process-group.ts";
 import type { RunnerMetrics } from "../metrics.ts";
@@ -191,7 +191,7 @@ function queueData(opts: InputOptions, app: AppProcess, msg: Msg): void {
  */
 function respondCredit(opts: InputOptions, msg: Msg, ready: boolean): void {
   try {
-    msg.respond(encodeJson(InputCredit, { ready }));
+    msg.respond(encoderOf(opts.nc)(InputCredit, { ready }));
   } catch (err) {
     opts.log.debug({ err, sessionId: opts.sessionId }, "credit answer not sent");
   }

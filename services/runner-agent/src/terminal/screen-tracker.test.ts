@@ -1,30 +1,26 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
-import { connect, type Msg, type NatsConnection } from "@nats-io/transport-node";
+import type { Msg } from "@nats-io/transport-node";
 import { Headers, ScreenCheckpoint, Streams, Subjects, type DispatchCommand } from "@paddock/contracts";
-import { decodeJson, provision } from "@paddock/bus";
+import { decodeJson, encodeJson, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { useNatsServer } from "@paddock/testing/vitest";
 import { createRunnerMetrics } from "../metrics.ts";
 import { ScreenEmulator, screenSize } from "@paddock/screen";
 import { ScreenTracker } from "./screen-tracker.ts";
 import { Collector, collectTerm, counterValue, dispatchTo, fakeScheduler, testAgent, type TestAgent } from "../testing/test-support.ts";
 
-let server: NatsServerHandle;
-let nc: NatsConnection;
+const nats = useNatsServer();
 let js: JetStreamClient;
 const agents: TestAgent[] = [];
 
 beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-  await provision(nc, { replicas: 1 });
-  js = jetstream(nc);
+  await provision(nats.nc, { replicas: 1 });
+  js = jetstream(nats.nc);
 });
+// Before the server stops: after-all hooks run last-registered first.
 afterAll(async () => {
   for (const t of agents) await t.agent.stop();
-  await nc.drain();
-  await server.stop();
 });
 
 /** TERM sequence of the app's last chunk that is not its exit marker. */
@@ -48,7 +44,7 @@ interface Seen {
 /** Checkpoints published on a subject (core subscription; JetStream publishes reach it too). */
 function collectCheckpoints(subject: string): Collector<Seen> {
   const seen = new Collector<Seen>();
-  nc.subscribe(subject, {
+  nats.nc.subscribe(subject, {
     callback: (_err, msg: Msg) => {
       const decoded = decodeJson(ScreenCheckpoint, msg.data);
       if (decoded.ok) seen.push({ checkpoint: decoded.value, generation: msg.headers?.get(Headers.placementGeneration) });
@@ -95,7 +91,7 @@ let n = 0;
 function tracker(clock: ReturnType<typeof manualClock>["clock"], maxBacklogBytes?: number) {
   const subject = Subjects.screen("p", "r1", `st${++n}`, "main");
   const metrics = createRunnerMetrics();
-  const t = new ScreenTracker({ js, subject, placementGeneration: 4, quietMs: 100, intervalMs: 1_000, clock, metrics, log: silentLogger(), ...(maxBacklogBytes ? { maxBacklogBytes } : {}) });
+  const t = new ScreenTracker({ js, encode: encodeJson, subject, placementGeneration: 4, quietMs: 100, intervalMs: 1_000, clock, metrics, log: silentLogger(), ...(maxBacklogBytes ? { maxBacklogBytes } : {}) });
   return { t, subject, metrics, seen: collectCheckpoints(subject) };
 }
 
@@ -103,7 +99,7 @@ describe("screen tracker", () => {
   it("checkpoints the screen once output is quiet, then at most once per interval, with the cursor of the last chunk", async () => {
     const m = manualClock();
     const { t, metrics, seen } = tracker(m.clock);
-    await nc.flush();
+    await nats.nc.flush();
     t.observe(7, Buffer.from("\x1b[1mhello\x1b[0m\r\n"));
     expect(m.pending()).toEqual([100]);
     m.advance(100);
@@ -126,7 +122,7 @@ describe("screen tracker", () => {
   it("writes the final screen when the log ends, frees the emulator, and continues that screen if output resumes", async () => {
     const m = manualClock();
     const { t, seen } = tracker(m.clock);
-    await nc.flush();
+    await nats.nc.flush();
     t.observe(3, Buffer.from("before exit\r\n"));
     await t.settle();
     expect((await seen.waitFor(() => true)).checkpoint).toMatchObject({ cursor: 3 });
@@ -141,7 +137,7 @@ describe("screen tracker", () => {
   it("follows the log's resize markers: checkpoints repaint at the size the log is at, also when output resumes after the log ended", async () => {
     const m = manualClock();
     const { t, seen } = tracker(m.clock);
-    await nc.flush();
+    await nats.nc.flush();
     t.observe(3, Buffer.from(`\x1b[?1049h\x1b[2J\x1b[H${"a".repeat(95)}`));
     t.resized(4, { cols: 100, rows: 30 });
     t.observe(5, Buffer.from("\x1b[2J\x1b[Hrepainted\x1b[30;1Hbottom row"));
@@ -167,7 +163,7 @@ describe("screen tracker", () => {
     aborted.t.abort();
     m.advance(10_000);
     await aborted.t.settle();
-    await nc.flush();
+    await nats.nc.flush();
     expect(idle.seen.items).toEqual([]);
     expect(aborted.seen.items).toEqual([]);
   });
@@ -178,7 +174,7 @@ describe("screen tracker", () => {
     t.observe(1, Buffer.from(`\x1b[31m${"r".repeat(4096)}`));
     m.advance(10_000);
     await t.settle();
-    await nc.flush();
+    await nats.nc.flush();
     expect(seen.items).toEqual([]);
     expect((await metrics.screenCheckpointsSkipped.get()).values.find((v) => v.labels.reason === "backlog")?.value).toBe(1);
   });
@@ -186,17 +182,17 @@ describe("screen tracker", () => {
 
 describe("screen checkpoints of a running app", () => {
   it("the runner checkpoints what its app printed, with the cursor of its last chunk, and a final one at exit", async () => {
-    const scheduler = fakeScheduler(nc, 0);
-    const t = testAgent(nc, { terminal: { coalesceMs: 0, screen: { quietMs: 1, intervalMs: 1 } } });
+    const scheduler = fakeScheduler(nats.nc, 0);
+    const t = testAgent(nats.nc, { terminal: { coalesceMs: 0, screen: { quietMs: 1, intervalMs: 1 } } });
     agents.push(t);
     await t.agent.start();
     scheduler.sub.unsubscribe();
     const sessionId = "screen-e2e";
-    const term = collectTerm(nc, sessionId, "main");
+    const term = collectTerm(nats.nc, sessionId, "main");
     const seen = collectCheckpoints(Subjects.screen(t.config.poolId, t.config.runnerId, sessionId, "main"));
-    await nc.flush();
+    await nats.nc.flush();
     const script = "printf 'plain line\\n'; printf '\\033[?1049h\\033[2J\\033[Hfull screen app'; printf '\\033[3;5Hstatus'; exit 0";
-    await dispatchTo(nc, t, {
+    await dispatchTo(nats.nc, t, {
       type: "start",
       sessionId,
       workspaceId: "ws1",

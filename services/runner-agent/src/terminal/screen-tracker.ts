@@ -1,7 +1,7 @@
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { JetStreamClient } from "@nats-io/jetstream";
 import { Headers, INITIAL_TERMINAL_SIZE, MAX_SCREEN_CHECKPOINT_BYTES, ScreenCheckpoint, type TerminalSize } from "@paddock/contracts";
-import { encodeJson } from "@paddock/bus";
+import type { Encoder } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import { ScreenEmulator, screenSize, type Capture } from "@paddock/screen";
 import type { RunnerMetrics } from "../metrics.ts";
@@ -16,6 +16,8 @@ export const MAX_SCREEN_BACKLOG_BYTES = 16 * 1024 * 1024;
 
 export interface ScreenTrackerOptions {
   js: JetStreamClient;
+  /** The bus's encoder (encoderOf): it checks outgoing messages as the bus says. */
+  encode: Encoder;
   /** `Subjects.screen` of this runner and app. */
   subject: string;
   placementGeneration: number;
@@ -201,7 +203,7 @@ export class ScreenTracker {
       // Captured as of the cursor: the size it repaints at is the one the log says there.
       const captured = await emulator.capture(budget);
       if (captured === undefined) return undefined;
-      const bytes = encodeJson(ScreenCheckpoint, { cursor, ...captured });
+      const bytes = this.opts.encode(ScreenCheckpoint, { cursor, ...captured });
       if (bytes.byteLength <= MAX_SCREEN_CHECKPOINT_BYTES) return { bytes, captured };
     }
     return undefined;

@@ -1,29 +1,23 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
-import { connect, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
+import { connect, headers as natsHeaders } from "@nats-io/transport-node";
 import { Headers, parseTermSubject, Streams, Subjects } from "@paddock/contracts";
 import { provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { startNatsServer } from "@paddock/testing";
+import { useNatsServer } from "@paddock/testing/vitest";
 import { createRunnerMetrics, type RunnerMetrics } from "../metrics.ts";
 import { MAX_CHUNK_BYTES, TermWriter } from "./term-writer.ts";
 import { counterValue } from "../testing/test-support.ts";
 
-let server: NatsServerHandle;
-let nc: NatsConnection;
+const nats = useNatsServer();
 let js: JetStreamClient;
 let jsm: JetStreamManager;
 
 beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-  await provision(nc, { replicas: 1 });
-  js = jetstream(nc);
-  jsm = await jetstreamManager(nc);
-});
-afterAll(async () => {
-  await nc.drain();
-  await server.stop();
+  await provision(nats.nc, { replicas: 1 });
+  js = jetstream(nats.nc);
+  jsm = await jetstreamManager(nats.nc);
 });
 
 interface Who {
@@ -333,12 +327,12 @@ describe("term writer coalescing (bounded in size and time)", () => {
     await commits.until(1);
     w.append(text("b")); // output keeps arriving: held for the window
     // The pump finishes its turn in microtasks; any I/O callback comes after it.
-    await nc.flush();
+    await nats.nc.flush();
     expect(armed.map((a) => a.ms)).toEqual([5]);
     armed[0]?.fire();
     await commits.until(2);
     w.append(text("c"));
-    await nc.flush();
+    await nats.nc.flush();
     expect(armed.length).toBe(1);
     // Input reaches the app: what is pending, and what it prints next, goes out at once.
     w.noteInput();

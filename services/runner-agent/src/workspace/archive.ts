@@ -14,7 +14,7 @@ export async function extractArchive(source: Readable, dir: string | DirFd, limi
   try {
     return await extract(source, dir, limits, opts);
   } catch (err) {
-    if (err instanceof ArchiveRejectedError) throw err.tooLarge ? new WorkspaceTooLargeError(err.reason) : new ArchiveRefusedError(err.reason);
+    if (err instanceof ArchiveRejectedError) throw err.tooLarge ? new WorkspaceTooLargeError(err.reason, { cause: err }) : new ArchiveRefusedError(err.reason, { cause: err });
     throw err;
   }
 }

@@ -99,8 +99,8 @@ export function createCheckpointStore(
         const archive = packDirectory(workspace, { gzip: compression === CheckpointCompression.gzip, followRoot: false });
         const body = sealed(Readable.fromWeb(archive as NodeWebReadableStream<Uint8Array>), key, ref);
         await os.put({ name, options: { max_chunk_size: CHECKPOINT_CHUNK_BYTES } }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
-      } catch {
-        throw new CheckpointError("checkpoint could not be stored");
+      } catch (err) {
+        throw new CheckpointError("checkpoint could not be stored", { cause: err });
       }
       return { checkpoint: { ref, format: formats[compression], capabilities: ["portable"] }, sealKey: key.toString("base64") };
     },
@@ -113,8 +113,8 @@ export function createCheckpointStore(
       try {
         const os = await open(store);
         result = await os.get(name);
-      } catch {
-        throw new CheckpointError("checkpoint could not be read");
+      } catch (err) {
+        throw new CheckpointError("checkpoint could not be read", { cause: err });
       }
       if (!result) throw new CheckpointError("checkpoint not found");
       try {
@@ -122,8 +122,8 @@ export function createCheckpointStore(
         await extractArchive(opened, workspace, undefined, { gzip, followRoot: false });
       } catch (err) {
         // A refused entry or a sealed object that does not open says why; a transfer error stays generic.
-        if (err instanceof ArchiveRefusedError || err instanceof SealError) throw new CheckpointError(err.message);
-        throw new CheckpointError("checkpoint could not be restored");
+        if (err instanceof ArchiveRefusedError || err instanceof SealError) throw new CheckpointError(err.message, { cause: err });
+        throw new CheckpointError("checkpoint could not be restored", { cause: err });
       }
       // Set when the chunks did not match the stored digest.
       if (await result.error) throw new CheckpointError("checkpoint is corrupt");

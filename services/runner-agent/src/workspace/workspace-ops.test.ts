@@ -7,29 +7,24 @@ import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Objm, type ObjectStore } from "@nats-io/obj";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { callRpc, provision } from "@paddock/bus";
 import { ObjectStores, PaddockError, transferObjectName, transferRef, workspaceRpcs, type DispatchCommand, type PortableSpec, type RunnerFact } from "@paddock/contracts";
 import { extractArchive, newSealKey, packDirectory, sealed, unsealed } from "@paddock/archive";
-import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { useNatsServer } from "@paddock/testing/vitest";
 import type { AgentConfig } from "../agent.ts";
 import { collectFacts, collectTerm, dispatchTo, fakeScheduler, maliciousTar, tarEntry, testAgent, type TestAgent } from "../testing/test-support.ts";
 
-let server: NatsServerHandle;
-let nc: NatsConnection;
+const nats = useNatsServer();
 let transfers: ObjectStore;
 const agents: TestAgent[] = [];
 
 beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-  await provision(nc, { replicas: 1 });
-  transfers = await new Objm(nc).open(ObjectStores.transfers);
+  await provision(nats.nc, { replicas: 1 });
+  transfers = await new Objm(nats.nc).open(ObjectStores.transfers);
 });
+// Before the server stops: after-all hooks run last-registered first.
 afterAll(async () => {
   for (const t of agents) await t.agent.stop();
-  await nc.drain();
-  await server.stop();
 });
 
 let n = 0;
@@ -45,10 +40,10 @@ interface Held {
 }
 
 async function agent(overrides: Partial<AgentConfig> = {}): Promise<{ t: TestAgent; facts: ReturnType<typeof collectFacts> }> {
-  const scheduler = fakeScheduler(nc, 0);
-  const t = testAgent(nc, overrides);
+  const scheduler = fakeScheduler(nats.nc, 0);
+  const t = testAgent(nats.nc, overrides);
   agents.push(t);
-  const facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
+  const facts = collectFacts(nats.nc, t.config.poolId, t.config.runnerId);
   await t.agent.start();
   scheduler.sub.unsubscribe();
   return { t, facts };
@@ -59,7 +54,7 @@ async function session(spec: PortableSpec, mode: "run" | "watch" = "run", overri
   const { t, facts } = await agent(overrides);
   const sessionId = `w${++n}`;
   const cmd = { type: "start", sessionId, workspaceId: WS, runnerGeneration: t.agent.generation, placementGeneration: 1, spec, mode, trigger: "initial" };
-  await dispatchTo(nc, t, cmd as DispatchCommand);
+  await dispatchTo(nats.nc, t, cmd as DispatchCommand);
   await facts.waitFor((f) => f.sessionId === sessionId && f.type === "running");
   return {
     t,
@@ -86,7 +81,7 @@ async function upload(sessionId: string, data: ReadableStream<Uint8Array> | Buff
 
 async function push(h: Held, path: string, data: ReadableStream<Uint8Array> | Buffer) {
   const transferId = await upload(h.sessionId, data);
-  return callRpc(nc, h.rpcs.push, { ...h.target, path, transferId, sealKey }, { timeoutMs: 10_000 });
+  return callRpc(nats.nc, h.rpcs.push, { ...h.target, path, transferId, sealKey }, { timeoutMs: 10_000 });
 }
 
 /** A pulled archive, opened as the gateway does. */
@@ -123,7 +118,7 @@ describe("workspace push and pull", () => {
     expect(readFileSync(join(h.workspace, "in", "here", "nested", "deep", "blob.bin")).equals(blob)).toBe(true);
 
     const transferId = `t${++n}`;
-    const pulled = await callRpc(nc, h.rpcs.pull, { ...h.target, path: "in/here", transferId, sealKey });
+    const pulled = await callRpc(nats.nc, h.rpcs.pull, { ...h.target, path: "in/here", transferId, sealKey });
     // The stored object is sealed: not a gzip stream; opened, it is the archive of the size the reply gives.
     const raw = await transfers.getBlob(transferObjectName(WS, h.sessionId, transferId));
     expect([raw?.[0], raw?.[1]]).not.toEqual([0x1f, 0x8b]);
@@ -136,7 +131,7 @@ describe("workspace push and pull", () => {
 
     // One file comes back under its own name.
     const one = `t${++n}`;
-    await callRpc(nc, h.rpcs.pull, { ...h.target, path: "in/here/hello.txt", transferId: one, sealKey });
+    await callRpc(nats.nc, h.rpcs.pull, { ...h.target, path: "in/here/hello.txt", transferId: one, sealKey });
     const dst2 = mkdtempSync(join(tmpdir(), "paddock-dst-"));
     await extractArchive(await pulledArchive(h.sessionId, one), dst2);
     expect(readdirSync(dst2)).toEqual(["hello.txt"]);
@@ -145,24 +140,24 @@ describe("workspace push and pull", () => {
   it("refuses a placement generation it does not hold, a missing path and a path through a symlink", async () => {
     const h = await session(idle);
     const archive = maliciousTar(tarEntry("a.txt", { body: "a" }));
-    const stale = await errorOf(callRpc(nc, h.rpcs.push, { ...h.target, placementGeneration: 2, path: "", transferId: await upload(h.sessionId, archive), sealKey }));
+    const stale = await errorOf(callRpc(nats.nc, h.rpcs.push, { ...h.target, placementGeneration: 2, path: "", transferId: await upload(h.sessionId, archive), sealKey }));
     expect(stale.code).toBe("conflict");
-    expect((await errorOf(callRpc(nc, h.rpcs.pull, { ...h.target, path: "nope", transferId: "x1", sealKey }))).code).toBe("not_found");
+    expect((await errorOf(callRpc(nats.nc, h.rpcs.pull, { ...h.target, path: "nope", transferId: "x1", sealKey }))).code).toBe("not_found");
     // The sandbox can make links: a push "into" one must not follow it.
     const outside = mkdtempSync(join(tmpdir(), "paddock-outside-"));
     symlinkSync(outside, join(h.workspace, "escape"));
     expect((await errorOf(push(h, "escape", archive))).code).toBe("invalid");
     expect((await errorOf(push(h, "escape/sub", archive))).code).toBe("invalid");
-    expect((await errorOf(callRpc(nc, h.rpcs.pull, { ...h.target, path: "escape", transferId: "x2", sealKey }))).code).toBe("invalid");
+    expect((await errorOf(callRpc(nats.nc, h.rpcs.pull, { ...h.target, path: "escape", transferId: "x2", sealKey }))).code).toBe("invalid");
     expect(readdirSync(outside)).toEqual([]);
     // The runner's schema refuses .. and absolute paths before anything runs (sent raw: the client helper would refuse to send them).
     for (const path of ["../x", "a/../../x", "/etc"]) {
-      const reply = await nc.request(h.rpcs.push.subject, JSON.stringify({ ...h.target, path, transferId: "x3", sealKey }));
+      const reply = await nats.nc.request(h.rpcs.push.subject, JSON.stringify({ ...h.target, path, transferId: "x3", sealKey }));
       expect(reply.json()).toMatchObject({ ok: false, error: { code: "invalid" } });
     }
     // Neither without a transfer key, nor with one that is not 32 bytes.
     for (const key of [undefined, "c2hvcnQ="]) {
-      const reply = await nc.request(h.rpcs.push.subject, JSON.stringify({ ...h.target, path: "", transferId: await upload(h.sessionId, archive), sealKey: key }));
+      const reply = await nats.nc.request(h.rpcs.push.subject, JSON.stringify({ ...h.target, path: "", transferId: await upload(h.sessionId, archive), sealKey: key }));
       expect(reply.json()).toMatchObject({ ok: false, error: { code: "invalid" } });
     }
   });
@@ -172,12 +167,12 @@ describe("workspace push and pull", () => {
     const archive = maliciousTar(tarEntry("planted.txt", { body: "planted" }));
     // Sealed under another key: an object someone else put (or replaced) in the shared store.
     const transferId = await upload(h.sessionId, archive, newSealKey());
-    const err = await errorOf(callRpc(nc, h.rpcs.push, { ...h.target, path: "", transferId, sealKey }, { timeoutMs: 10_000 }));
+    const err = await errorOf(callRpc(nats.nc, h.rpcs.push, { ...h.target, path: "", transferId, sealKey }, { timeoutMs: 10_000 }));
     expect(err).toMatchObject({ code: "invalid", message: "archive does not open with its transfer key" });
     // Plain gzip bytes where a sealed object belongs.
     const plain = `t${++n}`;
     await transfers.putBlob({ name: transferObjectName(WS, h.sessionId, plain) }, archive);
-    expect((await errorOf(callRpc(nc, h.rpcs.push, { ...h.target, path: "", transferId: plain, sealKey }, { timeoutMs: 10_000 }))).code).toBe("invalid");
+    expect((await errorOf(callRpc(nats.nc, h.rpcs.push, { ...h.target, path: "", transferId: plain, sealKey }, { timeoutMs: 10_000 }))).code).toBe("invalid");
     expect(existsSync(join(h.workspace, "planted.txt"))).toBe(false);
   });
 });
@@ -210,7 +205,7 @@ describe("a sandbox racing the transfers", () => {
       await push(h, "in", archive).catch((err: unknown) => expect(err).toBeInstanceOf(PaddockError));
       expect(readdirSync(outside)).toEqual(["mine.txt"]);
       const transferId = `t${++n}`;
-      const ok = await callRpc(nc, h.rpcs.pull, { ...h.target, path: "in", transferId, sealKey }).then(
+      const ok = await callRpc(nats.nc, h.rpcs.pull, { ...h.target, path: "in", transferId, sealKey }).then(
         () => true,
         (err: unknown) => (expect(err).toBeInstanceOf(PaddockError), false),
       );
@@ -279,9 +274,9 @@ describe("workspace diff", () => {
     const h = await session({ cmd: ["sh", "-c", script] }, "run", {
       workspace: { maxEntries: 10, maxBytes: 10, diffMaxRepoBytes: 2048, diffMaxBytes: 64 * 1024, diffMaxRepos: 8 },
     });
-    const term = collectTerm(nc, h.sessionId, "main");
+    const term = collectTerm(nats.nc, h.sessionId, "main");
     await term.waitFor(() => term.text().includes("READY"));
-    const reply = await callRpc(nc, h.rpcs.diff, h.target);
+    const reply = await callRpc(nats.nc, h.rpcs.diff, h.target);
     const byPath = Object.fromEntries(reply.repos.map((r) => [r.path, r]));
     expect(Object.keys(byPath).sort()).toEqual(["app", "big", "empty"]);
     expect(byPath.app?.diff).toContain("+two");

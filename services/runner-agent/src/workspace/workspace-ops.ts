@@ -129,7 +129,7 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
           try {
             extracted = await extractArchive(source, target.dir, limits);
           } catch (err) {
-            if (err instanceof SealError) throw new InvalidError("archive does not open with its transfer key");
+            if (err instanceof SealError) throw new InvalidError("archive does not open with its transfer key", { cause: err });
             throw err;
           } finally {
             target.close();
@@ -193,10 +193,10 @@ async function translate<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (err) {
-    if (err instanceof WorkspaceTooLargeError) throw new TooLargeError(err.message);
-    if (err instanceof ArchiveRefusedError) throw new InvalidError(err.message);
-    if (err instanceof UnsafePathError) throw err.missing ? new NotFoundError("path") : new InvalidError(err.message);
-    if (err instanceof CommandRefusedError) throw new ConflictError(err.message);
+    if (err instanceof WorkspaceTooLargeError) throw new TooLargeError(err.message, { cause: err });
+    if (err instanceof ArchiveRefusedError) throw new InvalidError(err.message, { cause: err });
+    if (err instanceof UnsafePathError) throw err.missing ? new NotFoundError("path", { cause: err }) : new InvalidError(err.message, { cause: err });
+    if (err instanceof CommandRefusedError) throw new ConflictError(err.message, { cause: err });
     throw err;
   }
 }

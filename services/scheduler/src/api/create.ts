@@ -12,7 +12,7 @@ import {
   type Environment,
   type Scope,
 } from "@paddock/contracts";
-import { decodeJson, encodeJson, isWrongLastSequence } from "@paddock/bus";
+import { decodeJson, encoderOf, isWrongLastSequence } from "@paddock/bus";
 import type { SchedulerContext } from "../context.ts";
 import { makeRoom } from "./evict.ts";
 import { layerSpec, requirementsOf } from "../state/layering.ts";
@@ -122,7 +122,7 @@ async function reserveName(ctx: SchedulerContext, s: Session): Promise<void> {
   try {
     await ctx.names.update(key, s.id, held.revision);
   } catch (err) {
-    if (isWrongLastSequence(err)) throw new ConflictError(`name ${s.name} was taken concurrently`);
+    if (isWrongLastSequence(err)) throw new ConflictError(`name ${s.name} was taken concurrently`, { cause: err });
     throw err;
   }
 }
@@ -161,7 +161,7 @@ export async function createSession(
     const key = idempotencyKeyOf(scope, body.idempotencyKey);
     const bodyHash = sha256(JSON.stringify(body));
     try {
-      await ctx.idempotency.create(key, encodeJson(IdempotencyRecord, { bodyHash, session: record }));
+      await ctx.idempotency.create(key, encoderOf(ctx.nc)(IdempotencyRecord, { bodyHash, session: record }));
     } catch (err) {
       if (!isWrongLastSequence(err)) throw err;
       const entry = await ctx.idempotency.get(key);

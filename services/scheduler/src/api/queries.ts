@@ -9,6 +9,7 @@ import {
   occupiesSlot,
   runnerKey,
   sessionKey,
+  type AttachMode,
   type Runner,
   type Scope,
   type Session,
@@ -109,7 +110,7 @@ export async function attachSession(
   ctx: SchedulerContext,
   scope: Scope,
   sessionId: string,
-  mode: "viewer" | "controller",
+  mode: AttachMode,
 ): Promise<Session> {
   for (;;) {
     const current = await getSession(ctx, scope, sessionId);

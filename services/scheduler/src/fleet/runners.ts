@@ -10,6 +10,7 @@ import {
   type RegisterRunnerRequest,
   type Runner,
   type Session,
+  type SettableRunnerState,
 } from "@paddock/contracts";
 import type { SchedulerContext } from "../context.ts";
 import { SCHEDULER_ACTOR, transition, writeSession } from "../state/writes.ts";
@@ -56,7 +57,7 @@ async function claimRegistration(
       ctx.runnerView.apply(key, written);
       return { accepted: true, generation: req.generation, written };
     } catch (err) {
-      if (!(err instanceof CasConflictError) && !(err instanceof Error && "code" in err && err.code === "conflict")) throw err;
+      if (!(err instanceof CasConflictError) && !(err instanceof ConflictError)) throw err;
     }
   }
 }
@@ -137,7 +138,7 @@ export async function registerRunner(ctx: SchedulerContext, req: RegisterRunnerR
 }
 
 /** Drain, cordon or reactivate a runner. A lost runner becomes active only by registering again. */
-export async function setRunnerState(ctx: SchedulerContext, runnerId: string, state: "active" | "draining" | "cordoned"): Promise<Runner> {
+export async function setRunnerState(ctx: SchedulerContext, runnerId: string, state: SettableRunnerState): Promise<Runner> {
   const matches = [...ctx.runnerView.values()].filter((v) => v.value.id === runnerId);
   if (matches.length === 0) throw new NotFoundError("runner");
   if (matches.length > 1) throw new ConflictError(`runner id ${runnerId} is used in several pools`);

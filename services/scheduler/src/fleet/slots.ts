@@ -1,6 +1,6 @@
 import { DispatchCommand, MAX_RESERVATIONS, runnerKey, Subjects, type Runner, type Session, type SlotReservation } from "@paddock/contracts";
 import { mintSessionToken } from "./tokens.ts";
-import { encodeJson } from "@paddock/bus";
+import { encoderOf } from "@paddock/bus";
 import type { SchedulerContext } from "../context.ts";
 import { CasConflictError } from "../state/store.ts";
 
@@ -93,7 +93,7 @@ export async function sendCommand(ctx: SchedulerContext, s: Session, body: Comma
     placementGeneration: s.placementGeneration,
   } as DispatchCommand;
   const discriminator = "requestId" in body ? body.requestId : "";
-  await ctx.js.publish(Subjects.dispatch(s.poolId, s.runnerId), encodeJson(DispatchCommand, cmd), {
+  await ctx.js.publish(Subjects.dispatch(s.poolId, s.runnerId), encoderOf(ctx.nc)(DispatchCommand, cmd), {
     msgID: `${body.type}.${s.id}.${s.placementGeneration}.${generation}.${discriminator}`,
   });
 }

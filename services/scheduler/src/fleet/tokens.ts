@@ -1,6 +1,6 @@
 import { createHmac, randomBytes } from "node:crypto";
 import { TokenRecord, tokenKey, type Session } from "@paddock/contracts";
-import { encodeJson } from "@paddock/bus";
+import { encoderOf } from "@paddock/bus";
 import type { SchedulerContext } from "../context.ts";
 
 /** A per-process key when none is configured: tokens then only survive this replica. */
@@ -27,6 +27,6 @@ export async function mintSessionToken(ctx: SchedulerContext, s: Session): Promi
     label: "session service token",
     createdAt: ctx.now(),
   };
-  await ctx.tokens.put(tokenKey(token), encodeJson(TokenRecord, record));
+  await ctx.tokens.put(tokenKey(token), encoderOf(ctx.nc)(TokenRecord, record));
   return token;
 }

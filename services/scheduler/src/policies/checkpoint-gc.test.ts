@@ -3,7 +3,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import { Api, ObjectStores, runnerObjectStore, type Checkpoint } from "@paddock/contracts";
-import { callRpc } from "@paddock/bus";
+import { callRpc, encodeJson } from "@paddock/bus";
 import type { EnvSnapshotFact } from "../api/environments.ts";
 import { SealKeys } from "../state/seal-keys.ts";
 import { untilSession } from "@paddock/testing";
@@ -40,7 +40,7 @@ async function objectNames(store: string): Promise<string[]> {
 }
 
 async function sealKeys(): Promise<SealKeys> {
-  return new SealKeys(await new Kvm(h.nc).open("seal-keys"), h.clock.now);
+  return new SealKeys(await new Kvm(h.nc).open("seal-keys"), h.clock.now, encodeJson);
 }
 
 describe("checkpoint object collection", () => {

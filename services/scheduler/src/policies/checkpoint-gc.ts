@@ -14,7 +14,8 @@
 import type { ObjectStore } from "@nats-io/obj";
 import { Objm } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { jetstreamManager, JetStreamApiError } from "@nats-io/jetstream";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { isStreamNotFound } from "@paddock/bus";
 import { isTerminal, objectStoreKind, ObjectStores, runnerObjectStore, type Environment, type Session } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import type { SealKeys } from "../state/seal-keys.ts";
@@ -73,7 +74,7 @@ export function createCheckpointGc(deps: CheckpointGcDeps): { run(): Promise<Che
       const exists = await jsm.streams.info(`OBJ_${name}`).then(
         () => true,
         (err: unknown) => {
-          if (err instanceof JetStreamApiError && err.code === 10059) return false;
+          if (isStreamNotFound(err)) return false;
           throw err;
         },
       );

@@ -2,7 +2,7 @@ import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Counter, type Registry } from "prom-client";
 import { Buckets, Environment, environmentKey } from "@paddock/contracts";
-import { isWrongLastSequence } from "@paddock/bus";
+import { encoderOf, isWrongLastSequence, type Encoder } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import { CasConflictError, Records, type Versioned } from "./store.ts";
 import { KvView } from "./view.ts";
@@ -43,8 +43,9 @@ export class EnvironmentStore {
     private readonly kv: KV,
     readonly view: KvView<typeof Environment>,
     readonly metrics: EnvironmentMetrics,
+    encode: Encoder,
   ) {
-    this.records = new Records(kv, Environment);
+    this.records = new Records(kv, Environment, encode);
   }
 
   keyOf(e: { workspaceId: string; id: string }): string {
@@ -76,7 +77,7 @@ export class EnvironmentStore {
     try {
       await this.kv.delete(key, { previousSeq: revision });
     } catch (err) {
-      if (isWrongLastSequence(err)) throw new CasConflictError(key);
+      if (isWrongLastSequence(err)) throw new CasConflictError(key, { cause: err });
       throw err;
     }
   }
@@ -101,5 +102,5 @@ export async function createEnvironmentStore(
   const kv = await new Kvm(nc).open(Buckets.environments);
   const view = new KvView(Environment);
   await view.start(nc, kv, Buckets.environments, deps.log);
-  return new EnvironmentStore(kv, view, createEnvironmentMetrics(deps.registry));
+  return new EnvironmentStore(kv, view, createEnvironmentMetrics(deps.registry), encoderOf(nc));
 }

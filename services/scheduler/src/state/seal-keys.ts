@@ -8,7 +8,7 @@
 import { createHash } from "node:crypto";
 import type { KV } from "@nats-io/kv";
 import { z } from "zod";
-import { decodeJson, encodeJson } from "@paddock/bus";
+import { decodeJson, type Encoder } from "@paddock/bus";
 import { EpochMs, SealKey } from "@paddock/contracts";
 
 export const SealKeyRecord = z
@@ -31,11 +31,13 @@ export class SealKeys {
   constructor(
     private readonly kv: KV,
     private readonly now: () => number,
+    /** The bus's encoder (encoderOf): it checks what is stored as the bus's outgoing validation says. */
+    private readonly encode: Encoder,
   ) {}
 
   /** Stores the key of ref; the same key again is a no-op (a redelivered fact). */
   async put(ref: string, key: SealKey): Promise<void> {
-    await this.kv.put(sealKeyKey(ref), encodeJson(SealKeyRecord, { ref, key, storedAt: this.now() }));
+    await this.kv.put(sealKeyKey(ref), this.encode(SealKeyRecord, { ref, key, storedAt: this.now() }));
   }
 
   /** The key of ref, or undefined when none is stored (or the record is not one). */

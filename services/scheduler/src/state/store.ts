@@ -3,7 +3,7 @@ import type { KV } from "@nats-io/kv";
 import type { z } from "zod";
 import type { Runner, Session} from "@paddock/contracts";
 import { ConflictError, runnerKey, sessionKey, UnavailableError } from "@paddock/contracts";
-import { decodeJson, encodeJson, isWrongLastSequence, readLatestFromLeader } from "@paddock/bus";
+import { decodeJson, isWrongLastSequence, readLatestFromLeader, type Encoder } from "@paddock/bus";
 
 /** A value read from KV together with the revision a compare-and-set must name. */
 export interface Versioned<T> {
@@ -13,8 +13,8 @@ export interface Versioned<T> {
 
 /** Thrown when a compare-and-set lost: someone else wrote first. Retryable. */
 export class CasConflictError extends UnavailableError {
-  constructor(key: string) {
-    super(`concurrent update of ${key}`);
+  constructor(key: string, options?: { cause?: unknown }) {
+    super(`concurrent update of ${key}`, options);
   }
 }
 
@@ -29,11 +29,14 @@ export interface LeaderReads {
  * compare-and-set on the revision read: the store-side half of fencing.
  * With `leader`, reads are answered by the bucket's stream leader, so a
  * decision taken on one (a fence) never rests on a lagging replica.
+ * Writes are encoded with the bus's encoder (encoderOf), which checks them
+ * against the schema as the bus's outgoing validation says.
  */
 export class Records<S extends z.ZodType> {
   constructor(
     private readonly kv: KV,
     private readonly schema: S,
+    private readonly encode: Encoder,
     private readonly leader?: LeaderReads,
   ) {}
 
@@ -54,10 +57,10 @@ export class Records<S extends z.ZodType> {
   /** Creates the key; ConflictError when it already exists. */
   async create(key: string, value: z.input<S>): Promise<Versioned<z.infer<S>>> {
     try {
-      const revision = await this.kv.create(key, encodeJson(this.schema, value));
+      const revision = await this.kv.create(key, this.encode(this.schema, value));
       return { value: value as z.infer<S>, revision };
     } catch (err) {
-      if (isWrongLastSequence(err)) throw new ConflictError(`${key} already exists`);
+      if (isWrongLastSequence(err)) throw new ConflictError(`${key} already exists`, { cause: err });
       throw err;
     }
   }
@@ -65,10 +68,10 @@ export class Records<S extends z.ZodType> {
   /** Writes only if the key is still at `revision`; CasConflictError otherwise. */
   async update(key: string, value: z.input<S>, revision: number): Promise<Versioned<z.infer<S>>> {
     try {
-      const next = await this.kv.update(key, encodeJson(this.schema, value), revision);
+      const next = await this.kv.update(key, this.encode(this.schema, value), revision);
       return { value: value as z.infer<S>, revision: next };
     } catch (err) {
-      if (isWrongLastSequence(err)) throw new CasConflictError(key);
+      if (isWrongLastSequence(err)) throw new CasConflictError(key, { cause: err });
       throw err;
     }
   }

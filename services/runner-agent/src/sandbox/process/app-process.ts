@@ -37,8 +37,8 @@ export function spawnApp(opts: SpawnAppOptions): AppProcess {
       // Raw bytes: the terminal log is bytes, and decoding here would split UTF-8 sequences.
       encoding: null,
     });
-  } catch {
-    throw new SpawnError(`app ${opts.app.name}: could not start ${command.slice(0, 128)}`);
+  } catch (err) {
+    throw new SpawnError(`app ${opts.app.name}: could not start ${command.slice(0, 128)}`, { cause: err });
   }
   return wrapPty(opts.app.name, pty, opts.onData);
 }

@@ -1,0 +1,183 @@
+import { randomBytes } from "node:crypto";
+import type { KV } from "@nats-io/kv";
+import { decodeJson, encodeJson } from "@paddock/bus";
+import {
+  ATTACH_TICKET_TTL_MS,
+  AttachTicketRecord,
+  ConflictError,
+  HttpApi,
+  InvalidError,
+  NotFoundError,
+  randomId,
+  TICKET_PREFIX,
+  TicketValue,
+  TOKEN_PREFIX,
+  TokenIndexEntry,
+  TokenRecord,
+  UnauthenticatedError,
+  type AttachMode,
+  type TokenInfo,
+} from "@paddock/contracts";
+import { Action, hashToken, type Principal } from "./auth.ts";
+import { sessionResource, workspaceResource, type GatewayContext } from "../context.ts";
+import type { Route } from "../http/http.ts";
+
+/** Tokens one actor may hold in one workspace (minted by POST /v1/tokens); more is a conflict. */
+export const MAX_TOKENS_PER_ACTOR = 100;
+
+/*
+ * KV `tokens` layout (one bucket, three key shapes that cannot collide):
+ *   <sha256 hex>                      TokenRecord (what authenticate reads)
+ *   id.<workspace>.<actor>.<token id> TokenIndexEntry {hash}: listing and revoke by id
+ *   ticket.<sha256 hex>               AttachTicketRecord, deleted by its one use
+ */
+const indexKey = (workspaceId: string, actorId: string, id: string) => `id.${workspaceId}.${actorId}.${id}`;
+export const ticketKey = (ticket: string) => `ticket.${hashToken(ticket)}`;
+
+/** A fresh secret: prefix plus 32 random bytes (base64url). */
+function secret(prefix: string): string {
+  return prefix + randomBytes(32).toString("base64url");
+}
+
+function infoOf(record: TokenRecord & { id: string }): TokenInfo {
+  return {
+    id: record.id,
+    workspaceId: record.workspaceId,
+    actor: record.actor,
+    ...(record.label !== undefined ? { label: record.label } : {}),
+    createdAt: record.createdAt,
+    ...(record.expiresAt !== undefined ? { expiresAt: record.expiresAt } : {}),
+  };
+}
+
+async function collectKeys(kv: KV, filter: string): Promise<string[]> {
+  const out: string[] = [];
+  for await (const k of await kv.keys(filter)) out.push(k);
+  return out.sort();
+}
+
+/** The live record an index key points to; undefined when it was revoked meanwhile. */
+async function recordOf(kv: KV, key: string): Promise<{ hash: string; record: TokenRecord & { id: string } } | undefined> {
+  const idx = await kv.get(key);
+  const entry = idx && idx.operation === "PUT" ? decodeJson(TokenIndexEntry, idx.value) : undefined;
+  if (!entry?.ok) return undefined;
+  const raw = await kv.get(entry.value.hash);
+  const decoded = raw && raw.operation === "PUT" ? decodeJson(TokenRecord, raw.value) : undefined;
+  if (!decoded?.ok || decoded.value.id === undefined) return undefined;
+  return { hash: entry.value.hash, record: { ...decoded.value, id: decoded.value.id } };
+}
+
+export function tokenRoutes(ctx: GatewayContext): Route[] {
+  const { now } = ctx.deps;
+  return [
+    ctx.serve(HttpApi.createToken, async ({ caller: principal, body: readBody }) => {
+      const { scope } = principal;
+      await ctx.authorizer.authorize(scope, Action.createToken, workspaceResource(scope));
+      const body = await readBody();
+      const at = now();
+      const expiresAt = body.expiresInMs !== undefined ? at + body.expiresInMs : undefined;
+      // A token cannot outlive the one that minted it (no lifetime escalation).
+      if (principal.expiresAt !== undefined && (expiresAt === undefined || expiresAt > principal.expiresAt)) {
+        throw new InvalidError("body: expiresInMs: a token cannot outlive the token that creates it");
+      }
+      const kv = await ctx.tokens();
+      if ((await collectKeys(kv, indexKey(scope.workspaceId, scope.actor.id, "*"))).length >= MAX_TOKENS_PER_ACTOR) {
+        throw new ConflictError(`at most ${MAX_TOKENS_PER_ACTOR} tokens per actor: revoke one first`);
+      }
+      ctx.creates.check(principal.tokenHash, "token creates");
+      const token = secret(TOKEN_PREFIX);
+      const hash = hashToken(token);
+      const record: TokenRecord & { id: string } = {
+        id: randomId("tok"),
+        workspaceId: scope.workspaceId,
+        actor: scope.actor,
+        ...(body.label !== undefined ? { label: body.label } : {}),
+        createdAt: at,
+        ...(expiresAt !== undefined ? { expiresAt } : {}),
+      };
+      // Index first: a record is never left without a way to list and revoke it.
+      await kv.create(indexKey(scope.workspaceId, scope.actor.id, record.id), encodeJson(TokenIndexEntry, { hash }));
+      await kv.create(hash, encodeJson(TokenRecord, record));
+      return { status: 201, body: { token, ...infoOf(record) } };
+    }),
+
+    ctx.serve(HttpApi.listTokens, async ({ caller: { scope } }) => {
+      await ctx.authorizer.authorize(scope, Action.listTokens, workspaceResource(scope));
+      const kv = await ctx.tokens();
+      const tokens: TokenInfo[] = [];
+      for (const key of await collectKeys(kv, indexKey(scope.workspaceId, scope.actor.id, "*"))) {
+        const found = await recordOf(kv, key);
+        if (found && found.record.workspaceId === scope.workspaceId && found.record.actor.id === scope.actor.id) tokens.push(infoOf(found.record));
+      }
+      return { status: 200, body: { tokens } };
+    }),
+
+    ctx.serve(HttpApi.revokeToken, async ({ caller: { scope }, params: { id } }) => {
+      const kv = await ctx.tokens();
+      // Keys embed the workspace: another workspace's token is simply absent (not_found).
+      const [key] = await collectKeys(kv, indexKey(scope.workspaceId, "*", id));
+      const found = key === undefined ? undefined : await recordOf(kv, key);
+      if (!key || !found || found.record.workspaceId !== scope.workspaceId) throw new NotFoundError("token");
+      await ctx.authorizer.authorize(scope, Action.revokeToken, { kind: "token", workspaceId: scope.workspaceId, id, creatorId: found.record.actor.id });
+      // Record first: from this write on, the token fails everywhere (open sockets watch this key).
+      await kv.purge(found.hash);
+      await kv.purge(key);
+      return { status: 200, body: infoOf(found.record) };
+    }),
+
+    ctx.serve(HttpApi.createAttachTicket, async ({ caller: principal, params, body: readBody }) => {
+      const { scope } = principal;
+      const body = await readBody();
+      const session = await ctx.getSession(scope, params.id);
+      await ctx.authorizer.authorize(scope, body.mode === "controller" ? Action.attachController : Action.attachViewer, sessionResource(session));
+      const ticket = secret(TICKET_PREFIX);
+      const expiresAt = Math.min(now() + ATTACH_TICKET_TTL_MS, principal.expiresAt ?? Number.POSITIVE_INFINITY);
+      const record: AttachTicketRecord = {
+        workspaceId: scope.workspaceId,
+        sessionId: session.id,
+        mode: body.mode,
+        actorId: scope.actor.id,
+        tokenHash: principal.tokenHash,
+        expiresAt,
+      };
+      await (await ctx.tokens()).create(ticketKey(ticket), encodeJson(AttachTicketRecord, record));
+      return { status: 201, body: { ticket, expiresAt } };
+    }),
+  ];
+}
+
+/**
+ * Spends an attach ticket: the first use deletes it (a CAS on its revision, so
+ * two concurrent uses race to one winner), later ones are unauthenticated. Then
+ * the token that asked for it is re-read: a revoked or expired one fails here.
+ */
+export async function consumeTicket(
+  ctx: GatewayContext,
+  ticket: string,
+  sessionId: string,
+  mode: AttachMode | undefined,
+): Promise<{ principal: Principal; mode: AttachMode }> {
+  // The one answer of every token failure (auth.ts): nothing tells which check failed.
+  const refused = () => new UnauthenticatedError();
+  if (!TicketValue.safeParse(ticket).success) throw refused();
+  const kv = await ctx.tokens();
+  const key = ticketKey(ticket);
+  const entry = await kv.get(key);
+  if (!entry || entry.operation !== "PUT") throw refused();
+  const decoded = decodeJson(AttachTicketRecord, entry.value);
+  if (!decoded.ok) throw refused();
+  const t = decoded.value;
+  // A wrong ?mode is the caller's typo: answered before the ticket is spent, so it can be used right.
+  if (mode !== undefined && mode !== t.mode && t.expiresAt > ctx.deps.now() && t.sessionId === sessionId) {
+    throw new InvalidError(`query: mode: the ticket is for ${t.mode}`);
+  }
+  try {
+    await kv.purge(key, { previousSeq: entry.revision });
+  } catch {
+    throw refused(); // another use won the race
+  }
+  if (t.expiresAt <= ctx.deps.now() || t.sessionId !== sessionId) throw refused();
+  const principal = await ctx.principalOfHash(t.tokenHash);
+  if (principal.scope.workspaceId !== t.workspaceId || principal.scope.actor.id !== t.actorId) throw refused();
+  return { principal, mode: t.mode };
+}

@@ -1,0 +1,127 @@
+import { request as httpRequest, type IncomingMessage } from "node:http";
+import { describe, expect, it } from "vitest";
+import { jetstream } from "@nats-io/jetstream";
+import { Subjects, type AuditEvent } from "@paddock/contracts";
+import { makeAuditEvent } from "@paddock/testing";
+import { NDJSON } from "@paddock/contracts";
+import { api, expectError, makeSession, useHarness, TOKENS, WS1, WS2 } from "../testing/testkit.ts";
+
+const h = useHarness();
+
+const event = (id: string, ws: string, sessionId: string) => makeAuditEvent({ id, workspaceId: ws, sessionId });
+
+/** An open follow stream: events as they arrive, with a way to wait for n of them. */
+interface Follow {
+  res: IncomingMessage;
+  events: AuditEvent[];
+  until(n: number): Promise<void>;
+  close(): void;
+}
+
+function follow(query: string, token: string): Promise<Follow> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(`${h.url}/v1/events?${query}`, { headers: { authorization: `Bearer ${token}` } }, (res) => {
+      const events: AuditEvent[] = [];
+      const waiters: Array<() => void> = [];
+      let buf = "";
+      res.setEncoding("utf8");
+      res.on("data", (chunk: string) => {
+        buf += chunk;
+        let nl: number;
+        while ((nl = buf.indexOf("\n")) !== -1) {
+          events.push(JSON.parse(buf.slice(0, nl)) as AuditEvent);
+          buf = buf.slice(nl + 1);
+        }
+        for (const w of waiters.splice(0)) w();
+      });
+      resolve({
+        res,
+        events,
+        until: async (n) => {
+          while (events.length < n) {
+            if (res.destroyed || res.complete) throw new Error(`stream ended with ${String(events.length)} events`);
+            await new Promise<void>((r) => waiters.push(r));
+          }
+        },
+        close: () => req.destroy(),
+      });
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+describe("GET /v1/events?follow=true", () => {
+  it("streams the backlog after since, then live events, as NDJSON; only the caller's workspace or session", async () => {
+    const js = jetstream(h.nc);
+    h.scheduler.put(makeSession({ id: "fo1", workspaceId: WS1, creatorId: "alice" }));
+    const first = await js.publish(Subjects.audit(WS1, "session", "fo1"), JSON.stringify(event("f1", WS1, "fo1")));
+    await js.publish(Subjects.audit(WS1, "session", "fo1"), JSON.stringify(event("f2", WS1, "fo1")));
+
+    const all = await follow(`follow=true&since=${String(first.seq)}`, TOKENS.bob);
+    const one = await follow("follow=true&sessionId=fo1", TOKENS.bob);
+    expect(all.res.statusCode).toBe(200);
+    expect(all.res.headers["content-type"]).toBe(NDJSON);
+    await all.until(1);
+    await one.until(2);
+    expect(all.events.map((e) => e.id)).toEqual(["f2"]);
+
+    // Live: another workspace's, a malformed one, another session's, then this session's.
+    await js.publish(Subjects.audit(WS2, "session", "x"), JSON.stringify(event("f3", WS2, "x")));
+    await js.publish(Subjects.audit(WS1, "session", "fo1"), "not json");
+    await js.publish(Subjects.audit(WS1, "session", "fo2"), JSON.stringify(event("f4", WS1, "fo2")));
+    await js.publish(Subjects.audit(WS1, "session", "fo1"), JSON.stringify(event("f5", WS1, "fo1")));
+    await all.until(3);
+    await one.until(3);
+    expect(all.events.map((e) => e.id)).toEqual(["f2", "f4", "f5"]);
+    expect(one.events.map((e) => e.id)).toEqual(["f1", "f2", "f5"]);
+
+    // A disconnect ends the handler (its ordered consumer is closed with it): the request is counted once it returns.
+    const served = async () =>
+      (await h.metrics.httpRequests.get()).values.find((v) => v.labels.route === "GET /v1/events" && v.labels.status === "200")?.value ?? 0;
+    const before = await served();
+    all.close();
+    one.close();
+    for (let i = 0; i < 10_000 && (await served()) < before + 2; i++) await new Promise((r) => setImmediate(r));
+    expect(await served()).toBe(before + 2);
+  });
+
+  it("refuses bad input with typed errors before streaming", async () => {
+    for (const q of ["follow=yes", "follow=1", "follow=", "follow=true&follow=true", "follow=true&limit=5", "follow=true&since=-1", "follow=true&sessionId=a.b", "follow=true&x=1"]) {
+      expectError(await api(h.url, "GET", `/v1/events?${q}`, { token: TOKENS.bob }), 400, "invalid");
+    }
+    h.scheduler.put(makeSession({ id: "fo-other", workspaceId: WS2, creatorId: "eve" }));
+    expectError(await api(h.url, "GET", "/v1/events?follow=true&sessionId=fo-other", { token: TOKENS.bob }), 404, "not_found");
+    expectError(await api(h.url, "GET", "/v1/events?follow=true", {}), 401, "unauthenticated");
+    expectError(await api(h.url, "GET", "/v1/events?follow=true", { token: TOKENS.outsider }), 403, "forbidden");
+  });
+
+  it("a session whose record is gone (expired, evicted) keeps its events listable by sessionId; a non-member still gets not_found", async () => {
+    const js = jetstream(h.nc);
+    // No record for "gone1": the scheduler answers not_found, as for an expired one.
+    await js.publish(Subjects.audit(WS1, "session", "gone1"), JSON.stringify(event("g1", WS1, "gone1")));
+    await js.publish(Subjects.audit(WS1, "session", "gone1"), JSON.stringify({ ...event("g2", WS1, "gone1"), action: "expire" }));
+    const listed = await api(h.url, "GET", "/v1/events?sessionId=gone1", { token: TOKENS.bob });
+    expect(listed.status).toBe(200);
+    expect((listed.json as { events: AuditEvent[] }).events.map((e) => [e.id, e.action])).toEqual([
+      ["g1", "create"],
+      ["g2", "expire"],
+    ]);
+    const followed = await follow("follow=true&sessionId=gone1", TOKENS.bob);
+    await followed.until(2);
+    followed.close();
+    expect(followed.events.map((e) => e.id)).toEqual(["g1", "g2"]);
+    // Whoever may not read the workspace's events learns nothing about it: the same not_found as any absent session.
+    expectError(await api(h.url, "GET", "/v1/events?sessionId=gone1", { token: TOKENS.outsider }), 404, "not_found");
+    expectError(await api(h.url, "GET", "/v1/events?sessionId=never1", { token: TOKENS.outsider }), 404, "not_found");
+    // Another workspace's member looks only in her own workspace, where it never was.
+    expectError(await api(h.url, "GET", "/v1/events?sessionId=gone1", { token: TOKENS.eve }), 404, "not_found");
+    expectError(await api(h.url, "GET", "/v1/events?sessionId=never1", { token: TOKENS.bob }), 404, "not_found");
+  });
+
+  it("follow=false is the paged list", async () => {
+    const r = await api(h.url, "GET", "/v1/events?follow=false&limit=1", { token: TOKENS.bob });
+    expect(r.status).toBe(200);
+    expect(r.headers.get("content-type")).toBe("application/json");
+  });
+});

@@ -1,0 +1,56 @@
+import { Api, HttpApi, type Session } from "@paddock/contracts";
+import { Action, type Principal } from "../auth/auth.ts";
+import { resolveApp, sessionResource, type GatewayContext } from "../context.ts";
+import type { Route } from "../http/http.ts";
+
+/**
+ * The session lifecycle routes: suspend, resume, snapshot, recycle and app
+ * restart. Each: authenticate → validate (query, ids, body) → fetch the
+ * session → authorize on the current membership (creator or admin) → act.
+ */
+export function lifecycleRoutes(ctx: GatewayContext): Route[] {
+  /** The common prefix of every lifecycle route; answers the fetched, authorized session. */
+  const prepare = async (input: { caller: Principal; params: { id: string }; body: () => Promise<unknown> }, action: Action): Promise<Session> => {
+    const { scope } = input.caller;
+    await input.body();
+    const session = await ctx.getSession(scope, input.params.id);
+    await ctx.authorizer.authorize(scope, action, sessionResource(session));
+    return session;
+  };
+
+  return [
+    ctx.serve(HttpApi.suspendSession, async (input) => {
+      const session = await prepare(input, Action.suspendSession);
+      const { warm } = await input.body();
+      const r = await ctx.call(Api.suspendSession, { scope: input.caller.scope, sessionId: session.id, warm });
+      return { status: 200, body: r.session };
+    }),
+
+    ctx.serve(HttpApi.resumeSession, async (input) => {
+      const session = await prepare(input, Action.resumeSession);
+      const r = await ctx.call(Api.resumeSession, { scope: input.caller.scope, sessionId: session.id });
+      return { status: 200, body: r.session };
+    }),
+
+    ctx.serve(HttpApi.snapshotSession, async (input) => {
+      const session = await prepare(input, Action.snapshotSession);
+      const r = await ctx.call(Api.snapshotSession, { scope: input.caller.scope, sessionId: session.id });
+      return { status: 200, body: r.checkpoint };
+    }),
+
+    ctx.serve(HttpApi.recycleSession, async (input) => {
+      const session = await prepare(input, Action.recycleSession);
+      const r = await ctx.call(Api.recycleSession, { scope: input.caller.scope, sessionId: session.id });
+      return { status: 201, body: { released: r.released, session: r.session } };
+    }),
+
+    ctx.serve(HttpApi.restartApp, async (input) => {
+      const session = await prepare(input, Action.restartApp);
+      const { app } = input.params;
+      // After authorization: a caller who may not act learns nothing about the apps.
+      resolveApp(session, app);
+      const r = await ctx.call(Api.restartApp, { scope: input.caller.scope, sessionId: session.id, app });
+      return { status: 200, body: r.session };
+    }),
+  ];
+}

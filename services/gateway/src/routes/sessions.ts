@@ -1,0 +1,44 @@
+import { Api, HttpApi } from "@paddock/contracts";
+import { Action } from "../auth/auth.ts";
+import { sessionResource, workspaceResource, type GatewayContext } from "../context.ts";
+import type { Route } from "../http/http.ts";
+
+export function sessionRoutes(ctx: GatewayContext): Route[] {
+  return [
+    ctx.serve(HttpApi.createSession, async ({ caller: { scope, tokenHash }, body }) => {
+      await ctx.authorizer.authorize(scope, Action.createSession, workspaceResource(scope));
+      const create = await body();
+      // Counted once the create is valid and allowed: a refused request spends nothing.
+      ctx.creates.check(tokenHash, "session creates");
+      const { session, replayed } = await ctx.call(Api.createSession, { scope, body: create });
+      return { status: replayed ? 200 : 201, body: session };
+    }),
+
+    ctx.serve(HttpApi.listSessions, async ({ caller: { scope }, query: q }) => {
+      await ctx.authorizer.authorize(scope, Action.listSessions, workspaceResource(scope));
+      const page = await ctx.call(Api.listSessions, {
+        scope,
+        limit: q.limit,
+        includeTerminal: q.includeTerminal,
+        ...(q.cursor !== undefined ? { cursor: q.cursor } : {}),
+        ...(q.parentId !== undefined ? { parentId: q.parentId } : {}),
+      });
+      // Defence in depth: the scheduler scopes by key; never show another workspace's record.
+      const sessions = page.sessions.filter((s) => s.workspaceId === scope.workspaceId);
+      return { status: 200, body: { sessions, ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) } };
+    }),
+
+    ctx.serve(HttpApi.getSession, async ({ caller: { scope }, params }) => {
+      const session = await ctx.getSession(scope, params.id);
+      await ctx.authorizer.authorize(scope, Action.getSession, sessionResource(session));
+      return { status: 200, body: session };
+    }),
+
+    ctx.serve(HttpApi.deleteSession, async ({ caller: { scope }, params }) => {
+      const current = await ctx.getSession(scope, params.id);
+      await ctx.authorizer.authorize(scope, Action.deleteSession, sessionResource(current));
+      const { session } = await ctx.call(Api.deleteSession, { scope, sessionId: current.id });
+      return { status: 200, body: session };
+    }),
+  ];
+}

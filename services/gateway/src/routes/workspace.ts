@@ -1,0 +1,151 @@
+import type { IncomingMessage } from "node:http";
+import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
+import { Objm, type ObjectStore } from "@nats-io/obj";
+import { newSealKey, SealError, sealed, unsealed } from "@paddock/archive";
+import { callRpc } from "@paddock/bus";
+import {
+  Api,
+  ARCHIVE_CONTENT_TYPE,
+  ConflictError,
+  HttpApi,
+  ObjectStores,
+  TooLargeError,
+  transferObjectName,
+  transferRef,
+  UnavailableError,
+  workspaceRpcs,
+  type Scope,
+  type Session,
+} from "@paddock/contracts";
+import { Action } from "../auth/auth.ts";
+import { sessionResource, type GatewayContext } from "../context.ts";
+import type { Route } from "../http/http.ts";
+
+/** States in which the session has a sandbox on a runner to read or write. */
+const LIVE: ReadonlySet<Session["state"]> = new Set(["running", "suspended_warm"]);
+
+/** The runner that holds a live session; conflict when there is no sandbox to act on. */
+function holder(session: Session): { poolId: string; runnerId: string } {
+  if (!LIVE.has(session.state) || session.poolId === undefined || session.runnerId === undefined) {
+    throw new ConflictError(`session is ${session.state}: it has no live sandbox`);
+  }
+  return { poolId: session.poolId, runnerId: session.runnerId };
+}
+
+/**
+ * The request body as a web stream of at most max bytes, read as the
+ * consumer pulls (never buffered whole). Past max the stream errors with
+ * too_large and reading stops; the connection is then closed.
+ */
+export function boundedBody(req: IncomingMessage, max: number): ReadableStream<Uint8Array> {
+  const chunks = req[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  let seen = 0;
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        const next = await chunks.next();
+        if (next.done) {
+          controller.close();
+          return;
+        }
+        seen += next.value.length;
+        if (seen > max) throw new TooLargeError(`upload exceeds ${max} bytes`);
+        controller.enqueue(new Uint8Array(next.value.buffer, next.value.byteOffset, next.value.byteLength));
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+/**
+ * PUT and GET /v1/sessions/:id/workspace?path= and GET /v1/sessions/:id/diff,
+ * carried out by the runner that holds the session. Archives pass through
+ * object store `transfers` in chunks; the gateway deletes each object it
+ * made once the transfer is over. Each: authenticate → validate → fetch the
+ * session → authorize on the current membership → act.
+ */
+export function workspaceRoutes(ctx: GatewayContext): Route[] {
+  const { config } = ctx.deps;
+  let opening: Promise<ObjectStore> | undefined;
+  const transfers = (): Promise<ObjectStore> => {
+    opening ??= new Objm(ctx.deps.nc).open(ObjectStores.transfers).catch((err: unknown) => {
+      opening = undefined;
+      throw err;
+    });
+    return opening;
+  };
+  const rpcOpts = { timeoutMs: config.workspaceRpcTimeoutMs };
+
+  const authorized = async (scope: Scope, sessionId: string, action: Action) => {
+    const session = await ctx.getSession(scope, sessionId);
+    await ctx.authorizer.authorize(scope, action, sessionResource(session));
+    const { poolId, runnerId } = holder(session);
+    return { session, rpcs: workspaceRpcs(poolId, runnerId) };
+  };
+
+  const target = (session: Session) => ({ sessionId: session.id, workspaceId: session.workspaceId, placementGeneration: session.placementGeneration });
+
+  const removeQuietly = async (name: string) => {
+    try {
+      await (await transfers()).delete(name);
+    } catch (err) {
+      ctx.deps.log.warn({ err, object: name }, "transfer object not deleted; the store's TTL removes it");
+    }
+  };
+
+  return [
+    ctx.serve(HttpApi.pushWorkspace, async ({ caller: { scope }, params, query, req }) => {
+      const path = query.path ?? "";
+      const declared = req.headers["content-length"];
+      if (declared !== undefined && Number(declared) > config.maxUploadBytes) throw new TooLargeError(`upload exceeds ${config.maxUploadBytes} bytes`);
+      const { session, rpcs } = await authorized(scope, params.id, Action.pushWorkspace);
+      const transferId = ctx.deps.newId();
+      const name = transferObjectName(session.workspaceId, session.id, transferId);
+      const key = newSealKey();
+      try {
+        const body = sealed(Readable.fromWeb(boundedBody(req, config.maxUploadBytes) as NodeWebReadableStream<Uint8Array>), key, transferRef(name));
+        await (await transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
+        const reply = await callRpc(ctx.deps.nc, rpcs.push, { ...target(session), path, transferId, sealKey: key.toString("base64") }, rpcOpts);
+        // The push is a fact: committed on the record (one audit event) before the client is told.
+        await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "push" }, { timeoutMs: config.rpcTimeoutMs });
+        return { status: 200, body: reply };
+      } finally {
+        await removeQuietly(name);
+      }
+    }),
+
+    ctx.serve(HttpApi.pullWorkspace, async ({ caller: { scope }, params, query, res }) => {
+      const path = query.path ?? "";
+      const { session, rpcs } = await authorized(scope, params.id, Action.pullWorkspace);
+      const transferId = ctx.deps.newId();
+      const name = transferObjectName(session.workspaceId, session.id, transferId);
+      const key = newSealKey();
+      try {
+        const { size } = await callRpc(ctx.deps.nc, rpcs.pull, { ...target(session), path, transferId, sealKey: key.toString("base64") }, rpcOpts);
+        const got = await (await transfers()).get(name);
+        if (!got) throw new UnavailableError("the runner's archive is gone; retry");
+        await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "pull" }, { timeoutMs: config.rpcTimeoutMs });
+        res.writeHead(200, { "content-type": ARCHIVE_CONTENT_TYPE, "content-length": String(size), "cache-control": "no-store" });
+        try {
+          await pipeline(unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), key, transferRef(name)), res);
+        } catch (err) {
+          // The object did not open (replaced or cut in the store), or the client left: it must not keep half an archive.
+          if (err instanceof SealError) ctx.deps.log.warn({ err, sessionId: session.id }, "pulled archive did not open; response aborted");
+          res.destroy();
+          return;
+        }
+        // A digest mismatch is only known at the end: the client must not keep a corrupt archive.
+        if (await got.error) res.destroy();
+      } finally {
+        await removeQuietly(name);
+      }
+    }),
+
+    ctx.serve(HttpApi.readDiff, async ({ caller: { scope }, params }) => {
+      const { session, rpcs } = await authorized(scope, params.id, Action.readDiff);
+      return { status: 200, body: await callRpc(ctx.deps.nc, rpcs.diff, target(session), rpcOpts) };
+    }),
+  ];
+}

@@ -1,0 +1,3 @@
+export * from "./route.ts";
+export * from "./query.ts";
+export * from "./routes.ts";
