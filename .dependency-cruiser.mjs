@@ -98,9 +98,10 @@ export default {
     {
       name: "runner-agent-sessions",
       severity: "error",
-      comment: "sessions/ composes fleet/, sandbox/, terminal/ and workspace/, and nothing at the root but the leaves: see sessions/README.md.",
+      comment:
+        "sessions/ composes fleet/, the sandbox's seam (sandbox/*.ts, never a backend: agent.ts picks one), terminal/ and workspace/, and nothing at the root but the leaves: see sessions/README.md.",
       from: { path: "^services/runner-agent/src/sessions/", pathNot: "\\.test\\.ts$" },
-      to: { path: "^services/runner-agent/src/", pathNot: "^services/runner-agent/src/((sessions|fleet|sandbox|terminal|workspace)/|errors\\.ts$|metrics\\.ts$)" },
+      to: { path: "^services/runner-agent/src/", pathNot: "^services/runner-agent/src/((sessions|fleet|terminal|workspace)/|sandbox/[^/]+$|errors\\.ts$|metrics\\.ts$)" },
     },
     // scheduler folders
     schedulerFolder("state", []),

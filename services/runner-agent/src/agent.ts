@@ -16,7 +16,8 @@ import { StoppedError } from "./errors.ts";
 import type { HeldSession } from "@paddock/contracts";
 import { createHeldCheck } from "./fleet/held-check.ts";
 import { createCheckpointStore, type CheckpointCompression } from "./workspace/checkpoint.ts";
-import { prepareSessionsDir } from "./sandbox/sessions-dir.ts";
+import { sandboxCapability, type SandboxBackend } from "./sandbox/backend.ts";
+import { chooseSandbox, PROCESS_SANDBOX, type SandboxSettings } from "./sandbox-choice.ts";
 import { RegistrationConfirmation } from "./fleet/confirmation.ts";
 import { noSecrets, type SecretResolver } from "./sessions/secrets.ts";
 import { SessionManager } from "./sessions/sessions.ts";
@@ -65,6 +66,8 @@ export type AgentConfig = Pick<
   watchSettleMs?: number;
   /** Activity report interval (`PADDOCK_RUNNER_ACTIVITY_MS`); 30 s when absent. */
   activityMs?: number;
+  /** Which sandbox backend sessions run in (`PADDOCK_SANDBOX`, sandbox-choice.ts); process when absent. */
+  sandbox?: SandboxSettings;
 };
 
 export interface RunnerAgentDeps {
@@ -78,6 +81,8 @@ export interface RunnerAgentDeps {
   sleep?: (ms: number) => Promise<void>;
   /** Values for environments' secretRefs; resolves nothing by default. */
   secrets?: SecretResolver;
+  /** The sandbox backend, built by the caller (tests); chosen from config.sandbox at start when absent. */
+  sandbox?: SandboxBackend;
   /** Called after each accepted (re-)registration, once the sessions it listed in destroy are gone. */
   onRegistered?: (event: RegisteredEvent) => void;
 }
@@ -149,6 +154,9 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     sleep,
   });
   let sessions: SessionManager | undefined;
+  let sandbox: SandboxBackend | undefined;
+  /** The configured capabilities and `sandbox:<backend>` (known once the backend is chosen at start). */
+  let capabilities = config.capabilities;
   const requireSessions = () => {
     if (!sessions) throw new Error("runner agent not started");
     return sessions;
@@ -173,7 +181,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
 
   /** Claims the persisted generation + 1 (authoritative + 1 after a refusal), persists the grant. */
   const registerOnce = (): Promise<RegisterRunnerReply> =>
-    registerRunner({ nc, log, config, held: () => requireSessions().held(), isStopped: () => stopped, sleep });
+    registerRunner({ nc, log, config: { ...config, capabilities }, held: () => requireSessions().held(), isStopped: () => stopped, sleep });
 
   /**
    * The runner may have been declared lost and its sessions moved: stop
@@ -270,6 +278,9 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
 
   const start = async () => {
     const jsm = await jetstreamManager(nc);
+    const backend = deps.sandbox ?? (await chooseSandbox(config.sandbox ?? PROCESS_SANDBOX, { log, childPath: config.childPath }));
+    sandbox = backend;
+    capabilities = [...config.capabilities.filter((c) => !c.startsWith("sandbox:")), sandboxCapability(backend.kind)];
     sessions = new SessionManager({
       runner: { poolId: config.poolId, runnerId: config.runnerId },
       inputAdmission: { open: confirmed, epoch: () => epoch, onConfirmed: (listener) => confirmation.onConfirm(listener) },
@@ -279,6 +290,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       log,
       metrics,
       facts,
+      sandbox: backend,
       checkpoints: createCheckpointStore(nc, { poolId: config.poolId, runnerId: config.runnerId }, config.checkpointCompression),
       secrets: deps.secrets ?? noSecrets,
       now: deps.now,
@@ -291,7 +303,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       ...(config.terminal ? { terminal: config.terminal } : {}),
     });
     await mkdir(config.dataDir, { recursive: true });
-    await prepareSessionsDir(sessions.sessionsDir(), log);
+    await backend.prepare(sessions.sessionsDir());
     const dispatchConsumer = await ensureDispatchConsumer(jsm, config.poolId, config.runnerId, config.replicas ?? 1);
     // Direct gets name the key in the subject, so a runner's permissions can confine it to its own record.
     runners = await new Kvm(nc).open(Buckets.runners, { allow_direct: true });
@@ -355,6 +367,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     await lease?.stop();
     activity.stop();
     await registering;
+    await sandbox?.stop();
   };
 
   return {

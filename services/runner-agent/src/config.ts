@@ -79,6 +79,25 @@ const RunnerEnv = z
     PADDOCK_RUNNER_SCREEN_QUIET_MS: envSchemas.positiveMs.max(60_000).default(200),
     /** ...and at most this often per app (also while output never stops); 0 writes none. */
     PADDOCK_RUNNER_SCREEN_INTERVAL_MS: z.coerce.number().int().nonnegative().max(3_600_000).default(5_000),
+    /**
+     * What sessions run in: \`process\` (plain processes of the runner's user,
+     * not isolated: development only), \`bwrap\` (namespace-isolated; the
+     * runner fails to start where it does not work), or \`auto\` (bwrap when
+     * its probe at start succeeds, else process).
+     */
+    PADDOCK_SANDBOX: z.enum(["auto", "bwrap", "process"]).default("process"),
+    /** bwrap: the host uids sessions run as (one each), first and count; never 0 or the runner's. Every process of the range is killed at start: runners sharing a host need disjoint ranges. */
+    PADDOCK_SANDBOX_UID_FIRST: z.coerce.number().int().positive().max(2 ** 31 - 70_000).default(200_000),
+    PADDOCK_SANDBOX_UID_COUNT: z.coerce.number().int().positive().max(16_384).default(1_024),
+    /** bwrap: names this runner's network namespaces, interfaces and nftables table (runners sharing a host differ). */
+    PADDOCK_SANDBOX_NET_INSTANCE: z.string().regex(/^[a-z0-9]{1,4}$/).default("r0"),
+    /** bwrap: the IPv4 /16 sessions' links are cut from, as its first two octets (\`10.213\`). */
+    PADDOCK_SANDBOX_NET_PREFIX: z
+      .string()
+      .regex(/^(\d{1,3})\.(\d{1,3})$/)
+      .transform((s) => s.split(".").map(Number) as [number, number])
+      .refine((p) => p.every((o) => o <= 255), "octets are 0-255")
+      .default([10, 213]),
     /** Opens secret values sealed by the gateway (same key); unset reads them unencrypted. */
     PADDOCK_SECRETS_KEY: SecretsKeySetting,
     /** Handed to session processes (their env is otherwise minimal). */
@@ -125,6 +144,13 @@ export function loadConfig(env: Record<string, string | undefined>) {
       diffMaxRepos: e.PADDOCK_RUNNER_DIFF_MAX_REPOS,
     } satisfies WorkspaceLimits,
     secretsKey: e.PADDOCK_SECRETS_KEY,
+    sandbox: {
+      backend: e.PADDOCK_SANDBOX,
+      uidFirst: e.PADDOCK_SANDBOX_UID_FIRST,
+      uidCount: e.PADDOCK_SANDBOX_UID_COUNT,
+      netInstance: e.PADDOCK_SANDBOX_NET_INSTANCE,
+      netPrefix: e.PADDOCK_SANDBOX_NET_PREFIX,
+    },
     checkpointCompression: e.PADDOCK_RUNNER_CHECKPOINT_COMPRESSION,
     terminal: {
       coalesceMs: e.PADDOCK_RUNNER_TERM_COALESCE_MS,

@@ -9,6 +9,7 @@ export const RunnerErrorCode = {
   bootFailed: "boot_failed",
   commandRefused: "command_refused",
   workspaceTooLarge: "workspace_too_large",
+  sandboxUnavailable: "sandbox_unavailable",
 } as const;
 export type RunnerErrorCode = (typeof RunnerErrorCode)[keyof typeof RunnerErrorCode];
 

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
@@ -25,7 +25,7 @@ export interface Stack {
    */
   natsUsers?: Record<string, string>;
   /** Starts one more runner-agent process on this stack. */
-  addRunner(opts?: { runnerId?: string; poolId?: string; capacity?: number }): Promise<ServiceProcess>;
+  addRunner(opts?: { runnerId?: string; poolId?: string; capacity?: number; env?: Record<string, string> }): Promise<ServiceProcess>;
   /** Stops every process; with keepData the data dir and NATS store stay on disk (the caller removes them). */
   stop(opts?: { keepData?: boolean }): Promise<void>;
 }
@@ -59,6 +59,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const isolation = opts.isolated ? isolationOf(opts.isolated, opts.runners ?? 1) : undefined;
   const nats = await startNatsServer(isolation ? { extraConfig: isolation.config } : {});
   const dataDir = mkdtempSync(join(tmpdir(), "paddock-stack-"));
+  // Passable (not listable): a bwrap runner's sessions bind their directories below it as their own uid.
+  chmodSync(dataDir, 0o711);
   const token = `pdk_dev_${randomBytes(18).toString("hex")}`;
   const commonEnv = { PADDOCK_NATS_URL: nats.url, PADDOCK_LOG_LEVEL: "info", PADDOCK_OPS_PORT: "0", PADDOCK_VALIDATE_OUTGOING: String(opts.validateOutgoing ?? true) };
   const started: ServiceProcess[] = [];
@@ -76,7 +78,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   };
   let runnerCount = 0;
   let gatewayUrl = "";
-  const addRunner = async (r: { runnerId?: string; poolId?: string; capacity?: number } = {}) => {
+  const addRunner = async (r: { runnerId?: string; poolId?: string; capacity?: number; env?: Record<string, string> } = {}) => {
     runnerCount += 1;
     const runnerId = r.runnerId ?? `runner-${runnerCount}`;
     return start("runner-agent", {
@@ -85,6 +87,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       PADDOCK_POOL_ID: r.poolId ?? "default",
       PADDOCK_RUNNER_CAPACITY: String(r.capacity ?? opts.runnerCapacity ?? 8),
       PADDOCK_RUNNER_DATA_DIR: join(dataDir, runnerId),
+      ...r.env,
     });
   };
   try {

@@ -124,7 +124,7 @@ describe("liveness", () => {
     await t.agent.start();
     scheduler.sub.unsubscribe();
     const req = scheduler.requests.items[0]!;
-    expect(req.capabilities).toEqual(["process", "gpu"]);
+    expect(req.capabilities).toEqual(["process", "gpu", "sandbox:process"]);
     expect(req.resources).toMatchObject({ cpuMillis: 2_000, memoryBytes: 1 << 30 });
     expect(req.resources!.diskBytes).toBeGreaterThan(0);
   });

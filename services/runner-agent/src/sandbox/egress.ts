@@ -114,10 +114,12 @@ export interface EgressProxyOptions {
   refused: Counter<"form">;
   /** Fields added to the debug log of a refusal (session ids). */
   logFields?: Record<string, unknown>;
+  /** The address to listen on (127.0.0.1 when absent; a bwrap session's link address, where only it can reach the proxy). */
+  host?: string;
 }
 
 export interface EgressProxy {
-  /** `http://127.0.0.1:<port>` */
+  /** `http://<host>:<port>` */
   readonly url: string;
   readonly port: number;
   /**
@@ -156,6 +158,7 @@ function forwardHeaders(headers: IncomingHttpHeaders, authority: string): Incomi
 
 /** Starts a session's proxy on 127.0.0.1 with an ephemeral port. */
 export async function startEgressProxy(opts: EgressProxyOptions): Promise<EgressProxy> {
+  const host = opts.host ?? "127.0.0.1";
   const allow = [...opts.allow];
   const sockets = new Set<Duplex>();
   const track = (s: Duplex) => {
@@ -257,7 +260,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
 
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
+    server.listen(0, host, () => {
       server.off("error", reject);
       resolve();
     });
@@ -265,7 +268,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   const port = (server.address() as AddressInfo).port;
   let closed: Promise<void> | undefined;
   return {
-    url: `http://127.0.0.1:${port}`,
+    url: `http://${host}:${port}`,
     port,
     bytes: () => [...clients].reduce((n, c) => n + c.bytesRead + c.bytesWritten, closedBytes),
     close: () =>

@@ -1,5 +1,6 @@
 import type { AppRun, AppSpec, RunTrigger } from "@paddock/contracts";
-import { spawnApp, type AppExit, type AppProcess } from "../sandbox/process/app-process.ts";
+import type { AppExit, AppProcess } from "../sandbox/process-group.ts";
+import type { Sandbox } from "../sandbox/backend.ts";
 import { SpawnError } from "../errors.ts";
 import type { ScreenTracker } from "../terminal/screen-tracker.ts";
 import type { TermWriter } from "../terminal/term-writer.ts";
@@ -14,7 +15,8 @@ export interface GenerationEnd {
 export type GenerationStart = { ok: true; run: AppRun } | { ok: false; run: AppRun };
 
 export interface AppSlotDeps {
-  cwd: string;
+  /** Where each generation starts (in the sandbox's workspace). */
+  sandbox: Pick<Sandbox, "startApp">;
   env: Record<string, string>;
   /** One writer for every generation of the placement: chunk ids stay unique across restarts. */
   writer: TermWriter;
@@ -74,7 +76,7 @@ export class AppSlot {
     try {
       const { writer } = this.deps;
       proc = withResizeNotice(
-        spawnApp({ app: this.spec, cwd: this.deps.cwd, env: this.deps.env, size: writer.size, onData: (bytes, stream) => writer.append(bytes, stream) }),
+        this.deps.sandbox.startApp({ app: this.spec, env: this.deps.env, size: writer.size, onData: (bytes, stream) => writer.append(bytes, stream) }),
         writer,
         this.spec.tty !== false,
       );
@@ -106,14 +108,6 @@ export class AppSlot {
     cur.stopping = true;
     await cur.proc.terminate(this.deps.killGraceMs);
     return cur.ended;
-  }
-
-  freeze(): void {
-    this.current?.proc.freeze();
-  }
-
-  thaw(): void {
-    this.current?.proc.thaw();
   }
 
   /** Appends the exit marker once (the app's log ends here unless a later generation reopens it). */

@@ -6,12 +6,12 @@ import type { SessionRuntimeDeps } from "./session-deps.ts";
 import { defaultTerminalSettings } from "../terminal/term-options.ts";
 import { realClock, TermWriter } from "../terminal/term-writer.ts";
 import type { HeldSession } from "@paddock/contracts";
+import type { Sandbox } from "../sandbox/backend.ts";
 
 /** What a placement's app slots are built from: the runner's deps and this placement. */
 export interface AppWiring {
   deps: Pick<SessionRuntimeDeps, "nc" | "js" | "jsm" | "runner" | "metrics" | "log" | "now" | "killGraceMs" | "terminal">;
   held: HeldSession;
-  workspace: string;
   /** Asks the record whether this placement is still current (a refused terminal chunk on another runner's subject). */
   isCurrentPlacement: () => Promise<boolean>;
   onEnded: AppSlotDeps["onEnded"];
@@ -24,7 +24,7 @@ export interface AppWiring {
  * generation) and, unless they are off, its screen checkpoints fed by what
  * the writer commits.
  */
-export function buildAppSlot(w: AppWiring, spec: AppSpec, env: Record<string, string>): AppSlot {
+export function buildAppSlot(w: AppWiring, sandbox: Sandbox, spec: AppSpec, env: Record<string, string>): AppSlot {
   const { deps, held } = w;
   const terminal = deps.terminal ?? defaultTerminalSettings;
   const screen = terminal.screen
@@ -56,7 +56,7 @@ export function buildAppSlot(w: AppWiring, spec: AppSpec, env: Record<string, st
     },
     onResized: screen ? (seq, size) => screen.resized(seq, size) : undefined,
   });
-  return new AppSlot(spec, { cwd: w.workspace, env, writer, screen, now: deps.now, killGraceMs: deps.killGraceMs, onEnded: w.onEnded });
+  return new AppSlot(spec, { sandbox, env, writer, screen, now: deps.now, killGraceMs: deps.killGraceMs, onEnded: w.onEnded });
 }
 
 /** A minimal environment: nothing of the agent's own (tokens, NATS credentials) leaks in. */

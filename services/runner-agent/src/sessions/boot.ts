@@ -1,7 +1,7 @@
 import type { BootEnvironment, Checkpoint, SealKey } from "@paddock/contracts";
 import { envSnapshotObjectName, type CheckpointStore } from "../workspace/checkpoint.ts";
 import { BootError, CheckpointError } from "../errors.ts";
-import { runScript, type ScriptOutcome } from "../sandbox/process/script.ts";
+import type { Sandbox, ScriptOutcome } from "../sandbox/backend.ts";
 
 export const DEFAULT_SETUP_TIMEOUT_SEC = 600;
 export const DEFAULT_INIT_TIMEOUT_SEC = 60;
@@ -17,7 +17,8 @@ export interface EnvSnapshotBuilt {
 export interface BootOptions {
   environment: BootEnvironment;
   workspaceId: string;
-  workspace: string;
+  /** Setup and init run in it; snapshots are taken from and restored into its workspace. */
+  sandbox: Sandbox;
   /** A cold resume already restored the whole workspace: setup (or its snapshot) is not applied again. */
   restored: boolean;
   /** Setup builds a snapshot shared by every session of the environment: no session token, no secrets. */
@@ -44,17 +45,18 @@ export async function bootEnvironment(opts: BootOptions): Promise<BootResult> {
   const result: BootResult = {};
   if (!opts.restored && env.snapshot) {
     try {
-      await opts.checkpoints.restore(env.snapshot, env.snapshotKey, opts.workspace);
+      await opts.checkpoints.restore(env.snapshot, env.snapshotKey, opts.sandbox.workspace);
+      await opts.sandbox.adopt();
     } catch (err) {
       throw new BootError(`environment snapshot restore failed: ${err instanceof CheckpointError ? err.message : "unknown error"}`, { cause: err });
     }
   } else if (!opts.restored && env.setup !== undefined && env.setup !== "") {
     const timeoutSec = env.setupTimeoutSec ?? DEFAULT_SETUP_TIMEOUT_SEC;
-    const outcome = await runScript({ script: env.setup, cwd: opts.workspace, env: opts.setupEnv, timeoutMs: timeoutSec * 1000, signal: opts.signal });
+    const outcome = await opts.sandbox.runScript({ script: env.setup, env: opts.setupEnv, timeoutMs: timeoutSec * 1000, signal: opts.signal });
     if (outcome.kind !== "ok") throw new BootError(describe("setup", outcome, timeoutSec));
     const name = envSnapshotObjectName(opts.workspaceId, env.environmentId, env.setupHash);
     try {
-      const saved = await opts.checkpoints.save("env-snapshots", name, opts.workspace);
+      const saved = await opts.checkpoints.save("env-snapshots", name, opts.sandbox.workspace);
       result.snapshot = { environmentId: env.environmentId, setupHash: env.setupHash, ...saved };
     } catch (err) {
       result.snapshotError = err instanceof CheckpointError ? err.message : "snapshot failed";
@@ -62,7 +64,7 @@ export async function bootEnvironment(opts: BootOptions): Promise<BootResult> {
   }
   if (env.init !== undefined && env.init !== "") {
     const timeoutSec = env.initTimeoutSec ?? DEFAULT_INIT_TIMEOUT_SEC;
-    const outcome = await runScript({ script: env.init, cwd: opts.workspace, env: opts.initEnv, timeoutMs: timeoutSec * 1000, signal: opts.signal });
+    const outcome = await opts.sandbox.runScript({ script: env.init, env: opts.initEnv, timeoutMs: timeoutSec * 1000, signal: opts.signal });
     if (outcome.kind !== "ok") throw new BootError(describe("init", outcome, timeoutSec));
   }
   return result;

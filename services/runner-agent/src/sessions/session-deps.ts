@@ -8,6 +8,7 @@ import type { FactPublisher } from "../fleet/facts.ts";
 import type { RunnerMetrics } from "../metrics.ts";
 import type { InputAdmission } from "../terminal/input.ts";
 import type { SecretResolver } from "./secrets.ts";
+import type { SandboxBackend } from "../sandbox/backend.ts";
 
 export type StartCommand = Extract<DispatchCommand, { type: "start" }>;
 
@@ -31,6 +32,8 @@ export interface SessionRuntimeDeps {
   metrics: RunnerMetrics;
   facts: FactPublisher;
   checkpoints: CheckpointStore;
+  /** What sessions run in (the composition root picks the backend). */
+  sandbox: SandboxBackend;
   secrets: SecretResolver;
   now: () => number;
   childPath: string;

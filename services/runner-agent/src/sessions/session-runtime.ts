@@ -7,13 +7,13 @@ import type { SavedCheckpoint } from "../workspace/checkpoint.ts";
 import { BootError, CommandRefusedError, RunnerError } from "../errors.ts";
 import type { FactBody } from "../fleet/facts.ts";
 import { ControllerGate, subscribeInput } from "../terminal/input.ts";
-import { killLeftoverProcesses } from "../sandbox/leftovers.ts";
-import { removeDirSoon } from "../sandbox/remove-dir.ts";
 import { buildAppSlot, type AppWiring } from "./app-wiring.ts";
 import type { Phase, SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
 import { prepareSandbox, saveCheckpoint, SessionEgress } from "./session-sandbox.ts";
 import { SessionFacts } from "./session-facts.ts";
 import { UsageMeter } from "../sandbox/usage.ts";
+import type { AppProcess } from "../sandbox/process-group.ts";
+import type { Sandbox } from "../sandbox/backend.ts";
 import type { WatchReloader } from "./watch-reload.ts";
 import { watchSessionWorkspace } from "./session-watch.ts";
 
@@ -50,6 +50,8 @@ export class SessionRuntime {
   private readonly egress = new SessionEgress();
   /** This placement's facts (session-facts.ts); silenced once discarded, nothing more is reported. */
   private readonly facts: SessionFacts;
+  /** What the apps run in (the runner's backend), from boot until the placement ends. */
+  private sandbox: Sandbox | undefined;
 
   constructor(
     private readonly deps: SessionRuntimeDeps,
@@ -74,9 +76,9 @@ export class SessionRuntime {
     return meter?.finish(this.workspace);
   }
 
-  /** The process groups of the apps running now (each app leads its own). */
-  private appGroups(): number[] {
-    return [...this.slots.values()].flatMap((slot) => (slot.proc ? [slot.proc.pid] : []));
+  /** The apps running now. */
+  private apps(): AppProcess[] {
+    return [...this.slots.values()].flatMap((slot) => (slot.proc ? [slot.proc] : []));
   }
 
   /** Runs fn after every earlier command of this session. */
@@ -100,13 +102,15 @@ export class SessionRuntime {
     const cmd = this.cmd;
     const trigger: RunTrigger = cmd.trigger;
     try {
+      const sandbox = await this.deps.sandbox.create({ sessionId: this.held.sessionId, dir: this.dir });
+      this.sandbox = sandbox;
       const appEnv = await prepareSandbox({
         deps: this.deps,
         cmd,
         held: this.held,
-        workspace: this.workspace,
+        sandbox,
         signal: this.abort.signal,
-        startEgress: () => this.egress.start(this.cmd.spec.egressAllow ?? [], this.deps, this.ids(), () => this.phase === "ending"),
+        startEgress: (host) => this.egress.start(this.cmd.spec.egressAllow ?? [], host, this.deps, this.ids(), () => this.phase === "ending"),
         emit: (body, key) => this.emit(body, key),
         logFields: this.ids(),
       });
@@ -116,7 +120,7 @@ export class SessionRuntime {
       // Watching before the apps start: what they write as they start is told from a user's change.
       if (this.mode === "watch") this.watcher = this.watchWorkspace();
       for (const spec of appsOf(cmd.spec)) {
-        const slot = buildAppSlot(wiring, spec, appEnv);
+        const slot = buildAppSlot(wiring, sandbox, spec, appEnv);
         // A cold resume or a takeover numbers the app's generations on from the record's.
         slot.generation = cmd.appGenerations?.[spec.name] ?? 0;
         this.slots.set(spec.name, slot);
@@ -125,7 +129,7 @@ export class SessionRuntime {
         starts.push([slot, started]);
       }
       this.phase = "running";
-      this.meter = new UsageMeter(() => this.appGroups(), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS, () => this.egress.bytes());
+      this.meter = new UsageMeter(() => sandbox.usageGroups(this.apps()), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS, () => this.egress.bytes());
       this.meter.start();
       this.input = subscribeInput({
         ...this.deps,
@@ -147,7 +151,7 @@ export class SessionRuntime {
       await this.killAll();
       this.egress.stop();
       for (const slot of this.slots.values()) slot.abortLog();
-      await removeDirSoon(this.dir, this.deps.log);
+      await this.removeSandbox();
       const reason = err instanceof RunnerError ? err.message : "session could not start";
       if (!(err instanceof RunnerError)) this.deps.log.error({ err, ...this.ids() }, "session start failed");
       else this.deps.log.info({ ...this.ids(), code: err.code, reason }, "session failed to start");
@@ -159,7 +163,7 @@ export class SessionRuntime {
   async suspendWarm(requestId: string): Promise<void> {
     this.require("running", "frozen");
     if (this.phase === "frozen") throw new CommandRefusedError("session is already suspended");
-    for (const slot of this.slots.values()) slot.freeze();
+    this.sandbox?.freeze(this.apps());
     this.phase = "frozen";
     await this.emit({ type: "suspended", warm: true }, requestId);
   }
@@ -167,7 +171,7 @@ export class SessionRuntime {
   async resumeWarm(requestId: string): Promise<void> {
     this.require("frozen", "running");
     if (this.phase !== "frozen") throw new CommandRefusedError("session is not suspended");
-    for (const slot of this.slots.values()) slot.thaw();
+    this.sandbox?.thaw(this.apps());
     this.phase = "running";
     if (this.reloadOnResume) this.watcher?.poke();
     this.reloadOnResume = false;
@@ -184,12 +188,12 @@ export class SessionRuntime {
   async suspendCold(requestId: string): Promise<void> {
     this.require("running", "frozen");
     const wasFrozen = this.phase === "frozen";
-    if (!wasFrozen) for (const slot of this.slots.values()) slot.freeze();
+    if (!wasFrozen) this.sandbox?.freeze(this.apps());
     let saved: SavedCheckpoint;
     try {
       saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId);
     } catch (err) {
-      if (!wasFrozen) for (const slot of this.slots.values()) slot.thaw();
+      if (!wasFrozen) this.sandbox?.thaw(this.apps());
       throw err;
     }
     this.phase = "ending";
@@ -198,7 +202,7 @@ export class SessionRuntime {
     const usage = await this.finishUsage();
     await this.killAll();
     await Promise.all([...this.slots.values()].map((s) => s.closeLog()));
-    await removeDirSoon(this.dir, this.deps.log);
+    await this.removeSandbox();
     const body: FactBody = { type: "suspended", warm: false, ...saved, ...(usage ? { usage } : {}) };
     this.releasedBy = body;
     await this.emit(body, requestId);
@@ -240,7 +244,7 @@ export class SessionRuntime {
   /** Destroy: kill the apps (their logs end with exit markers), remove the sandbox; no exited fact. */
   async destroy(): Promise<void> {
     await this.end();
-    await removeDirSoon(this.dir, this.deps.log);
+    await this.removeSandbox();
   }
 
   /**
@@ -256,7 +260,7 @@ export class SessionRuntime {
     this.detach();
     this.abortWriters();
     await this.killAll();
-    await removeDirSoon(this.dir, this.deps.log);
+    await this.removeSandbox();
     this.deps.log.info(this.ids(), "session discarded after re-registration");
   }
 
@@ -350,8 +354,13 @@ export class SessionRuntime {
 
   private async killAll(): Promise<void> {
     await Promise.all([...this.slots.values()].map((s) => s.stop()));
-    // A process that left its app's group (setsid, a daemon) still works in the sandbox: it goes too.
-    await killLeftoverProcesses(this.dir, this.deps.log, "that outlived their app's process group");
+    await this.sandbox?.killLeftovers();
+  }
+
+  /** Removes the sandbox (its directory, and what the backend held for it); just the directory when none was made. */
+  private async removeSandbox(): Promise<void> {
+    if (this.sandbox) await this.sandbox.destroy();
+    else await this.deps.sandbox.removeDir(this.dir);
   }
 
   private detach(): void {
@@ -378,7 +387,6 @@ export class SessionRuntime {
     return {
       deps: this.deps,
       held: this.held,
-      workspace: this.workspace,
       isCurrentPlacement: () => this.isCurrentPlacement(),
       onEnded: (slot, end) => this.onAppEnded(slot, end),
       onOutput: () => this.deps.activity?.touch(this.held.sessionId),

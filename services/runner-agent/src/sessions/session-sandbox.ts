@@ -4,11 +4,11 @@
  * proxy, builds its environment), its egress proxy's lifetime, and its
  * checkpoint saves. SessionRuntime.boot starts the apps on what this prepares.
  */
-import { mkdirSync } from "node:fs";
 import type { HeldSession } from "@paddock/contracts";
 import { bootEnvironment } from "./boot.ts";
 import { checkpointObjectName, type SavedCheckpoint } from "../workspace/checkpoint.ts";
 import { egressEnv, egressRefusals, startEgressProxy, type EgressProxy } from "../sandbox/egress.ts";
+import type { Sandbox } from "../sandbox/backend.ts";
 import { BootError, CheckpointError, CommandRefusedError } from "../errors.ts";
 import type { FactBody } from "../fleet/facts.ts";
 import { baseEnv, tokenEnv } from "./app-wiring.ts";
@@ -18,35 +18,39 @@ export interface SandboxPrep {
   deps: SessionRuntimeDeps;
   cmd: StartCommand;
   held: HeldSession;
-  workspace: string;
+  sandbox: Sandbox;
   signal: AbortSignal;
-  /** Starts the session's egress proxy; answers the env that points apps at it. */
-  startEgress: () => Promise<Record<string, string>>;
+  /** Starts the session's egress proxy listening on host; answers its port and the env that points apps at it. */
+  startEgress: (host: string) => Promise<StartedEgress>;
   emit: (body: FactBody, key?: string) => Promise<boolean>;
   logFields: Record<string, unknown>;
 }
 
 /** Prepares the sandbox; answers the apps' env. Throws (a BootError when told) when it cannot. */
 export async function prepareSandbox(p: SandboxPrep): Promise<Record<string, string>> {
-  const { deps, cmd, held, workspace } = p;
+  const { deps, cmd, held, sandbox } = p;
   const env = cmd.environment;
   // Secret values and the service token (never in DISPATCH), asked for while the sandbox is prepared.
   const credentials = deps.secrets.boot(env?.secretRefs ?? [], { ...held, environmentId: env?.environmentId });
   credentials.catch(() => undefined); // awaited below, unless the restore fails first
-  // Synchronous: a thread-pool round trip here is on every create's path to running, and this is two mkdirs.
-  mkdirSync(workspace, { recursive: true });
-  if (cmd.restore) await deps.checkpoints.restore(cmd.restore, cmd.restoreKey, workspace).catch(rethrowAs("restore failed"));
+  if (cmd.restore) {
+    await deps.checkpoints.restore(cmd.restore, cmd.restoreKey, sandbox.workspace).catch(rethrowAs("restore failed"));
+    await sandbox.adopt();
+  }
   const { values: secrets, sessionToken } = await credentials;
-  const base = baseEnv(deps.childPath, workspace, held.sessionId);
-  const appEnv = { ...base, ...secrets, ...tokenEnv(cmd, sessionToken, deps.gatewayUrl) };
+  const reach = await sandbox.reach(deps.gatewayUrl);
+  const base = baseEnv(deps.childPath, sandbox.insideWorkspace, held.sessionId);
+  const appEnv = { ...base, ...secrets, ...tokenEnv(cmd, sessionToken, reach.gatewayUrl) };
   // Egress: setup, init and the apps reach the network through the session's proxy (last: nothing overrides it).
-  const proxyEnv = await p.startEgress();
+  const egress = await p.startEgress(reach.egressHost);
+  await reach.allow([egress.port]);
+  const proxyEnv = reach.noProxy.length > 0 ? { ...egress.env, NO_PROXY: reach.noProxy.join(","), no_proxy: reach.noProxy.join(",") } : egress.env;
   Object.assign(appEnv, proxyEnv);
   if (env) {
     const built = await bootEnvironment({
       environment: env,
       workspaceId: held.workspaceId,
-      workspace,
+      sandbox,
       restored: cmd.restore !== undefined,
       setupEnv: { ...base, ...proxyEnv },
       initEnv: appEnv,
@@ -65,15 +69,22 @@ function rethrowAs(prefix: string): (err: unknown) => never {
   };
 }
 
+export interface StartedEgress {
+  port: number;
+  /** Points apps at the proxy. */
+  env: Record<string, string>;
+}
+
 /** Egress: a session's proxy (egressAllow), from boot until the session ends. */
 export class SessionEgress {
   private proxy: EgressProxy | undefined;
   /** What this generation sent and received through its proxy (kept after the proxy stops, for the usage report). */
   bytes: () => number = () => 0;
 
-  /** Starts the proxy for allow; answers the env that points apps at it. */
-  async start(allow: string[], deps: SessionRuntimeDeps, logFields: Record<string, unknown>, ending: () => boolean): Promise<Record<string, string>> {
+  /** Starts the proxy for allow on host; answers its port and the env that points apps at it. */
+  async start(allow: string[], host: string, deps: SessionRuntimeDeps, logFields: Record<string, unknown>, ending: () => boolean): Promise<StartedEgress> {
     const proxy = await startEgressProxy({
+      host,
       allow,
       log: deps.log,
       refused: egressRefusals(deps.metrics.registry),
@@ -83,7 +94,7 @@ export class SessionEgress {
     if (ending()) void proxy.close();
     else this.proxy = proxy;
     this.bytes = () => proxy.bytes();
-    return egressEnv(proxy.url);
+    return { port: proxy.port, env: egressEnv(proxy.url) };
   }
 
   stop(): void {

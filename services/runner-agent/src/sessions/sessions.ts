@@ -1,6 +1,4 @@
 import { join } from "node:path";
-import { killLeftoverProcesses } from "../sandbox/leftovers.ts";
-import { removeDirSoon } from "../sandbox/remove-dir.ts";
 import type { DispatchCommand } from "@paddock/contracts";
 import { RunnerError } from "../errors.ts";
 import type { HeldSession, KeptSession } from "@paddock/contracts";
@@ -63,7 +61,7 @@ export class SessionManager {
    * sandbox process outliving its destroyed session after a runner restart).
    */
   reapStrays(): Promise<number> {
-    return killLeftoverProcesses(this.sessionsDir(), this.opts.log, "of sessions this runner no longer holds", (name) => this.sessions.has(name) || this.closing.has(name));
+    return this.opts.sandbox.reapStrays(this.sessionsDir(), (name) => this.sessions.has(name) || this.closing.has(name));
   }
 
   /** Routes one (runner-generation-checked) command; the work continues in the background. */
@@ -118,7 +116,7 @@ export class SessionManager {
     if (existing) await this.teardown(existing);
     else {
       await this.closing.get(target.sessionId);
-      await removeDirSoon(join(this.sessionsDir(), target.sessionId), this.opts.log);
+      await this.opts.sandbox.removeDir(join(this.sessionsDir(), target.sessionId));
     }
     this.remember(target);
     await this.opts.facts.publish(target, { type: "destroyed", ...(usage ? { usage } : {}) });

@@ -1,4 +1,4 @@
-/** The bwrap sandbox primitive (issue #23): probe, launch spec, uids, networks, limits. Not yet wired into the runner. */
+/** The bwrap sandbox primitive (issue #23): probe, launch spec, uids, networks, limits. Wired into the runner by backend.ts (PADDOCK_SANDBOX=bwrap or auto). */
 export * from "./cgroup.ts";
 export * from "./launch.ts";
 export * from "./network.ts";

@@ -1,11 +1,7 @@
 import { spawn } from "node:child_process";
+import type { ScriptOutcome } from "../backend.ts";
 
-export type ScriptOutcome =
-  | { kind: "ok" }
-  | { kind: "exit"; exitCode: number | null; signal: string | undefined }
-  | { kind: "timeout" }
-  | { kind: "aborted" }
-  | { kind: "spawn_error" };
+export type { ScriptOutcome } from "../backend.ts";
 
 export interface RunScriptOptions {
   script: string;

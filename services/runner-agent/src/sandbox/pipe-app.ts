@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
-import { SpawnError } from "../../errors.ts";
-import { InputQueue } from "../input-queue.ts";
-import { OutputStream, signalGroup, signalName, terminateGroup, type AppExit, type AppProcess } from "../process-group.ts";
+import { SpawnError } from "../errors.ts";
+import { InputQueue } from "./input-queue.ts";
+import { OutputStream, signalGroup, signalName, terminateGroup, type AppExit, type AppProcess } from "./process-group.ts";
 
 export interface SpawnPipedOptions {
   name: string;
@@ -11,6 +11,8 @@ export interface SpawnPipedOptions {
   cwd: string;
   env: Record<string, string>;
   onData: (bytes: Uint8Array, stream: OutputStream) => void;
+  /** How a signal reaches the app's processes (its process group when absent); see the bwrap backend. */
+  signal?: (pid: number, sig: NodeJS.Signals) => void;
 }
 
 /**
@@ -42,8 +44,9 @@ export function spawnPiped(opts: SpawnPipedOptions): AppProcess {
   child.stderr.on("data", (chunk: Buffer) => opts.onData(chunk, OutputStream.stderr));
   // A child that closed stdin must not crash the agent on the next keystroke.
   child.stdin.on("error", () => undefined);
+  const signalApp = opts.signal ?? ((p: number, sig: NodeJS.Signals) => void signalGroup(p, sig));
   const signal = (sig: NodeJS.Signals) => {
-    if (alive) signalGroup(pid, sig);
+    if (alive) signalApp(pid, sig);
   };
   // The pipe buffers in node past its high-water mark: hand it more only after it drained.
   const stdin = child.stdin;

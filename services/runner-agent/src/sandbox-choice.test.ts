@@ -1,0 +1,53 @@
+import { Writable } from "node:stream";
+import { describe, expect, it } from "vitest";
+import { createLogger } from "@paddock/logging";
+import { chooseSandbox, PROCESS_SANDBOX, SandboxUnavailableError } from "./sandbox-choice.ts";
+import { testHostIds, TEST_PATH } from "./sandbox/bwrap/test-sandbox.ts";
+
+/** A logger whose lines are kept, parsed. */
+function capturingLogger() {
+  const lines: Array<{ level: number; msg: string }> = [];
+  const destination = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const line of chunk.toString().split("\n").filter(Boolean)) lines.push(JSON.parse(line) as { level: number; msg: string });
+      done();
+    },
+  });
+  return { log: createLogger({ service: "runner-agent", destination }), lines };
+}
+
+const WARN = 40;
+const ids = testHostIds();
+const settings = (backend: "auto" | "bwrap" | "process") => ({ ...PROCESS_SANDBOX, backend, uidFirst: ids.firstUid, uidCount: 16, netInstance: ids.instance, netPrefix: ids.prefix });
+
+describe("choosing the sandbox backend at start", () => {
+  it("process: runs it, and warns loudly that sessions are not isolated", async () => {
+    const { log, lines } = capturingLogger();
+    const backend = await chooseSandbox(settings("process"), { log, childPath: TEST_PATH });
+    expect(backend.kind).toBe("process");
+    expect(lines.some((l) => l.level === WARN && l.msg.startsWith("SESSIONS ARE NOT ISOLATED"))).toBe(true);
+  });
+
+  it("bwrap: runs it where its probe succeeds, without that warning", async () => {
+    const { log, lines } = capturingLogger();
+    const backend = await chooseSandbox(settings("bwrap"), { log, childPath: TEST_PATH });
+    expect(backend.kind).toBe("bwrap");
+    expect(lines.some((l) => l.msg.startsWith("SESSIONS ARE NOT ISOLATED"))).toBe(false);
+    await backend.stop();
+  });
+
+  it("bwrap where it does not work: refuses to start, with the probe's reason", async () => {
+    const { log } = capturingLogger();
+    // No bwrap, nsenter, prlimit… on this PATH.
+    const refused = chooseSandbox(settings("bwrap"), { log, childPath: "/nonexistent" });
+    await expect(refused).rejects.toThrow(SandboxUnavailableError);
+    await expect(refused).rejects.toThrow(/bwrap does not work here: missing: bwrap/);
+  });
+
+  it("auto: bwrap where it works, else process with both warnings", async () => {
+    expect((await chooseSandbox(settings("auto"), { log: capturingLogger().log, childPath: TEST_PATH })).kind).toBe("bwrap");
+    const { log, lines } = capturingLogger();
+    expect((await chooseSandbox(settings("auto"), { log, childPath: "/nonexistent" })).kind).toBe("process");
+    expect(lines.filter((l) => l.level === WARN).map((l) => l.msg.slice(0, 26))).toEqual(["sandbox: bwrap does not wo", "SESSIONS ARE NOT ISOLATED:"]);
+  });
+});

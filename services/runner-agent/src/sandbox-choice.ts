@@ -1,0 +1,44 @@
+/**
+ * The composition root's choice of sandbox backend (PADDOCK_SANDBOX), made
+ * once at start: `process`, `bwrap` (refused with the probe's reason where it
+ * does not work), or `auto` (bwrap when its probe succeeds). The process
+ * backend isolates nothing, and the runner says so loudly.
+ */
+import type { Logger } from "@paddock/logging";
+import type { RunnerConfig } from "./config.ts";
+import { SandboxKind, type SandboxBackend } from "./sandbox/backend.ts";
+import { createBwrapBackend } from "./sandbox/bwrap/backend.ts";
+import { probeBwrap } from "./sandbox/bwrap/probe.ts";
+import { createProcessBackend } from "./sandbox/process/backend.ts";
+import { RunnerError, RunnerErrorCode } from "./errors.ts";
+
+export type SandboxSettings = RunnerConfig["sandbox"];
+
+/** A runner configured without sandbox settings (tests' agents): the process backend. */
+export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", uidFirst: 200_000, uidCount: 1_024, netInstance: "r0", netPrefix: [10, 213] };
+
+export class SandboxUnavailableError extends RunnerError {
+  constructor(message: string) {
+    super(RunnerErrorCode.sandboxUnavailable, message);
+    this.name = "SandboxUnavailableError";
+  }
+}
+
+export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logger; childPath: string }): Promise<SandboxBackend> {
+  const { log } = deps;
+  if (settings.backend !== SandboxKind.process) {
+    // The probe runs as the last uid of the range: sessions take the first ones first.
+    const probeUid = settings.uidFirst + settings.uidCount - 1;
+    const cap = await probeBwrap({ uid: probeUid, gid: probeUid, path: deps.childPath });
+    if (cap.works && cap.tools) {
+      log.info({ version: cap.version, network: cap.network.works, cgroups: cap.cgroup.delegated, cgroupReason: cap.cgroup.reason }, "sandbox: bwrap");
+      return createBwrapBackend({ ...deps, cap, tools: cap.tools, settings });
+    }
+    if (settings.backend === SandboxKind.bwrap) throw new SandboxUnavailableError(`PADDOCK_SANDBOX=bwrap, but bwrap does not work here: ${cap.reason ?? "unknown"}`);
+    log.warn({ reason: cap.reason }, "sandbox: bwrap does not work here (PADDOCK_SANDBOX=auto), falling back to process");
+  }
+  log.warn(
+    "SESSIONS ARE NOT ISOLATED: sandbox backend 'process' runs every session as a plain process of the runner's own user, able to read the runner's data dir, other sessions and service credentials. For development only; set PADDOCK_SANDBOX=bwrap (or auto) on any shared host.",
+  );
+  return createProcessBackend(deps);
+}

@@ -1,0 +1,114 @@
+/**
+ * The sandbox backend seam: what a session's lifecycle (`sessions/`) asks of
+ * whatever its processes run in. `sessions/` talks to these interfaces only;
+ * the composition root (`agent.ts`) picks the backend (`process/` or
+ * `bwrap/`) once at start. Nothing here knows a backend.
+ */
+import type { AppSpec, TerminalSize } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+import type { AppProcess, OutputStream } from "./process-group.ts";
+
+/** Which backend a runner's sessions run in: reported as the capability `sandbox:<kind>`. */
+export const SandboxKind = { process: "process", bwrap: "bwrap" } as const;
+export type SandboxKind = (typeof SandboxKind)[keyof typeof SandboxKind];
+
+/** The capability a runner reports for its backend; environments may require it (`requirements.capabilities`). */
+export function sandboxCapability(kind: SandboxKind): string {
+  return `sandbox:${kind}`;
+}
+
+export type ScriptOutcome =
+  | { kind: "ok" }
+  | { kind: "exit"; exitCode: number | null; signal: string | undefined }
+  | { kind: "timeout" }
+  | { kind: "aborted" }
+  | { kind: "spawn_error" };
+
+export interface SandboxScript {
+  script: string;
+  env: Record<string, string>;
+  timeoutMs: number;
+  signal?: AbortSignal;
+}
+
+export interface SandboxApp {
+  app: AppSpec;
+  env: Record<string, string>;
+  /** stream is set for piped apps only. */
+  onData: (bytes: Uint8Array, stream?: OutputStream) => void;
+  /** The PTY's size (INITIAL_TERMINAL_SIZE when absent): a restart keeps the size its terminal log is at. */
+  size?: TerminalSize | undefined;
+}
+
+/** One session placement's sandbox, from boot until destroy. */
+export interface Sandbox {
+  /**
+   * The workspace as the runner sees it (host path): checkpoints are taken
+   * from and restored into it, and workspace operations act on it.
+   */
+  readonly workspace: string;
+  /** The workspace as the session's processes see it (their cwd and HOME). */
+  readonly insideWorkspace: string;
+  /**
+   * After the runner wrote into the workspace (a restore, an environment
+   * snapshot): hands what it wrote to the session (its owner, where the
+   * backend runs sessions as a user of their own).
+   */
+  adopt(): Promise<void>;
+  /**
+   * Where the session reaches the runner: the host address its egress proxy
+   * listens on, and the gateway URL it is handed as PADDOCK_URL (the runner's
+   * own, or a relay the session can reach).
+   */
+  reach(gatewayUrl: string | undefined): Promise<SandboxReach>;
+  /** Starts an app (PTY, or pipes when `tty: false`); throws SpawnError with a fact-safe reason. */
+  startApp(opts: SandboxApp): AppProcess;
+  /** Runs a setup or init script (`/bin/sh -c`), its output discarded. */
+  runScript(opts: SandboxScript): Promise<ScriptOutcome>;
+  /**
+   * Warm suspend: stops every process of the session (apps' processes and
+   * whatever left their process group), or lets them go on.
+   */
+  freeze(apps: readonly AppProcess[]): void;
+  thaw(apps: readonly AppProcess[]): void;
+  /** After the apps were stopped: kills what of the session is still running (daemons, setsid escapees). */
+  killLeftovers(): Promise<void>;
+  /** The process groups whose CPU and memory are the session's usage, given its apps. */
+  usageGroups(apps: readonly AppProcess[]): number[];
+  /** Kills what is left, removes the sandbox's directory and gives back what it held (uid, network). Idempotent. */
+  destroy(): Promise<void>;
+}
+
+export interface SandboxReach {
+  /** The address the session's egress proxy listens on. */
+  egressHost: string;
+  /** PADDOCK_URL as the session can reach it; undefined when the runner has no gateway URL. */
+  gatewayUrl: string | undefined;
+  /** Hosts the session reaches directly rather than through its egress proxy (NO_PROXY): the gateway's relay. */
+  noProxy: string[];
+  /** Lets the session reach these ports of egressHost (its egress proxy's); no-op where nothing is filtered. */
+  allow(ports: readonly number[]): Promise<void>;
+}
+
+export interface SandboxBackend {
+  readonly kind: SandboxKind;
+  /**
+   * Runner start: readies the directory holding the sandboxes, killing what
+   * a previous runner process left (processes, directories, uids, networks).
+   */
+  prepare(sessionsDir: string): Promise<void>;
+  /** A session's sandbox in `dir` (made here). */
+  create(opts: { sessionId: string; dir: string }): Promise<Sandbox>;
+  /** Removes the directory of a sandbox this runner no longer holds a record of (a destroy for an ended placement). */
+  removeDir(dir: string): Promise<void>;
+  /** Kills processes of sessions this runner does not hold (`held` answers for a session dir's name); answers how many. */
+  reapStrays(sessionsDir: string, held: (name: string) => boolean): Promise<number>;
+  /** Runner stop: releases what the backend holds runner-wide. */
+  stop(): Promise<void>;
+}
+
+export interface SandboxBackendDeps {
+  log: Logger;
+  /** PATH of session processes (and where the backend looks for its tools). */
+  childPath: string;
+}

@@ -1,0 +1,380 @@
+/**
+ * The bwrap backend: the seam (../backend.ts) on this folder's primitive.
+ * Each session gets a host uid of its own (uid-allocator.ts) owning its
+ * directories (0700), a pooled network namespace (network-pool.ts) whose only
+ * reachable addresses are its gateway relay and egress proxy on the runner's
+ * end of its link, and each app or script runs in a sandbox of its own
+ * (launch.ts: read-only host root, private /tmp and home, the workspace bound
+ * at INSIDE_WORKSPACE, the runner's data dir hidden).
+ */import { chmod, chown, lchown, mkdir, readdir, readFile } from "node:fs/promises";
+import { createServer, connect, type AddressInfo, type Server } from "node:net";
+import { dirname, join } from "node:path";
+import { spawn as spawnPty } from "@lydell/node-pty";
+import { INITIAL_TERMINAL_SIZE } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+import { SpawnError } from "../../errors.ts";
+import { SandboxKind, type Sandbox, type SandboxApp, type SandboxBackend, type SandboxReach, type SandboxScript, type ScriptOutcome } from "../backend.ts";
+import { resolveExecutable } from "../executable.ts";
+import { spawnPiped } from "../pipe-app.ts";
+import type { AppProcess } from "../process-group.ts";
+import { wrapPty } from "../pty-app.ts";
+import { removeDirSoon } from "../remove-dir.ts";
+import { prepareSessionsDir } from "../sessions-dir.ts";
+import { HOST_HIDDEN, sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
+import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
+import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from "./network.ts";
+import type { BwrapCapability } from "./probe.ts";
+import { signalSession } from "./spawn.ts";
+import { createUidAllocator, pidsOfUid, type SessionIds } from "./uid-allocator.ts";
+
+/** Where a session sees its workspace (its cwd and HOME); /home is an empty tmpfs in the sandbox. */
+export const INSIDE_WORKSPACE = "/home/workspace";
+const INSIDE_HOME = "/home/session";
+/** Networks kept ready for creates. */
+const NETWORK_POOL_SIZE = 2;
+/** Per-session rlimits (RLIMIT_NPROC counts threads too: node and a compiler need some hundreds). */
+const RLIMITS = { processes: 4_096, openFiles: 4_096, fileSizeBytes: 8 * 1024 ** 3 };
+
+export interface BwrapBackendOptions {
+  log: Logger;
+  childPath: string;
+  cap: BwrapCapability;
+  tools: BwrapTools;
+  settings: { uidFirst: number; uidCount: number; netInstance: string; netPrefix: readonly [number, number] };
+}
+
+export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
+  const { log, cap, tools, settings } = opts;
+  const runnerUid = process.getuid?.() ?? 0;
+  const uids = createUidAllocator({ first: settings.uidFirst, count: settings.uidCount, reserved: [0, runnerUid] });
+  const inRange = (uid: number) => uid >= settings.uidFirst && uid < settings.uidFirst + settings.uidCount;
+  let networks: SandboxNetworks | undefined;
+  let pool: NetworkPool | undefined;
+  let hide: string[] = [];
+  /** uids of the sessions held now: any other process of the range is a stray. */
+  const live = new Set<number>();
+  /** The sandboxes not destroyed yet: a runner that stops destroys them (their networks and relays are its own). */
+  const sandboxes = new Set<Sandbox>();
+  return {
+    kind: SandboxKind.bwrap,
+    async prepare(sessionsDir) {
+      const killed = await killUids(inRange);
+      if (killed > 0) log.warn({ killed }, "killed sandbox processes left by a previous runner process (by uid)");
+      await prepareSessionsDir(sessionsDir, log);
+      // Sessions' bwrap (as their uid) binds their directories from here: passable, not listable.
+      const dataDir = dirname(sessionsDir);
+      await chmod(dataDir, 0o711);
+      await chmod(sessionsDir, 0o711);
+      hide = hiddenByTmpfs(dataDir);
+      if (cap.network.works && cap.network.ip && cap.network.nft) {
+        networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: settings.netInstance, prefix: settings.netPrefix });
+        await networks.start();
+        pool = createNetworkPool({ networks, size: NETWORK_POOL_SIZE, slots: settings.uidCount, onError: (err) => log.warn({ err }, "sandbox network not built") });
+      } else {
+        log.warn({ reason: cap.network.reason }, "sandbox sessions get no network of their own here (loopback only): no gateway, no egress");
+      }
+    },
+    async create({ sessionId, dir }) {
+      const ids = uids.allocate(sessionId);
+      live.add(ids.uid);
+      const release = () => {
+        live.delete(ids.uid);
+        uids.release(sessionId);
+      };
+      try {
+        for (const d of [dir, join(dir, "workspace"), join(dir, "home"), join(dir, "tmp")]) {
+          await mkdir(d, { recursive: true });
+          await chown(d, ids.uid, ids.gid);
+          await chmod(d, 0o700);
+        }
+        const net = pool ? await pool.take() : undefined;
+        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, release: () => {
+          release();
+          sandboxes.delete(sandbox);
+        } });
+        sandboxes.add(sandbox);
+        return sandbox;
+      } catch (err) {
+        release();
+        await removeDirSoon(dir, log);
+        throw err;
+      }
+    },
+    removeDir: async (dir) => {
+      await removeDirSoon(dir, log);
+    },
+    // Every session process runs as a uid of the range, which only held sessions hold.
+    reapStrays: () => killUids((uid) => inRange(uid) && !live.has(uid)),
+    async stop() {
+      await Promise.all([...sandboxes].map((s) => s.destroy()));
+      await pool?.stop();
+      await networks?.stop();
+    },
+  };
+}
+
+interface SandboxParts {
+  log: Logger;
+  tools: BwrapTools;
+  childPath: string;
+  hide: string[];
+  ids: SessionIds;
+  sessionId: string;
+  dir: string;
+  net: SessionNetwork | undefined;
+  pool: NetworkPool | undefined;
+  release: () => void;
+}
+
+function bwrapSandbox(p: SandboxParts): Sandbox {
+  const workspace = join(p.dir, "workspace");
+  let relay: Server | undefined;
+  let destroyed = false;
+  const spec = (command: readonly string[], env: Record<string, string>, tty: boolean): SandboxSpec => ({
+    sessionId: p.sessionId,
+    uid: p.ids.uid,
+    gid: p.ids.gid,
+    root: { kind: "host" },
+    workspace: { host: workspace, path: INSIDE_WORKSPACE },
+    home: { host: join(p.dir, "home"), path: INSIDE_HOME },
+    tmpDir: join(p.dir, "tmp"),
+    hide: p.hide,
+    netnsPath: p.net?.netnsPath,
+    env,
+    cwd: INSIDE_WORKSPACE,
+    command,
+    rlimits: RLIMITS,
+    tty,
+  });
+  const killAll = async () => {
+    signalSession(p.ids.uid, "SIGKILL");
+    await untilUidGone(p.ids.uid, p.log);
+  };
+  return {
+    workspace,
+    insideWorkspace: INSIDE_WORKSPACE,
+    // The runner (root) wrote these files: the session's uid takes them over.
+    adopt: () => chownTree(workspace, p.ids.uid, p.ids.gid),
+    async reach(gatewayUrl): Promise<SandboxReach> {
+      const net = p.net;
+      if (!net) return { egressHost: "127.0.0.1", gatewayUrl: undefined, noProxy: [], allow: () => Promise.resolve() };
+      let relayPort: number | undefined;
+      if (gatewayUrl) {
+        relay = await startRelay(net.hostAddress, new URL(gatewayUrl));
+        relayPort = (relay.address() as AddressInfo).port;
+      }
+      const url = gatewayUrl && relayPort ? `${new URL(gatewayUrl).protocol}//${net.hostAddress}:${relayPort}` : undefined;
+      // The relay is the gateway: reached directly (the proxy would refuse it as a host not on the list).
+      return { egressHost: net.hostAddress, gatewayUrl: url, noProxy: url ? [net.hostAddress] : [], allow: (ports) => net.allow(relayPort ? [relayPort, ...ports] : ports) };
+    },
+    startApp: (opts) => startApp(opts, spec, p.tools, workspace),
+    runScript: (opts) => runScript(opts, spec, p.tools),
+    freeze: (apps) => apps.forEach((app) => app.freeze()),
+    thaw: (apps) => apps.forEach((app) => app.thaw()),
+    killLeftovers: killAll,
+    usageGroups: (apps) => apps.map((app) => app.pid),
+    async destroy() {
+      if (destroyed) return;
+      destroyed = true;
+      await killAll();
+      relay?.close();
+      if (p.net) p.pool?.release(p.net);
+      await removeDirSoon(p.dir, p.log);
+      // The allocator skips a uid that still owns processes (a zombie not yet reaped), so releasing now is safe.
+      p.release();
+    },
+  };
+}
+
+type SpecOf = (command: readonly string[], env: Record<string, string>, tty: boolean) => SandboxSpec;
+
+function startApp(opts: SandboxApp, spec: SpecOf, tools: BwrapTools, workspace: string): AppProcess {
+  const [command] = opts.app.cmd;
+  if (!command) throw new SpawnError(`app ${opts.app.name}: empty command`);
+  // The root is the host's: what the session would exec is found here first (the workspace as the host sees it).
+  const onHost = command === INSIDE_WORKSPACE || command.startsWith(`${INSIDE_WORKSPACE}/`) ? join(workspace, command.slice(INSIDE_WORKSPACE.length)) : command;
+  if (!resolveExecutable(onHost, workspace, opts.env.PATH ?? "")) throw new SpawnError(`app ${opts.app.name}: command not found: ${command.slice(0, 128)}`);
+  const tty = opts.app.tty !== false;
+  const launch = sandboxLaunch(spec(opts.app.cmd, opts.env, tty), tools);
+  if (!tty) return spawnPiped({ name: opts.app.name, file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: opts.onData, signal: signalTree });
+  try {
+    const size = opts.size ?? INITIAL_TERMINAL_SIZE;
+    const pty = spawnPty(launch.file, launch.args, { name: "xterm-256color", cols: size.cols, rows: size.rows, cwd: "/", env: launch.env, encoding: null });
+    return wrapPty(opts.app.name, pty, opts.onData, signalTree);
+  } catch {
+    throw new SpawnError(`app ${opts.app.name}: could not start ${command.slice(0, 128)}`);
+  }
+}
+
+function runScript(opts: SandboxScript, spec: SpecOf, tools: BwrapTools): Promise<ScriptOutcome> {
+  if (opts.signal?.aborted) return Promise.resolve({ kind: "aborted" });
+  const launch = sandboxLaunch(spec(["/bin/sh", "-c", opts.script], opts.env, false), tools);
+  let cause: "timeout" | "aborted" | undefined;
+  let proc: AppProcess;
+  try {
+    // Output discarded (never logged: it may print secrets), as the process backend's.
+    proc = spawnPiped({ name: "script", file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: () => undefined, signal: signalTree });
+  } catch {
+    return Promise.resolve({ kind: "spawn_error" });
+  }
+  proc.input.close();
+  const kill = (why: "timeout" | "aborted") => {
+    cause ??= why;
+    signalTree(proc.pid, "SIGKILL");
+  };
+  const timer = setTimeout(() => kill("timeout"), opts.timeoutMs);
+  const onAbort = () => kill("aborted");
+  opts.signal?.addEventListener("abort", onAbort, { once: true });
+  return proc.exited.then((exit) => {
+    clearTimeout(timer);
+    opts.signal?.removeEventListener("abort", onAbort);
+    if (cause) return { kind: cause };
+    if (exit.exitCode === 0) return { kind: "ok" };
+    return { kind: "exit", exitCode: exit.exitCode, signal: exit.signal };
+  });
+}
+
+/**
+ * Sends sig to every process below the launch chain's first process (bwrap's
+ * outer one, spared: it would die of most signals and take the sandbox down
+ * before its processes saw the signal). Processes inside make process groups
+ * of their own, so the group is not enough; orphans are reparented to the pid
+ * namespace's init, itself the outer process's child, so the tree is whole.
+ * True when the outer process is still there.
+ */
+export function signalTree(outerPid: number, sig: NodeJS.Signals): boolean {
+  const children = new Map<number, number[]>();
+  let found = false;
+  for (const { pid, ppid } of processTable()) {
+    if (pid === outerPid) found = true;
+    children.set(ppid, [...(children.get(ppid) ?? []), pid]);
+  }
+  const stack = [...(children.get(outerPid) ?? [])];
+  while (stack.length > 0) {
+    const pid = stack.pop() ?? 0;
+    try {
+      process.kill(pid, sig);
+    } catch {
+      // exited meanwhile
+    }
+    stack.push(...(children.get(pid) ?? []));
+  }
+  return found;
+}
+
+function processTable(): Array<{ pid: number; ppid: number }> {
+  const out: Array<{ pid: number; ppid: number }> = [];
+  for (const entry of readdirSyncSafe("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = readStatSync(entry);
+    if (!stat) continue;
+    const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+    out.push({ pid: Number(entry), ppid });
+  }
+  return out;
+}
+
+import { readdirSync, readFileSync } from "node:fs";
+
+function readdirSyncSafe(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
+function readStatSync(pid: string): string | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return undefined;
+  }
+}
+
+/** How long a SIGKILLed session's processes may take to go before the runner says so (they are not children it could wait for). */
+const KILL_SETTLE_MS = 5_000;
+const KILL_POLL_MS = 10;
+
+/**
+ * Resolves once no live process of uid is left (zombies aside: the host's
+ * init reaps them). The killed processes are no children of the runner, so
+ * there is no exit to wait on: /proc is looked at again until they are gone.
+ */
+async function untilUidGone(uid: number, log: Logger): Promise<void> {
+  const deadline = Date.now() + KILL_SETTLE_MS;
+  while (pidsOfUid(uid, { live: true }).length > 0) {
+    if (Date.now() > deadline) {
+      log.warn({ uid }, "sandbox processes still alive after SIGKILL");
+      return;
+    }
+    signalSession(uid, "SIGKILL");
+    await new Promise((resolve) => setTimeout(resolve, KILL_POLL_MS));
+  }
+}
+
+/**
+ * The runner's data dir hidden behind a tmpfs, unless the sandbox already
+ * replaces a directory holding it (its own /tmp, the emptied /home, /run…):
+ * bwrap could not remount a hiding mount read-only once covered.
+ */
+function hiddenByTmpfs(dataDir: string): string[] {
+  const covered = ["/tmp", ...HOST_HIDDEN].some((d) => dataDir === d || dataDir.startsWith(`${d}/`));
+  return covered ? [] : [dataDir];
+}
+
+/** SIGKILLs every process whose real uid matches; answers how many. One /proc scan. */
+async function killUids(match: (uid: number) => boolean): Promise<number> {
+  let killed = 0;
+  for (const entry of await readdir("/proc").catch(() => [] as string[])) {
+    if (!/^\d+$/.test(entry)) continue;
+    const status = await readFile(`/proc/${entry}/status`, "utf8").catch(() => "");
+    const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? -1);
+    if (uid < 0 || !match(uid)) continue;
+    try {
+      process.kill(Number(entry), "SIGKILL");
+      killed++;
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return killed;
+}
+
+/** Hands a tree the runner wrote to the session's uid (lchown: a symlink is not followed out of the tree). */
+async function chownTree(root: string, uid: number, gid: number): Promise<void> {
+  const stack = [root];
+  while (stack.length > 0) {
+    const dir = stack.pop() ?? root;
+    await lchown(dir, uid, gid);
+    for (const entry of await readdir(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) stack.push(path);
+      else await lchown(path, uid, gid);
+    }
+  }
+}
+
+/** A TCP relay on host (the runner's end of a session's link) to the gateway: the session's PADDOCK_URL. */
+function startRelay(host: string, target: URL): Promise<Server> {
+  const port = Number(target.port || (target.protocol === "https:" ? 443 : 80));
+  const server = createServer((client) => {
+    const upstream = connect(port, target.hostname);
+    client.pipe(upstream).pipe(client);
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on("error", end);
+    upstream.on("error", end);
+    client.once("close", end);
+    upstream.once("close", end);
+  });
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, host, () => {
+      server.off("error", reject);
+      resolve(server);
+    });
+  });
+}

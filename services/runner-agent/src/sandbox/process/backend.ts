@@ -1,0 +1,58 @@
+/**
+ * The process backend: a session's apps and scripts are plain processes of
+ * the runner's own user, each app leading a process group of its own, with
+ * the workspace as cwd and HOME. No isolation at all (development only; the
+ * runner warns at start, agent.ts).
+ */
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import type { Logger } from "@paddock/logging";
+import { SandboxKind, type Sandbox, type SandboxBackend, type SandboxBackendDeps } from "../backend.ts";
+import { killLeftoverProcesses } from "../leftovers.ts";
+import type { AppProcess } from "../process-group.ts";
+import { removeDirSoon } from "../remove-dir.ts";
+import { prepareSessionsDir } from "../sessions-dir.ts";
+import { spawnApp } from "./app-process.ts";
+import { runScript } from "./script.ts";
+
+export function createProcessBackend(deps: SandboxBackendDeps): SandboxBackend {
+  const { log } = deps;
+  return {
+    kind: SandboxKind.process,
+    prepare: (sessionsDir) => prepareSessionsDir(sessionsDir, log),
+    create: ({ dir }) => Promise.resolve(processSandbox(dir, log)),
+    removeDir: async (dir) => {
+      await removeDirSoon(dir, log);
+    },
+    reapStrays: (sessionsDir, held) => killLeftoverProcesses(sessionsDir, log, "of sessions this runner no longer holds", held),
+    stop: () => Promise.resolve(),
+  };
+}
+
+function processSandbox(dir: string, log: Logger): Sandbox {
+  const workspace = join(dir, "workspace");
+  // Synchronous: a thread-pool round trip here is on every create's path to running, and this is two mkdirs.
+  mkdirSync(workspace, { recursive: true });
+  const eachApp = (apps: readonly AppProcess[], fn: (app: AppProcess) => void) => apps.forEach(fn);
+  let destroyed = false;
+  return {
+    workspace,
+    insideWorkspace: workspace,
+    adopt: () => Promise.resolve(),
+    reach: (gatewayUrl) => Promise.resolve({ egressHost: "127.0.0.1", gatewayUrl, noProxy: [], allow: () => Promise.resolve() }),
+    startApp: (opts) => spawnApp({ ...opts, cwd: workspace }),
+    runScript: (opts) => runScript({ ...opts, cwd: workspace }),
+    freeze: (apps) => eachApp(apps, (app) => app.freeze()),
+    thaw: (apps) => eachApp(apps, (app) => app.thaw()),
+    // A process that left its app's group (setsid, a daemon) still works in the sandbox: it goes too.
+    killLeftovers: async () => {
+      await killLeftoverProcesses(dir, log, "that outlived their app's process group");
+    },
+    usageGroups: (apps) => apps.map((app) => app.pid),
+    destroy: async () => {
+      if (destroyed) return;
+      destroyed = true;
+      await removeDirSoon(dir, log);
+    },
+  };
+}

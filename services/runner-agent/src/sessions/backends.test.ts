@@ -1,0 +1,196 @@
+/**
+ * A session's lifecycle on each sandbox backend (issue 23 item 7, first
+ * part): the same scenarios through a real agent on a real nats-server, once
+ * with `process` and once with `bwrap` (namespaced, a uid of its own, a
+ * network of its own). What differs between them is asserted per backend.
+ */
+import { chmodSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import type { DispatchCommand, PortableSpec, RunnerFact } from "@paddock/contracts";
+import { provision } from "@paddock/bus";
+import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
+import { testHostIds } from "../sandbox/bwrap/test-sandbox.ts";
+import { pidsOfUid } from "../sandbox/bwrap/uid-allocator.ts";
+import { collectFacts, collectTerm, dispatchTo, eventually, fakeScheduler, testAgent, type TestAgent } from "../testing/test-support.ts";
+
+let server: NatsServerHandle;
+let nc: NatsConnection;
+const agents: TestAgent[] = [];
+
+beforeAll(async () => {
+  server = await startNatsServer();
+  nc = await connect({ servers: server.url });
+  await provision(nc, { replicas: 1 });
+});
+afterAll(async () => {
+  for (const t of agents) await t.agent.stop();
+  await nc.drain();
+  await server.stop();
+});
+
+/** The states (/proc status letter) of the live processes of uid. */
+function statesOf(uid: number): string[] {
+  return pidsOfUid(uid, { live: true }).map((pid) => /^State:\s+(\S)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? "?");
+}
+
+let counter = 0;
+const nextId = () => `b${++counter}`;
+const UID_COUNT = 16;
+
+describe.each(["process", "bwrap"] as const)("a session on the %s backend", (backend) => {
+  let t: TestAgent;
+  let facts: ReturnType<typeof collectFacts>;
+  // Not the ids sandbox-escape.test.ts takes in the same worker process (testHostIds(process.pid)): another uid range, instance and /16.
+  const ids = testHostIds(process.pid + 2_501);
+  beforeAll(async () => {
+    // Passable by a session's uid: its bwrap binds its directories from below it.
+    const dataDir = mkdtempSync(join(tmpdir(), "paddock-backends-"));
+    chmodSync(dataDir, 0o711);
+    const scheduler = fakeScheduler(nc, 0);
+    t = testAgent(nc, {
+      dataDir,
+      capabilities: [],
+      sandbox: { backend, uidFirst: ids.firstUid, uidCount: UID_COUNT, netInstance: ids.instance, netPrefix: ids.prefix },
+    });
+    agents.push(t);
+    facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
+    await t.agent.start();
+    scheduler.sub.unsubscribe();
+    expect(scheduler.requests.items[0]?.capabilities).toEqual([`sandbox:${backend}`]);
+  });
+
+  const fact = <T extends RunnerFact["type"]>(sessionId: string, type: T, pred?: (f: Extract<RunnerFact, { type: T }>) => boolean) =>
+    facts.waitFor((f) => f.sessionId === sessionId && f.type === type && (!pred || pred(f as never))) as Promise<Extract<RunnerFact, { type: T }>>;
+  const start = (sessionId: string, spec: PortableSpec, extra: Partial<Extract<DispatchCommand, { type: "start" }>> = {}) =>
+    dispatchTo(nc, t, { type: "start", sessionId, workspaceId: "ws1", runnerGeneration: t.agent.generation, placementGeneration: 1, spec, mode: "run", trigger: "initial", ...extra } as DispatchCommand);
+  const send = (cmd: Record<string, unknown> & { type: DispatchCommand["type"]; sessionId: string }) =>
+    dispatchTo(nc, t, { workspaceId: "ws1", runnerGeneration: t.agent.generation, placementGeneration: 1, ...cmd } as DispatchCommand);
+
+  it("runs an app on a PTY as the backend's user, with the workspace as cwd and HOME", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    await start(sessionId, { cmd: ["sh", "-c", 'echo "uid=$(id -u) tty=$(tty) cwd=$(pwd) home=$HOME."; test -t 0 && echo on-a-tty; exit 0'] });
+    expect(await fact(sessionId, "exited")).toMatchObject({ exitCode: 0 });
+    const uid = Number(/uid=(\d+) /.exec(term.text())?.[1]);
+    expect(term.text()).toContain("on-a-tty");
+    const cwd = /cwd=(\S+) /.exec(term.text())?.[1];
+    expect(term.text()).toContain(`home=${cwd}.`);
+    if (backend === "bwrap") {
+      expect(uid).toBeGreaterThanOrEqual(ids.firstUid);
+      expect(uid).toBeLessThan(ids.firstUid + UID_COUNT);
+      expect(cwd).toBe("/home/workspace");
+    } else {
+      expect(uid).toBe(process.getuid?.());
+      expect(cwd).toBe(join(t.config.dataDir, "sessions", sessionId, "workspace"));
+    }
+  });
+
+  it("warm suspend stops the session's processes (bwrap's outer one spared) and resume continues them", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    await start(sessionId, { cmd: ["sh", "-c", 'sleep 600 & echo "uid=$(id -u)."; wait'] });
+    await term.waitFor(() => /uid=\d+\./.test(term.text()));
+    const uid = Number(/uid=(\d+)\./.exec(term.text())?.[1]);
+    await send({ type: "suspend", sessionId, requestId: "w1", warm: true });
+    expect(await fact(sessionId, "suspended")).toMatchObject({ warm: true });
+    if (backend === "bwrap") {
+      // sh, sleep (forked before the line that says uid) and the pid namespace's init stopped; bwrap's outer process (the PTY's child) is not.
+      await eventually(() => statesOf(uid).filter((s) => s === "T").length === 3, () => `states ${statesOf(uid).join(",")}`);
+      expect(statesOf(uid).filter((s) => s !== "T")).toHaveLength(1);
+    }
+    await send({ type: "resume", sessionId, requestId: "w2" });
+    await fact(sessionId, "resumed");
+    if (backend === "bwrap") await eventually(() => !statesOf(uid).includes("T"), () => `states ${statesOf(uid).join(",")}`);
+    await send({ type: "destroy", sessionId });
+    await fact(sessionId, "destroyed");
+  });
+
+  it("cold suspend checkpoints the workspace; a resume restores it for the session to write again", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    await start(sessionId, { cmd: ["sh", "-c", "echo before > note.txt; echo ready; exec sleep 600"] });
+    await term.waitFor(() => term.text().includes("ready"));
+    await send({ type: "suspend", sessionId, requestId: "c1", warm: false });
+    const suspended = await fact(sessionId, "suspended");
+    if (suspended.type !== "suspended" || !suspended.checkpoint) throw new Error("expected a cold checkpoint");
+    expect(existsSync(join(t.config.dataDir, "sessions", sessionId))).toBe(false);
+    const resumed = collectTerm(nc, sessionId, "main");
+    await start(sessionId, { cmd: ["sh", "-c", "cat note.txt && echo after >> note.txt && cat note.txt; exit 0"] }, { placementGeneration: 2, trigger: "resume", restore: suspended.checkpoint, restoreKey: suspended.sealKey });
+    expect(await fact(sessionId, "exited", (f) => f.placementGeneration === 2)).toMatchObject({ exitCode: 0 });
+    expect(resumed.text()).toContain("before\r\nbefore\r\nafter");
+  });
+
+  it("runs setup and init in the sandbox, snapshots setup's workspace, and boots a second session from it", async () => {
+    const env = { environmentId: "env-b", setupHash: `h-${backend}`, setup: "echo built > built.txt", init: "echo booted >> built.txt", secretRefs: [] };
+    const first = nextId();
+    const term1 = collectTerm(nc, first, "main");
+    await start(first, { cmd: ["sh", "-c", "cat built.txt; exit 0"] }, { environment: env });
+    const snap = await fact(first, "env_snapshot");
+    if (snap.type !== "env_snapshot") throw new Error("unreachable");
+    expect(await fact(first, "exited")).toMatchObject({ exitCode: 0 });
+    expect(term1.text()).toContain("built\r\nbooted");
+    const second = nextId();
+    const term2 = collectTerm(nc, second, "main");
+    // The snapshot (taken before init) was restored by the runner: the session owns what it restored, so init can append to it.
+    await start(second, { cmd: ["sh", "-c", "cat built.txt; exit 0"] }, { environment: { ...env, snapshot: snap.checkpoint, snapshotKey: snap.sealKey } });
+    const ended = await facts.waitFor((f) => f.sessionId === second && (f.type === "exited" || f.type === "failed"));
+    expect(ended).toMatchObject({ type: "exited", exitCode: 0 });
+    expect(term2.text()).toContain("built\r\nbooted");
+  });
+
+  it("reports an app whose command does not exist as failed with a clean reason", async () => {
+    const sessionId = nextId();
+    await start(sessionId, { cmd: ["no-such-command-here"] });
+    expect(await fact(sessionId, "failed")).toMatchObject({ reason: "app main: command not found: no-such-command-here" });
+  });
+
+  it("reaches the network through its egress proxy; directly only on process (advisory there, enforced on bwrap)", async () => {
+    const server = createServer((_req, res) => res.end("hello"));
+    await new Promise<void>((resolve) => server.listen(0, "0.0.0.0", resolve));
+    const port = (server.address() as AddressInfo).port;
+    try {
+      const sessionId = nextId();
+      const term = collectTerm(nc, sessionId, "main");
+      const script = [
+        `echo "proxied:$(curl -s -m 5 http://127.0.0.1:${port}/)."`,
+        `echo "refused:$(curl -s -m 5 -o /dev/null -w %{http_code} http://localhost:${port}/)."`,
+        // The proxy's own address, without the proxy: the host's port beside it.
+        'H=${HTTP_PROXY#http://}; H=${H%%:*}',
+        `echo "direct:$(curl -s -m 5 --noproxy '*' http://$H:${port}/ || echo none)."`,
+      ].join("; ");
+      await start(sessionId, { cmd: ["sh", "-c", `${script}; exit 0`], egressAllow: ["127.0.0.1"] });
+      expect(await fact(sessionId, "exited")).toMatchObject({ exitCode: 0 });
+      expect(term.text()).toContain("proxied:hello.");
+      expect(term.text()).toContain("refused:403.");
+      expect(term.text()).toContain(backend === "bwrap" ? "direct:none." : "direct:hello.");
+    } finally {
+      server.close();
+    }
+  });
+
+  it("runs a tty:false app with pipes, each chunk tagged with its stream", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    await start(sessionId, { apps: [{ name: "main", cmd: ["sh", "-c", "echo out; echo err >&2; exit 3"], tty: false }] });
+    expect(await fact(sessionId, "exited")).toMatchObject({ exitCode: 3 });
+    expect(term.text()).toContain("out");
+    expect(term.text()).toContain("err");
+  });
+
+  it("destroy leaves nothing running, not even a process that left its app's group", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    await start(sessionId, { cmd: ["sh", "-c", 'setsid sleep 600 & echo "uid=$(id -u)."; exec sleep 600'] });
+    await term.waitFor(() => /uid=\d+\./.test(term.text()));
+    const uid = Number(/uid=(\d+)\./.exec(term.text())?.[1]);
+    await send({ type: "destroy", sessionId });
+    await fact(sessionId, "destroyed");
+    expect(existsSync(join(t.config.dataDir, "sessions", sessionId))).toBe(false);
+    if (backend === "bwrap") expect(pidsOfUid(uid, { live: true })).toEqual([]);
+  });
+});
