@@ -25,7 +25,7 @@ import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
 import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from "./network.ts";
 import type { BwrapCapability } from "./probe.ts";
 import { signalSession } from "./spawn.ts";
-import { createUidAllocator, pidsOfUid, type SessionIds } from "./uid-allocator.ts";
+import { claimedElsewhere, createUidAllocator, DEFAULT_UID_CLAIM_DIR, pidsOfUid, type SessionIds } from "./uid-allocator.ts";
 
 /** Where a session sees its workspace (its cwd and HOME); /home is an empty tmpfs in the sandbox. */
 export const INSIDE_WORKSPACE = "/home/workspace";
@@ -47,7 +47,8 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   const { log, cap, tools, settings } = opts;
   const runnerUid = process.getuid?.() ?? 0;
   const uids = createUidAllocator({ first: settings.uidFirst, count: settings.uidCount, reserved: [0, runnerUid] });
-  const inRange = (uid: number) => uid >= settings.uidFirst && uid < settings.uidFirst + settings.uidCount;
+  // A uid another runner on this host claimed (overlapping ranges) is never swept as ours.
+  const inRange = (uid: number) => uid >= settings.uidFirst && uid < settings.uidFirst + settings.uidCount && !claimedElsewhere(DEFAULT_UID_CLAIM_DIR, uid);
   let networks: SandboxNetworks | undefined;
   let pool: NetworkPool | undefined;
   let hide: string[] = [];

@@ -133,6 +133,12 @@ export function releaseUid(claimDir: string, uid: number): void {
   }
 }
 
+/** Whether another live process (another runner on this host) holds uid: its processes are not ours to sweep. */
+export function claimedElsewhere(claimDir: string, uid: number): boolean {
+  const holder = claimHolder(join(claimDir, String(uid)));
+  return holder !== undefined && holder !== process.pid && pidAlive(holder);
+}
+
 function claimHolder(path: string): number | undefined {
   try {
     const pid = Number(readFileSync(path, "utf8"));
