@@ -4,6 +4,7 @@ import { Id } from "@paddock/contracts";
 import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
 import { SecretsKeySetting } from "@paddock/bus";
 import { DEFAULT_COALESCE_MS, type TerminalSettings } from "./terminal/term-options.ts";
+import { ImagesConfig } from "./images/config.ts";
 import { CheckpointCompression } from "./workspace/checkpoint.ts";
 import type { WorkspaceLimits } from "./workspace/workspace-ops.ts";
 
@@ -98,6 +99,10 @@ const RunnerEnv = z
       .transform((s) => s.split(".").map(Number) as [number, number])
       .refine((p) => p.every((o) => o <= 255), "octets are 0-255")
       .default([10, 213]),
+    /** Images (bwrap): host[:port] of registries pulled from over plain HTTP (a loopback registry, a local mirror), comma-separated. */
+    PADDOCK_IMAGE_INSECURE_REGISTRIES: capabilities,
+    /** Images (bwrap): unpacked roots kept under <data dir>/images; images no session uses are evicted past it. */
+    PADDOCK_IMAGE_CACHE_MAX_BYTES: z.coerce.number().int().positive().default(32 * 1024 ** 3),
     /** Opens secret values sealed by the gateway (same key); unset reads them unencrypted. */
     PADDOCK_SECRETS_KEY: SecretsKeySetting,
     /** Handed to session processes (their env is otherwise minimal). */
@@ -151,6 +156,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
       netInstance: e.PADDOCK_SANDBOX_NET_INSTANCE,
       netPrefix: e.PADDOCK_SANDBOX_NET_PREFIX,
     },
+    images: ImagesConfig.parse({ insecureRegistries: e.PADDOCK_IMAGE_INSECURE_REGISTRIES, maxCacheBytes: e.PADDOCK_IMAGE_CACHE_MAX_BYTES }),
     checkpointCompression: e.PADDOCK_RUNNER_CHECKPOINT_COMPRESSION,
     terminal: {
       coalesceMs: e.PADDOCK_RUNNER_TERM_COALESCE_MS,
