@@ -19,8 +19,10 @@ const MOUNT_POINTS = ["/proc", "/dev", "/tmp", ...IMAGE_TMPFS];
 export async function prepareImageRoot(rootfs: string, reference: string): Promise<void> {
   for (const point of MOUNT_POINTS) {
     let at = rootfs;
+    let inside = "";
     for (const part of point.split("/").filter(Boolean)) {
       at = join(at, part);
+      inside = `${inside}/${part}`;
       let info = await lstat(at).catch(() => undefined);
       if (!info) {
         // Another session's launch of the same image may make it first.
@@ -29,7 +31,7 @@ export async function prepareImageRoot(rootfs: string, reference: string): Promi
         });
         info = await lstat(at);
       }
-      if (!info.isDirectory()) throw new SpawnError(`image ${reference.slice(0, 256)}: /${part} is not a directory, cannot mount ${point} there`);
+      if (!info.isDirectory()) throw new SpawnError(`image ${reference.slice(0, 256)}: ${inside} is not a directory, cannot mount ${point} there`);
     }
   }
 }
