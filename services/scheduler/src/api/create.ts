@@ -45,7 +45,7 @@ function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody,
     ...(body.name !== undefined ? { name: body.name } : {}),
     state: "queued",
     ...(body.environmentId !== undefined ? { environmentId: body.environmentId } : {}),
-    // Layered over the environment by the PortableSpec rules; requirements come from it, never from the request.
+    // Layered over the environment by the PortableSpec rules; requirements come from it (and image:oci for an image), never from the request.
     spec,
     ...(env ? { setupHash: env.setupHash } : {}),
     ...(env || spec.image !== undefined ? { requirements } : {}),
