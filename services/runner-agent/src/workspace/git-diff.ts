@@ -2,6 +2,7 @@ import { spawn } from "node:child_process";
 import { lstat, readdir } from "node:fs/promises";
 import { join, relative } from "node:path";
 import type { RepoDiff, WorkspaceDiffReply } from "@paddock/contracts";
+import { DirFd, UnsafePathError } from "@paddock/archive";
 import { diffEnv, gitExecutable, headCommit, isolatedGitDir, type RunAs } from "./git-isolated.ts";
 
 export interface DiffBounds {
@@ -128,6 +129,12 @@ function fitJson(text: string, limit: number): { text: string; cut: boolean } {
  */
 export async function workspaceDiff(workspace: string, bounds: DiffBounds): Promise<WorkspaceDiffReply> {
   const timeoutMs = bounds.timeoutMs ?? 20_000;
+  // The workspace itself swapped for a link is refused (as push and pull refuse it), never searched.
+  try {
+    DirFd.open(workspace, { follow: false }).close();
+  } catch {
+    throw new UnsafePathError("workspace is not available", true);
+  }
   const found = await findRepos(workspace, bounds.maxRepos, bounds.maxDepth);
   let truncated = found.length > bounds.maxRepos;
   const repos: RepoDiff[] = [];

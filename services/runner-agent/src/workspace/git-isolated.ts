@@ -15,12 +15,10 @@ import { accessSync, chownSync, closeSync, constants as fsc, mkdirSync, mkdtempS
 import { tmpdir } from "node:os";
 import { isAbsolute, join } from "node:path";
 import { DirFd } from "@paddock/archive";
+import type { SandboxUser } from "../sandbox/backend.ts";
 
 /** The user git runs as: the session's, never more privileged (the process backend's sessions run as the runner itself). */
-export interface RunAs {
-  uid: number;
-  gid: number;
-}
+export type RunAs = SandboxUser;
 
 const HEX_ID = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
 /** Loose ref files and HEAD are tiny; packed-refs of a large repository is not, but is bounded. */
