@@ -3,7 +3,7 @@ import { lstat, readdir } from "node:fs/promises";
 import { join, relative } from "node:path";
 import type { RepoDiff, WorkspaceDiffReply } from "@paddock/contracts";
 import { DirFd, UnsafePathError } from "@paddock/archive";
-import { diffEnv, gitExecutable, headCommit, isolatedGitDir, type RunAs } from "./git-isolated.ts";
+import { asUser, diffEnv, gitExecutable, headCommit, isolatedGitDir, toolOnPath, type RunAs } from "./git-isolated.ts";
 
 export interface DiffBounds {
   /** JSON-encoded bytes of one repository's diff at most. */
@@ -76,12 +76,17 @@ export function runGit(dir: string, args: string[], opts: { maxBytes: number; ti
       resolve({ text: "", truncated: false, code: -1, stderr: "git not found on PATH" });
       return;
     }
-    const child = spawn(git, ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--no-optional-locks", ...args], {
-      cwd: dir,
-      stdio: ["ignore", "pipe", "pipe"],
-      env: opts.env,
-      ...(opts.runAs ? { uid: opts.runAs.uid, gid: opts.runAs.gid } : {}),
-    });
+    const gitArgs = ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--no-optional-locks", ...args];
+    let run = { file: git, args: gitArgs };
+    if (opts.runAs) {
+      const setpriv = toolOnPath("setpriv", opts.env.PATH ?? "");
+      if (setpriv === undefined) {
+        resolve({ text: "", truncated: false, code: -1, stderr: "setpriv not found on PATH" });
+        return;
+      }
+      run = asUser(setpriv, opts.runAs, git, gitArgs);
+    }
+    const child = spawn(run.file, run.args, { cwd: dir, stdio: ["ignore", "pipe", "pipe"], env: opts.env });
     const chunks: Buffer[] = [];
     let size = 0;
     let truncated = false;
