@@ -65,8 +65,9 @@ export interface Sandbox {
   readonly user?: SandboxUser;
   /**
    * After the runner wrote into the workspace (a restore, an environment
-   * snapshot): hands what it wrote to the session (its owner, where the
-   * backend runs sessions as a user of their own).
+   * snapshot): hands what it wrote to the session. Where the session is a
+   * user of its own (`user`), the writes already gave each inode to it as it
+   * was made, so there is nothing left to do.
    */
   adopt(): Promise<void>;
   /**
