@@ -40,6 +40,12 @@ export interface SandboxApp {
   size?: TerminalSize | undefined;
 }
 
+/** A host user (a bwrap session's own uid and gid). */
+export interface SandboxUser {
+  uid: number;
+  gid: number;
+}
+
 /** One session placement's sandbox, from boot until destroy. */
 export interface Sandbox {
   /**
@@ -50,9 +56,18 @@ export interface Sandbox {
   /** The workspace as the session's processes see it (their cwd and HOME). */
   readonly insideWorkspace: string;
   /**
+   * The user the session's processes run as and its files belong to, where
+   * that is not the runner's own (bwrap; unset for the process backend). The
+   * runner's workspace operations act as this user or only through
+   * descriptors: what they write is given to it as it is made, what they read
+   * is only what it owns (workspace/).
+   */
+  readonly user?: SandboxUser;
+  /**
    * After the runner wrote into the workspace (a restore, an environment
-   * snapshot): hands what it wrote to the session (its owner, where the
-   * backend runs sessions as a user of their own).
+   * snapshot): hands what it wrote to the session. Where the session is a
+   * user of its own (`user`), the writes already gave each inode to it as it
+   * was made, so there is nothing left to do.
    */
   adopt(): Promise<void>;
   /**

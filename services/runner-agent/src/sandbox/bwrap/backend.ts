@@ -6,7 +6,7 @@
  * end of its link, and each app or script runs in a sandbox of its own
  * (launch.ts: read-only host root, private /tmp and home, the workspace bound
  * at INSIDE_WORKSPACE, the runner's data dir hidden).
- */import { chmod, chown, lchown, mkdir, readdir, readFile } from "node:fs/promises";
+ */import { chmod, chown, mkdir, readdir, readFile } from "node:fs/promises";
 import { createServer, connect, type AddressInfo, type Server } from "node:net";
 import { dirname, join } from "node:path";
 import { spawn as spawnPty } from "@lydell/node-pty";
@@ -180,8 +180,11 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
   return {
     workspace,
     insideWorkspace: INSIDE_WORKSPACE,
-    // The runner (root) wrote these files: the session's uid takes them over.
-    adopt: () => chownTree(workspace, p.ids.uid, p.ids.gid),
+    user: { uid: p.ids.uid, gid: p.ids.gid },
+    // Nothing to hand over afterwards: what the runner writes into the workspace is given to `user` as each
+    // inode is made, by descriptor (workspace/ passes it down). A chown walk by path afterwards would race the
+    // session and could be pointed (a hard link it planted) at a file outside.
+    adopt: () => Promise.resolve(),
     async reach(gatewayUrl): Promise<SandboxReach> {
       const net = p.net;
       if (!net) return { egressHost: "127.0.0.1", gatewayUrl: undefined, noProxy: [], allow: () => Promise.resolve() };
@@ -368,20 +371,6 @@ async function killUids(match: (uid: number) => boolean): Promise<number> {
     }
   }
   return killed;
-}
-
-/** Hands a tree the runner wrote to the session's uid (lchown: a symlink is not followed out of the tree). */
-async function chownTree(root: string, uid: number, gid: number): Promise<void> {
-  const stack = [root];
-  while (stack.length > 0) {
-    const dir = stack.pop() ?? root;
-    await lchown(dir, uid, gid);
-    for (const entry of await readdir(dir, { withFileTypes: true })) {
-      const path = join(dir, entry.name);
-      if (entry.isDirectory()) stack.push(path);
-      else await lchown(path, uid, gid);
-    }
-  }
 }
 
 /** A TCP relay on host (the runner's end of a session's link) to the gateway: the session's PADDOCK_URL. */
