@@ -40,12 +40,13 @@ export interface BwrapBackendOptions {
   childPath: string;
   cap: BwrapCapability;
   tools: BwrapTools;
-  settings: { uidFirst: number; uidCount: number; netInstance: string; netPrefix: readonly [number, number] };
+  settings: { uidFirst: number; uidCount: number; processes?: number; netInstance: string; netPrefix: readonly [number, number] };
 }
 
 export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   const { log, cap, tools, settings } = opts;
   const runnerUid = process.getuid?.() ?? 0;
+  const rlimits = { ...RLIMITS, processes: settings.processes ?? RLIMITS.processes };
   const uids = createUidAllocator({ first: settings.uidFirst, count: settings.uidCount, reserved: [0, runnerUid] });
   // A uid another runner on this host claimed (overlapping ranges) is never swept as ours.
   const inRange = (uid: number) => uid >= settings.uidFirst && uid < settings.uidFirst + settings.uidCount && !claimedElsewhere(DEFAULT_UID_CLAIM_DIR, uid);
@@ -89,7 +90,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
           await chmod(d, 0o700);
         }
         const net = pool ? await pool.take() : undefined;
-        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, release: () => {
+        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, rlimits, ids, sessionId, dir, net, pool, release: () => {
           release();
           sandboxes.delete(sandbox);
         } });
@@ -119,6 +120,7 @@ interface SandboxParts {
   tools: BwrapTools;
   childPath: string;
   hide: string[];
+  rlimits: typeof RLIMITS;
   ids: SessionIds;
   sessionId: string;
   dir: string;
@@ -144,7 +146,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     env,
     cwd: INSIDE_WORKSPACE,
     command,
-    rlimits: RLIMITS,
+    rlimits: p.rlimits,
     tty,
   });
   const killAll = async () => {
