@@ -2,7 +2,8 @@
  * The bad-input scenario's sandbox case (issue #23 item 8): a bwrap runner
  * joins the stack for it, and a hostile session on it runs the escape battery
  * (shared/testing escape-battery.ts: the data dir, another session's
- * workspace and port, service processes' environ and a kill of each, NATS,
+ * workspace and port, service processes' environ and a kill of each, NATS
+ * and the services' ops ports,
  * writes outside its workspace, its token against another session and for a
  * new token, a fork bomb). Any attempt that succeeds is an anomaly; so is the
  * hostile session's own work failing, or the victim session or the runner
@@ -81,6 +82,7 @@ export async function sandboxCase(ctx: FuzzContext): Promise<void> {
       servicePids: pids,
       natsPort: Number(new URL(stack.natsUrls.split(",")[0]?.replace("nats://", "http://") ?? "").port),
       hostAddresses: [],
+      hostPorts: [...stack.members.keys()].flatMap((id) => stack.opsPort(id) ?? []),
       forkBomb: true,
     });
     const a = await create(script);

@@ -126,6 +126,7 @@ describe("a hostile session on a bwrap runner of a real stack", () => {
     const hostAddresses = Object.values(networkInterfaces())
       .flat()
       .flatMap((i) => (i && i.family === "IPv4" && !i.internal ? [i.address] : []));
+    const opsPorts = [stack.scheduler, stack.recorder, stack.gateway, ...stack.runners].map((s) => Number(s.ready.opsPort));
     const script = escapeBattery({
       dataDir: stack.dataDir,
       runnerDataDir,
@@ -133,6 +134,7 @@ describe("a hostile session on a bwrap runner of a real stack", () => {
       servicePids: pids,
       natsPort,
       hostAddresses,
+      hostPorts: opsPorts,
       forkBomb: true,
     });
     const a = await create({ spec: { cmd: ["bash", "-c", script] } });
@@ -161,6 +163,7 @@ describe("a hostile session on a bwrap runner of a real stack", () => {
     for (const tag of ["read-other-workspace", "list-other-workspace", "environ-any", "other-session-port", "token-read-other", "token-delete-other", "token-mint"]) expect(held).toContain(tag);
     for (const p of pids) expect(held).toEqual(expect.arrayContaining([`environ-${p}`, `kill-${p}`]));
     expect(held.filter((h) => h.startsWith("nats-"))).toHaveLength(2 + hostAddresses.length);
+    expect(held.filter((h) => h.startsWith("port-"))).toHaveLength(opsPorts.length * (2 + hostAddresses.length));
     expect(held.filter((h) => h.startsWith("write-"))).toHaveLength(6);
     // The limit, less what A's uid was running when it forked (bash, perl, what the runner runs as A's uid).
     expect(Number(/FORK-LIMIT:(\d+)/.exec(out)?.[1])).toBeGreaterThan(FORK_LIMIT - 8);

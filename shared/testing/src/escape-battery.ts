@@ -19,6 +19,8 @@ export interface EscapeTargets {
   /** NATS's port and the host addresses to try it on (127.0.0.1 and the link host are always tried). */
   natsPort: number;
   hostAddresses: string[];
+  /** Other host ports to try on the same addresses (the services' ops ports, say). */
+  hostPorts?: number[];
   /** Exhaust processes, then hold them until a line arrives on stdin (the terminal). */
   forkBomb: boolean;
 }
@@ -48,11 +50,11 @@ export function escapeBattery(t: EscapeTargets): string {
     `try list-runner-data-dir ls -A ${r}`,
     `try read-other-workspace sh -c 'cat ${t.other.workspace.replace(/'/g, "")}/*'`,
     `try list-other-workspace ls -A ${ws}`,
-    ...t.servicePids.map((p) => `try environ-${p} cat /proc/${p}/environ`),
+    `for p in ${t.servicePids.join(" ")}; do try environ-$p cat /proc/$p/environ; done`,
     "try environ-any sh -c \"cat /proc/*/environ | tr '\\\\0' '\\\\n' | grep -E '^PADDOCK_(NATS|DEV_TOKEN|SESSION_TOKEN_SECRET|SECRETS_KEY)'\"",
-    ...t.servicePids.map((p) => `if kill -9 ${p} 2>/dev/null; then echo ESCAPED:kill-${p}; else echo HELD:kill-${p}; fi`),
+    `for p in ${t.servicePids.join(" ")}; do if kill -9 $p 2>/dev/null; then echo ESCAPED:kill-$p; else echo HELD:kill-$p; fi; done`,
     'LINK=${PADDOCK_URL#http://}; LINK=${LINK%%:*}',
-    `for h in 127.0.0.1 "$LINK" ${t.hostAddresses.map(q).join(" ")}; do reach "nats-$h" "$h" ${t.natsPort} & done; wait`,
+    `for h in 127.0.0.1 "$LINK" ${t.hostAddresses.map(q).join(" ")}; do reach "nats-$h" "$h" ${t.natsPort} & for p in ${(t.hostPorts ?? []).join(" ")}; do reach "port-$p-$h" "$h" $p & done; done; wait`,
     `reach other-session-port ${q(t.other.address)} ${t.other.port}`,
     ...["/escape", "/etc/escape", "/usr/escape", `${t.dataDir}/escape`, `${t.runnerDataDir}/escape`, `${t.other.workspace}/escape`].map((f, i) => `wrote write-${i} ${q(f)}`),
     `s=$(status GET /v1/sessions/${t.other.sessionId}); if [ "$s" = 404 ]; then echo HELD:token-read-other; else echo "ESCAPED:token-read-other $s"; fi`,
