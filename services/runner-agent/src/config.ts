@@ -4,10 +4,11 @@ import { Id } from "@paddock/contracts";
 import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
 import { SecretsKeySetting } from "@paddock/bus";
 import { DEFAULT_COALESCE_MS, type TerminalSettings } from "./terminal/term-options.ts";
+import { ImagesConfig } from "./images/config.ts";
 import { CheckpointCompression } from "./workspace/checkpoint.ts";
 import type { WorkspaceLimits } from "./workspace/workspace-ops.ts";
 
-const capabilities = z
+const commaList = z
   .string()
   .default("")
   .transform((s) =>
@@ -15,8 +16,10 @@ const capabilities = z
       .split(",")
       .map((c) => c.trim())
       .filter((c) => c.length > 0),
-  )
-  .pipe(z.array(z.string().min(1).max(64)).max(64));
+  );
+const capabilities = commaList.pipe(z.array(z.string().min(1).max(64)).max(64));
+/** host[:port], as image references name registries (no scheme, no path). */
+const registryHosts = commaList.pipe(z.array(z.string().regex(/^[A-Za-z0-9.-]+(:\d{1,5})?$/, "host[:port], no scheme or path").max(255)).max(64));
 
 const RunnerEnv = z
   .object({
@@ -100,6 +103,10 @@ const RunnerEnv = z
       .transform((s) => s.split(".").map(Number) as [number, number])
       .refine((p) => p.every((o) => o <= 255), "octets are 0-255")
       .default([10, 213]),
+    /** Images (bwrap): host[:port] of registries pulled from over plain HTTP (a loopback registry, a local mirror), comma-separated. */
+    PADDOCK_IMAGE_INSECURE_REGISTRIES: registryHosts,
+    /** Images (bwrap): unpacked roots kept under <data dir>/images; images no session uses are evicted past it. */
+    PADDOCK_IMAGE_CACHE_MAX_BYTES: z.coerce.number().int().positive().optional(),
     /** Opens secret values sealed by the gateway (same key); unset reads them unencrypted. */
     PADDOCK_SECRETS_KEY: SecretsKeySetting,
     /** Handed to session processes (their env is otherwise minimal). */
@@ -154,6 +161,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
       netInstance: e.PADDOCK_SANDBOX_NET_INSTANCE,
       netPrefix: e.PADDOCK_SANDBOX_NET_PREFIX,
     },
+    images: ImagesConfig.parse({ insecureRegistries: e.PADDOCK_IMAGE_INSECURE_REGISTRIES, ...(e.PADDOCK_IMAGE_CACHE_MAX_BYTES !== undefined ? { maxCacheBytes: e.PADDOCK_IMAGE_CACHE_MAX_BYTES } : {}) }),
     checkpointCompression: e.PADDOCK_RUNNER_CHECKPOINT_COMPRESSION,
     terminal: {
       coalesceMs: e.PADDOCK_RUNNER_TERM_COALESCE_MS,

@@ -68,6 +68,21 @@ describe("config", () => {
     }
   });
 
+  it("reads the image store's insecure registries and cache bound; refuses anything else", () => {
+    const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
+    expect(loadConfig(base).images).toMatchObject({ insecureRegistries: [], maxCacheBytes: 32 * 1024 ** 3 });
+    const set = { PADDOCK_IMAGE_INSECURE_REGISTRIES: "127.0.0.1:5000, mirror.local", PADDOCK_IMAGE_CACHE_MAX_BYTES: "1000000" };
+    expect(loadConfig({ ...base, ...set }).images).toMatchObject({ insecureRegistries: ["127.0.0.1:5000", "mirror.local"], maxCacheBytes: 1_000_000 });
+    for (const [key, bad] of [
+      ["PADDOCK_IMAGE_INSECURE_REGISTRIES", "http://127.0.0.1:5000"],
+      ["PADDOCK_IMAGE_INSECURE_REGISTRIES", "host/path"],
+      ["PADDOCK_IMAGE_CACHE_MAX_BYTES", "0"],
+      ["PADDOCK_IMAGE_CACHE_MAX_BYTES", "lots"],
+    ] as const) {
+      expect(() => loadConfig({ ...base, [key]: bad }), `${key}=${bad}`).toThrow(ConfigError);
+    }
+  });
+
   it("refuses a missing runner id or an id that is not one subject token", () => {
     expect(() => loadConfig({ PADDOCK_RUNNER_DATA_DIR: "/tmp/x" })).toThrow(ConfigError);
     expect(() => loadConfig({ PADDOCK_RUNNER_ID: "a.b", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" })).toThrow(ConfigError);

@@ -97,14 +97,30 @@ export interface SandboxBackend {
    * a previous runner process left (processes, directories, uids, networks).
    */
   prepare(sessionsDir: string): Promise<void>;
-  /** A session's sandbox in `dir` (made here). */
-  create(opts: { sessionId: string; dir: string }): Promise<Sandbox>;
+  /**
+   * A session's sandbox in `dir` (made here), rooted in `image` (an OCI
+   * reference) when set: a backend that cannot root a session in an image
+   * refuses it (SpawnError with a fact-safe reason), never runs it on the host's root.
+   */
+  create(opts: { sessionId: string; dir: string; image?: string | undefined }): Promise<Sandbox>;
   /** Removes the directory of a sandbox this runner no longer holds a record of (a destroy for an ended placement). */
   removeDir(dir: string): Promise<void>;
   /** Kills processes of sessions this runner does not hold (`held` answers for a session dir's name); answers how many. */
   reapStrays(sessionsDir: string, held: (name: string) => boolean): Promise<number>;
   /** Runner stop: releases what the backend holds runner-wide. */
   stop(): Promise<void>;
+}
+
+/** An image's unpacked root filesystem, held (never evicted) until released. */
+export interface ImageRoot {
+  rootfs: string;
+  release(): void;
+}
+
+/** Where a backend gets images' roots from (the runner's image store, adapted by the composition root). */
+export interface SandboxImages {
+  /** Pulls (or finds cached) and holds the image; throws SpawnError with a fact-safe reason. */
+  acquire(reference: string): Promise<ImageRoot>;
 }
 
 export interface SandboxBackendDeps {

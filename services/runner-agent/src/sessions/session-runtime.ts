@@ -102,7 +102,7 @@ export class SessionRuntime {
     const cmd = this.cmd;
     const trigger: RunTrigger = cmd.trigger;
     try {
-      const sandbox = await this.deps.sandbox.create({ sessionId: this.held.sessionId, dir: this.dir });
+      const sandbox = await this.deps.sandbox.create({ sessionId: this.held.sessionId, dir: this.dir, image: cmd.spec.image });
       this.sandbox = sandbox;
       const appEnv = await prepareSandbox({
         deps: this.deps,

@@ -13,13 +13,14 @@ import { spawn as spawnPty } from "@lydell/node-pty";
 import { INITIAL_TERMINAL_SIZE } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { SpawnError } from "../../errors.ts";
-import { SandboxKind, type Sandbox, type SandboxApp, type SandboxBackend, type SandboxReach, type SandboxScript, type ScriptOutcome } from "../backend.ts";
+import { SandboxKind, type ImageRoot, type Sandbox, type SandboxApp, type SandboxBackend, type SandboxImages, type SandboxReach, type SandboxScript, type ScriptOutcome } from "../backend.ts";
 import { resolveExecutable } from "../executable.ts";
 import { spawnPiped } from "../pipe-app.ts";
 import type { AppProcess } from "../process-group.ts";
 import { wrapPty } from "../pty-app.ts";
 import { removeDirSoon } from "../remove-dir.ts";
 import { prepareSessionsDir } from "../sessions-dir.ts";
+import { imageCommandExists, prepareImageRoot } from "./image-root.ts";
 import { HOST_HIDDEN, sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
 import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
 import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from "./network.ts";
@@ -41,6 +42,8 @@ export interface BwrapBackendOptions {
   cap: BwrapCapability;
   tools: BwrapTools;
   settings: { uidFirst: number; uidCount: number; processes?: number; netInstance: string; netPrefix: readonly [number, number] };
+  /** Where sessions naming an image get its root; without it such sessions are refused. */
+  images?: SandboxImages | undefined;
 }
 
 export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
@@ -76,12 +79,20 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
         log.warn({ reason: cap.network.reason }, "sandbox sessions get no network of their own here (loopback only): no gateway, no egress");
       }
     },
-    async create({ sessionId, dir }) {
-      const ids = uids.allocate(sessionId);
+    async create({ sessionId, dir, image }) {
+      const root = image === undefined ? undefined : await acquireImage(opts.images, image);
+      let ids: SessionIds;
+      try {
+        ids = uids.allocate(sessionId);
+      } catch (err) {
+        root?.release();
+        throw err;
+      }
       live.add(ids.uid);
       const release = () => {
         live.delete(ids.uid);
         uids.release(sessionId);
+        root?.release();
       };
       try {
         for (const d of [dir, join(dir, "workspace"), join(dir, "home"), join(dir, "tmp")]) {
@@ -90,7 +101,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
           await chmod(d, 0o700);
         }
         const net = pool ? await pool.take() : undefined;
-        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, rlimits, ids, sessionId, dir, net, pool, release: () => {
+        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, rlimits, ids, sessionId, dir, net, pool, root, release: () => {
           release();
           sandboxes.delete(sandbox);
         } });
@@ -126,7 +137,22 @@ interface SandboxParts {
   dir: string;
   net: SessionNetwork | undefined;
   pool: NetworkPool | undefined;
+  /** The image the session is rooted in; the host's root when undefined. */
+  root: ImageRoot | undefined;
   release: () => void;
+}
+
+/** The image's root, held for the session (released with it); prepared for the launch's mounts. */
+async function acquireImage(images: SandboxImages | undefined, reference: string): Promise<ImageRoot> {
+  if (!images) throw new SpawnError(`image ${reference.slice(0, 256)}: this runner has no image store`);
+  const root = await images.acquire(reference);
+  try {
+    await prepareImageRoot(root.rootfs, reference);
+    return root;
+  } catch (err) {
+    root.release();
+    throw err;
+  }
 }
 
 function bwrapSandbox(p: SandboxParts): Sandbox {
@@ -137,7 +163,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     sessionId: p.sessionId,
     uid: p.ids.uid,
     gid: p.ids.gid,
-    root: { kind: "host" },
+    root: p.root ? { kind: "image", dir: p.root.rootfs } : { kind: "host" },
     workspace: { host: workspace, path: INSIDE_WORKSPACE },
     home: { host: join(p.dir, "home"), path: INSIDE_HOME },
     tmpDir: join(p.dir, "tmp"),
@@ -170,7 +196,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
       // The relay is the gateway: reached directly (the proxy would refuse it as a host not on the list).
       return { egressHost: net.hostAddress, gatewayUrl: url, noProxy: url ? [net.hostAddress] : [], allow: (ports) => net.allow(relayPort ? [relayPort, ...ports] : ports) };
     },
-    startApp: (opts) => startApp(opts, spec, p.tools, workspace),
+    startApp: (opts) => startApp(opts, spec, p.tools, workspace, p.root?.rootfs),
     runScript: (opts) => runScript(opts, spec, p.tools),
     freeze: (apps) => apps.forEach((app) => app.freeze()),
     thaw: (apps) => apps.forEach((app) => app.thaw()),
@@ -191,12 +217,14 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
 
 type SpecOf = (command: readonly string[], env: Record<string, string>, tty: boolean) => SandboxSpec;
 
-function startApp(opts: SandboxApp, spec: SpecOf, tools: BwrapTools, workspace: string): AppProcess {
+function startApp(opts: SandboxApp, spec: SpecOf, tools: BwrapTools, workspace: string, rootfs: string | undefined): AppProcess {
   const [command] = opts.app.cmd;
   if (!command) throw new SpawnError(`app ${opts.app.name}: empty command`);
-  // The root is the host's: what the session would exec is found here first (the workspace as the host sees it).
-  const onHost = command === INSIDE_WORKSPACE || command.startsWith(`${INSIDE_WORKSPACE}/`) ? join(workspace, command.slice(INSIDE_WORKSPACE.length)) : command;
-  if (!resolveExecutable(onHost, workspace, opts.env.PATH ?? "")) throw new SpawnError(`app ${opts.app.name}: command not found: ${command.slice(0, 128)}`);
+  // What the session would exec is found here first (the workspace as the host sees it; the image's root, or the host's).
+  const inWorkspace = command === INSIDE_WORKSPACE || command.startsWith(`${INSIDE_WORKSPACE}/`);
+  const onHost = inWorkspace ? join(workspace, command.slice(INSIDE_WORKSPACE.length)) : command;
+  const found = rootfs && !inWorkspace ? imageCommandExists(rootfs, command, opts.env.PATH ?? "") : resolveExecutable(onHost, workspace, opts.env.PATH ?? "");
+  if (!found) throw new SpawnError(`app ${opts.app.name}: command not found: ${command.slice(0, 128)}`);
   const tty = opts.app.tty !== false;
   const launch = sandboxLaunch(spec(opts.app.cmd, opts.env, tty), tools);
   if (!tty) return spawnPiped({ name: opts.app.name, file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: opts.onData, signal: signalTree });
