@@ -92,6 +92,8 @@ const RunnerEnv = z
     /** bwrap: the host uids sessions run as (one each), first and count; never 0 or the runner's. Every process of the range is killed at start: runners sharing a host need disjoint ranges. */
     PADDOCK_SANDBOX_UID_FIRST: z.coerce.number().int().positive().max(2 ** 31 - 70_000).default(200_000),
     PADDOCK_SANDBOX_UID_COUNT: z.coerce.number().int().positive().max(16_384).default(1_024),
+    /** bwrap: the most processes (and threads) a session's uid may have at once (RLIMIT_NPROC); a fork bomb stops there. */
+    PADDOCK_SANDBOX_PROCESSES: z.coerce.number().int().min(16).max(1_000_000).default(4_096),
     /** bwrap: names this runner's network namespaces, interfaces and nftables table (runners sharing a host differ). */
     PADDOCK_SANDBOX_NET_INSTANCE: z.string().regex(/^[a-z0-9]{1,4}$/).default("r0"),
     /** bwrap: the IPv4 /16 sessions' links are cut from, as its first two octets (\`10.213\`). */
@@ -155,6 +157,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
       backend: e.PADDOCK_SANDBOX,
       uidFirst: e.PADDOCK_SANDBOX_UID_FIRST,
       uidCount: e.PADDOCK_SANDBOX_UID_COUNT,
+      processes: e.PADDOCK_SANDBOX_PROCESSES,
       netInstance: e.PADDOCK_SANDBOX_NET_INSTANCE,
       netPrefix: e.PADDOCK_SANDBOX_NET_PREFIX,
     },

@@ -44,9 +44,9 @@ describe("config", () => {
 
   it("runs sessions in the process backend unless PADDOCK_SANDBOX says auto or bwrap; refuses anything else", () => {
     const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
-    expect(loadConfig(base).sandbox).toEqual({ backend: "process", uidFirst: 200_000, uidCount: 1_024, netInstance: "r0", netPrefix: [10, 213] });
-    const set = { PADDOCK_SANDBOX: "bwrap", PADDOCK_SANDBOX_UID_FIRST: "300000", PADDOCK_SANDBOX_UID_COUNT: "64", PADDOCK_SANDBOX_NET_INSTANCE: "ab1", PADDOCK_SANDBOX_NET_PREFIX: "10.50" };
-    expect(loadConfig({ ...base, ...set }).sandbox).toEqual({ backend: "bwrap", uidFirst: 300_000, uidCount: 64, netInstance: "ab1", netPrefix: [10, 50] });
+    expect(loadConfig(base).sandbox).toEqual({ backend: "process", uidFirst: 200_000, uidCount: 1_024, processes: 4_096, netInstance: "r0", netPrefix: [10, 213] });
+    const set = { PADDOCK_SANDBOX: "bwrap", PADDOCK_SANDBOX_UID_FIRST: "300000", PADDOCK_SANDBOX_UID_COUNT: "64", PADDOCK_SANDBOX_PROCESSES: "256", PADDOCK_SANDBOX_NET_INSTANCE: "ab1", PADDOCK_SANDBOX_NET_PREFIX: "10.50" };
+    expect(loadConfig({ ...base, ...set }).sandbox).toEqual({ backend: "bwrap", uidFirst: 300_000, uidCount: 64, processes: 256, netInstance: "ab1", netPrefix: [10, 50] });
     expect(loadConfig({ ...base, PADDOCK_SANDBOX: "auto" }).sandbox.backend).toBe("auto");
     for (const [key, bad] of [
       ["PADDOCK_SANDBOX", "docker"],
@@ -56,6 +56,8 @@ describe("config", () => {
       ["PADDOCK_SANDBOX_UID_FIRST", "-1"],
       ["PADDOCK_SANDBOX_UID_COUNT", "0"],
       ["PADDOCK_SANDBOX_UID_COUNT", "16385"],
+      ["PADDOCK_SANDBOX_PROCESSES", "15"],
+      ["PADDOCK_SANDBOX_PROCESSES", "many"],
       ["PADDOCK_SANDBOX_NET_INSTANCE", "toolong"],
       ["PADDOCK_SANDBOX_NET_INSTANCE", "A-b"],
       ["PADDOCK_SANDBOX_NET_PREFIX", "10.300"],

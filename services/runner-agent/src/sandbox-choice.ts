@@ -15,7 +15,7 @@ import { RunnerError, RunnerErrorCode } from "./errors.ts";
 export type SandboxSettings = RunnerConfig["sandbox"];
 
 /** A runner configured without sandbox settings (tests' agents): the process backend. */
-export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", uidFirst: 200_000, uidCount: 1_024, netInstance: "r0", netPrefix: [10, 213] };
+export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", uidFirst: 200_000, uidCount: 1_024, processes: 4_096, netInstance: "r0", netPrefix: [10, 213] };
 
 export class SandboxUnavailableError extends RunnerError {
   constructor(message: string) {

@@ -55,7 +55,7 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     t = testAgent(nc, {
       dataDir,
       capabilities: [],
-      sandbox: { backend, uidFirst: ids.firstUid, uidCount: UID_COUNT, netInstance: ids.instance, netPrefix: ids.prefix },
+      sandbox: { backend, uidFirst: ids.firstUid, uidCount: UID_COUNT, processes: 4_096, netInstance: ids.instance, netPrefix: ids.prefix },
     });
     agents.push(t);
     facts = collectFacts(nc, t.config.poolId, t.config.runnerId);

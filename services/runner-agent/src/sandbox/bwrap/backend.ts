@@ -41,7 +41,7 @@ export interface BwrapBackendOptions {
   childPath: string;
   cap: BwrapCapability;
   tools: BwrapTools;
-  settings: { uidFirst: number; uidCount: number; netInstance: string; netPrefix: readonly [number, number] };
+  settings: { uidFirst: number; uidCount: number; processes?: number; netInstance: string; netPrefix: readonly [number, number] };
   /** Where sessions naming an image get its root; without it such sessions are refused. */
   images?: SandboxImages | undefined;
 }
@@ -49,6 +49,7 @@ export interface BwrapBackendOptions {
 export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   const { log, cap, tools, settings } = opts;
   const runnerUid = process.getuid?.() ?? 0;
+  const rlimits = { ...RLIMITS, processes: settings.processes ?? RLIMITS.processes };
   const uids = createUidAllocator({ first: settings.uidFirst, count: settings.uidCount, reserved: [0, runnerUid] });
   // A uid another runner on this host claimed (overlapping ranges) is never swept as ours.
   const inRange = (uid: number) => uid >= settings.uidFirst && uid < settings.uidFirst + settings.uidCount && !claimedElsewhere(DEFAULT_UID_CLAIM_DIR, uid);
@@ -100,7 +101,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
           await chmod(d, 0o700);
         }
         const net = pool ? await pool.take() : undefined;
-        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, root, release: () => {
+        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, rlimits, ids, sessionId, dir, net, pool, root, release: () => {
           release();
           sandboxes.delete(sandbox);
         } });
@@ -130,6 +131,7 @@ interface SandboxParts {
   tools: BwrapTools;
   childPath: string;
   hide: string[];
+  rlimits: typeof RLIMITS;
   ids: SessionIds;
   sessionId: string;
   dir: string;
@@ -170,7 +172,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     env,
     cwd: INSIDE_WORKSPACE,
     command,
-    rlimits: RLIMITS,
+    rlimits: p.rlimits,
     tty,
   });
   const killAll = async () => {
