@@ -46,7 +46,7 @@ beforeAll(async () => {
   hostSecret = join(dataDir, "host-secret");
   writeFileSync(hostSecret, HOST_SECRET, { mode: 0o600 });
   const scheduler = fakeScheduler(nats.nc, 0);
-  t = testAgent(nats.nc, { dataDir, capabilities: [], sandbox: { backend: "bwrap", uidFirst: ids.firstUid, uidCount: 16, netInstance: ids.instance, netPrefix: ids.prefix } });
+  t = testAgent(nats.nc, { dataDir, capabilities: [], sandbox: { backend: "bwrap", uidFirst: ids.firstUid, uidCount: 16, processes: 4_096, netInstance: ids.instance, netPrefix: ids.prefix } });
   facts = collectFacts(nats.nc, t.config.poolId, t.config.runnerId);
   await t.agent.start();
   scheduler.sub.unsubscribe();
