@@ -280,7 +280,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     const jsm = await jetstreamManager(nc);
     const backend = deps.sandbox ?? (await chooseSandbox(config.sandbox ?? PROCESS_SANDBOX, { log, childPath: config.childPath }));
     sandbox = backend;
-    capabilities = [...config.capabilities.filter((c) => !c.startsWith("sandbox:")), sandboxCapability(backend.kind)];
+    capabilities = [...config.capabilities.filter((c) => !c.startsWith("sandbox:") && !c.startsWith("limits:")), sandboxCapability(backend.kind), ...backend.limits.map((l) => `limits:${l}`)];
     sessions = new SessionManager({
       runner: { poolId: config.poolId, runnerId: config.runnerId },
       inputAdmission: { open: confirmed, epoch: () => epoch, onConfirmed: (listener) => confirmation.onConfirm(listener) },

@@ -129,7 +129,7 @@ export class SessionRuntime {
         starts.push([slot, started]);
       }
       this.phase = "running";
-      this.meter = new UsageMeter(() => sandbox.usageGroups(this.apps()), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS, () => this.egress.bytes());
+      this.meter = new UsageMeter(() => sandbox.usageScope(this.apps()), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS, () => this.egress.bytes());
       this.meter.start();
       this.input = subscribeInput({
         ...this.deps,

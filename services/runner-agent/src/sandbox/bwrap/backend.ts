@@ -21,6 +21,8 @@ import { wrapPty } from "../pty-app.ts";
 import { removeDirSoon } from "../remove-dir.ts";
 import { prepareSessionsDir } from "../sessions-dir.ts";
 import { HOST_HIDDEN, sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
+import { createSessionCgroups, type SessionCgroups } from "./cgroup.ts";
+import { LimitKind, type SandboxLimits } from "./limits.ts";
 import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
 import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from "./network.ts";
 import type { BwrapCapability } from "./probe.ts";
@@ -32,15 +34,13 @@ export const INSIDE_WORKSPACE = "/home/workspace";
 const INSIDE_HOME = "/home/session";
 /** Networks kept ready for creates. */
 const NETWORK_POOL_SIZE = 2;
-/** Per-session rlimits (RLIMIT_NPROC counts threads too: node and a compiler need some hundreds). */
-const RLIMITS = { processes: 4_096, openFiles: 4_096, fileSizeBytes: 8 * 1024 ** 3 };
 
 export interface BwrapBackendOptions {
   log: Logger;
   childPath: string;
   cap: BwrapCapability;
   tools: BwrapTools;
-  settings: { uidFirst: number; uidCount: number; netInstance: string; netPrefix: readonly [number, number] };
+  settings: { uidFirst: number; uidCount: number; netInstance: string; netPrefix: readonly [number, number]; limits: SandboxLimits };
 }
 
 export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
@@ -56,12 +56,16 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   const live = new Set<number>();
   /** The sandboxes not destroyed yet: a runner that stops destroys them (their networks and relays are its own). */
   const sandboxes = new Set<Sandbox>();
+  // memory, cpu and pids per session where the host delegates them; rlimits everywhere.
+  const cgroups = cap.cgroup.delegated && cap.cgroup.dir ? createSessionCgroups(cap.cgroup.dir, process.pid) : undefined;
   return {
     kind: SandboxKind.bwrap,
+    limits: cgroups ? [LimitKind.rlimit, LimitKind.cgroup] : [LimitKind.rlimit],
     async prepare(sessionsDir) {
       const killed = await killUids(inRange);
       if (killed > 0) log.warn({ killed }, "killed sandbox processes left by a previous runner process (by uid)");
       await prepareSessionsDir(sessionsDir, log);
+      await cgroups?.start();
       // Sessions' bwrap (as their uid) binds their directories from here: passable, not listable.
       const dataDir = dirname(sessionsDir);
       await chmod(dataDir, 0o711);
@@ -88,8 +92,9 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
           await chown(d, ids.uid, ids.gid);
           await chmod(d, 0o700);
         }
+        const cgroupDir = await cgroups?.create(sessionId, settings.limits.cgroup);
         const net = pool ? await pool.take() : undefined;
-        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, release: () => {
+        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, limits: settings.limits, cgroupDir, cgroups, release: () => {
           release();
           sandboxes.delete(sandbox);
         } });
@@ -124,6 +129,10 @@ interface SandboxParts {
   dir: string;
   net: SessionNetwork | undefined;
   pool: NetworkPool | undefined;
+  limits: SandboxLimits;
+  /** The session's cgroup (cgroup.ts), where the host delegates one. */
+  cgroupDir: string | undefined;
+  cgroups: SessionCgroups | undefined;
   release: () => void;
 }
 
@@ -144,7 +153,8 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     env,
     cwd: INSIDE_WORKSPACE,
     command,
-    rlimits: RLIMITS,
+    rlimits: p.limits.rlimits,
+    cgroupDir: p.cgroupDir,
     tty,
   });
   const killAll = async () => {
@@ -173,13 +183,15 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     freeze: (apps) => apps.forEach((app) => app.freeze()),
     thaw: (apps) => apps.forEach((app) => app.thaw()),
     killLeftovers: killAll,
-    usageGroups: (apps) => apps.map((app) => app.pid),
+    // Every process of the uid is the session's, also one that left its app's group or session (a piped app's sandbox starts a new one).
+    usageScope: () => ({ uid: p.ids.uid }),
     async destroy() {
       if (destroyed) return;
       destroyed = true;
       await killAll();
       relay?.close();
       if (p.net) p.pool?.release(p.net);
+      await p.cgroups?.remove(p.sessionId).catch((err: unknown) => p.log.warn({ err }, "session cgroup not removed"));
       await removeDirSoon(p.dir, p.log);
       // The allocator skips a uid that still owns processes (a zombie not yet reaped), so releasing now is safe.
       p.release();

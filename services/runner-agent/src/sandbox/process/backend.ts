@@ -19,6 +19,7 @@ export function createProcessBackend(deps: SandboxBackendDeps): SandboxBackend {
   const { log } = deps;
   return {
     kind: SandboxKind.process,
+    limits: [],
     prepare: (sessionsDir) => prepareSessionsDir(sessionsDir, log),
     create: ({ dir }) => Promise.resolve(processSandbox(dir, log)),
     removeDir: async (dir) => {
@@ -48,7 +49,7 @@ function processSandbox(dir: string, log: Logger): Sandbox {
     killLeftovers: async () => {
       await killLeftoverProcesses(dir, log, "that outlived their app's process group");
     },
-    usageGroups: (apps) => apps.map((app) => app.pid),
+    usageScope: (apps) => ({ groups: apps.map((app) => app.pid) }),
     destroy: async () => {
       if (destroyed) return;
       destroyed = true;
