@@ -8,11 +8,11 @@
  * Needs root, as the runner's bwrap backend does.
  */
 import { spawn } from "node:child_process";
-import { connect } from "@nats-io/transport-node";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { startStack, type Stack } from "@paddock/testing";
 import { stopStackKeepingData } from "./leftovers.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
-import { drain, echoSamples, openWs, post, runningWatch, type RunningWatch } from "./terminal.ts";
+import { drain, echoSamples, openWs, post, runningWatch, stageClock, type RunningWatch } from "./terminal.ts";
 
 /** A bwrap runner's own uids, network names and addresses: clear of the primitive bench's (140,000; 10.212) and the tests'. */
 const BWRAP_RUNNER_ENV = {
@@ -56,7 +56,7 @@ async function measureBackend(runnerEnv: Record<string, string>, opts: { samples
   const nc = await connect({ servers: stack.nats.url });
   const watch = await runningWatch(nc);
   try {
-    const createMs = await createSamples(stack, watch, opts.samples);
+    const createMs = await createSamples(stack, nc, watch, opts.samples);
     const echoMs = await echoOf(stack, watch, opts.echoSamples);
     const outputMBs = await outputOf(stack, opts.megabytes);
     return { createMs, echoMs, outputMBs };
@@ -71,17 +71,31 @@ async function deleteSession(stack: Stack, id: string): Promise<void> {
   await fetch(`${stack.url}/v1/sessions/${id}`, { method: "DELETE", headers: { authorization: `Bearer ${stack.token}` } });
 }
 
-/** POST → record running, one at a time, each started once the previous one's delete was answered. */
-async function createSamples(stack: Stack, watch: RunningWatch, samples: number): Promise<number[]> {
+/**
+ * POST → record running, one at a time on an idle system as in the terminal
+ * bench: each starts once the previous session's sandbox is gone (its
+ * destroyed fact), so no teardown is timed into the next create. The stage
+ * log says where the time goes.
+ */
+async function createSamples(stack: Stack, nc: NatsConnection, watch: RunningWatch, samples: number): Promise<number[]> {
   const ms: number[] = [];
+  const clock = await stageClock(nc);
+  const timed: Array<{ id: string; start: number }> = [];
   // One untimed create first: the runner's first session pays for cold code paths on either backend.
   for (let i = 0; i <= samples; i++) {
     const start = performance.now();
     const s = await post(stack, "/v1/sessions", { spec: { cmd: ["sh", "-c", "echo up; exec sleep 600"] } });
+    clock.mark(s.id, "answered");
     await watch.untilRunning(s.id);
-    if (i > 0) ms.push(performance.now() - start);
+    clock.mark(s.id, "running");
+    if (i > 0) {
+      ms.push(performance.now() - start);
+      timed.push({ id: s.id, start });
+    }
     await deleteSession(stack, s.id);
+    await clock.destroyed(s.id);
   }
+  clock.report(timed);
   return ms;
 }
 

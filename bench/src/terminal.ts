@@ -64,7 +64,7 @@ const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
  * record turning running (core NATS sees the stream subjects as they are
  * published). Also tells when a deleted session's sandbox is gone.
  */
-async function stageClock(nc: NatsConnection) {
+export async function stageClock(nc: NatsConnection) {
   const at = new Map<string, Record<string, number>>();
   const gone = new Map<string, () => void>();
   const mark = (id: string, stage: string) => {
