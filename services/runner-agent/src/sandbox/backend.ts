@@ -83,6 +83,8 @@ export interface Sandbox {
 export interface SandboxReach {
   /** The address the session's egress proxy listens on. */
   egressHost: string;
+  /** The port it listens on when free (0: any): one the session's network lets through already. */
+  egressPort: number;
   /** PADDOCK_URL as the session can reach it; undefined when the runner has no gateway URL. */
   gatewayUrl: string | undefined;
   /** Hosts the session reaches directly rather than through its egress proxy (NO_PROXY): the gateway's relay. */

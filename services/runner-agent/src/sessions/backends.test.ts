@@ -4,6 +4,7 @@
  * with `process` and once with `bwrap` (namespaced, a uid of its own, a
  * network of its own). What differs between them is asserted per backend.
  */
+import { execFileSync } from "node:child_process";
 import { chmodSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { createServer } from "node:http";
@@ -179,6 +180,20 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     } finally {
       server.close();
     }
+  });
+
+  it.runIf(backend === "bwrap")("reaches its gateway relay and egress proxy without a per-session nft rule (the link's shared ports)", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    // The proxy answers (403 for a host not on the list) when the link lets its port through.
+    await start(sessionId, { cmd: ["sh", "-c", 'echo "proxy:$(curl -s -m 5 -o /dev/null -w %{http_code} http://example.invalid/)."; exec sleep 600'] });
+    await term.waitFor(() => /proxy:\d+\./.test(term.text()));
+    expect(term.text()).toContain("proxy:403.");
+    // Nothing was added for the session on its way to running: no `nft` run on the create path.
+    const set = execFileSync("nft", ["list", "set", "inet", `paddock_${ids.instance}`, "allowed"], { encoding: "utf8" });
+    expect(set).not.toContain("elements");
+    await send({ type: "destroy", sessionId });
+    await fact(sessionId, "destroyed");
   });
 
   it("runs a tty:false app with pipes, each chunk tagged with its stream", async () => {

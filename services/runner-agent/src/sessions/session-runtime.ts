@@ -110,7 +110,7 @@ export class SessionRuntime {
         held: this.held,
         sandbox,
         signal: this.abort.signal,
-        startEgress: (host) => this.egress.start(this.cmd.spec.egressAllow ?? [], host, this.deps, this.ids(), () => this.phase === "ending"),
+        startEgress: (host, port) => this.egress.start(this.cmd.spec.egressAllow ?? [], host, port, this.deps, this.ids(), () => this.phase === "ending"),
         emit: (body, key) => this.emit(body, key),
         logFields: this.ids(),
       });

@@ -32,6 +32,16 @@ import { claimedElsewhere, createUidAllocator, DEFAULT_UID_CLAIM_DIR, pidsOfUid,
 /** Where a session sees its workspace (its cwd and HOME); /home is an empty tmpfs in the sandbox. */
 export const INSIDE_WORKSPACE = "/home/workspace";
 const INSIDE_HOME = "/home/session";
+/**
+ * The ports of a session's gateway relay and egress proxy, each listening on
+ * the runner's end of the session's own link (an address only that session
+ * routes to): the same for every session, so the network lets them through
+ * from its start (`sharedPorts`) and a create runs no `nft` (measured: one
+ * `nft` run was most of the sandbox's create → running on a loaded host).
+ */
+const RELAY_PORT = 7118;
+const EGRESS_PORT = 7119;
+const SHARED_PORTS: readonly number[] = [RELAY_PORT, EGRESS_PORT];
 /** Networks kept ready for creates. */
 const NETWORK_POOL_SIZE = 2;
 
@@ -72,7 +82,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
       await chmod(sessionsDir, 0o711);
       hide = hiddenByTmpfs(dataDir);
       if (cap.network.works && cap.network.ip && cap.network.nft) {
-        networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: settings.netInstance, prefix: settings.netPrefix });
+        networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: settings.netInstance, prefix: settings.netPrefix, sharedPorts: SHARED_PORTS });
         await networks.start();
         pool = createNetworkPool({ networks, size: NETWORK_POOL_SIZE, slots: settings.uidCount, onError: (err) => log.warn({ err }, "sandbox network not built") });
       } else {
@@ -168,15 +178,27 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     adopt: () => chownTree(workspace, p.ids.uid, p.ids.gid),
     async reach(gatewayUrl): Promise<SandboxReach> {
       const net = p.net;
-      if (!net) return { egressHost: "127.0.0.1", gatewayUrl: undefined, noProxy: [], allow: () => Promise.resolve() };
+      if (!net) return { egressHost: "127.0.0.1", egressPort: 0, gatewayUrl: undefined, noProxy: [], allow: () => Promise.resolve() };
       let relayPort: number | undefined;
       if (gatewayUrl) {
-        relay = await startRelay(net.hostAddress, new URL(gatewayUrl));
+        relay = await startRelay(net.hostAddress, new URL(gatewayUrl)).catch((err: NodeJS.ErrnoException) => {
+          // Something else of the host holds the relay's port: any port does (allowed below).
+          if (err.code === "EADDRINUSE") return startRelay(net.hostAddress, new URL(gatewayUrl), 0);
+          throw err;
+        });
         relayPort = (relay.address() as AddressInfo).port;
       }
       const url = gatewayUrl && relayPort ? `${new URL(gatewayUrl).protocol}//${net.hostAddress}:${relayPort}` : undefined;
       // The relay is the gateway: reached directly (the proxy would refuse it as a host not on the list).
-      return { egressHost: net.hostAddress, gatewayUrl: url, noProxy: url ? [net.hostAddress] : [], allow: (ports) => net.allow(relayPort ? [relayPort, ...ports] : ports) };
+      // The link lets the shared ports through already: a session whose relay and proxy got them runs no `nft` on its way to running.
+      const unshared = (ports: readonly number[]) => ports.filter((port) => !SHARED_PORTS.includes(port));
+      return {
+        egressHost: net.hostAddress,
+        egressPort: EGRESS_PORT,
+        gatewayUrl: url,
+        noProxy: url ? [net.hostAddress] : [],
+        allow: (ports) => net.allow(unshared(relayPort ? [relayPort, ...ports] : ports)),
+      };
     },
     startApp: (opts) => startApp(opts, spec, p.tools, workspace),
     runScript: (opts) => runScript(opts, spec, p.tools),
@@ -369,7 +391,7 @@ async function chownTree(root: string, uid: number, gid: number): Promise<void> 
 }
 
 /** A TCP relay on host (the runner's end of a session's link) to the gateway: the session's PADDOCK_URL. */
-function startRelay(host: string, target: URL): Promise<Server> {
+function startRelay(host: string, target: URL, listenPort = RELAY_PORT): Promise<Server> {
   const port = Number(target.port || (target.protocol === "https:" ? 443 : 80));
   const server = createServer((client) => {
     const upstream = connect(port, target.hostname);
@@ -385,7 +407,7 @@ function startRelay(host: string, target: URL): Promise<Server> {
   });
   return new Promise((resolve, reject) => {
     server.once("error", reject);
-    server.listen(0, host, () => {
+    server.listen(listenPort, host, () => {
       server.off("error", reject);
       resolve(server);
     });

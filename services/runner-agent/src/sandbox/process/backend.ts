@@ -40,7 +40,7 @@ function processSandbox(dir: string, log: Logger): Sandbox {
     workspace,
     insideWorkspace: workspace,
     adopt: () => Promise.resolve(),
-    reach: (gatewayUrl) => Promise.resolve({ egressHost: "127.0.0.1", gatewayUrl, noProxy: [], allow: () => Promise.resolve() }),
+    reach: (gatewayUrl) => Promise.resolve({ egressHost: "127.0.0.1", egressPort: 0, gatewayUrl, noProxy: [], allow: () => Promise.resolve() }),
     startApp: (opts) => spawnApp({ ...opts, cwd: workspace }),
     runScript: (opts) => runScript({ ...opts, cwd: workspace }),
     freeze: (apps) => eachApp(apps, (app) => app.freeze()),
