@@ -1,6 +1,7 @@
 // Pulling and unpacking an image the first time (registry → verified OCI
 // layout → umoci → rootfs in the cache), against plain fetches of the same
-// blobs and `tar -x` of the layers in the same run; and a cached second pull.
+// blobs and `tar -x` of the layers in the same run; a cached second pull; and
+// a session's start from the cached image against one on the host root.
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
@@ -10,6 +11,7 @@ import { promisify } from "node:util";
 import { buildImage, pushImage, type BuiltImage, type TarEntry } from "@paddock/oci";
 import { createImageStore, ImagesConfig } from "@paddock/runner-agent/images";
 import { busyboxLayer, startRegistry, type RegistryHandle } from "@paddock/testing";
+import { cachedImageStartBench } from "./image-start.ts";
 import { removeLater } from "./leftovers.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
 
@@ -71,6 +73,7 @@ export async function imagesBench(opts: { megabytes: number; samples: number }):
       cached.push(performance.now() - start);
       await store.stop();
     }
+    const starts = await cachedImageStartBench(ref, config, Math.max(opts.samples * 4, 10));
     const p50 = (s: number[]) => percentile(s, 50);
     const baseName = "fetch blobs + tar -x";
     const label = `${Math.round(bytes / MiB)} MiB image`;
@@ -78,6 +81,7 @@ export async function imagesBench(opts: { megabytes: number; samples: number }):
       figure({ bench: "images", metric: `first pull + unpack, ${label} (p50)`, value: p50(first), unit: "ms", baseline: { name: baseName, value: p50(baseline) } }),
       figure({ bench: "images", metric: `first pull + unpack throughput`, value: bytes / MiB / (p50(first) / 1000), unit: "MiB/s", baseline: { name: baseName, value: bytes / MiB / (p50(baseline) / 1000) } }),
       figure({ bench: "images", metric: "cached second pull (p50)", value: p50(cached), unit: "ms", baseline: { name: "first pull", value: p50(first) } }),
+      ...starts,
     ];
   } finally {
     await registry.stop();

@@ -17,6 +17,7 @@ import { fuzzHttp, HTTP_ROUTES } from "./fuzz-http.ts";
 import { fuzzNats, readBackInjected } from "./fuzz-nats.ts";
 import { fuzzWebSocket } from "./fuzz-ws.ts";
 import { floodAndPaste } from "./fuzz-flood.ts";
+import { sandboxCase } from "./fuzz-sandbox.ts";
 import type { Prng } from "./prng.ts";
 import { Anomalies, log, type ScenarioResult } from "./report.ts";
 import type { ChaosStack } from "./stack.ts";
@@ -31,6 +32,8 @@ export const BAD_INPUT_ANOMALIES = [
   "service stopped working",
   "input lost",
   "runner stalled by a paste",
+  "sandbox escapes",
+  "sandbox own work failed",
 ] as const;
 
 const WS = "default";
@@ -102,6 +105,7 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
 
   // After the state comparison: these create sessions of their own.
   await floodAndPaste(ctx, prng.fork());
+  await sandboxCase(ctx);
 
   for (const c of stack.crashes.slice(crashBase)) anomalies.add("services crashed", `${c.id} exited (${c.code ?? c.signal ?? "?"}) — repeat with --seed ${opts.seed} --only bad-input`);
   for (const id of stack.members.keys()) if (!stack.isUp(id)) await stack.startMember(id);
@@ -127,7 +131,7 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
   return {
     name: "bad-input",
     faults: sent,
-    sessions: 6,
+    sessions: 8,
     anomalies: anomalies.counts,
     details: [`seed ${opts.seed} (repeat with --seed ${opts.seed} --only bad-input)`, ...anomalies.details],
     seconds: (Date.now() - started) / 1000,

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, type WriteStream } from "node:fs";
+import { chmodSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, type WriteStream } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -83,7 +83,9 @@ export class ChaosStack {
 
   static async start(opts: ChaosStackOptions): Promise<ChaosStack> {
     const dataDir = mkdtempSync(join(tmpdir(), "paddock-chaos-"));
-    mkdirSync(join(dataDir, "logs"));
+    // Passable (not listable): a bwrap runner's sessions bind their directories below it as their own uid.
+    chmodSync(dataDir, 0o711);
+    mkdirSync(join(dataDir, "logs"), { mode: 0o700 });
     const cluster = opts.cluster ? await startNatsCluster({ dir: join(dataDir, "nats") }) : undefined;
     const nats = cluster ? undefined : await startNatsServer({ storeDir: join(dataDir, "nats") });
     const natsUrls = cluster?.urls ?? nats?.url ?? "";
@@ -128,6 +130,12 @@ export class ChaosStack {
 
   private define(id: string, role: ServiceName, env: Record<string, string>): void {
     this.members.set(id, { id, role, env, proc: undefined, expectingExit: false, starts: 0 });
+  }
+
+  /** One more runner-agent member, as runner-1 with env over it; not in runnerIds (scenarios counting runners see the stack's own). */
+  defineRunner(id: string, env: Record<string, string>): void {
+    const base = this.member(this.runnerIds[0] ?? "runner-1").env;
+    this.define(id, "runner-agent", { ...base, ...env, PADDOCK_RUNNER_ID: id, PADDOCK_RUNNER_DATA_DIR: this.runnerDir(id) });
   }
 
   member(id: string): Member {

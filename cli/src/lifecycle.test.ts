@@ -79,6 +79,19 @@ describe("against the fake gateway", () => {
     expect(JSON.parse((await runCli(["resume", "s1", "--json"], env)).stdout)).toMatchObject({ id: "s1", state: "queued" });
   });
 
+  it("a runner slower than the API's wait: suspend and resume print the state once it is done, or its refusal", async () => {
+    await runCli(["create", "--", "x"], env);
+    await runCli(["create", "--", "y"], env);
+    gw.slowRunner = { reads: 2 };
+    expect(await runCli(["suspend", "s1"], env)).toEqual({ code: 0, stdout: "s1 suspended_cold\n", stderr: "" });
+    expect(await runCli(["suspend", "s2", "--warm"], env)).toEqual({ code: 0, stdout: "s2 suspended_warm\n", stderr: "" });
+    expect(JSON.parse((await runCli(["resume", "s2", "--json"], env)).stdout)).toMatchObject({ id: "s2", state: "running" });
+    // Each waited through the reads that still showed it pending.
+    expect(gw.requests.filter((r) => r.method === "GET" && r.path === "/v1/sessions/s1")).toHaveLength(3);
+    gw.slowRunner = { reads: 1, refuse: "checkpoint could not be stored" };
+    expect(await runCli(["suspend", "s2"], env)).toEqual({ code: 1, stdout: "", stderr: "error: conflict: the runner refused: checkpoint could not be stored\n" });
+  });
+
   it("an API error is printed as error: code: message, exit 1", async () => {
     await runCli(["create", "--", "x"], env);
     expect(await runCli(["resume", "s1"], env)).toEqual({ code: 1, stdout: "", stderr: "error: conflict: session is running\n" });

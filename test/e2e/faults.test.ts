@@ -34,8 +34,8 @@ afterEach(async () => {
   nc = undefined;
 });
 
-async function up(runners: number, capacity = 8): Promise<{ stack: Stack; nc: NatsConnection }> {
-  stack = await startStack({ runners, runnerCapacity: capacity, env: FAST });
+async function up(runners: number, capacity = 8, env: typeof FAST = FAST): Promise<{ stack: Stack; nc: NatsConnection }> {
+  stack = await startStack({ runners, runnerCapacity: capacity, env });
   nc = await connect({ servers: stack.nats.url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
   return { stack, nc };
 }
@@ -187,7 +187,14 @@ describe("crashes mid-placement", () => {
 
 describe("broker restart", () => {
   it("every service reconnects after nats-server restarts under load and carries on without being restarted", async () => {
-    const { stack: s, nc: conn } = await up(1);
+    // The default lease (10 s, 20 s grace), not FAST's 2 s: this is about reconnecting, and a
+    // broker restart on a loaded machine may outlast a 3 s lease window (the runner is then
+    // rightly lost, which is the crash tests' subject, not this one's).
+    const lease = { PADDOCK_RUNNER_LEASE_TTL_MS: "10000", PADDOCK_RUNNER_LOST_GRACE_MS: "20000" };
+    const { stack: s, nc: conn } = await up(1, 8, {
+      scheduler: { ...FAST.scheduler, ...lease },
+      "runner-agent": { PADDOCK_RUNNER_LEASE_TTL_MS: lease.PADDOCK_RUNNER_LEASE_TTL_MS, PADDOCK_RUNNER_LEASE_RENEW_MS: "2000" },
+    });
     const chatty = await createSession(s, { spec: { cmd: ["sh", "-c", "i=0; while :; do echo line$i; i=$((i+1)); sleep 0.02; done"] } });
     const viewer = await Terminal.open(s.url, s.token, chatty.id, "since=all");
     await viewer.until((t) => t.output().includes("line5"));

@@ -214,7 +214,7 @@ describe("npm run up", { timeout: 120_000 }, () => {
   it("passes its own PADDOCK_* variables through to the services", async () => {
     const r = await api(up.printed.PADDOCK_URL ?? "", up.printed.PADDOCK_TOKEN, "GET", "/v1/runners");
     expect(r.status).toBe(200);
-    expect((r.body as { runners: Array<{ id: string; capabilities: string[] }> }).runners).toEqual([expect.objectContaining({ id: "local-1", capabilities: ["passed-through"] })]);
+    expect((r.body as { runners: Array<{ id: string; capabilities: string[] }> }).runners).toEqual([expect.objectContaining({ id: "local-1", capabilities: ["passed-through", "sandbox:process"] })]);
   });
 
   it("restarts a service killed with SIGKILL (logged), and the API works again", async () => {

@@ -1,8 +1,30 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import { CreateSessionBody, describeZodError, HttpApi, SessionMode, type Session } from "@paddock/contracts";
 import { apiOf, parseCommand, positionals, type Command, type Ctx } from "../command.ts";
 import { json } from "../format.ts";
-import { ExitCode, UsageError, write } from "../io.ts";
+import { ApiError, ExitCode, UsageError, write } from "../io.ts";
 
+/** First and longest pause between reads of a record whose operation the runner has not finished. */
+const SETTLE_FIRST_MS = 100;
+const SETTLE_MAX_MS = 1_000;
+
+/**
+ * The record once the runner has carried out the operation the answer left
+ * pending: the API answers a pending record when the runner is slower than its
+ * wait, and printing that ("ID running" after a suspend) would be a lie. The
+ * scheduler clears a pending operation after its timeout, so this ends.
+ */
+async function settled(ctx: Ctx, answer: Session): Promise<Session> {
+  const pending = answer.pending;
+  if (!pending) return answer;
+  for (let delayMs = SETTLE_FIRST_MS; ; delayMs = Math.min(delayMs * 2, SETTLE_MAX_MS)) {
+    await sleep(delayMs);
+    const now = await apiOf(ctx).call(HttpApi.getSession, { params: { id: answer.id } });
+    if (now.pending?.requestId === pending.requestId) continue;
+    if (now.refusal?.requestId === pending.requestId) throw new ApiError("conflict", `the runner refused: ${now.refusal.reason}`, 409);
+    return now;
+  }
+}
 
 /** `ID STATE`, or the record with --json. */
 async function printSession(ctx: Ctx, session: Session, asJson: boolean | undefined): Promise<void> {
@@ -67,7 +89,8 @@ export const suspendCommand: Command = {
   summary: "suspend a session (cold by default, --warm keeps it in place)",
   help: `usage: paddock suspend ID [--warm] [--json]
 
-Suspends a running session and prints "ID STATE" (the record with --json).
+Suspends a running session and prints "ID STATE" (the record with --json) once
+the runner has done it.
 Cold (default): a checkpoint is taken and the sandbox removed; its slot is freed.
   --warm   stop the processes in place and keep the slot (fast to resume)
 `,
@@ -76,7 +99,7 @@ Cold (default): a checkpoint is taken and the sandbox removed; its slot is freed
     if (!args) return ExitCode.ok;
     const [id = ""] = positionals(this, args.positionals, ["id"]);
     const session = await apiOf(ctx).call(HttpApi.suspendSession, { params: { id }, body: { warm: args.flags.warm === true } });
-    await printSession(ctx, session, args.flags.json);
+    await printSession(ctx, await settled(ctx, session), args.flags.json);
     return ExitCode.ok;
   },
 };
@@ -94,7 +117,7 @@ cold one is queued for placement on any runner of its pool and restored.
     if (!args) return ExitCode.ok;
     const [id = ""] = positionals(this, args.positionals, ["id"]);
     const session = await apiOf(ctx).call(HttpApi.resumeSession, { params: { id }, body: {} });
-    await printSession(ctx, session, args.flags.json);
+    await printSession(ctx, await settled(ctx, session), args.flags.json);
     return ExitCode.ok;
   },
 };

@@ -23,6 +23,7 @@ import {
   type BodyOf,
   type ErrorBody,
   type HttpApi,
+  type PendingOp,
   type QueryOf,
   type ServerFrame,
   type Session,
@@ -65,6 +66,8 @@ export interface FakeGateway {
   pageSize: number;
   /** A restart answers the pending record (the runner has not started the new generation yet). */
   restartPending: boolean;
+  /** A runner slower than the API's wait: suspend and resume answer the pending record, which the next `reads` GETs still show; then it is done, or refused with `refuse`. */
+  slowRunner?: { reads: number; refuse?: string };
   /** Called when a session is created (its "process" starts), and on each input chunk. */
   program: { start?(t: FakeTerminal): void; input?(t: FakeTerminal, bytes: Buffer): void };
   /** Called after hello and replay on each attach; the default does nothing. */
@@ -95,6 +98,8 @@ export async function startFakeGateway(): Promise<FakeGateway> {
   const attaches: URLSearchParams[] = [];
   const idempotent = new Map<string, Session>();
   let seq = 0;
+  /** Operations a slow runner has not finished: what the record becomes once `reads` GETs have seen it pending. */
+  const slow = new Map<string, { op: PendingOp["op"]; requestId: string; to: SessionState; reads: number; refuse?: string }>();
   const wss = new WebSocketServer({ noServer: true });
 
   const terminalOf = (session: Session): FakeTerminal => {
@@ -206,8 +211,16 @@ export async function startFakeGateway(): Promise<FakeGateway> {
     if (!t) return fail(res, 404, { code: "not_found", message: "session not found" });
     const s = t.session;
     switch (call.name) {
-      case "getSession":
+      case "getSession": {
+        const op = slow.get(s.id);
+        if (op && op.reads-- <= 0) {
+          slow.delete(s.id);
+          delete s.pending;
+          if (op.refuse === undefined) s.state = op.to;
+          else s.refusal = { requestId: op.requestId, op: op.op, reason: op.refuse, at: 1_700_000_000_000 };
+        }
         return send(res, 200, s);
+      }
       case "deleteSession":
         s.state = "destroyed";
         return send(res, 200, s);
@@ -217,9 +230,11 @@ export async function startFakeGateway(): Promise<FakeGateway> {
         return;
       case "suspendSession": {
         const to = (call.body as BodyOf<typeof HttpApi.suspendSession>).warm ? "suspended_warm" : "suspended_cold";
+        if (gw.slowRunner) return answerPending(res, s, to === "suspended_warm" ? "suspend_warm" : "suspend_cold", to);
         return moveTo(res, s, to);
       }
       case "resumeSession":
+        if (gw.slowRunner && s.state === "suspended_warm") return answerPending(res, s, "resume_warm", "running");
         // A warm session wakes in place; anything else resumes by queueing again (which only a cold one may).
         return moveTo(res, s, s.state === "suspended_warm" ? "running" : "queued");
       case "snapshotSession":
@@ -241,6 +256,16 @@ export async function startFakeGateway(): Promise<FakeGateway> {
       }
     }
     fail(res, 404, { code: "not_found", message: "no such route in the fake" });
+  }
+
+  /** The record with the operation pending, as the API answers it when the runner is slower than its wait. */
+  function answerPending(res: ServerResponse, s: Session, op: PendingOp["op"], to: SessionState): void {
+    if (!canTransition(s.state, to)) return fail(res, 409, { code: "conflict", message: `session is ${s.state}` });
+    const requestId = `req_${String(slow.size + 1)}`;
+    const slowRunner = gw.slowRunner ?? { reads: 0 };
+    slow.set(s.id, { op, requestId, to, reads: slowRunner.reads, ...(slowRunner.refuse === undefined ? {} : { refuse: slowRunner.refuse }) });
+    s.pending = { op, requestId, requestedAt: 1_700_000_000_000 };
+    send(res, 200, s);
   }
 
   /** A state change the contract's state machine allows, or the scheduler's conflict. */

@@ -1,8 +1,9 @@
 import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
-import { Buckets, DispatchCommand, runnerKey, Streams, type RegisterRunnerReply } from "@paddock/contracts";
+import { Buckets, DispatchCommand, IMAGE_CAPABILITY, runnerKey, Streams, type RegisterRunnerReply } from "@paddock/contracts";
 import { consumeTyped, encoderOf, type ConsumerHandle } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { RunnerConfig } from "./config.ts";
@@ -16,7 +17,9 @@ import { StoppedError } from "./errors.ts";
 import type { HeldSession } from "@paddock/contracts";
 import { createHeldCheck } from "./fleet/held-check.ts";
 import { createCheckpointStore, type CheckpointCompression } from "./workspace/checkpoint.ts";
-import { sandboxCapability, type SandboxBackend } from "./sandbox/backend.ts";
+import { sandboxCapability, SandboxKind, type SandboxBackend } from "./sandbox/backend.ts";
+import { sandboxImages } from "./image-roots.ts";
+import { createImageStore, ImagesConfig, type ImageStore } from "./images/index.ts";
 import { chooseSandbox, PROCESS_SANDBOX, type SandboxSettings } from "./sandbox-choice.ts";
 import { RegistrationConfirmation } from "./fleet/confirmation.ts";
 import { noSecrets, type SecretResolver } from "./sessions/secrets.ts";
@@ -68,6 +71,8 @@ export type AgentConfig = Pick<
   activityMs?: number;
   /** Which sandbox backend sessions run in (`PADDOCK_SANDBOX`, sandbox-choice.ts); process when absent. */
   sandbox?: SandboxSettings;
+  /** The image store's settings (`PADDOCK_IMAGE_*`); defaults when absent. */
+  images?: ImagesConfig;
 };
 
 export interface RunnerAgentDeps {
@@ -155,6 +160,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
   });
   let sessions: SessionManager | undefined;
   let sandbox: SandboxBackend | undefined;
+  let images: ImageStore | undefined;
   /** The configured capabilities and `sandbox:<backend>` (known once the backend is chosen at start). */
   let capabilities = config.capabilities;
   const requireSessions = () => {
@@ -278,9 +284,19 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
 
   const start = async () => {
     const jsm = await jetstreamManager(nc);
-    const backend = deps.sandbox ?? (await chooseSandbox(config.sandbox ?? PROCESS_SANDBOX, { log, childPath: config.childPath }));
+    // Sessions naming an image are rooted in it: the store caches unpacked roots by digest under the data dir.
+    images = createImageStore({ root: join(config.dataDir, "images"), config: config.images ?? ImagesConfig.parse({}) });
+    await images.start();
+    const backend = deps.sandbox ?? (await chooseSandbox(config.sandbox ?? PROCESS_SANDBOX, { log, childPath: config.childPath, images: sandboxImages(images) }));
     sandbox = backend;
-    capabilities = [...config.capabilities.filter((c) => !c.startsWith("sandbox:") && !c.startsWith("limits:")), sandboxCapability(backend.kind), ...backend.limits.map((l) => `limits:${l}`)];
+    // Only a backend that roots sessions in images takes sessions naming one (the scheduler requires image:oci of them).
+    const imageCapable = backend.kind === SandboxKind.bwrap ? [IMAGE_CAPABILITY] : [];
+    capabilities = [
+      ...config.capabilities.filter((c) => !c.startsWith("sandbox:") && !c.startsWith("limits:") && c !== IMAGE_CAPABILITY),
+      sandboxCapability(backend.kind),
+      ...imageCapable,
+      ...backend.limits.map((l) => `limits:${l}`),
+    ];
     sessions = new SessionManager({
       runner: { poolId: config.poolId, runnerId: config.runnerId },
       inputAdmission: { open: confirmed, epoch: () => epoch, onConfirmed: (listener) => confirmation.onConfirm(listener) },
@@ -368,6 +384,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     activity.stop();
     await registering;
     await sandbox?.stop();
+    await images?.stop();
   };
 
   return {

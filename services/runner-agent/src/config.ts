@@ -5,10 +5,11 @@ import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
 import { SecretsKeySetting } from "@paddock/bus";
 import type { SandboxLimits } from "./sandbox/bwrap/limits.ts";
 import { DEFAULT_COALESCE_MS, type TerminalSettings } from "./terminal/term-options.ts";
+import { ImagesConfig } from "./images/config.ts";
 import { CheckpointCompression } from "./workspace/checkpoint.ts";
 import type { WorkspaceLimits } from "./workspace/workspace-ops.ts";
 
-const capabilities = z
+const commaList = z
   .string()
   .default("")
   .transform((s) =>
@@ -16,8 +17,10 @@ const capabilities = z
       .split(",")
       .map((c) => c.trim())
       .filter((c) => c.length > 0),
-  )
-  .pipe(z.array(z.string().min(1).max(64)).max(64));
+  );
+const capabilities = commaList.pipe(z.array(z.string().min(1).max(64)).max(64));
+/** host[:port], as image references name registries (no scheme, no path). */
+const registryHosts = commaList.pipe(z.array(z.string().regex(/^[A-Za-z0-9.-]+(:\d{1,5})?$/, "host[:port], no scheme or path").max(255)).max(64));
 
 const RunnerEnv = z
   .object({
@@ -90,6 +93,8 @@ const RunnerEnv = z
     /** bwrap: the host uids sessions run as (one each), first and count; never 0 or the runner's. Every process of the range is killed at start: runners sharing a host need disjoint ranges. */
     PADDOCK_SANDBOX_UID_FIRST: z.coerce.number().int().positive().max(2 ** 31 - 70_000).default(200_000),
     PADDOCK_SANDBOX_UID_COUNT: z.coerce.number().int().positive().max(16_384).default(1_024),
+    /** bwrap: the most processes (and threads) a session's uid may have at once (RLIMIT_NPROC); a fork bomb stops there. */
+    PADDOCK_SANDBOX_PROCESSES: z.coerce.number().int().min(16).max(1_000_000).default(4_096),
     /** bwrap: names this runner's network namespaces, interfaces and nftables table (runners sharing a host differ). */
     PADDOCK_SANDBOX_NET_INSTANCE: z.string().regex(/^[a-z0-9]{1,4}$/).default("r0"),
     /** bwrap: the IPv4 /16 sessions' links are cut from, as its first two octets (\`10.213\`). */
@@ -99,8 +104,7 @@ const RunnerEnv = z
       .transform((s) => s.split(".").map(Number) as [number, number])
       .refine((p) => p.every((o) => o <= 255), "octets are 0-255")
       .default([10, 213]),
-    /** bwrap: per-session rlimits, always enforced: processes (and threads) of the session's uid, open files per process, the largest file a process may write. */
-    PADDOCK_SANDBOX_MAX_PROCESSES: z.coerce.number().int().positive().max(1_000_000).default(4_096),
+    /** bwrap: per-session rlimits, always enforced (processes: PADDOCK_SANDBOX_PROCESSES): open files per process, the largest file a process may write. */
     PADDOCK_SANDBOX_MAX_OPEN_FILES: z.coerce.number().int().positive().max(1_048_576).default(4_096),
     PADDOCK_SANDBOX_MAX_FILE_SIZE_BYTES: z.coerce.number().int().positive().max(2 ** 53 - 1).default(8 * 1024 ** 3),
     /** bwrap: per-session cgroup v2 limits, enforced only where the host delegates memory, cpu and pids to the runner (its capabilities say `limits:cgroup`). */
@@ -108,6 +112,10 @@ const RunnerEnv = z
     /** Millicores: 1000 is one core. */
     PADDOCK_SANDBOX_CPU_MILLIS: z.coerce.number().int().min(10).max(1_024_000).default(2_000),
     PADDOCK_SANDBOX_PIDS_MAX: z.coerce.number().int().positive().max(4_194_304).default(4_096),
+    /** Images (bwrap): host[:port] of registries pulled from over plain HTTP (a loopback registry, a local mirror), comma-separated. */
+    PADDOCK_IMAGE_INSECURE_REGISTRIES: registryHosts,
+    /** Images (bwrap): unpacked roots kept under <data dir>/images; images no session uses are evicted past it. */
+    PADDOCK_IMAGE_CACHE_MAX_BYTES: z.coerce.number().int().positive().optional(),
     /** Opens secret values sealed by the gateway (same key); unset reads them unencrypted. */
     PADDOCK_SECRETS_KEY: SecretsKeySetting,
     /** Handed to session processes (their env is otherwise minimal). */
@@ -161,10 +169,11 @@ export function loadConfig(env: Record<string, string | undefined>) {
       netInstance: e.PADDOCK_SANDBOX_NET_INSTANCE,
       netPrefix: e.PADDOCK_SANDBOX_NET_PREFIX,
       limits: {
-        rlimits: { processes: e.PADDOCK_SANDBOX_MAX_PROCESSES, openFiles: e.PADDOCK_SANDBOX_MAX_OPEN_FILES, fileSizeBytes: e.PADDOCK_SANDBOX_MAX_FILE_SIZE_BYTES },
+        rlimits: { processes: e.PADDOCK_SANDBOX_PROCESSES, openFiles: e.PADDOCK_SANDBOX_MAX_OPEN_FILES, fileSizeBytes: e.PADDOCK_SANDBOX_MAX_FILE_SIZE_BYTES },
         cgroup: { memoryMaxBytes: e.PADDOCK_SANDBOX_MEMORY_MAX_BYTES, cpuMaxMicros: e.PADDOCK_SANDBOX_CPU_MILLIS * 100, pidsMax: e.PADDOCK_SANDBOX_PIDS_MAX },
       } satisfies SandboxLimits,
     },
+    images: ImagesConfig.parse({ insecureRegistries: e.PADDOCK_IMAGE_INSECURE_REGISTRIES, ...(e.PADDOCK_IMAGE_CACHE_MAX_BYTES !== undefined ? { maxCacheBytes: e.PADDOCK_IMAGE_CACHE_MAX_BYTES } : {}) }),
     checkpointCompression: e.PADDOCK_RUNNER_CHECKPOINT_COMPRESSION,
     terminal: {
       coalesceMs: e.PADDOCK_RUNNER_TERM_COALESCE_MS,

@@ -46,8 +46,8 @@ describe("config", () => {
   it("runs sessions in the process backend unless PADDOCK_SANDBOX says auto or bwrap; refuses anything else", () => {
     const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
     expect(loadConfig(base).sandbox).toEqual({ backend: "process", uidFirst: 200_000, uidCount: 1_024, netInstance: "r0", netPrefix: [10, 213], limits: DEFAULT_SANDBOX_LIMITS });
-    const set = { PADDOCK_SANDBOX: "bwrap", PADDOCK_SANDBOX_UID_FIRST: "300000", PADDOCK_SANDBOX_UID_COUNT: "64", PADDOCK_SANDBOX_NET_INSTANCE: "ab1", PADDOCK_SANDBOX_NET_PREFIX: "10.50" };
-    expect(loadConfig({ ...base, ...set }).sandbox).toEqual({ backend: "bwrap", uidFirst: 300_000, uidCount: 64, netInstance: "ab1", netPrefix: [10, 50], limits: DEFAULT_SANDBOX_LIMITS });
+    const set = { PADDOCK_SANDBOX: "bwrap", PADDOCK_SANDBOX_UID_FIRST: "300000", PADDOCK_SANDBOX_UID_COUNT: "64", PADDOCK_SANDBOX_PROCESSES: "256", PADDOCK_SANDBOX_NET_INSTANCE: "ab1", PADDOCK_SANDBOX_NET_PREFIX: "10.50" };
+    expect(loadConfig({ ...base, ...set }).sandbox).toEqual({ backend: "bwrap", uidFirst: 300_000, uidCount: 64, netInstance: "ab1", netPrefix: [10, 50], limits: { ...DEFAULT_SANDBOX_LIMITS, rlimits: { ...DEFAULT_SANDBOX_LIMITS.rlimits, processes: 256 } } });
     expect(loadConfig({ ...base, PADDOCK_SANDBOX: "auto" }).sandbox.backend).toBe("auto");
     for (const [key, bad] of [
       ["PADDOCK_SANDBOX", "docker"],
@@ -57,6 +57,8 @@ describe("config", () => {
       ["PADDOCK_SANDBOX_UID_FIRST", "-1"],
       ["PADDOCK_SANDBOX_UID_COUNT", "0"],
       ["PADDOCK_SANDBOX_UID_COUNT", "16385"],
+      ["PADDOCK_SANDBOX_PROCESSES", "15"],
+      ["PADDOCK_SANDBOX_PROCESSES", "many"],
       ["PADDOCK_SANDBOX_NET_INSTANCE", "toolong"],
       ["PADDOCK_SANDBOX_NET_INSTANCE", "A-b"],
       ["PADDOCK_SANDBOX_NET_PREFIX", "10.300"],
@@ -70,7 +72,7 @@ describe("config", () => {
   it("takes per-session limits (rlimits always, cgroup where delegated) from the config; refuses a non-positive or absurd one", () => {
     const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
     const set = {
-      PADDOCK_SANDBOX_MAX_PROCESSES: "256",
+      PADDOCK_SANDBOX_PROCESSES: "256",
       PADDOCK_SANDBOX_MAX_OPEN_FILES: "512",
       PADDOCK_SANDBOX_MAX_FILE_SIZE_BYTES: "1048576",
       PADDOCK_SANDBOX_MEMORY_MAX_BYTES: "536870912",
@@ -82,15 +84,27 @@ describe("config", () => {
       cgroup: { memoryMaxBytes: 536_870_912, cpuMaxMicros: 150_000, pidsMax: 300 },
     });
     for (const [key, bad] of [
-      ["PADDOCK_SANDBOX_MAX_PROCESSES", "0"],
-      ["PADDOCK_SANDBOX_MAX_PROCESSES", "-5"],
-      ["PADDOCK_SANDBOX_MAX_PROCESSES", "many"],
       ["PADDOCK_SANDBOX_MAX_OPEN_FILES", "1.5"],
       ["PADDOCK_SANDBOX_MAX_OPEN_FILES", "99999999"],
       ["PADDOCK_SANDBOX_MAX_FILE_SIZE_BYTES", "0"],
       ["PADDOCK_SANDBOX_MEMORY_MAX_BYTES", "-1"],
       ["PADDOCK_SANDBOX_CPU_MILLIS", "5"],
       ["PADDOCK_SANDBOX_PIDS_MAX", "0"],
+    ] as const) {
+      expect(() => loadConfig({ ...base, [key]: bad }), `${key}=${bad}`).toThrow(ConfigError);
+    }
+  });
+
+  it("reads the image store's insecure registries and cache bound; refuses anything else", () => {
+    const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
+    expect(loadConfig(base).images).toMatchObject({ insecureRegistries: [], maxCacheBytes: 32 * 1024 ** 3 });
+    const set = { PADDOCK_IMAGE_INSECURE_REGISTRIES: "127.0.0.1:5000, mirror.local", PADDOCK_IMAGE_CACHE_MAX_BYTES: "1000000" };
+    expect(loadConfig({ ...base, ...set }).images).toMatchObject({ insecureRegistries: ["127.0.0.1:5000", "mirror.local"], maxCacheBytes: 1_000_000 });
+    for (const [key, bad] of [
+      ["PADDOCK_IMAGE_INSECURE_REGISTRIES", "http://127.0.0.1:5000"],
+      ["PADDOCK_IMAGE_INSECURE_REGISTRIES", "host/path"],
+      ["PADDOCK_IMAGE_CACHE_MAX_BYTES", "0"],
+      ["PADDOCK_IMAGE_CACHE_MAX_BYTES", "lots"],
     ] as const) {
       expect(() => loadConfig({ ...base, [key]: bad }), `${key}=${bad}`).toThrow(ConfigError);
     }

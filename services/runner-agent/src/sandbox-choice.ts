@@ -6,7 +6,7 @@
  */
 import type { Logger } from "@paddock/logging";
 import type { RunnerConfig } from "./config.ts";
-import { SandboxKind, type SandboxBackend } from "./sandbox/backend.ts";
+import { SandboxKind, type SandboxBackend, type SandboxImages } from "./sandbox/backend.ts";
 import { createBwrapBackend } from "./sandbox/bwrap/backend.ts";
 import { DEFAULT_SANDBOX_LIMITS } from "./sandbox/bwrap/limits.ts";
 import { probeBwrap } from "./sandbox/bwrap/probe.ts";
@@ -25,7 +25,7 @@ export class SandboxUnavailableError extends RunnerError {
   }
 }
 
-export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logger; childPath: string }): Promise<SandboxBackend> {
+export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logger; childPath: string; images?: SandboxImages }): Promise<SandboxBackend> {
   const { log } = deps;
   if (settings.backend !== SandboxKind.process) {
     // The probe runs as the last uid of the range: sessions take the first ones first.

@@ -2,7 +2,7 @@ import { basename, dirname, posix } from "node:path";
 import { Readable, Transform, type TransformCallback } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { constants as zlibConstants, createGunzip } from "node:zlib";
-import { DirFd } from "./dir-fd.ts";
+import { DirFd, type FileOwner } from "./dir-fd.ts";
 import { ArchiveRejectedError } from "./errors.ts";
 import { tarChunks, type PackHooks } from "./pack.ts";
 import type { InsideTarget } from "./paths.ts";
@@ -33,6 +33,8 @@ export interface PackOptions {
   /** Open a path root even when it is a symlink (default true: the CLI's user named it); the runner's workspaces pass false. */
   followRoot?: boolean;
   hooks?: PackHooks;
+  /** A sandboxed session's workspace: only regular files this user owns are packed (not another user's file it hard-linked in). */
+  owner?: FileOwner | undefined;
 }
 
 /**
@@ -67,7 +69,7 @@ const PACK_LOOKAHEAD_BYTES = 4 * 1024 * 1024;
 
 function packEntries(cwd: string | DirFd, entries: string[], opts: PackOptions): ReadableStream<Uint8Array> {
   // Gzip below runs in the libuv pool (zlib's stream), beside the walk and the reader.
-  const source = Readable.from(tarChunks(cwd, entries, opts.hooks, opts.followRoot ?? true), { objectMode: false });
+  const source = Readable.from(tarChunks(cwd, entries, opts.hooks, opts.followRoot ?? true, opts.owner), { objectMode: false });
   let out: Readable = source;
   if (opts.gzip ?? true) {
     // Fastest level: a checkpoint is on the suspend/resume path, where time
@@ -151,6 +153,8 @@ export interface ExtractOptions {
   /** As PackOptions.followRoot. */
   followRoot?: boolean;
   hooks?: UnpackHooks;
+  /** A sandboxed session's workspace: every inode made is given to this user as it is made (unpack.ts). */
+  owner?: FileOwner | undefined;
 }
 
 /**
@@ -163,7 +167,8 @@ export interface ExtractOptions {
  * extraction stops at once, and the call rejects with ArchiveRejectedError (a
  * sealed source that does not open: its SealError). Entries are placed through
  * descriptors (unpack.ts): a symlink in the workspace on an entry's path
- * refuses the archive, whenever the sandbox made it. Owners are never applied.
+ * refuses the archive, whenever the sandbox made it. The archive's owners are
+ * never applied (what is made belongs to opts.owner, or the caller).
  */
 export async function extractArchive(source: Readable, dir: string | DirFd, limits?: ExtractLimits, opts: ExtractOptions = {}): Promise<ExtractResult> {
   let refused: ArchiveRejectedError | undefined;
@@ -200,7 +205,7 @@ export async function extractArchive(source: Readable, dir: string | DirFd, limi
     source.destroy();
     throw err;
   }
-  const { parser, release } = descriptorUnpacker(root, accept, refuse, opts.hooks);
+  const { parser, release } = descriptorUnpacker(root, accept, refuse, { hooks: opts.hooks, owner: opts.owner });
   try {
     if (opts.gzip ?? true) await pipeline(source, createGunzip({ chunkSize: INFLATE_CHUNK_BYTES }), capper, parser, { signal: stop.signal });
     else await pipeline(source, capper, parser, { signal: stop.signal });

@@ -13,7 +13,7 @@
  * path joined to the directory's opening path: the same checks, without the
  * race guarantee. Only the runner works on a directory another party writes.
  */
-import { closeSync, constants as fsc, existsSync, fstatSync, lstatSync, mkdirSync, openSync, type Stats } from "node:fs";
+import { closeSync, constants as fsc, existsSync, fchownSync, fstatSync, lstatSync, mkdirSync, openSync, type Stats } from "node:fs";
 import { join } from "node:path";
 import { UnsafePathError } from "./errors.ts";
 
@@ -27,6 +27,17 @@ export const OPEN_ENTRY_FLAGS = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY;
 
 /** Directories held open at once by one walk: a tree deeper than this is refused rather than exhausting descriptors. */
 export const MAX_DIR_DEPTH = 256;
+
+/**
+ * Who owns what the runner writes into a directory another user (a
+ * sandboxed session's uid) writes: each new inode is given to it through its
+ * own descriptor (fchown) or, for a symlink, by its held parent without
+ * following it (lchown), never by a path looked up again afterwards.
+ */
+export interface FileOwner {
+  uid: number;
+  gid: number;
+}
 
 /** Throws unless name is one path component that stays in its directory. */
 export function checkName(name: string): void {
@@ -82,20 +93,32 @@ export class DirFd {
     return new DirFd(fd, DESCRIPTOR_RELATIVE ? "" : join(this.openedAs, name));
   }
 
-  /** Opens child directory name, making it first (with mode) when missing. */
-  childOrMake(name: string, mode = 0o755): DirFd {
+  /** Opens child directory name, making it first (with mode, given to owner when set) when missing. */
+  childOrMake(name: string, mode = 0o755, owner?: FileOwner): DirFd {
     try {
       return this.child(name);
     } catch (err) {
       if (errnoOf(err) !== "ENOENT") throw err;
     }
+    let made = false;
     try {
       mkdirSync(this.at(name), mode | 0o700);
+      made = true;
     } catch (err) {
       // Made meanwhile (by the sandbox): opening it below says what it is.
       if (errnoOf(err) !== "EEXIST") throw err;
     }
-    return this.child(name);
+    const dir = this.child(name);
+    // Whatever is held now is a directory (O_DIRECTORY|O_NOFOLLOW): chowned by descriptor, so a swap cannot redirect it.
+    if (made && owner) {
+      try {
+        fchownSync(dir.fd, owner.uid, owner.gid);
+      } catch (err) {
+        dir.close();
+        throw err;
+      }
+    }
+    return dir;
   }
 
   /** An entry opened by descriptor (not following a link, not blocking on a FIFO) and what it is; undefined when gone. */

@@ -2,7 +2,7 @@ import { closeSync, lstatSync, read, readlinkSync, readSync, type Stats } from "
 import { readdir } from "node:fs/promises";
 import { promisify } from "node:util";
 import { Header, Pax, type HeaderData } from "tar";
-import { DirFd, errnoOf, MAX_DIR_DEPTH } from "./dir-fd.ts";
+import { DirFd, errnoOf, MAX_DIR_DEPTH, type FileOwner } from "./dir-fd.ts";
 import { UnsafePathError } from "./errors.ts";
 
 /**
@@ -27,6 +27,8 @@ interface Walk {
   /** dev:ino → archive path of a file already packed, so another link to it is a hard link entry. */
   links: Map<string, string>;
   hooks: PackHooks | undefined;
+  /** Set for a sandboxed session's workspace: only files this user owns are packed. */
+  owner: FileOwner | undefined;
 }
 
 /** node-tar's portable mode: owner can always read and write, no group/other write, listable directories. */
@@ -94,6 +96,9 @@ async function* walkEntry(parent: DirFd, name: string, rel: string, depth: numbe
   try {
     // FIFOs, sockets and devices are left out.
     if (!stat.isFile()) return;
+    // A file of another user in a session's workspace is no file the session wrote (the runner gives it
+    // what it writes there): a hard link it planted to one it may not read. Left out, never read.
+    if (walk.owner && stat.uid !== walk.owner.uid) return;
     if (stat.nlink > 1) {
       const key = `${stat.dev}:${stat.ino}`;
       const first = walk.links.get(key);
@@ -159,9 +164,15 @@ async function* fileBody(fd: number, stat: Stats): AsyncGenerator<Buffer> {
  * everything under it) or single names in it. A path cwd is opened (following
  * a link unless followRoot is false); a DirFd is the caller's, left open. uid/gid and
  * other host specifics are left out (portable), symlinks are stored as links,
- * and any tar reads the result. Produced as the consumer pulls it.
+ * and any tar reads the result. With owner, files of any other user are left out. Produced as the consumer pulls it.
  */
-export async function* tarChunks(cwd: string | DirFd, entries: readonly string[], hooks?: PackHooks, followRoot = true): AsyncGenerator<Buffer> {
+export async function* tarChunks(
+  cwd: string | DirFd,
+  entries: readonly string[],
+  hooks?: PackHooks,
+  followRoot = true,
+  owner?: FileOwner,
+): AsyncGenerator<Buffer> {
   let root: DirFd;
   try {
     root = typeof cwd === "string" ? DirFd.open(cwd, { follow: followRoot }) : cwd;
@@ -171,7 +182,7 @@ export async function* tarChunks(cwd: string | DirFd, entries: readonly string[]
     yield TAR_END;
     return;
   }
-  const walk: Walk = { links: new Map(), hooks };
+  const walk: Walk = { links: new Map(), hooks, owner };
   try {
     for (const top of entries) {
       if (top === ".") yield* walkDir(root, ".", 0, walk);

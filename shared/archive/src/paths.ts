@@ -1,5 +1,5 @@
 import { closeSync } from "node:fs";
-import { checkName, DirFd, errnoOf } from "./dir-fd.ts";
+import { checkName, DirFd, errnoOf, type FileOwner } from "./dir-fd.ts";
 import { UnsafePathError } from "./errors.ts";
 
 /**
@@ -43,9 +43,9 @@ function componentError(code: string | undefined, create: boolean): UnsafePathEr
  * whatever the sandbox swaps meanwhile. With create, missing directories are
  * made; without, a missing component is an UnsafePathError with missing set,
  * and the last component may be a regular file. The root itself must not be a
- * symlink.
+ * symlink. Directories made are given to opts.owner when set.
  */
-export async function resolveInside(root: string, segments: readonly string[], opts: { create: boolean }): Promise<InsideTarget> {
+export async function resolveInside(root: string, segments: readonly string[], opts: { create: boolean; owner?: FileOwner | undefined }): Promise<InsideTarget> {
   let dir: DirFd;
   try {
     dir = DirFd.open(root, { follow: false });
@@ -57,7 +57,7 @@ export async function resolveInside(root: string, segments: readonly string[], o
       checkName(segment);
       let next: DirFd;
       try {
-        next = opts.create ? dir.childOrMake(segment) : dir.child(segment);
+        next = opts.create ? dir.childOrMake(segment, undefined, opts.owner) : dir.child(segment);
       } catch (err) {
         const code = errnoOf(err);
         if (code === "ENOTDIR" && !opts.create && i === segments.length - 1) {

@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
-import { closeSync, constants as fsc, futimesSync, linkSync, openSync, renameSync, symlinkSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, constants as fsc, fchownSync, futimesSync, lchownSync, linkSync, openSync, renameSync, symlinkSync, unlinkSync, writeSync } from "node:fs";
 import { posix } from "node:path";
 import { Parser, type ReadEntry } from "tar";
-import { errnoOf, MAX_DIR_DEPTH, type DirFd } from "./dir-fd.ts";
+import { errnoOf, MAX_DIR_DEPTH, type DirFd, type FileOwner } from "./dir-fd.ts";
 import { ArchiveRejectedError } from "./errors.ts";
 
 const { O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW, O_NOCTTY } = fsc;
@@ -15,6 +15,12 @@ const MAX_CACHED_DIRS = 64;
 /** Observes extraction; the race tests act between an entry's directory being held and the entry being written. */
 export interface UnpackHooks {
   beforeEntry?: (path: string) => void;
+}
+
+export interface UnpackOptions {
+  hooks?: UnpackHooks | undefined;
+  /** Gives every inode made to this user as it is made (a sandboxed session's workspace). */
+  owner?: FileOwner | undefined;
 }
 
 /** The segments of an archive path; "." and empty ones dropped. Paths were checked by entryViolation; `..` here is a bug, refused. */
@@ -41,7 +47,9 @@ function refusal(err: unknown, path: string): ArchiveRejectedError {
  * created in the held parent. A file is always a new inode (O_CREAT|O_EXCL,
  * under a temporary name renamed over what was there), so no existing link,
  * FIFO or hard link is written through. A symlink anywhere on an entry's
- * path refuses the archive. `accept` vets each entry first (entryViolation,
+ * path refuses the archive. With an owner, each directory, file and symlink
+ * made is chowned as it is made: a file and a directory by their own
+ * descriptor, a symlink in its held parent without following it. `accept` vets each entry first (entryViolation,
  * limits); `refuse` stops the extraction. `release` closes the held
  * directories once the parser is done with (root stays the caller's).
  */
@@ -49,8 +57,9 @@ export function descriptorUnpacker(
   root: DirFd,
   accept: (entry: ReadEntry) => boolean,
   refuse: (err: ArchiveRejectedError) => void,
-  hooks?: UnpackHooks,
+  opts: UnpackOptions = {},
 ): { parser: Parser; release: () => void } {
+  const { hooks, owner } = opts;
   let released = false;
   const dirs = new Map<string, DirFd>();
   const clearDirs = (): void => {
@@ -66,7 +75,7 @@ export function descriptorUnpacker(
     const cached = dirs.get(key);
     if (cached) return cached;
     const parent = dirAt(segments.slice(0, -1));
-    const dir = parent.childOrMake(segments[segments.length - 1] as string, mode);
+    const dir = parent.childOrMake(segments[segments.length - 1] as string, mode, owner);
     dirs.set(key, dir);
     return dir;
   };
@@ -107,7 +116,16 @@ export function descriptorUnpacker(
         entry.resume();
         return;
       case "SymbolicLink":
-        place(parent, name, (path) => symlinkSync(entry.linkpath ?? "", path), () => undefined);
+        place(
+          parent,
+          name,
+          (path) => {
+            symlinkSync(entry.linkpath ?? "", path);
+            // path is /proc/self/fd/<parent>/<name>: lchown acts on the link just made, never on what it names.
+            if (owner) lchownSync(path, owner.uid, owner.gid);
+          },
+          () => undefined,
+        );
         entry.resume();
         return;
       case "Link": {
@@ -135,6 +153,15 @@ export function descriptorUnpacker(
     }
     const file = fd;
     let failed = false;
+    if (owner) {
+      try {
+        fchownSync(file, owner.uid, owner.gid);
+      } catch (err) {
+        closeSync(file);
+        if (tmp !== undefined) unlinkQuietly(parent, tmp);
+        throw err;
+      }
+    }
     const fail = (err: unknown): void => {
       if (failed) return;
       failed = true;

@@ -12,6 +12,12 @@ export const Requirements = z
   .strict();
 export type Requirements = z.infer<typeof Requirements>;
 
+/**
+ * The capability of a runner that roots sessions in OCI images (its sandbox
+ * backend can): a session whose spec names an image requires it.
+ */
+export const IMAGE_CAPABILITY = "image:oci";
+
 export const NO_REQUIREMENTS: Requirements = { capabilities: [], minCpuMillis: 0, minMemoryBytes: 0, minDiskBytes: 0 };
 
 /** A stored requirements record with a partial one laid over it, field by field. */

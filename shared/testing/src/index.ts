@@ -9,3 +9,5 @@ export * from "./records.ts";
 export * from "./until-session.ts";
 export * from "./late-bound.ts";
 export * from "./registry.ts";
+export * from "./escape-battery.ts";
+export * from "./stack-secrets.ts";

@@ -5,6 +5,7 @@ import { randomBytes } from "node:crypto";
 import { startNatsServer, type NatsServerHandle } from "./nats-server.ts";
 import { startService, type ServiceProcess } from "./process.ts";
 import { connectAs, ControlPlaneUsers, natsAuthConfig, runnerUser, type RunnerPrincipal } from "./nats-auth.ts";
+import { writeStackSecretFiles, type StackSecretFiles } from "./stack-secrets.ts";
 
 export interface Stack {
   nats: NatsServerHandle;
@@ -24,6 +25,8 @@ export interface Stack {
    * each declared runner, and `provisioner`, the storage admin tests connect as).
    */
   natsUsers?: Record<string, string>;
+  /** With `secretFiles`: where each secret is (0600 files in the data dir). */
+  secretFiles?: StackSecretFiles;
   /** Starts one more runner-agent process on this stack. */
   addRunner(opts?: { runnerId?: string; poolId?: string; capacity?: number; env?: Record<string, string> }): Promise<ServiceProcess>;
   /** Stops every process; with keepData the data dir and NATS store stay on disk (the caller removes them). */
@@ -49,6 +52,14 @@ export interface StackOptions {
    * the deployed default (off).
    */
   validateOutgoing?: boolean;
+  /** Where the data dir is made (default: the OS temp dir). */
+  dataDirParent?: string;
+  /**
+   * Secrets as `npm run up` passes them: 0600 files in the data dir (dev token,
+   * session-token secret, secrets key, and with `isolated` one NATS credentials
+   * file per service), named by `<NAME>_FILE` / PADDOCK_NATS_CREDS_FILE.
+   */
+  secretFiles?: boolean;
 }
 
 /**
@@ -58,14 +69,16 @@ export interface StackOptions {
 export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const isolation = opts.isolated ? isolationOf(opts.isolated, opts.runners ?? 1) : undefined;
   const nats = await startNatsServer(isolation ? { extraConfig: isolation.config } : {});
-  const dataDir = mkdtempSync(join(tmpdir(), "paddock-stack-"));
+  const dataDir = mkdtempSync(join(opts.dataDirParent ?? tmpdir(), "paddock-stack-"));
   // Passable (not listable): a bwrap runner's sessions bind their directories below it as their own uid.
   chmodSync(dataDir, 0o711);
   const token = `pdk_dev_${randomBytes(18).toString("hex")}`;
+  const files = opts.secretFiles ? writeStackSecretFiles(dataDir, token, isolation?.passwords ?? {}) : undefined;
   const commonEnv = { PADDOCK_NATS_URL: nats.url, PADDOCK_LOG_LEVEL: "info", PADDOCK_OPS_PORT: "0", PADDOCK_VALIDATE_OUTGOING: String(opts.validateOutgoing ?? true) };
   const started: ServiceProcess[] = [];
   const credentials = (user: string): Record<string, string> => {
     if (!isolation) return {};
+    if (files?.creds[user] !== undefined) return { PADDOCK_NATS_CREDS_FILE: files.creds[user] };
     const pass = isolation.passwords[user];
     if (pass === undefined) throw new Error(`isolated stack: no NATS user ${user} (declare the runner in isolated.runners)`);
     return { PADDOCK_NATS_USER: user, PADDOCK_NATS_PASS: pass };
@@ -87,15 +100,16 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       PADDOCK_POOL_ID: r.poolId ?? "default",
       PADDOCK_RUNNER_CAPACITY: String(r.capacity ?? opts.runnerCapacity ?? 8),
       PADDOCK_RUNNER_DATA_DIR: join(dataDir, runnerId),
+      ...(files ? { PADDOCK_SECRETS_KEY_FILE: files.secretsKey } : {}),
       ...r.env,
     });
   };
   try {
     if (isolation) await provisionAs(nats.url, ControlPlaneUsers.provisioner, isolation.passwords[ControlPlaneUsers.provisioner] ?? "");
-    const scheduler = await start("scheduler", { PADDOCK_SESSION_TOKEN_SECRET: randomBytes(24).toString("hex") });
+    const scheduler = await start("scheduler", files ? { PADDOCK_SESSION_TOKEN_SECRET_FILE: files.sessionTokenSecret } : { PADDOCK_SESSION_TOKEN_SECRET: randomBytes(24).toString("hex") });
     const recorder = await start("event-recorder", {});
     // Test workloads create far faster than a person; a test of the limit sets its own.
-    const gateway = await start("gateway", { PADDOCK_CREATES_PER_MINUTE: "1000000", ...opts.env?.gateway, PADDOCK_HTTP_PORT: "0", PADDOCK_DEV_TOKEN: token });
+    const gateway = await start("gateway", { PADDOCK_CREATES_PER_MINUTE: "1000000", ...opts.env?.gateway, PADDOCK_HTTP_PORT: "0", ...(files ? { PADDOCK_DEV_TOKEN_FILE: files.devToken, PADDOCK_SECRETS_KEY_FILE: files.secretsKey } : { PADDOCK_DEV_TOKEN: token }) });
     gatewayUrl = `http://127.0.0.1:${String(gateway.ready.httpPort)}`;
     const runners: ServiceProcess[] = [];
     for (let i = 0; i < (opts.runners ?? 1); i++) runners.push(await addRunner());
@@ -110,6 +124,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       dataDir,
       commonEnv,
       ...(isolation ? { natsUsers: isolation.passwords } : {}),
+      ...(files ? { secretFiles: files } : {}),
       addRunner,
       stop: async (stopOpts = {}) => {
         await Promise.all(started.map((s) => s.stop()));

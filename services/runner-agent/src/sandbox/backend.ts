@@ -41,6 +41,12 @@ export interface SandboxApp {
   size?: TerminalSize | undefined;
 }
 
+/** A host user (a bwrap session's own uid and gid). */
+export interface SandboxUser {
+  uid: number;
+  gid: number;
+}
+
 /** One session placement's sandbox, from boot until destroy. */
 export interface Sandbox {
   /**
@@ -51,9 +57,18 @@ export interface Sandbox {
   /** The workspace as the session's processes see it (their cwd and HOME). */
   readonly insideWorkspace: string;
   /**
+   * The user the session's processes run as and its files belong to, where
+   * that is not the runner's own (bwrap; unset for the process backend). The
+   * runner's workspace operations act as this user or only through
+   * descriptors: what they write is given to it as it is made, what they read
+   * is only what it owns (workspace/).
+   */
+  readonly user?: SandboxUser;
+  /**
    * After the runner wrote into the workspace (a restore, an environment
-   * snapshot): hands what it wrote to the session (its owner, where the
-   * backend runs sessions as a user of their own).
+   * snapshot): hands what it wrote to the session. Where the session is a
+   * user of its own (`user`), the writes already gave each inode to it as it
+   * was made, so there is nothing left to do.
    */
   adopt(): Promise<void>;
   /**
@@ -102,14 +117,30 @@ export interface SandboxBackend {
    * a previous runner process left (processes, directories, uids, networks).
    */
   prepare(sessionsDir: string): Promise<void>;
-  /** A session's sandbox in `dir` (made here). */
-  create(opts: { sessionId: string; dir: string }): Promise<Sandbox>;
+  /**
+   * A session's sandbox in `dir` (made here), rooted in `image` (an OCI
+   * reference) when set: a backend that cannot root a session in an image
+   * refuses it (SpawnError with a fact-safe reason), never runs it on the host's root.
+   */
+  create(opts: { sessionId: string; dir: string; image?: string | undefined }): Promise<Sandbox>;
   /** Removes the directory of a sandbox this runner no longer holds a record of (a destroy for an ended placement). */
   removeDir(dir: string): Promise<void>;
   /** Kills processes of sessions this runner does not hold (`held` answers for a session dir's name); answers how many. */
   reapStrays(sessionsDir: string, held: (name: string) => boolean): Promise<number>;
   /** Runner stop: releases what the backend holds runner-wide. */
   stop(): Promise<void>;
+}
+
+/** An image's unpacked root filesystem, held (never evicted) until released. */
+export interface ImageRoot {
+  rootfs: string;
+  release(): void;
+}
+
+/** Where a backend gets images' roots from (the runner's image store, adapted by the composition root). */
+export interface SandboxImages {
+  /** Pulls (or finds cached) and holds the image; throws SpawnError with a fact-safe reason. */
+  acquire(reference: string): Promise<ImageRoot>;
 }
 
 export interface SandboxBackendDeps {

@@ -68,9 +68,9 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
     await t.agent.start();
     scheduler.sub.unsubscribe();
-    // What the runner enforces per session is in its capabilities: rlimits on bwrap, cgroups only where the host delegates them.
+    // Only bwrap roots sessions in images; what the runner enforces per session is in its capabilities too (cgroups only where the host delegates them).
     const limits = backend === "bwrap" ? ["limits:rlimit", ...(CGROUPS_DELEGATED ? ["limits:cgroup"] : [])] : [];
-    expect(scheduler.requests.items[0]?.capabilities).toEqual([`sandbox:${backend}`, ...limits]);
+    expect(scheduler.requests.items[0]?.capabilities).toEqual(backend === "bwrap" ? ["sandbox:bwrap", "image:oci", ...limits] : ["sandbox:process"]);
   });
 
   const fact = <T extends RunnerFact["type"]>(sessionId: string, type: T, pred?: (f: Extract<RunnerFact, { type: T }>) => boolean) =>
@@ -150,6 +150,14 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     const ended = await facts.waitFor((f) => f.sessionId === second && (f.type === "exited" || f.type === "failed"));
     expect(ended).toMatchObject({ type: "exited", exitCode: 0 });
     expect(term2.text()).toContain("built\r\nbooted");
+  });
+
+  it("fails a session naming an image it cannot have with a clean reason: refused on process, the registry unreachable on bwrap", async () => {
+    const sessionId = nextId();
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    await start(sessionId, { image: "127.0.0.1:1/paddock/none:1", cmd: ["sh", "-c", "echo ran-on-the-host"] });
+    const failed = await fact(sessionId, "failed");
+    expect(failed.reason).toBe(backend === "process" ? "image 127.0.0.1:1/paddock/none:1: this runner's sandbox (process) cannot run images" : "image 127.0.0.1:1/paddock/none:1: 127.0.0.1:1 could not be reached");
   });
 
   it("reports an app whose command does not exist as failed with a clean reason", async () => {

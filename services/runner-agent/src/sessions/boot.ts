@@ -45,7 +45,7 @@ export async function bootEnvironment(opts: BootOptions): Promise<BootResult> {
   const result: BootResult = {};
   if (!opts.restored && env.snapshot) {
     try {
-      await opts.checkpoints.restore(env.snapshot, env.snapshotKey, opts.sandbox.workspace);
+      await opts.checkpoints.restore(env.snapshot, env.snapshotKey, opts.sandbox.workspace, opts.sandbox.user);
       await opts.sandbox.adopt();
     } catch (err) {
       throw new BootError(`environment snapshot restore failed: ${err instanceof CheckpointError ? err.message : "unknown error"}`, { cause: err });
@@ -56,7 +56,7 @@ export async function bootEnvironment(opts: BootOptions): Promise<BootResult> {
     if (outcome.kind !== "ok") throw new BootError(describe("setup", outcome, timeoutSec));
     const name = envSnapshotObjectName(opts.workspaceId, env.environmentId, env.setupHash);
     try {
-      const saved = await opts.checkpoints.save("env-snapshots", name, opts.sandbox.workspace);
+      const saved = await opts.checkpoints.save("env-snapshots", name, opts.sandbox.workspace, opts.sandbox.user);
       result.snapshot = { environmentId: env.environmentId, setupHash: env.setupHash, ...saved };
     } catch (err) {
       result.snapshotError = err instanceof CheckpointError ? err.message : "snapshot failed";

@@ -13,7 +13,7 @@ import { prepareSandbox, saveCheckpoint, SessionEgress } from "./session-sandbox
 import { SessionFacts } from "./session-facts.ts";
 import { UsageMeter } from "../sandbox/usage.ts";
 import type { AppProcess } from "../sandbox/process-group.ts";
-import type { Sandbox } from "../sandbox/backend.ts";
+import type { Sandbox, SandboxUser } from "../sandbox/backend.ts";
 import type { WatchReloader } from "./watch-reload.ts";
 import { watchSessionWorkspace } from "./session-watch.ts";
 
@@ -102,7 +102,7 @@ export class SessionRuntime {
     const cmd = this.cmd;
     const trigger: RunTrigger = cmd.trigger;
     try {
-      const sandbox = await this.deps.sandbox.create({ sessionId: this.held.sessionId, dir: this.dir });
+      const sandbox = await this.deps.sandbox.create({ sessionId: this.held.sessionId, dir: this.dir, image: cmd.spec.image });
       this.sandbox = sandbox;
       const appEnv = await prepareSandbox({
         deps: this.deps,
@@ -191,7 +191,7 @@ export class SessionRuntime {
     if (!wasFrozen) this.sandbox?.freeze(this.apps());
     let saved: SavedCheckpoint;
     try {
-      saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId);
+      saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId, this.sandbox?.user);
     } catch (err) {
       if (!wasFrozen) this.sandbox?.thaw(this.apps());
       throw err;
@@ -211,7 +211,7 @@ export class SessionRuntime {
 
   async checkpoint(requestId: string): Promise<void> {
     this.require("running", "frozen", "exited");
-    const saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId);
+    const saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId, this.sandbox?.user);
     await this.emit({ type: "checkpointed", requestId, ...saved }, requestId);
   }
 
@@ -219,10 +219,10 @@ export class SessionRuntime {
    * Runs a workspace operation (push, pull, diff) after every earlier command,
    * while the sandbox is live (running or warm-suspended); refused otherwise.
    */
-  workspaceTask<T>(fn: (workspace: string) => Promise<T>): Promise<T> {
+  workspaceTask<T>(fn: (workspace: string, user: SandboxUser | undefined) => Promise<T>): Promise<T> {
     return this.run(async () => {
       this.require("running", "frozen");
-      return fn(this.workspace);
+      return fn(this.workspace, this.sandbox?.user);
     });
   }
 

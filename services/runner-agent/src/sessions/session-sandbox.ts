@@ -8,7 +8,7 @@ import type { HeldSession } from "@paddock/contracts";
 import { bootEnvironment } from "./boot.ts";
 import { checkpointObjectName, type SavedCheckpoint } from "../workspace/checkpoint.ts";
 import { egressEnv, egressRefusals, startEgressProxy, type EgressProxy } from "../sandbox/egress.ts";
-import type { Sandbox } from "../sandbox/backend.ts";
+import type { Sandbox, SandboxUser } from "../sandbox/backend.ts";
 import { BootError, CheckpointError, CommandRefusedError } from "../errors.ts";
 import type { FactBody } from "../fleet/facts.ts";
 import { baseEnv, tokenEnv } from "./app-wiring.ts";
@@ -34,7 +34,7 @@ export async function prepareSandbox(p: SandboxPrep): Promise<Record<string, str
   const credentials = deps.secrets.boot(env?.secretRefs ?? [], { ...held, environmentId: env?.environmentId });
   credentials.catch(() => undefined); // awaited below, unless the restore fails first
   if (cmd.restore) {
-    await deps.checkpoints.restore(cmd.restore, cmd.restoreKey, sandbox.workspace).catch(rethrowAs("restore failed"));
+    await deps.checkpoints.restore(cmd.restore, cmd.restoreKey, sandbox.workspace, sandbox.user).catch(rethrowAs("restore failed"));
     await sandbox.adopt();
   }
   const { values: secrets, sessionToken } = await credentials;
@@ -105,10 +105,10 @@ export class SessionEgress {
 }
 
 /** Saves the workspace as this placement's checkpoint for requestId; refuses the command when it fails. */
-export async function saveCheckpoint(deps: SessionRuntimeDeps, held: HeldSession, workspace: string, requestId: string): Promise<SavedCheckpoint> {
+export async function saveCheckpoint(deps: SessionRuntimeDeps, held: HeldSession, workspace: string, requestId: string, user: SandboxUser | undefined): Promise<SavedCheckpoint> {
   const name = checkpointObjectName(held.workspaceId, held.sessionId, held.placementGeneration, requestId);
   try {
-    return await deps.checkpoints.save("checkpoints", name, workspace);
+    return await deps.checkpoints.save("checkpoints", name, workspace, user);
   } catch (err) {
     deps.metrics.checkpointFailures.inc();
     throw new CommandRefusedError(err instanceof CheckpointError ? err.message : "checkpoint failed", { cause: err });

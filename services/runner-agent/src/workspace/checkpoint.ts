@@ -5,6 +5,7 @@ import { Objm, setSha256Backend, type ObjectStore } from "@nats-io/obj";
 import { newSealKey, SealError, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
 import { objectStoreKind, ObjectStores, runnerObjectStore, type Checkpoint, type RunnerObjectKind, type SealKey } from "@paddock/contracts";
 import { extractArchive, packDirectory } from "./archive.ts";
+import type { SandboxUser } from "../sandbox/backend.ts";
 import { ArchiveRefusedError, CheckpointError } from "../errors.ts";
 
 /** The kinds of stores a checkpoint may live in (not `transfers`, which only holds archives in transit). */
@@ -36,10 +37,13 @@ export interface SavedCheckpoint {
 }
 
 export interface CheckpointStore {
-  /** Streams a tar of workspace (gzipped unless compression is none), sealed with a fresh key, into this runner's own store of that kind under name. */
-  save(store: StoreName, name: string, workspace: string): Promise<SavedCheckpoint>;
-  /** Streams the checkpoint's archive out of its store, opening it with its key, into workspace (which must exist). */
-  restore(checkpoint: Checkpoint, sealKey: SealKey | undefined, workspace: string): Promise<void>;
+  /**
+   * Streams a tar of workspace (gzipped unless compression is none), sealed with a fresh key, into this runner's own store of that kind under name.
+   * With user (the session's, where not the runner's), only files that user owns are packed.
+   */
+  save(store: StoreName, name: string, workspace: string, user?: SandboxUser): Promise<SavedCheckpoint>;
+  /** Streams the checkpoint's archive out of its store, opening it with its key, into workspace (which must exist); what it makes belongs to user when set. */
+  restore(checkpoint: Checkpoint, sealKey: SealKey | undefined, workspace: string, user?: SandboxUser): Promise<void>;
 }
 
 /**
@@ -89,14 +93,14 @@ export function createCheckpointStore(
     return os;
   };
   return {
-    save: async (kind, name, workspace) => {
+    save: async (kind, name, workspace, user) => {
       const store = runnerObjectStore(kind, owner.poolId, owner.runnerId);
       const ref = `${store}/${name}`;
       const key = newSealKey();
       try {
         const os = await open(store);
         // The workspace itself swapped for a link by the sandbox is refused, not followed.
-        const archive = packDirectory(workspace, { gzip: compression === CheckpointCompression.gzip, followRoot: false });
+        const archive = packDirectory(workspace, { gzip: compression === CheckpointCompression.gzip, followRoot: false, owner: user });
         const body = sealed(Readable.fromWeb(archive as NodeWebReadableStream<Uint8Array>), key, ref);
         await os.put({ name, options: { max_chunk_size: CHECKPOINT_CHUNK_BYTES } }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
       } catch (err) {
@@ -104,7 +108,7 @@ export function createCheckpointStore(
       }
       return { checkpoint: { ref, format: formats[compression], capabilities: ["portable"] }, sealKey: key.toString("base64") };
     },
-    restore: async (checkpoint, sealKey, workspace) => {
+    restore: async (checkpoint, sealKey, workspace, user) => {
       const gzip = checkpoint.format === SEALED_ARCHIVE_FORMAT;
       if (!gzip && checkpoint.format !== SEALED_TAR_FORMAT) throw new CheckpointError(`unsupported checkpoint format ${checkpoint.format.slice(0, 32)}`);
       if (sealKey === undefined) throw new CheckpointError("checkpoint key missing");
@@ -119,7 +123,7 @@ export function createCheckpointStore(
       if (!result) throw new CheckpointError("checkpoint not found");
       try {
         const opened = unsealed(Readable.fromWeb(result.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(sealKey), checkpoint.ref);
-        await extractArchive(opened, workspace, undefined, { gzip, followRoot: false });
+        await extractArchive(opened, workspace, undefined, { gzip, followRoot: false, owner: user });
       } catch (err) {
         // A refused entry or a sealed object that does not open says why; a transfer error stays generic.
         if (err instanceof ArchiveRefusedError || err instanceof SealError) throw new CheckpointError(err.message, { cause: err });

@@ -101,18 +101,20 @@ describe("workspace diff never runs what the repository configures", () => {
     expect(reply.repos.find((r) => r.path === "empty")?.error).toMatch(/no commit yet/);
   });
 
-  it.runIf(process.getuid?.() === 0)("runs git as the session's user when it is not the runner's", async () => {
+  it.runIf(process.getuid?.() === 0)("runs git as the session's user when it is not the runner's, with no capabilities and no_new_privs", async () => {
     const { workspace } = workspaceWithRepo();
     // A git on PATH that records who ran it, then runs the real one.
     const bin = dirs.make();
     const record = dirs.make();
     for (const d of [workspace, join(workspace, "app"), bin, record]) chmodSync(d, 0o777);
     const realGit = execFileSync("sh", ["-c", "command -v git"], { env: { PATH } }).toString().trim();
-    writeFileSync(join(bin, "git"), `#!/bin/sh\nid -u >> ${join(record, "uids")}\nexec ${realGit} "$@"\n`);
+    // uid, then no_new_privs and the inheritable and ambient sets: a runner of its own non-root user keeps ambient capabilities across a plain setuid (decision 0043).
+    const caps = `$(grep -E '^(NoNewPrivs|CapInh|CapAmb):' /proc/self/status | tr -s '\\t\\n' '  ')`;
+    writeFileSync(join(bin, "git"), `#!/bin/sh\necho "$(id -u) ${caps}" >> ${join(record, "uids")}\nexec ${realGit} "$@"\n`);
     chmodSync(join(bin, "git"), 0o755);
     execFileSync("chmod", ["-R", "a+rwX", workspace]);
     const reply = await workspaceDiff(workspace, { ...bounds, pathEnv: `${bin}:${PATH}`, runAs: { uid: 65534, gid: 65534 } });
-    expect(readFileSync(join(record, "uids"), "utf8").trim().split("\n")).toEqual(["65534"]);
+    expect(readFileSync(join(record, "uids"), "utf8").trim().split("\n")).toEqual(["65534 CapInh: 0000000000000000 CapAmb: 0000000000000000 NoNewPrivs: 1"]);
     expect(reply.repos[0]?.diff).toContain("+two");
   });
 });

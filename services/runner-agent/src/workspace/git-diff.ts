@@ -2,7 +2,8 @@ import { spawn } from "node:child_process";
 import { lstat, readdir } from "node:fs/promises";
 import { join, relative } from "node:path";
 import type { RepoDiff, WorkspaceDiffReply } from "@paddock/contracts";
-import { diffEnv, gitExecutable, headCommit, isolatedGitDir, type RunAs } from "./git-isolated.ts";
+import { DirFd, UnsafePathError } from "@paddock/archive";
+import { asUser, diffEnv, gitExecutable, headCommit, isolatedGitDir, toolOnPath, type RunAs } from "./git-isolated.ts";
 
 export interface DiffBounds {
   /** JSON-encoded bytes of one repository's diff at most. */
@@ -75,12 +76,17 @@ export function runGit(dir: string, args: string[], opts: { maxBytes: number; ti
       resolve({ text: "", truncated: false, code: -1, stderr: "git not found on PATH" });
       return;
     }
-    const child = spawn(git, ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--no-optional-locks", ...args], {
-      cwd: dir,
-      stdio: ["ignore", "pipe", "pipe"],
-      env: opts.env,
-      ...(opts.runAs ? { uid: opts.runAs.uid, gid: opts.runAs.gid } : {}),
-    });
+    const gitArgs = ["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--no-optional-locks", ...args];
+    let run = { file: git, args: gitArgs };
+    if (opts.runAs) {
+      const setpriv = toolOnPath("setpriv", opts.env.PATH ?? "");
+      if (setpriv === undefined) {
+        resolve({ text: "", truncated: false, code: -1, stderr: "setpriv not found on PATH" });
+        return;
+      }
+      run = asUser(setpriv, opts.runAs, git, gitArgs);
+    }
+    const child = spawn(run.file, run.args, { cwd: dir, stdio: ["ignore", "pipe", "pipe"], env: opts.env });
     const chunks: Buffer[] = [];
     let size = 0;
     let truncated = false;
@@ -128,6 +134,12 @@ function fitJson(text: string, limit: number): { text: string; cut: boolean } {
  */
 export async function workspaceDiff(workspace: string, bounds: DiffBounds): Promise<WorkspaceDiffReply> {
   const timeoutMs = bounds.timeoutMs ?? 20_000;
+  // The workspace itself swapped for a link is refused (as push and pull refuse it), never searched.
+  try {
+    DirFd.open(workspace, { follow: false }).close();
+  } catch {
+    throw new UnsafePathError("workspace is not available", true);
+  }
   const found = await findRepos(workspace, bounds.maxRepos, bounds.maxDepth);
   let truncated = found.length > bounds.maxRepos;
   const repos: RepoDiff[] = [];

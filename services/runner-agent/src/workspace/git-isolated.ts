@@ -15,12 +15,10 @@ import { accessSync, chownSync, closeSync, constants as fsc, mkdirSync, mkdtempS
 import { tmpdir } from "node:os";
 import { isAbsolute, join } from "node:path";
 import { DirFd } from "@paddock/archive";
+import type { SandboxUser } from "../sandbox/backend.ts";
 
 /** The user git runs as: the session's, never more privileged (the process backend's sessions run as the runner itself). */
-export interface RunAs {
-  uid: number;
-  gid: number;
-}
+export type RunAs = SandboxUser;
 
 const HEX_ID = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
 /** Loose ref files and HEAD are tiny; packed-refs of a large repository is not, but is bounded. */
@@ -146,18 +144,35 @@ export function absolutePath(pathEnv: string): string {
     .join(":");
 }
 
-/** The git executable on the absolute entries of pathEnv; undefined when there is none. */
-export function gitExecutable(pathEnv: string): string | undefined {
+/** The executable name (git, setpriv) on the absolute entries of pathEnv; undefined when there is none. */
+export function toolOnPath(name: string, pathEnv: string): string | undefined {
   for (const dir of absolutePath(pathEnv).split(":")) {
     if (dir === "") continue;
     try {
-      accessSync(join(dir, "git"), fsc.X_OK);
-      return join(dir, "git");
+      accessSync(join(dir, name), fsc.X_OK);
+      return join(dir, name);
     } catch {
       // Not here.
     }
   }
   return undefined;
+}
+
+/** The git executable on the absolute entries of pathEnv; undefined when there is none. */
+export function gitExecutable(pathEnv: string): string | undefined {
+  return toolOnPath("git", pathEnv);
+}
+
+/**
+ * The argv that runs file as runAs with no capabilities: setpriv drops to the
+ * uid and gid (no supplementary groups), clears the inheritable (and so the
+ * ambient) set and sets no_new_privs. Spawning with Node's uid/gid options
+ * instead would keep ambient capabilities across a change between two
+ * non-root uids (a runner run as a user of its own, decision 0043): git would
+ * read the session's repository with the runner's CAP_DAC_OVERRIDE.
+ */
+export function asUser(setpriv: string, runAs: RunAs, file: string, args: readonly string[]): { file: string; args: string[] } {
+  return { file: setpriv, args: [`--reuid=${runAs.uid}`, `--regid=${runAs.gid}`, "--clear-groups", "--inh-caps=-all", "--no-new-privs", "--", file, ...args] };
 }
 
 /** The whole environment of a git run on a sandbox repository: nothing inherited, no configuration but the scratch directory's. */

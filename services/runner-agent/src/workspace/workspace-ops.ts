@@ -23,7 +23,7 @@ import type { Logger } from "@paddock/logging";
 import { extractArchive, packInside } from "./archive.ts";
 import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "../errors.ts";
 import { workspaceDiff } from "./git-diff.ts";
-import type { RunAs } from "./git-isolated.ts";
+import type { SandboxUser } from "../sandbox/backend.ts";
 
 /** Bounds of the workspace operations (push, diff). */
 export interface WorkspaceLimits {
@@ -48,8 +48,12 @@ export const defaultWorkspaceLimits: WorkspaceLimits = {
  */
 export interface HeldWorkspace {
   readonly held: HeldSession;
-  /** Runs fn on the workspace after every earlier command of the session, while its sandbox is live; refused otherwise. */
-  workspaceTask<T>(fn: (workspace: string) => Promise<T>): Promise<T>;
+  /**
+   * Runs fn on the workspace after every earlier command of the session, while its sandbox is live; refused otherwise.
+   * user: the session's own user where not the runner's (Sandbox.user): what is pushed is given to it, what is pulled
+   * is only what it owns, and git diffs as it.
+   */
+  workspaceTask<T>(fn: (workspace: string, user: SandboxUser | undefined) => Promise<T>): Promise<T>;
   /** After a push: a running watch session reloads; false otherwise. */
   requestReload(): boolean;
 }
@@ -66,12 +70,6 @@ export interface WorkspaceOpsDeps {
   childPath: string;
   metrics: BusMetrics;
   log: Logger;
-  /**
-   * The user a session's sandbox runs as, when not the runner's own: git runs
-   * as that user for its diff. Unset (the process backend), git runs as the
-   * runner, which is the sessions' user.
-   */
-  sessionUser?: (sessionId: string) => RunAs | undefined;
 }
 
 interface Target {
@@ -118,16 +116,16 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
       translate(async (): Promise<WorkspacePushReply> => {
         const runtime = held(req);
         const segments = relativeSegments(req.path);
-        const result = await runtime.workspaceTask(async (workspace) => {
+        const result = await runtime.workspaceTask(async (workspace, user) => {
           const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
           const got = await (await transfers()).get(name);
           if (!got) throw new NotFoundError("transfer");
           // Held by descriptor from here on: a symlink the sandbox swaps in cannot redirect the writes.
-          const target = await resolveInside(workspace, segments, { create: true });
+          const target = await resolveInside(workspace, segments, { create: true, owner: user });
           const source = unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(req.sealKey), transferRef(name));
           let extracted;
           try {
-            extracted = await extractArchive(source, target.dir, limits);
+            extracted = await extractArchive(source, target.dir, limits, { owner: user });
           } catch (err) {
             if (err instanceof SealError) throw new InvalidError("archive does not open with its transfer key", { cause: err });
             throw err;
@@ -146,13 +144,13 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
       translate(async (): Promise<WorkspacePullReply> => {
         const runtime = held(req);
         const segments = relativeSegments(req.path);
-        return runtime.workspaceTask(async (workspace) => {
+        return runtime.workspaceTask(async (workspace, user) => {
           const target = await resolveInside(workspace, segments, { create: false });
           try {
             const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
             // The reply gives the archive's own size (the client's content-length), counted before sealing.
             let size = 0;
-            const archive = Readable.fromWeb(packInside(target) as NodeWebReadableStream<Uint8Array>);
+            const archive = Readable.fromWeb(packInside(target, { owner: user }) as NodeWebReadableStream<Uint8Array>);
             const counted = archive.map((chunk: Uint8Array) => {
               size += chunk.byteLength;
               return chunk;
@@ -169,13 +167,13 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
     serveRpc(deps.nc, rpcs.diff, (req) =>
       translate(async (): Promise<WorkspaceDiffReply> => {
         const runtime = held(req);
-        return runtime.workspaceTask((workspace) =>
+        return runtime.workspaceTask((workspace, user) =>
           workspaceDiff(workspace, {
             maxRepoBytes: limits.diffMaxRepoBytes,
             maxBytes: limits.diffMaxBytes,
             maxRepos: limits.diffMaxRepos,
             pathEnv: deps.childPath,
-            runAs: deps.sessionUser?.(req.sessionId),
+            runAs: user,
           }),
         );
       }),

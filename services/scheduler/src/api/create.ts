@@ -36,6 +36,8 @@ function nameKeyOf(workspaceId: string, creatorId: string, name: string): string
 function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody, env: Environment | undefined): Session {
   const at = ctx.now();
   const id = ctx.newId("ses");
+  const spec = layerSpec(env, body.spec, body.repos);
+  const requirements = requirementsOf(env, spec);
   return {
     id,
     workspaceId: scope.workspaceId,
@@ -43,9 +45,10 @@ function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody,
     ...(body.name !== undefined ? { name: body.name } : {}),
     state: "queued",
     ...(body.environmentId !== undefined ? { environmentId: body.environmentId } : {}),
-    // Layered over the environment by the PortableSpec rules; requirements come from it, never from the request.
-    spec: layerSpec(env, body.spec, body.repos),
-    ...(env ? { setupHash: env.setupHash, requirements: requirementsOf(env) } : {}),
+    // Layered over the environment by the PortableSpec rules; requirements come from it (and image:oci for an image), never from the request.
+    spec,
+    ...(env ? { setupHash: env.setupHash } : {}),
+    ...(env || spec.image !== undefined ? { requirements } : {}),
     mode: body.mode ?? "run",
     oneShot: body.oneShot ?? false,
     ...(body.parentId !== undefined ? { parentId: body.parentId } : {}),

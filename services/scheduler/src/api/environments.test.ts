@@ -435,4 +435,11 @@ describe("layering (PortableSpec rules)", () => {
     requirementsOf(undefined).capabilities.push("mutated");
     expect(NO_REQUIREMENTS.capabilities).toEqual([]);
   });
+
+  it("requires image:oci of a session whose spec names an image (its own or its environment's), once", () => {
+    expect(requirementsOf(undefined, { image: "reg/x:1" }).capabilities).toEqual(["image:oci"]);
+    expect(requirementsOf(env, { image: "reg/x:1" }).capabilities).toEqual([...env.requirements.capabilities, "image:oci"]);
+    expect(requirementsOf({ ...env, requirements: { ...env.requirements, capabilities: ["image:oci"] } }, { image: "reg/x:1" }).capabilities).toEqual(["image:oci"]);
+    expect(requirementsOf(env, {}).capabilities).toEqual(env.requirements.capabilities);
+  });
 });

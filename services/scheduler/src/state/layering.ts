@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import {
+  IMAGE_CAPABILITY,
   InvalidError,
   NO_REQUIREMENTS,
   type BootEnvironment,
@@ -84,8 +85,13 @@ export function bootEnvironmentOf(env: Environment, spec: PortableSpec): BootEnv
   };
 }
 
-/** The portable sizing a session asks of its pool: its environment's, or none for a scratch session. */
-export function requirementsOf(env: Environment | undefined): Requirements {
+/**
+ * The portable sizing a session asks of its pool: its environment's, or none
+ * for a scratch session; a spec naming an image also requires a runner that
+ * can root a session in it (never the host's root instead).
+ */
+export function requirementsOf(env: Environment | undefined, spec?: PortableSpec): Requirements {
   const r = env?.requirements ?? NO_REQUIREMENTS;
-  return { ...r, capabilities: [...r.capabilities] };
+  const image = spec?.image !== undefined && !r.capabilities.includes(IMAGE_CAPABILITY) ? [IMAGE_CAPABILITY] : [];
+  return { ...r, capabilities: [...r.capabilities, ...image] };
 }

@@ -6,20 +6,21 @@
  * end of its link, and each app or script runs in a sandbox of its own
  * (launch.ts: read-only host root, private /tmp and home, the workspace bound
  * at INSIDE_WORKSPACE, the runner's data dir hidden).
- */import { chmod, chown, lchown, mkdir, readdir, readFile } from "node:fs/promises";
+ */import { chmod, chown, mkdir, readdir, readFile } from "node:fs/promises";
 import { createServer, connect, type AddressInfo, type Server } from "node:net";
 import { dirname, join } from "node:path";
 import { spawn as spawnPty } from "@lydell/node-pty";
 import { INITIAL_TERMINAL_SIZE } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { SpawnError } from "../../errors.ts";
-import { SandboxKind, type Sandbox, type SandboxApp, type SandboxBackend, type SandboxReach, type SandboxScript, type ScriptOutcome } from "../backend.ts";
+import { SandboxKind, type ImageRoot, type Sandbox, type SandboxApp, type SandboxBackend, type SandboxImages, type SandboxReach, type SandboxScript, type ScriptOutcome } from "../backend.ts";
 import { resolveExecutable } from "../executable.ts";
 import { spawnPiped } from "../pipe-app.ts";
 import type { AppProcess } from "../process-group.ts";
 import { wrapPty } from "../pty-app.ts";
 import { removeDirSoon } from "../remove-dir.ts";
 import { prepareSessionsDir } from "../sessions-dir.ts";
+import { imageCommandExists, prepareImageRoot } from "./image-root.ts";
 import { HOST_HIDDEN, sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
 import { createSessionCgroups, type SessionCgroups } from "./cgroup.ts";
 import { LimitKind, type SandboxLimits } from "./limits.ts";
@@ -51,6 +52,8 @@ export interface BwrapBackendOptions {
   cap: BwrapCapability;
   tools: BwrapTools;
   settings: { uidFirst: number; uidCount: number; netInstance: string; netPrefix: readonly [number, number]; limits: SandboxLimits };
+  /** Where sessions naming an image get its root; without it such sessions are refused. */
+  images?: SandboxImages | undefined;
 }
 
 export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
@@ -89,12 +92,20 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
         log.warn({ reason: cap.network.reason }, "sandbox sessions get no network of their own here (loopback only): no gateway, no egress");
       }
     },
-    async create({ sessionId, dir }) {
-      const ids = uids.allocate(sessionId);
+    async create({ sessionId, dir, image }) {
+      const root = image === undefined ? undefined : await acquireImage(opts.images, image);
+      let ids: SessionIds;
+      try {
+        ids = uids.allocate(sessionId);
+      } catch (err) {
+        root?.release();
+        throw err;
+      }
       live.add(ids.uid);
       const release = () => {
         live.delete(ids.uid);
         uids.release(sessionId);
+        root?.release();
       };
       try {
         for (const d of [dir, join(dir, "workspace"), join(dir, "home"), join(dir, "tmp")]) {
@@ -104,7 +115,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
         }
         const cgroupDir = await cgroups?.create(sessionId, settings.limits.cgroup);
         const net = pool ? await pool.take() : undefined;
-        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, limits: settings.limits, cgroupDir, cgroups, release: () => {
+        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, root, limits: settings.limits, cgroupDir, cgroups, release: () => {
           release();
           sandboxes.delete(sandbox);
         } });
@@ -143,7 +154,22 @@ interface SandboxParts {
   /** The session's cgroup (cgroup.ts), where the host delegates one. */
   cgroupDir: string | undefined;
   cgroups: SessionCgroups | undefined;
+  /** The image the session is rooted in; the host's root when undefined. */
+  root: ImageRoot | undefined;
   release: () => void;
+}
+
+/** The image's root, held for the session (released with it); prepared for the launch's mounts. */
+async function acquireImage(images: SandboxImages | undefined, reference: string): Promise<ImageRoot> {
+  if (!images) throw new SpawnError(`image ${reference.slice(0, 256)}: this runner has no image store`);
+  const root = await images.acquire(reference);
+  try {
+    await prepareImageRoot(root.rootfs, reference);
+    return root;
+  } catch (err) {
+    root.release();
+    throw err;
+  }
 }
 
 function bwrapSandbox(p: SandboxParts): Sandbox {
@@ -154,7 +180,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     sessionId: p.sessionId,
     uid: p.ids.uid,
     gid: p.ids.gid,
-    root: { kind: "host" },
+    root: p.root ? { kind: "image", dir: p.root.rootfs } : { kind: "host" },
     workspace: { host: workspace, path: INSIDE_WORKSPACE },
     home: { host: join(p.dir, "home"), path: INSIDE_HOME },
     tmpDir: join(p.dir, "tmp"),
@@ -174,8 +200,11 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
   return {
     workspace,
     insideWorkspace: INSIDE_WORKSPACE,
-    // The runner (root) wrote these files: the session's uid takes them over.
-    adopt: () => chownTree(workspace, p.ids.uid, p.ids.gid),
+    user: { uid: p.ids.uid, gid: p.ids.gid },
+    // Nothing to hand over afterwards: what the runner writes into the workspace is given to `user` as each
+    // inode is made, by descriptor (workspace/ passes it down). A chown walk by path afterwards would race the
+    // session and could be pointed (a hard link it planted) at a file outside.
+    adopt: () => Promise.resolve(),
     async reach(gatewayUrl): Promise<SandboxReach> {
       const net = p.net;
       if (!net) return { egressHost: "127.0.0.1", egressPort: 0, gatewayUrl: undefined, noProxy: [], allow: () => Promise.resolve() };
@@ -200,7 +229,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
         allow: (ports) => net.allow(unshared(relayPort ? [relayPort, ...ports] : ports)),
       };
     },
-    startApp: (opts) => startApp(opts, spec, p.tools, workspace),
+    startApp: (opts) => startApp(opts, spec, p.tools, workspace, p.root?.rootfs),
     runScript: (opts) => runScript(opts, spec, p.tools),
     freeze: (apps) => apps.forEach((app) => app.freeze()),
     thaw: (apps) => apps.forEach((app) => app.thaw()),
@@ -223,12 +252,14 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
 
 type SpecOf = (command: readonly string[], env: Record<string, string>, tty: boolean) => SandboxSpec;
 
-function startApp(opts: SandboxApp, spec: SpecOf, tools: BwrapTools, workspace: string): AppProcess {
+function startApp(opts: SandboxApp, spec: SpecOf, tools: BwrapTools, workspace: string, rootfs: string | undefined): AppProcess {
   const [command] = opts.app.cmd;
   if (!command) throw new SpawnError(`app ${opts.app.name}: empty command`);
-  // The root is the host's: what the session would exec is found here first (the workspace as the host sees it).
-  const onHost = command === INSIDE_WORKSPACE || command.startsWith(`${INSIDE_WORKSPACE}/`) ? join(workspace, command.slice(INSIDE_WORKSPACE.length)) : command;
-  if (!resolveExecutable(onHost, workspace, opts.env.PATH ?? "")) throw new SpawnError(`app ${opts.app.name}: command not found: ${command.slice(0, 128)}`);
+  // What the session would exec is found here first (the workspace as the host sees it; the image's root, or the host's).
+  const inWorkspace = command === INSIDE_WORKSPACE || command.startsWith(`${INSIDE_WORKSPACE}/`);
+  const onHost = inWorkspace ? join(workspace, command.slice(INSIDE_WORKSPACE.length)) : command;
+  const found = rootfs && !inWorkspace ? imageCommandExists(rootfs, command, opts.env.PATH ?? "") : resolveExecutable(onHost, workspace, opts.env.PATH ?? "");
+  if (!found) throw new SpawnError(`app ${opts.app.name}: command not found: ${command.slice(0, 128)}`);
   const tty = opts.app.tty !== false;
   const launch = sandboxLaunch(spec(opts.app.cmd, opts.env, tty), tools);
   if (!tty) return spawnPiped({ name: opts.app.name, file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: opts.onData, signal: signalTree });
@@ -374,20 +405,6 @@ async function killUids(match: (uid: number) => boolean): Promise<number> {
     }
   }
   return killed;
-}
-
-/** Hands a tree the runner wrote to the session's uid (lchown: a symlink is not followed out of the tree). */
-async function chownTree(root: string, uid: number, gid: number): Promise<void> {
-  const stack = [root];
-  while (stack.length > 0) {
-    const dir = stack.pop() ?? root;
-    await lchown(dir, uid, gid);
-    for (const entry of await readdir(dir, { withFileTypes: true })) {
-      const path = join(dir, entry.name);
-      if (entry.isDirectory()) stack.push(path);
-      else await lchown(path, uid, gid);
-    }
-  }
 }
 
 /** A TCP relay on host (the runner's end of a session's link) to the gateway: the session's PADDOCK_URL. */

@@ -6,3 +6,4 @@ export * from "./network-pool.ts";
 export * from "./probe.ts";
 export * from "./spawn.ts";
 export * from "./uid-allocator.ts";
+export * from "./image-root.ts";

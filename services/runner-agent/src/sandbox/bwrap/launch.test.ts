@@ -84,7 +84,7 @@ describe("sandboxLaunch", () => {
   it("uses an image's rootfs read-only as the root, hiding nothing of the host (none of it is there)", () => {
     const { args } = sandboxLaunch(spec({ root: { kind: "image", dir: "/cache/rootfs/sha256-abc" } }), tools);
     expect(after(args, "--ro-bind", 2)).toEqual([["/cache/rootfs/sha256-abc", "/"]]);
-    expect(after(args, "--tmpfs").flat()).toEqual(["/run", "/var/tmp", "/dev/shm"]);
+    expect(after(args, "--tmpfs").flat()).toEqual(["/home", "/run", "/var/tmp", "/dev/shm"]);
   });
 
   it("enters the session's cgroup first when given one", () => {

@@ -103,6 +103,9 @@ export interface SandboxLaunch {
  */
 export const HOST_HIDDEN = ["/root", "/home", "/run", "/var/tmp", "/sys/fs/cgroup"] as const;
 
+/** Directories an image's root gets an empty tmpfs on (image-root.ts makes them where the image lacks them). */
+export const IMAGE_TMPFS = ["/home", "/run", "/var/tmp"] as const;
+
 /** `/dev/shm` is memory: bounded, since without delegated cgroups nothing else bounds it. */
 export const DEV_SHM_BYTES = 64 * 1024 * 1024;
 
@@ -132,7 +135,8 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
   if (!spec.netnsPath) args.push("--unshare-net");
   if (!spec.tty) args.push("--new-session");
   args.push("--hostname", "paddock");
-  const hidden = spec.root.kind === "host" ? [...HOST_HIDDEN, ...spec.hide] : ["/run", "/var/tmp"];
+  // An image's root is read-only from the start: /home is a tmpfs so bwrap can make the workspace's and home's mount points in it.
+  const hidden = spec.root.kind === "host" ? [...HOST_HIDDEN, ...spec.hide] : [...IMAGE_TMPFS];
   args.push("--ro-bind", spec.root.kind === "host" ? "/" : spec.root.dir, "/");
   for (const dir of hidden) args.push("--tmpfs", dir);
   args.push("--proc", "/proc", "--dev", "/dev", "--size", String(DEV_SHM_BYTES), "--tmpfs", "/dev/shm");

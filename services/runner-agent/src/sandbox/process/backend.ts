@@ -7,6 +7,7 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "@paddock/logging";
+import { SpawnError } from "../../errors.ts";
 import { SandboxKind, type Sandbox, type SandboxBackend, type SandboxBackendDeps } from "../backend.ts";
 import { killLeftoverProcesses } from "../leftovers.ts";
 import type { AppProcess } from "../process-group.ts";
@@ -21,7 +22,9 @@ export function createProcessBackend(deps: SandboxBackendDeps): SandboxBackend {
     kind: SandboxKind.process,
     limits: [],
     prepare: (sessionsDir) => prepareSessionsDir(sessionsDir, log),
-    create: ({ dir }) => Promise.resolve(processSandbox(dir, log)),
+    // Plain processes see the host's root: an image cannot be honoured, and running without it would be a lie.
+    create: ({ dir, image }) =>
+      image === undefined ? Promise.resolve(processSandbox(dir, log)) : Promise.reject(new SpawnError(`image ${image.slice(0, 256)}: this runner's sandbox (process) cannot run images`)),
     removeDir: async (dir) => {
       await removeDirSoon(dir, log);
     },
