@@ -11,6 +11,7 @@ import { lifecycleBench } from "./src/lifecycle.ts";
 import { formatTable, type Figure } from "./src/stats.ts";
 import { memoryBenches } from "./src/memory.ts";
 import { sandboxBenches } from "./src/sandbox.ts";
+import { sandboxRunnerBenches } from "./src/sandbox-runner.ts";
 import { terminalBenches } from "./src/terminal.ts";
 
 const { quick, only } = parseScriptArgsOrExit(BENCH_USAGE, parseBenchArgs);
@@ -25,7 +26,10 @@ async function main(): Promise<void> {
   if (only.has("terminal")) figures.push(...(await terminalBenches(quick ? { latencySamples: 20, echoSamples: 100, megabytes: 5 } : { latencySamples: 200, echoSamples: 1000, megabytes: 200 })));
   if (only.has("memory")) figures.push(...(await memoryBenches(quick ? { clients: 100, idleSessions: 20 } : { clients: 1000, idleSessions: 200 })));
   if (only.has("images")) figures.push(...(await imagesBench(quick ? { megabytes: 48, samples: 2 } : { megabytes: 48, samples: 5 })));
-  if (only.has("sandbox")) figures.push(...(await sandboxBenches({ samples: quick ? 20 : 200 })));
+  if (only.has("sandbox")) {
+    figures.push(...(await sandboxBenches({ samples: quick ? 20 : 200 })));
+    figures.push(...(await sandboxRunnerBenches(quick ? { samples: 20, echoSamples: 100, megabytes: 5 } : { samples: 200, echoSamples: 1000, megabytes: 100 })));
+  }
   process.stdout.write(formatTable(figures) + "\n");
   const dir = join(repoRoot, "bench-results");
   mkdirSync(dir, { recursive: true });

@@ -9,7 +9,7 @@ import { cpuMeter } from "./cpu.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
 import { stopStackKeepingData } from "./leftovers.ts";
 
-async function post(stack: Stack, path: string, body: unknown): Promise<Session> {
+export async function post(stack: Stack, path: string, body: unknown): Promise<Session> {
   const res = await fetch(`${stack.url}${path}`, {
     method: "POST",
     headers: { authorization: `Bearer ${stack.token}`, "content-type": "application/json" },
@@ -24,12 +24,12 @@ async function post(stack: Stack, path: string, body: unknown): Promise<Session>
  * before any create: the observer sets up nothing (no stream info, no
  * consumer) on the path it times.
  */
-interface RunningWatch {
+export interface RunningWatch {
   untilRunning(id: string): Promise<void>;
   stop(): void;
 }
 
-async function runningWatch(nc: NatsConnection): Promise<RunningWatch> {
+export async function runningWatch(nc: NatsConnection): Promise<RunningWatch> {
   const kv = await new Kvm(nc).open("sessions");
   const w = await kv.watch({ key: "default.*", include: KvWatchInclude.UpdatesOnly });
   const running = new Set<string>();
@@ -48,7 +48,7 @@ async function runningWatch(nc: NatsConnection): Promise<RunningWatch> {
   };
 }
 
-function openWs(url: string, headers: Record<string, string> = {}): Promise<WebSocket> {
+export function openWs(url: string, headers: Record<string, string> = {}): Promise<WebSocket> {
   const ws = new WebSocket(url, { headers });
   return new Promise((resolve, reject) => {
     ws.once("open", () => resolve(ws));
@@ -64,7 +64,7 @@ const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
  * record turning running (core NATS sees the stream subjects as they are
  * published). Also tells when a deleted session's sandbox is gone.
  */
-async function stageClock(nc: NatsConnection) {
+export async function stageClock(nc: NatsConnection) {
   const at = new Map<string, Record<string, number>>();
   const gone = new Map<string, () => void>();
   const mark = (id: string, stage: string) => {
@@ -150,7 +150,7 @@ async function createLatency(stack: Stack, nc: NatsConnection, watch: RunningWat
 }
 
 /** Sends one byte at a time and times its echo in the message handler. */
-async function echoSamples(ws: WebSocket, samples: number, framed: boolean): Promise<number[]> {
+export async function echoSamples(ws: WebSocket, samples: number, framed: boolean): Promise<number[]> {
   const out: number[] = [];
   for (let i = 0; i < samples; i++) {
     const ch = String.fromCharCode(97 + (i % 26));
@@ -224,7 +224,7 @@ async function echoWhilePasting(stack: Stack, watch: RunningWatch, ws: WebSocket
 }
 
 /** Bytes received until the socket closes, in MB/s. */
-function drain(ws: WebSocket, framed: boolean): Promise<{ bytes: number; seconds: number }> {
+export function drain(ws: WebSocket, framed: boolean): Promise<{ bytes: number; seconds: number }> {
   const start = performance.now();
   let bytes = 0;
   ws.on("message", (data: Buffer, isBinary: boolean) => {

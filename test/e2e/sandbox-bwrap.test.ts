@@ -81,6 +81,8 @@ describe("a session on a bwrap runner", () => {
     const res = await api(stack.url, stack.token, "GET", "/v1/runners");
     const runners = (res.body as { runners: Array<{ id: string; capabilities: string[] }> }).runners;
     expect(runners.find((r) => r.id === "runner-1")?.capabilities).toContain("sandbox:bwrap");
+    // What it holds each session to: rlimits here (no delegated cgroups on these hosts; limits:cgroup where there are).
+    expect(runners.find((r) => r.id === "runner-1")?.capabilities).toContain("limits:rlimit");
   });
 
   it("is contained, reaches its gateway, moves to another bwrap runner by a cold suspend with its workspace, and leaves nothing of its uid", async () => {

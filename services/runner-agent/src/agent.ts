@@ -291,7 +291,12 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     sandbox = backend;
     // Only a backend that roots sessions in images takes sessions naming one (the scheduler requires image:oci of them).
     const imageCapable = backend.kind === SandboxKind.bwrap ? [IMAGE_CAPABILITY] : [];
-    capabilities = [...config.capabilities.filter((c) => !c.startsWith("sandbox:") && c !== IMAGE_CAPABILITY), sandboxCapability(backend.kind), ...imageCapable];
+    capabilities = [
+      ...config.capabilities.filter((c) => !c.startsWith("sandbox:") && !c.startsWith("limits:") && c !== IMAGE_CAPABILITY),
+      sandboxCapability(backend.kind),
+      ...imageCapable,
+      ...backend.limits.map((l) => `limits:${l}`),
+    ];
     sessions = new SessionManager({
       runner: { poolId: config.poolId, runnerId: config.runnerId },
       inputAdmission: { open: confirmed, epoch: () => epoch, onConfirmed: (listener) => confirmation.onConfirm(listener) },

@@ -3,6 +3,7 @@ import { z } from "zod";
 import { Id } from "@paddock/contracts";
 import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
 import { SecretsKeySetting } from "@paddock/bus";
+import type { SandboxLimits } from "./sandbox/bwrap/limits.ts";
 import { DEFAULT_COALESCE_MS, type TerminalSettings } from "./terminal/term-options.ts";
 import { ImagesConfig } from "./images/config.ts";
 import { CheckpointCompression } from "./workspace/checkpoint.ts";
@@ -103,6 +104,14 @@ const RunnerEnv = z
       .transform((s) => s.split(".").map(Number) as [number, number])
       .refine((p) => p.every((o) => o <= 255), "octets are 0-255")
       .default([10, 213]),
+    /** bwrap: per-session rlimits, always enforced (processes: PADDOCK_SANDBOX_PROCESSES): open files per process, the largest file a process may write. */
+    PADDOCK_SANDBOX_MAX_OPEN_FILES: z.coerce.number().int().positive().max(1_048_576).default(4_096),
+    PADDOCK_SANDBOX_MAX_FILE_SIZE_BYTES: z.coerce.number().int().positive().max(2 ** 53 - 1).default(8 * 1024 ** 3),
+    /** bwrap: per-session cgroup v2 limits, enforced only where the host delegates memory, cpu and pids to the runner (its capabilities say `limits:cgroup`). */
+    PADDOCK_SANDBOX_MEMORY_MAX_BYTES: z.coerce.number().int().positive().max(2 ** 53 - 1).default(4 * 1024 ** 3),
+    /** Millicores: 1000 is one core. */
+    PADDOCK_SANDBOX_CPU_MILLIS: z.coerce.number().int().min(10).max(1_024_000).default(2_000),
+    PADDOCK_SANDBOX_PIDS_MAX: z.coerce.number().int().positive().max(4_194_304).default(4_096),
     /** Images (bwrap): host[:port] of registries pulled from over plain HTTP (a loopback registry, a local mirror), comma-separated. */
     PADDOCK_IMAGE_INSECURE_REGISTRIES: registryHosts,
     /** Images (bwrap): unpacked roots kept under <data dir>/images; images no session uses are evicted past it. */
@@ -157,9 +166,12 @@ export function loadConfig(env: Record<string, string | undefined>) {
       backend: e.PADDOCK_SANDBOX,
       uidFirst: e.PADDOCK_SANDBOX_UID_FIRST,
       uidCount: e.PADDOCK_SANDBOX_UID_COUNT,
-      processes: e.PADDOCK_SANDBOX_PROCESSES,
       netInstance: e.PADDOCK_SANDBOX_NET_INSTANCE,
       netPrefix: e.PADDOCK_SANDBOX_NET_PREFIX,
+      limits: {
+        rlimits: { processes: e.PADDOCK_SANDBOX_PROCESSES, openFiles: e.PADDOCK_SANDBOX_MAX_OPEN_FILES, fileSizeBytes: e.PADDOCK_SANDBOX_MAX_FILE_SIZE_BYTES },
+        cgroup: { memoryMaxBytes: e.PADDOCK_SANDBOX_MEMORY_MAX_BYTES, cpuMaxMicros: e.PADDOCK_SANDBOX_CPU_MILLIS * 100, pidsMax: e.PADDOCK_SANDBOX_PIDS_MAX },
+      } satisfies SandboxLimits,
     },
     images: ImagesConfig.parse({ insecureRegistries: e.PADDOCK_IMAGE_INSECURE_REGISTRIES, ...(e.PADDOCK_IMAGE_CACHE_MAX_BYTES !== undefined ? { maxCacheBytes: e.PADDOCK_IMAGE_CACHE_MAX_BYTES } : {}) }),
     checkpointCompression: e.PADDOCK_RUNNER_CHECKPOINT_COMPRESSION,

@@ -7,6 +7,7 @@ import { startService } from "@paddock/testing";
 import { useNatsServer } from "@paddock/testing/vitest";
 import { loadConfig } from "./config.ts";
 import { fakeScheduler } from "./testing/test-support.ts";
+import { DEFAULT_SANDBOX_LIMITS } from "./sandbox/bwrap/limits.ts";
 
 describe("config", () => {
   it("parses the runner settings with defaults", () => {
@@ -44,9 +45,9 @@ describe("config", () => {
 
   it("runs sessions in the process backend unless PADDOCK_SANDBOX says auto or bwrap; refuses anything else", () => {
     const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
-    expect(loadConfig(base).sandbox).toEqual({ backend: "process", uidFirst: 200_000, uidCount: 1_024, processes: 4_096, netInstance: "r0", netPrefix: [10, 213] });
+    expect(loadConfig(base).sandbox).toEqual({ backend: "process", uidFirst: 200_000, uidCount: 1_024, netInstance: "r0", netPrefix: [10, 213], limits: DEFAULT_SANDBOX_LIMITS });
     const set = { PADDOCK_SANDBOX: "bwrap", PADDOCK_SANDBOX_UID_FIRST: "300000", PADDOCK_SANDBOX_UID_COUNT: "64", PADDOCK_SANDBOX_PROCESSES: "256", PADDOCK_SANDBOX_NET_INSTANCE: "ab1", PADDOCK_SANDBOX_NET_PREFIX: "10.50" };
-    expect(loadConfig({ ...base, ...set }).sandbox).toEqual({ backend: "bwrap", uidFirst: 300_000, uidCount: 64, processes: 256, netInstance: "ab1", netPrefix: [10, 50] });
+    expect(loadConfig({ ...base, ...set }).sandbox).toEqual({ backend: "bwrap", uidFirst: 300_000, uidCount: 64, netInstance: "ab1", netPrefix: [10, 50], limits: { ...DEFAULT_SANDBOX_LIMITS, rlimits: { ...DEFAULT_SANDBOX_LIMITS.rlimits, processes: 256 } } });
     expect(loadConfig({ ...base, PADDOCK_SANDBOX: "auto" }).sandbox.backend).toBe("auto");
     for (const [key, bad] of [
       ["PADDOCK_SANDBOX", "docker"],
@@ -63,6 +64,32 @@ describe("config", () => {
       ["PADDOCK_SANDBOX_NET_PREFIX", "10.300"],
       ["PADDOCK_SANDBOX_NET_PREFIX", "10.0.0"],
       ["PADDOCK_SANDBOX_NET_PREFIX", "ten.x"],
+    ] as const) {
+      expect(() => loadConfig({ ...base, [key]: bad }), `${key}=${bad}`).toThrow(ConfigError);
+    }
+  });
+
+  it("takes per-session limits (rlimits always, cgroup where delegated) from the config; refuses a non-positive or absurd one", () => {
+    const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
+    const set = {
+      PADDOCK_SANDBOX_PROCESSES: "256",
+      PADDOCK_SANDBOX_MAX_OPEN_FILES: "512",
+      PADDOCK_SANDBOX_MAX_FILE_SIZE_BYTES: "1048576",
+      PADDOCK_SANDBOX_MEMORY_MAX_BYTES: "536870912",
+      PADDOCK_SANDBOX_CPU_MILLIS: "1500",
+      PADDOCK_SANDBOX_PIDS_MAX: "300",
+    };
+    expect(loadConfig({ ...base, ...set }).sandbox.limits).toEqual({
+      rlimits: { processes: 256, openFiles: 512, fileSizeBytes: 1_048_576 },
+      cgroup: { memoryMaxBytes: 536_870_912, cpuMaxMicros: 150_000, pidsMax: 300 },
+    });
+    for (const [key, bad] of [
+      ["PADDOCK_SANDBOX_MAX_OPEN_FILES", "1.5"],
+      ["PADDOCK_SANDBOX_MAX_OPEN_FILES", "99999999"],
+      ["PADDOCK_SANDBOX_MAX_FILE_SIZE_BYTES", "0"],
+      ["PADDOCK_SANDBOX_MEMORY_MAX_BYTES", "-1"],
+      ["PADDOCK_SANDBOX_CPU_MILLIS", "5"],
+      ["PADDOCK_SANDBOX_PIDS_MAX", "0"],
     ] as const) {
       expect(() => loadConfig({ ...base, [key]: bad }), `${key}=${bad}`).toThrow(ConfigError);
     }

@@ -8,6 +8,7 @@ import type { Logger } from "@paddock/logging";
 import type { RunnerConfig } from "./config.ts";
 import { SandboxKind, type SandboxBackend, type SandboxImages } from "./sandbox/backend.ts";
 import { createBwrapBackend } from "./sandbox/bwrap/backend.ts";
+import { DEFAULT_SANDBOX_LIMITS } from "./sandbox/bwrap/limits.ts";
 import { probeBwrap } from "./sandbox/bwrap/probe.ts";
 import { createProcessBackend } from "./sandbox/process/backend.ts";
 import { RunnerError, RunnerErrorCode } from "./errors.ts";
@@ -15,7 +16,7 @@ import { RunnerError, RunnerErrorCode } from "./errors.ts";
 export type SandboxSettings = RunnerConfig["sandbox"];
 
 /** A runner configured without sandbox settings (tests' agents): the process backend. */
-export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", uidFirst: 200_000, uidCount: 1_024, processes: 4_096, netInstance: "r0", netPrefix: [10, 213] };
+export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", uidFirst: 200_000, uidCount: 1_024, netInstance: "r0", netPrefix: [10, 213], limits: DEFAULT_SANDBOX_LIMITS };
 
 export class SandboxUnavailableError extends RunnerError {
   constructor(message: string) {
@@ -31,8 +32,11 @@ export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logg
     const probeUid = settings.uidFirst + settings.uidCount - 1;
     const cap = await probeBwrap({ uid: probeUid, gid: probeUid, path: deps.childPath });
     if (cap.works && cap.tools) {
-      log.info({ version: cap.version, network: cap.network.works, cgroups: cap.cgroup.delegated, cgroupReason: cap.cgroup.reason }, "sandbox: bwrap");
-      return createBwrapBackend({ ...deps, cap, tools: cap.tools, settings });
+      const backend = createBwrapBackend({ ...deps, cap, tools: cap.tools, settings });
+      // What each session is held to: rlimits always; memory, cpu and pids only where the host delegates cgroup v2 controllers.
+      const limits = { ...settings.limits.rlimits, ...(cap.cgroup.delegated ? settings.limits.cgroup : {}) };
+      log.info({ version: cap.version, network: cap.network.works, enforced: backend.limits.map((l) => `limits:${l}`), limits, cgroupReason: cap.cgroup.reason }, "sandbox: bwrap");
+      return backend;
     }
     if (settings.backend === SandboxKind.bwrap) throw new SandboxUnavailableError(`PADDOCK_SANDBOX=bwrap, but bwrap does not work here: ${cap.reason ?? "unknown"}`);
     log.warn({ reason: cap.reason }, "sandbox: bwrap does not work here (PADDOCK_SANDBOX=auto), falling back to process");

@@ -7,6 +7,7 @@
 import type { AppSpec, TerminalSize } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import type { AppProcess, OutputStream } from "./process-group.ts";
+import type { UsageScope } from "./usage.ts";
 
 /** Which backend a runner's sessions run in: reported as the capability `sandbox:<kind>`. */
 export const SandboxKind = { process: "process", bwrap: "bwrap" } as const;
@@ -88,8 +89,8 @@ export interface Sandbox {
   thaw(apps: readonly AppProcess[]): void;
   /** After the apps were stopped: kills what of the session is still running (daemons, setsid escapees). */
   killLeftovers(): Promise<void>;
-  /** The process groups whose CPU and memory are the session's usage, given its apps. */
-  usageGroups(apps: readonly AppProcess[]): number[];
+  /** Whose CPU and memory are the session's usage, given its apps: their process groups, or the session's own uid. */
+  usageScope(apps: readonly AppProcess[]): UsageScope;
   /** Kills what is left, removes the sandbox's directory and gives back what it held (uid, network). Idempotent. */
   destroy(): Promise<void>;
 }
@@ -97,6 +98,8 @@ export interface Sandbox {
 export interface SandboxReach {
   /** The address the session's egress proxy listens on. */
   egressHost: string;
+  /** The port it listens on when free (0: any): one the session's network lets through already. */
+  egressPort: number;
   /** PADDOCK_URL as the session can reach it; undefined when the runner has no gateway URL. */
   gatewayUrl: string | undefined;
   /** Hosts the session reaches directly rather than through its egress proxy (NO_PROXY): the gateway's relay. */
@@ -107,6 +110,8 @@ export interface SandboxReach {
 
 export interface SandboxBackend {
   readonly kind: SandboxKind;
+  /** The kinds of per-session limit it enforces (`rlimit`, `cgroup`), reported as the capabilities `limits:<kind>`; none on process. */
+  readonly limits: readonly string[];
   /**
    * Runner start: readies the directory holding the sandboxes, killing what
    * a previous runner process left (processes, directories, uids, networks).

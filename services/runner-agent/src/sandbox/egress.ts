@@ -116,6 +116,8 @@ export interface EgressProxyOptions {
   logFields?: Record<string, unknown>;
   /** The address to listen on (127.0.0.1 when absent; a bwrap session's link address, where only it can reach the proxy). */
   host?: string;
+  /** The port to listen on when free (a bwrap session's link lets it through without a rule of its own); any port otherwise. */
+  port?: number;
 }
 
 export interface EgressProxy {
@@ -258,12 +260,10 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   server.on("connection", measure);
   server.on("clientError", (_err, socket) => socket.destroy());
 
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, host, () => {
-      server.off("error", reject);
-      resolve();
-    });
+  await listenOn(server, opts.port ?? 0, host).catch((err: NodeJS.ErrnoException) => {
+    // Something else of the host holds the preferred port: any port does (the caller allows it).
+    if (err.code === "EADDRINUSE" && opts.port) return listenOn(server, 0, host);
+    throw err;
   });
   const port = (server.address() as AddressInfo).port;
   let closed: Promise<void> | undefined;
@@ -278,4 +278,14 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
         server.closeAllConnections();
       })),
   };
+}
+
+function listenOn(server: Server, port: number, host: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
 }

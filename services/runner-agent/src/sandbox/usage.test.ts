@@ -13,7 +13,7 @@ describe("usage meter", () => {
     // A process group that burns CPU, says so, then idles.
     const child = spawn("sh", ["-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo burnt; exec sleep 600"], { detached: true });
     let clock = 1_000;
-    const meter = new UsageMeter(() => (child.pid ? [child.pid] : []), () => clock, 60_000);
+    const meter = new UsageMeter(() => ({ groups: child.pid ? [child.pid] : [] }), () => clock, 60_000);
     await meter.sample();
     await new Promise<void>((resolve) => createInterface({ input: child.stdout }).on("line", (l) => l === "burnt" && resolve()));
     clock += 10_000;

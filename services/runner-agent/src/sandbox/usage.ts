@@ -13,6 +13,8 @@ const MAX_WALKED_ENTRIES = 200_000;
 interface ProcStat {
   pid: number;
   pgid: number;
+  /** The real uid (from /proc/<pid>/status); read only by scans for a uid scope. */
+  uid?: number;
   /** utime + stime + cutime + cstime, in clock ticks. */
   cpuTicks: number;
   rssBytes: number;
@@ -29,16 +31,30 @@ function parseStat(text: string): ProcStat | undefined {
   return { pid: Number(head), pgid: num(5), cpuTicks: num(14) + num(15) + num(16) + num(17), rssBytes: num(24) * PAGE_BYTES };
 }
 
-/** Every process on the host, as /proc says. */
-async function scanProcesses(): Promise<ProcStat[]> {
+/** Every process on the host, as /proc says; with `uids`, also each one's real uid (a second read per process). */
+async function scanProcesses(uids: boolean): Promise<ProcStat[]> {
   const out: ProcStat[] = [];
   for (const name of await readdir("/proc").catch(() => [] as string[])) {
     if (!/^\d+$/.test(name)) continue;
     const stat = parseStat(await readFile(`/proc/${name}/stat`, "utf8").catch(() => ""));
-    if (stat) out.push(stat);
+    if (!stat) continue;
+    if (uids) {
+      const uid = /^Uid:\s+(\d+)/m.exec(await readFile(`/proc/${name}/status`, "utf8").catch(() => ""))?.[1];
+      if (uid === undefined) continue;
+      stat.uid = Number(uid);
+    }
+    out.push(stat);
   }
   return out;
 }
+
+/**
+ * Whose processes are a session's: its apps' process groups (each app leads
+ * its own), or every process of a uid when the backend gives the session a
+ * uid of its own (bwrap: a piped app's sandbox starts a new session, and
+ * anything may setsid out of its group, but nothing leaves the uid).
+ */
+export type UsageScope = { groups: readonly number[] } | { uid: number };
 
 /**
  * One /proc scan serves every session's periodic sample taken within
@@ -47,14 +63,27 @@ async function scanProcesses(): Promise<ProcStat[]> {
  * its CPU here (found profiling create → running, issue 8).
  */
 const SHARED_SCAN_MS = 1_000;
-let sharedScan: { at: number; procs: Promise<ProcStat[]> } | undefined;
+type SharedScan = { at: number; procs: Promise<ProcStat[]> } | undefined;
+let sharedScan: SharedScan;
+/** The same for scans that read uids too (only runners with uid scopes pay for them). */
+let sharedUidScan: SharedScan;
 
-/** Every process in the given process groups (each app leads its own group); `fresh` skips the shared scan. */
-async function processesIn(groups: ReadonlySet<number>, fresh: boolean): Promise<ProcStat[]> {
-  if (groups.size === 0) return [];
+function scanned(uids: boolean, fresh: boolean): Promise<ProcStat[]> {
   const at = performance.now();
-  if (fresh || !sharedScan || at - sharedScan.at > SHARED_SCAN_MS) sharedScan = { at, procs: scanProcesses() };
-  return (await sharedScan.procs).filter((p) => groups.has(p.pgid));
+  const current = uids ? sharedUidScan : sharedScan;
+  if (!fresh && current && at - current.at <= SHARED_SCAN_MS) return current.procs;
+  const next = { at, procs: scanProcesses(uids) };
+  if (uids) sharedUidScan = next;
+  else sharedScan = next;
+  return next.procs;
+}
+
+/** Every process of the scope; `fresh` skips the shared scan. */
+async function processesIn(scope: UsageScope, fresh: boolean): Promise<ProcStat[]> {
+  if ("uid" in scope) return (await scanned(true, fresh)).filter((p) => p.uid === scope.uid);
+  const groups = new Set(scope.groups);
+  if (groups.size === 0) return [];
+  return (await scanned(false, fresh)).filter((p) => groups.has(p.pgid));
 }
 
 /** Entries measured between two turns of the event loop. */
@@ -103,7 +132,7 @@ function sizeOrZero(path: string): number {
 
 /**
  * Samples what one placement generation of a session uses: CPU time and
- * memory byte-seconds of its apps' process groups, every sampleMs. A process
+ * memory byte-seconds of its processes (its UsageScope), every sampleMs. A process
  * is only seen while alive, so the last interval of one that exits between
  * samples is not counted (documented as the sampling error). Network bytes
  * are what passed the session's egress proxy (`networkBytes`, read at the
@@ -118,7 +147,7 @@ export class UsageMeter {
   private sampling: Promise<void> = Promise.resolve();
 
   constructor(
-    private readonly groups: () => number[],
+    private readonly scope: () => UsageScope,
     private readonly now: Now,
     private readonly sampleMs: number,
     private readonly networkBytes: () => number = () => 0,
@@ -134,7 +163,7 @@ export class UsageMeter {
   /** One sample now (serialised with the periodic ones); `fresh` reads /proc anew rather than a scan shared with other sessions. */
   sample(fresh = false): Promise<void> {
     this.sampling = this.sampling.then(async () => {
-      const procs = await processesIn(new Set(this.groups()), fresh);
+      const procs = await processesIn(this.scope(), fresh);
       const at = this.now();
       const seconds = Math.max(0, at - this.lastSampleAt) / 1000;
       this.lastSampleAt = at;

@@ -4,6 +4,7 @@
  * with `process` and once with `bwrap` (namespaced, a uid of its own, a
  * network of its own). What differs between them is asserted per backend.
  */
+import { execFileSync } from "node:child_process";
 import { chmodSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { createServer } from "node:http";
@@ -16,6 +17,8 @@ import { provision } from "@paddock/bus";
 import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { testHostIds } from "../sandbox/bwrap/test-sandbox.ts";
 import { pidsOfUid } from "../sandbox/bwrap/uid-allocator.ts";
+import { DEFAULT_SANDBOX_LIMITS } from "../sandbox/bwrap/limits.ts";
+import { probeCgroup } from "../sandbox/bwrap/probe.ts";
 import { collectFacts, collectTerm, dispatchTo, eventually, fakeScheduler, testAgent, type TestAgent } from "../testing/test-support.ts";
 
 let server: NatsServerHandle;
@@ -41,6 +44,10 @@ function statesOf(uid: number): string[] {
 let counter = 0;
 const nextId = () => `b${++counter}`;
 const UID_COUNT = 16;
+/** A process limit small enough for a fork bomb to reach at once, large enough for every scenario here. */
+const MAX_PROCESSES = 128;
+const LIMITS = { ...DEFAULT_SANDBOX_LIMITS, rlimits: { ...DEFAULT_SANDBOX_LIMITS.rlimits, processes: MAX_PROCESSES }, cgroup: { ...DEFAULT_SANDBOX_LIMITS.cgroup, memoryMaxBytes: 256 * 1024 ** 2 } };
+const CGROUPS_DELEGATED = probeCgroup().delegated;
 
 describe.each(["process", "bwrap"] as const)("a session on the %s backend", (backend) => {
   let t: TestAgent;
@@ -55,14 +62,15 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     t = testAgent(nc, {
       dataDir,
       capabilities: [],
-      sandbox: { backend, uidFirst: ids.firstUid, uidCount: UID_COUNT, processes: 4_096, netInstance: ids.instance, netPrefix: ids.prefix },
+      sandbox: { backend, uidFirst: ids.firstUid, uidCount: UID_COUNT, netInstance: ids.instance, netPrefix: ids.prefix, limits: LIMITS },
     });
     agents.push(t);
     facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
     await t.agent.start();
     scheduler.sub.unsubscribe();
-    // Only bwrap roots sessions in images.
-    expect(scheduler.requests.items[0]?.capabilities).toEqual(backend === "bwrap" ? ["sandbox:bwrap", "image:oci"] : ["sandbox:process"]);
+    // Only bwrap roots sessions in images; what the runner enforces per session is in its capabilities too (cgroups only where the host delegates them).
+    const limits = backend === "bwrap" ? ["limits:rlimit", ...(CGROUPS_DELEGATED ? ["limits:cgroup"] : [])] : [];
+    expect(scheduler.requests.items[0]?.capabilities).toEqual(backend === "bwrap" ? ["sandbox:bwrap", "image:oci", ...limits] : ["sandbox:process"]);
   });
 
   const fact = <T extends RunnerFact["type"]>(sessionId: string, type: T, pred?: (f: Extract<RunnerFact, { type: T }>) => boolean) =>
@@ -182,6 +190,20 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     }
   });
 
+  it.runIf(backend === "bwrap")("reaches its gateway relay and egress proxy without a per-session nft rule (the link's shared ports)", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    // The proxy answers (403 for a host not on the list) when the link lets its port through.
+    await start(sessionId, { cmd: ["sh", "-c", 'echo "proxy:$(curl -s -m 5 -o /dev/null -w %{http_code} http://example.invalid/)."; exec sleep 600'] });
+    await term.waitFor(() => /proxy:\d+\./.test(term.text()));
+    expect(term.text()).toContain("proxy:403.");
+    // Nothing was added for the session on its way to running: no `nft` run on the create path.
+    const set = execFileSync("nft", ["list", "set", "inet", `paddock_${ids.instance}`, "allowed"], { encoding: "utf8" });
+    expect(set).not.toContain("elements");
+    await send({ type: "destroy", sessionId });
+    await fact(sessionId, "destroyed");
+  });
+
   it("runs a tty:false app with pipes, each chunk tagged with its stream", async () => {
     const sessionId = nextId();
     const term = collectTerm(nc, sessionId, "main");
@@ -202,4 +224,66 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     expect(existsSync(join(t.config.dataDir, "sessions", sessionId))).toBe(false);
     if (backend === "bwrap") expect(pidsOfUid(uid, { live: true })).toEqual([]);
   });
+
+  it.runIf(backend === "bwrap")("bounds a fork bomb by the configured process limit; the runner and another session keep working", async () => {
+    const bombId = nextId();
+    const bombTerm = collectTerm(nc, bombId, "main");
+    // The subshell forks until the kernel refuses (dash gives up at once), then holds what it got: "full." says the limit is reached.
+    await start(bombId, { cmd: ["sh", "-c", 'echo "uid=$(id -u)."; (i=0; while true; do sleep 1000 & i=$((i+1)); echo $i > /tmp/forked; done); echo "full=$(cat /tmp/forked)."; exec sleep 1000'] });
+    await bombTerm.waitFor(() => /full=\d+\./.test(bombTerm.text()));
+    const uid = Number(/uid=(\d+)\./.exec(bombTerm.text())?.[1]);
+    const forked = Number(/full=(\d+)\./.exec(bombTerm.text())?.[1]);
+    expect(forked).toBeGreaterThan(10);
+    expect(forked).toBeLessThan(MAX_PROCESSES);
+    expect(pidsOfUid(uid).length).toBeLessThanOrEqual(MAX_PROCESSES);
+    // While the bomb holds every process it could get, another session starts, runs and exits through the same runner.
+    const otherId = nextId();
+    const otherTerm = collectTerm(nc, otherId, "main");
+    await start(otherId, { cmd: ["sh", "-c", "echo other-works; exit 0"] });
+    expect(await fact(otherId, "exited")).toMatchObject({ exitCode: 0 });
+    expect(otherTerm.text()).toContain("other-works");
+    await send({ type: "destroy", sessionId: bombId });
+    await fact(bombId, "destroyed");
+    expect(pidsOfUid(uid, { live: true })).toEqual([]);
+  });
+
+  it.runIf(backend === "bwrap")("meters a piped app's child that left for a session of its own, by the session's uid", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    // The child burns CPU in a new session (out of the app's process group), says how much (`times`, run in the shell itself, not a
+    // subshell: its own user and system time), and stays alive so the last sample at destroy sees it.
+    const child = 'i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; times > /tmp/times; read t < /tmp/times; echo "burnt $t."; exec sleep 600';
+    await start(sessionId, { apps: [{ name: "main", cmd: ["sh", "-c", `setsid sh -c '${child}' & exec sleep 600`], tty: false }] });
+    await term.waitFor(() => /burnt .*\./.test(term.text()));
+    const [user, sys] = [...(/burnt (\S+) (\S+)\./.exec(term.text()) ?? [])].slice(1).map(shellSeconds);
+    const burnt = (user ?? 0) + (sys ?? 0);
+    expect(burnt).toBeGreaterThan(0.1);
+    await send({ type: "destroy", sessionId });
+    const destroyed = await fact(sessionId, "destroyed");
+    // /proc counts in clock ticks (10 ms): the meter sees at least what the child says it used, less a tick of rounding.
+    expect(destroyed.usage?.cpuTimeSeconds ?? 0).toBeGreaterThanOrEqual(burnt - 0.01);
+  });
+
+  it.runIf(backend === "bwrap" && CGROUPS_DELEGATED)("starts a session in a cgroup of its own with the configured limits, where the host delegates one", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "main");
+    await start(sessionId, { cmd: ["sh", "-c", 'echo "uid=$(id -u)."; exec sleep 600'] });
+    await term.waitFor(() => /uid=\d+\./.test(term.text()));
+    const pids = pidsOfUid(Number(/uid=(\d+)\./.exec(term.text())?.[1]), { live: true });
+    const cgroupOf = (pid: number) => readFileSync(`/proc/${pid}/cgroup`, "utf8").trim().split(":").pop() ?? "";
+    const dir = cgroupOf(pids[0] ?? 0);
+    expect(dir).toMatch(new RegExp(`/session-${sessionId}$`));
+    const mount = probeCgroup().mount ?? "/sys/fs/cgroup";
+    expect(readFileSync(join(mount, dir, "memory.max"), "utf8").trim()).toBe(String(LIMITS.cgroup.memoryMaxBytes));
+    expect(readFileSync(join(mount, dir, "pids.max"), "utf8").trim()).toBe(String(LIMITS.cgroup.pidsMax));
+    await send({ type: "destroy", sessionId });
+    await fact(sessionId, "destroyed");
+    expect(existsSync(join(mount, dir))).toBe(false);
+  });
 });
+
+/** dash's `times` prints durations as e.g. 0m1.23s. */
+function shellSeconds(text: string): number {
+  const m = /^(\d+)m([\d.]+)s$/.exec(text);
+  return m ? Number(m[1]) * 60 + Number(m[2]) : Number.NaN;
+}

@@ -110,7 +110,7 @@ export class SessionRuntime {
         held: this.held,
         sandbox,
         signal: this.abort.signal,
-        startEgress: (host) => this.egress.start(this.cmd.spec.egressAllow ?? [], host, this.deps, this.ids(), () => this.phase === "ending"),
+        startEgress: (host, port) => this.egress.start(this.cmd.spec.egressAllow ?? [], host, port, this.deps, this.ids(), () => this.phase === "ending"),
         emit: (body, key) => this.emit(body, key),
         logFields: this.ids(),
       });
@@ -129,7 +129,7 @@ export class SessionRuntime {
         starts.push([slot, started]);
       }
       this.phase = "running";
-      this.meter = new UsageMeter(() => sandbox.usageGroups(this.apps()), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS, () => this.egress.bytes());
+      this.meter = new UsageMeter(() => sandbox.usageScope(this.apps()), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS, () => this.egress.bytes());
       this.meter.start();
       this.input = subscribeInput({
         ...this.deps,

@@ -20,8 +20,8 @@ export interface SandboxPrep {
   held: HeldSession;
   sandbox: Sandbox;
   signal: AbortSignal;
-  /** Starts the session's egress proxy listening on host; answers its port and the env that points apps at it. */
-  startEgress: (host: string) => Promise<StartedEgress>;
+  /** Starts the session's egress proxy listening on host (on port when free); answers its port and the env that points apps at it. */
+  startEgress: (host: string, port: number) => Promise<StartedEgress>;
   emit: (body: FactBody, key?: string) => Promise<boolean>;
   logFields: Record<string, unknown>;
 }
@@ -42,7 +42,7 @@ export async function prepareSandbox(p: SandboxPrep): Promise<Record<string, str
   const base = baseEnv(deps.childPath, sandbox.insideWorkspace, held.sessionId);
   const appEnv = { ...base, ...secrets, ...tokenEnv(cmd, sessionToken, reach.gatewayUrl) };
   // Egress: setup, init and the apps reach the network through the session's proxy (last: nothing overrides it).
-  const egress = await p.startEgress(reach.egressHost);
+  const egress = await p.startEgress(reach.egressHost, reach.egressPort);
   await reach.allow([egress.port]);
   const proxyEnv = reach.noProxy.length > 0 ? { ...egress.env, NO_PROXY: reach.noProxy.join(","), no_proxy: reach.noProxy.join(",") } : egress.env;
   Object.assign(appEnv, proxyEnv);
@@ -82,9 +82,10 @@ export class SessionEgress {
   bytes: () => number = () => 0;
 
   /** Starts the proxy for allow on host; answers its port and the env that points apps at it. */
-  async start(allow: string[], host: string, deps: SessionRuntimeDeps, logFields: Record<string, unknown>, ending: () => boolean): Promise<StartedEgress> {
+  async start(allow: string[], host: string, port: number, deps: SessionRuntimeDeps, logFields: Record<string, unknown>, ending: () => boolean): Promise<StartedEgress> {
     const proxy = await startEgressProxy({
       host,
+      port,
       allow,
       log: deps.log,
       refused: egressRefusals(deps.metrics.registry),

@@ -20,6 +20,7 @@ import { newSealKey, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
 import { ObjectStores, PaddockError, transferObjectName, transferRef, workspaceRpcs, type DispatchCommand, type PortableSpec, type RunnerFact } from "@paddock/contracts";
 import { useNatsServer } from "@paddock/testing/vitest";
 import { testHostIds } from "../sandbox/bwrap/test-sandbox.ts";
+import { DEFAULT_SANDBOX_LIMITS } from "../sandbox/bwrap/limits.ts";
 import { parseCheckpointRef } from "../workspace/checkpoint.ts";
 import { collectFacts, collectTerm, dispatchTo, fakeScheduler, maliciousTar, tarEntry, testAgent, type TestAgent } from "../testing/test-support.ts";
 
@@ -46,7 +47,7 @@ beforeAll(async () => {
   hostSecret = join(dataDir, "host-secret");
   writeFileSync(hostSecret, HOST_SECRET, { mode: 0o600 });
   const scheduler = fakeScheduler(nats.nc, 0);
-  t = testAgent(nats.nc, { dataDir, capabilities: [], sandbox: { backend: "bwrap", uidFirst: ids.firstUid, uidCount: 16, processes: 4_096, netInstance: ids.instance, netPrefix: ids.prefix } });
+  t = testAgent(nats.nc, { dataDir, capabilities: [], sandbox: { backend: "bwrap", uidFirst: ids.firstUid, uidCount: 16, netInstance: ids.instance, netPrefix: ids.prefix, limits: DEFAULT_SANDBOX_LIMITS } });
   facts = collectFacts(nats.nc, t.config.poolId, t.config.runnerId);
   await t.agent.start();
   scheduler.sub.unsubscribe();

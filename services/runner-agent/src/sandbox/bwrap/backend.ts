@@ -22,6 +22,8 @@ import { removeDirSoon } from "../remove-dir.ts";
 import { prepareSessionsDir } from "../sessions-dir.ts";
 import { imageCommandExists, prepareImageRoot } from "./image-root.ts";
 import { HOST_HIDDEN, sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
+import { createSessionCgroups, type SessionCgroups } from "./cgroup.ts";
+import { LimitKind, type SandboxLimits } from "./limits.ts";
 import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
 import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from "./network.ts";
 import type { BwrapCapability } from "./probe.ts";
@@ -31,17 +33,25 @@ import { claimedElsewhere, createUidAllocator, DEFAULT_UID_CLAIM_DIR, pidsOfUid,
 /** Where a session sees its workspace (its cwd and HOME); /home is an empty tmpfs in the sandbox. */
 export const INSIDE_WORKSPACE = "/home/workspace";
 const INSIDE_HOME = "/home/session";
+/**
+ * The ports of a session's gateway relay and egress proxy, each listening on
+ * the runner's end of the session's own link (an address only that session
+ * routes to): the same for every session, so the network lets them through
+ * from its start (`sharedPorts`) and a create runs no `nft` (measured: one
+ * `nft` run was most of the sandbox's create → running on a loaded host).
+ */
+const RELAY_PORT = 7118;
+const EGRESS_PORT = 7119;
+const SHARED_PORTS: readonly number[] = [RELAY_PORT, EGRESS_PORT];
 /** Networks kept ready for creates. */
 const NETWORK_POOL_SIZE = 2;
-/** Per-session rlimits (RLIMIT_NPROC counts threads too: node and a compiler need some hundreds). */
-const RLIMITS = { processes: 4_096, openFiles: 4_096, fileSizeBytes: 8 * 1024 ** 3 };
 
 export interface BwrapBackendOptions {
   log: Logger;
   childPath: string;
   cap: BwrapCapability;
   tools: BwrapTools;
-  settings: { uidFirst: number; uidCount: number; processes?: number; netInstance: string; netPrefix: readonly [number, number] };
+  settings: { uidFirst: number; uidCount: number; netInstance: string; netPrefix: readonly [number, number]; limits: SandboxLimits };
   /** Where sessions naming an image get its root; without it such sessions are refused. */
   images?: SandboxImages | undefined;
 }
@@ -49,7 +59,6 @@ export interface BwrapBackendOptions {
 export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   const { log, cap, tools, settings } = opts;
   const runnerUid = process.getuid?.() ?? 0;
-  const rlimits = { ...RLIMITS, processes: settings.processes ?? RLIMITS.processes };
   const uids = createUidAllocator({ first: settings.uidFirst, count: settings.uidCount, reserved: [0, runnerUid] });
   // A uid another runner on this host claimed (overlapping ranges) is never swept as ours.
   const inRange = (uid: number) => uid >= settings.uidFirst && uid < settings.uidFirst + settings.uidCount && !claimedElsewhere(DEFAULT_UID_CLAIM_DIR, uid);
@@ -60,19 +69,23 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   const live = new Set<number>();
   /** The sandboxes not destroyed yet: a runner that stops destroys them (their networks and relays are its own). */
   const sandboxes = new Set<Sandbox>();
+  // memory, cpu and pids per session where the host delegates them; rlimits everywhere.
+  const cgroups = cap.cgroup.delegated && cap.cgroup.dir ? createSessionCgroups(cap.cgroup.dir, process.pid) : undefined;
   return {
     kind: SandboxKind.bwrap,
+    limits: cgroups ? [LimitKind.rlimit, LimitKind.cgroup] : [LimitKind.rlimit],
     async prepare(sessionsDir) {
       const killed = await killUids(inRange);
       if (killed > 0) log.warn({ killed }, "killed sandbox processes left by a previous runner process (by uid)");
       await prepareSessionsDir(sessionsDir, log);
+      await cgroups?.start();
       // Sessions' bwrap (as their uid) binds their directories from here: passable, not listable.
       const dataDir = dirname(sessionsDir);
       await chmod(dataDir, 0o711);
       await chmod(sessionsDir, 0o711);
       hide = hiddenByTmpfs(dataDir);
       if (cap.network.works && cap.network.ip && cap.network.nft) {
-        networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: settings.netInstance, prefix: settings.netPrefix });
+        networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: settings.netInstance, prefix: settings.netPrefix, sharedPorts: SHARED_PORTS });
         await networks.start();
         pool = createNetworkPool({ networks, size: NETWORK_POOL_SIZE, slots: settings.uidCount, onError: (err) => log.warn({ err }, "sandbox network not built") });
       } else {
@@ -100,8 +113,9 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
           await chown(d, ids.uid, ids.gid);
           await chmod(d, 0o700);
         }
+        const cgroupDir = await cgroups?.create(sessionId, settings.limits.cgroup);
         const net = pool ? await pool.take() : undefined;
-        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, rlimits, ids, sessionId, dir, net, pool, root, release: () => {
+        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, root, limits: settings.limits, cgroupDir, cgroups, release: () => {
           release();
           sandboxes.delete(sandbox);
         } });
@@ -131,12 +145,15 @@ interface SandboxParts {
   tools: BwrapTools;
   childPath: string;
   hide: string[];
-  rlimits: typeof RLIMITS;
   ids: SessionIds;
   sessionId: string;
   dir: string;
   net: SessionNetwork | undefined;
   pool: NetworkPool | undefined;
+  limits: SandboxLimits;
+  /** The session's cgroup (cgroup.ts), where the host delegates one. */
+  cgroupDir: string | undefined;
+  cgroups: SessionCgroups | undefined;
   /** The image the session is rooted in; the host's root when undefined. */
   root: ImageRoot | undefined;
   release: () => void;
@@ -172,7 +189,8 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     env,
     cwd: INSIDE_WORKSPACE,
     command,
-    rlimits: p.rlimits,
+    rlimits: p.limits.rlimits,
+    cgroupDir: p.cgroupDir,
     tty,
   });
   const killAll = async () => {
@@ -189,28 +207,42 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     adopt: () => Promise.resolve(),
     async reach(gatewayUrl): Promise<SandboxReach> {
       const net = p.net;
-      if (!net) return { egressHost: "127.0.0.1", gatewayUrl: undefined, noProxy: [], allow: () => Promise.resolve() };
+      if (!net) return { egressHost: "127.0.0.1", egressPort: 0, gatewayUrl: undefined, noProxy: [], allow: () => Promise.resolve() };
       let relayPort: number | undefined;
       if (gatewayUrl) {
-        relay = await startRelay(net.hostAddress, new URL(gatewayUrl));
+        relay = await startRelay(net.hostAddress, new URL(gatewayUrl)).catch((err: NodeJS.ErrnoException) => {
+          // Something else of the host holds the relay's port: any port does (allowed below).
+          if (err.code === "EADDRINUSE") return startRelay(net.hostAddress, new URL(gatewayUrl), 0);
+          throw err;
+        });
         relayPort = (relay.address() as AddressInfo).port;
       }
       const url = gatewayUrl && relayPort ? `${new URL(gatewayUrl).protocol}//${net.hostAddress}:${relayPort}` : undefined;
       // The relay is the gateway: reached directly (the proxy would refuse it as a host not on the list).
-      return { egressHost: net.hostAddress, gatewayUrl: url, noProxy: url ? [net.hostAddress] : [], allow: (ports) => net.allow(relayPort ? [relayPort, ...ports] : ports) };
+      // The link lets the shared ports through already: a session whose relay and proxy got them runs no `nft` on its way to running.
+      const unshared = (ports: readonly number[]) => ports.filter((port) => !SHARED_PORTS.includes(port));
+      return {
+        egressHost: net.hostAddress,
+        egressPort: EGRESS_PORT,
+        gatewayUrl: url,
+        noProxy: url ? [net.hostAddress] : [],
+        allow: (ports) => net.allow(unshared(relayPort ? [relayPort, ...ports] : ports)),
+      };
     },
     startApp: (opts) => startApp(opts, spec, p.tools, workspace, p.root?.rootfs),
     runScript: (opts) => runScript(opts, spec, p.tools),
     freeze: (apps) => apps.forEach((app) => app.freeze()),
     thaw: (apps) => apps.forEach((app) => app.thaw()),
     killLeftovers: killAll,
-    usageGroups: (apps) => apps.map((app) => app.pid),
+    // Every process of the uid is the session's, also one that left its app's group or session (a piped app's sandbox starts a new one).
+    usageScope: () => ({ uid: p.ids.uid }),
     async destroy() {
       if (destroyed) return;
       destroyed = true;
       await killAll();
       relay?.close();
       if (p.net) p.pool?.release(p.net);
+      await p.cgroups?.remove(p.sessionId).catch((err: unknown) => p.log.warn({ err }, "session cgroup not removed"));
       await removeDirSoon(p.dir, p.log);
       // The allocator skips a uid that still owns processes (a zombie not yet reaped), so releasing now is safe.
       p.release();
@@ -376,7 +408,7 @@ async function killUids(match: (uid: number) => boolean): Promise<number> {
 }
 
 /** A TCP relay on host (the runner's end of a session's link) to the gateway: the session's PADDOCK_URL. */
-function startRelay(host: string, target: URL): Promise<Server> {
+function startRelay(host: string, target: URL, listenPort = RELAY_PORT): Promise<Server> {
   const port = Number(target.port || (target.protocol === "https:" ? 443 : 80));
   const server = createServer((client) => {
     const upstream = connect(port, target.hostname);
@@ -392,7 +424,7 @@ function startRelay(host: string, target: URL): Promise<Server> {
   });
   return new Promise((resolve, reject) => {
     server.once("error", reject);
-    server.listen(0, host, () => {
+    server.listen(listenPort, host, () => {
       server.off("error", reject);
       resolve(server);
     });

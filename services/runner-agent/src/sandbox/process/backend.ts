@@ -20,6 +20,7 @@ export function createProcessBackend(deps: SandboxBackendDeps): SandboxBackend {
   const { log } = deps;
   return {
     kind: SandboxKind.process,
+    limits: [],
     prepare: (sessionsDir) => prepareSessionsDir(sessionsDir, log),
     // Plain processes see the host's root: an image cannot be honoured, and running without it would be a lie.
     create: ({ dir, image }) =>
@@ -42,7 +43,7 @@ function processSandbox(dir: string, log: Logger): Sandbox {
     workspace,
     insideWorkspace: workspace,
     adopt: () => Promise.resolve(),
-    reach: (gatewayUrl) => Promise.resolve({ egressHost: "127.0.0.1", gatewayUrl, noProxy: [], allow: () => Promise.resolve() }),
+    reach: (gatewayUrl) => Promise.resolve({ egressHost: "127.0.0.1", egressPort: 0, gatewayUrl, noProxy: [], allow: () => Promise.resolve() }),
     startApp: (opts) => spawnApp({ ...opts, cwd: workspace }),
     runScript: (opts) => runScript({ ...opts, cwd: workspace }),
     freeze: (apps) => eachApp(apps, (app) => app.freeze()),
@@ -51,7 +52,7 @@ function processSandbox(dir: string, log: Logger): Sandbox {
     killLeftovers: async () => {
       await killLeftoverProcesses(dir, log, "that outlived their app's process group");
     },
-    usageGroups: (apps) => apps.map((app) => app.pid),
+    usageScope: (apps) => ({ groups: apps.map((app) => app.pid) }),
     destroy: async () => {
       if (destroyed) return;
       destroyed = true;
