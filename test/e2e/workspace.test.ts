@@ -212,7 +212,8 @@ describe("malicious uploads", () => {
     }
     for (const path of ["../x", "/etc", "a/../../x"]) expect((await put(s.id, path, tarGz(tarEntry("x", { body: "x" })))).status, path).toBe(400);
     expect(readdirSync(dir).sort()).toEqual(before.session);
-    expect(sessionsNow()).toEqual(before.sessions);
+    // Nothing new beside the session (earlier tests' sessions may finish their teardown meanwhile).
+    expect(sessionsNow().filter((name) => !before.sessions.includes(name))).toEqual([]);
     expect(existsSync("/tmp/paddock-e2e-evil.txt")).toBe(false);
     expect(existsSync("/tmp/evil.txt")).toBe(false);
     expect(existsSync(join(stack.dataDir, "evil.txt"))).toBe(false);
