@@ -6,7 +6,8 @@
  * end of its link, and each app or script runs in a sandbox of its own
  * (launch.ts: read-only host root, private /tmp and home, the workspace bound
  * at INSIDE_WORKSPACE, the runner's data dir hidden).
- */import { chmod, chown, mkdir, readdir, readFile } from "node:fs/promises";
+ */
+import { chmod, chown, mkdir } from "node:fs/promises";
 import { createServer, connect, type AddressInfo, type Server } from "node:net";
 import { dirname, join } from "node:path";
 import { spawn as spawnPty } from "@lydell/node-pty";
@@ -27,8 +28,9 @@ import { LimitKind, type SandboxLimits } from "./limits.ts";
 import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
 import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from "./network.ts";
 import type { BwrapCapability } from "./probe.ts";
+import { killUids, signalTree, untilUidGone } from "./session-processes.ts";
 import { signalSession } from "./spawn.ts";
-import { claimedElsewhere, createUidAllocator, DEFAULT_UID_CLAIM_DIR, pidsOfUid, type SessionIds } from "./uid-allocator.ts";
+import { claimedElsewhere, createUidAllocator, DEFAULT_UID_CLAIM_DIR, type SessionIds } from "./uid-allocator.ts";
 
 /** Where a session sees its workspace (its cwd and HOME); /home is an empty tmpfs in the sandbox. */
 export const INSIDE_WORKSPACE = "/home/workspace";
@@ -301,85 +303,6 @@ function runScript(opts: SandboxScript, spec: SpecOf, tools: BwrapTools): Promis
 }
 
 /**
- * Sends sig to every process below the launch chain's first process (bwrap's
- * outer one, spared: it would die of most signals and take the sandbox down
- * before its processes saw the signal). Processes inside make process groups
- * of their own, so the group is not enough; orphans are reparented to the pid
- * namespace's init, itself the outer process's child, so the tree is whole.
- * True when the outer process is still there.
- */
-export function signalTree(outerPid: number, sig: NodeJS.Signals): boolean {
-  const children = new Map<number, number[]>();
-  let found = false;
-  for (const { pid, ppid } of processTable()) {
-    if (pid === outerPid) found = true;
-    children.set(ppid, [...(children.get(ppid) ?? []), pid]);
-  }
-  const stack = [...(children.get(outerPid) ?? [])];
-  while (stack.length > 0) {
-    const pid = stack.pop() ?? 0;
-    try {
-      process.kill(pid, sig);
-    } catch {
-      // exited meanwhile
-    }
-    stack.push(...(children.get(pid) ?? []));
-  }
-  return found;
-}
-
-function processTable(): Array<{ pid: number; ppid: number }> {
-  const out: Array<{ pid: number; ppid: number }> = [];
-  for (const entry of readdirSyncSafe("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    const stat = readStatSync(entry);
-    if (!stat) continue;
-    const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-    out.push({ pid: Number(entry), ppid });
-  }
-  return out;
-}
-
-import { readdirSync, readFileSync } from "node:fs";
-
-function readdirSyncSafe(dir: string): string[] {
-  try {
-    return readdirSync(dir);
-  } catch {
-    return [];
-  }
-}
-
-function readStatSync(pid: string): string | undefined {
-  try {
-    return readFileSync(`/proc/${pid}/stat`, "utf8");
-  } catch {
-    return undefined;
-  }
-}
-
-/** How long a SIGKILLed session's processes may take to go before the runner says so (they are not children it could wait for). */
-const KILL_SETTLE_MS = 5_000;
-const KILL_POLL_MS = 10;
-
-/**
- * Resolves once no live process of uid is left (zombies aside: the host's
- * init reaps them). The killed processes are no children of the runner, so
- * there is no exit to wait on: /proc is looked at again until they are gone.
- */
-async function untilUidGone(uid: number, log: Logger): Promise<void> {
-  const deadline = Date.now() + KILL_SETTLE_MS;
-  while (pidsOfUid(uid, { live: true }).length > 0) {
-    if (Date.now() > deadline) {
-      log.warn({ uid }, "sandbox processes still alive after SIGKILL");
-      return;
-    }
-    signalSession(uid, "SIGKILL");
-    await new Promise((resolve) => setTimeout(resolve, KILL_POLL_MS));
-  }
-}
-
-/**
  * The runner's data dir hidden behind a tmpfs, unless the sandbox already
  * replaces a directory holding it (its own /tmp, the emptied /home, /run…):
  * bwrap could not remount a hiding mount read-only once covered.
@@ -387,24 +310,6 @@ async function untilUidGone(uid: number, log: Logger): Promise<void> {
 function hiddenByTmpfs(dataDir: string): string[] {
   const covered = ["/tmp", ...HOST_HIDDEN].some((d) => dataDir === d || dataDir.startsWith(`${d}/`));
   return covered ? [] : [dataDir];
-}
-
-/** SIGKILLs every process whose real uid matches; answers how many. One /proc scan. */
-async function killUids(match: (uid: number) => boolean): Promise<number> {
-  let killed = 0;
-  for (const entry of await readdir("/proc").catch(() => [] as string[])) {
-    if (!/^\d+$/.test(entry)) continue;
-    const status = await readFile(`/proc/${entry}/status`, "utf8").catch(() => "");
-    const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? -1);
-    if (uid < 0 || !match(uid)) continue;
-    try {
-      process.kill(Number(entry), "SIGKILL");
-      killed++;
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return killed;
 }
 
 /** A TCP relay on host (the runner's end of a session's link) to the gateway: the session's PADDOCK_URL. */
