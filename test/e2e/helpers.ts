@@ -102,3 +102,23 @@ export async function waitForAuditEvents(nc: NatsConnection, workspaceId: string
 export function sessionOf(answer: ApiAnswer): Session {
   return answer.body as Session;
 }
+
+/** What an e2e file asks of its stack through the public API; `stackOf` is read at each call (the stack starts in beforeAll). */
+export function stackClient(stackOf: () => { url: string; token: string }) {
+  const post = (path: string, body?: unknown) => api(stackOf().url, stackOf().token, "POST", path, body);
+  const getSession = async (id: string) => sessionOf(await api(stackOf().url, stackOf().token, "GET", `/v1/sessions/${id}`));
+  /** Creates a session (201 asserted) and answers its record. */
+  async function createSession(body: Record<string, unknown>): Promise<Session> {
+    const res = await post("/v1/sessions", body);
+    if (res.status !== 201) throw new Error(`create answered ${String(res.status)}: ${JSON.stringify(res.body)}`);
+    return sessionOf(res);
+  }
+  /** Attaches over a real WebSocket and resolves with the output once pred holds. */
+  async function outputOf(id: string, pred: (text: string) => boolean): Promise<string> {
+    const term = await Terminal.open(stackOf().url, stackOf().token, id, "since=all");
+    await term.until((t) => pred(t.output()));
+    term.ws.close();
+    return term.output();
+  }
+  return { post, getSession, createSession, outputOf };
+}

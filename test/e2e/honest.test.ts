@@ -13,7 +13,7 @@ import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { RunnerFact, type AuditEvent, type Session } from "@paddock/contracts";
 import { startStack, untilSession, type Stack } from "@paddock/testing";
-import { api, sessionOf, Terminal, waitForAuditEvents } from "./helpers.ts";
+import { api, sessionOf, stackClient, waitForAuditEvents } from "./helpers.ts";
 
 /** Records the workspace keeps: small, so the eviction case below reaches it. */
 const WORKSPACE_LIMIT = 4;
@@ -36,14 +36,8 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-const post = (path: string, body?: unknown) => api(stack.url, stack.token, "POST", path, body);
-const getSession = async (id: string) => sessionOf(await api(stack.url, stack.token, "GET", `/v1/sessions/${id}`));
+const { post, getSession, createSession, outputOf } = stackClient(() => stack);
 
-async function createSession(body: Record<string, unknown>): Promise<Session> {
-  const res = await post("/v1/sessions", body);
-  expect(res.status).toBe(201);
-  return sessionOf(res);
-}
 
 /** Resolves once the session's record satisfies pred (a KV watch: every revision, no polling). */
 async function untilRecord(id: string, pred: (s: Session) => boolean): Promise<Session> {
@@ -51,12 +45,6 @@ async function untilRecord(id: string, pred: (s: Session) => boolean): Promise<S
   return getSession(id);
 }
 
-async function outputOf(id: string, pred: (text: string) => boolean): Promise<string> {
-  const term = await Terminal.open(stack.url, stack.token, id, "since=all");
-  await term.until((t) => pred(t.output()));
-  term.ws.close();
-  return term.output();
-}
 
 const runsOf = (events: AuditEvent[]) => events.filter((e) => e.action.startsWith("run.")).map((e) => [e.action, e.run?.app, e.run?.generation, e.run?.trigger]);
 

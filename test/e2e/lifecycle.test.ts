@@ -15,7 +15,7 @@ import { Objm } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { AuditEvent, Session } from "@paddock/contracts";
 import { startService, startStack, untilSession, type Stack } from "@paddock/testing";
-import { api, sessionOf, Terminal, waitForAuditEvents } from "./helpers.ts";
+import { api, sessionOf, stackClient, waitForAuditEvents } from "./helpers.ts";
 
 let stack: Stack;
 let nc: NatsConnection;
@@ -32,8 +32,7 @@ afterAll(async () => {
   rmSync(scratch, { recursive: true, force: true });
 });
 
-const post = (path: string, body?: unknown) => api(stack.url, stack.token, "POST", path, body);
-const getSession = async (id: string) => sessionOf(await api(stack.url, stack.token, "GET", `/v1/sessions/${id}`));
+const { post, getSession, createSession, outputOf } = stackClient(() => stack);
 
 /**
  * The session's checkpoint object is sealed: not a gzip stream anyone with
@@ -53,11 +52,6 @@ async function expectSealed(session: Session): Promise<void> {
   expect(JSON.stringify(await getSession(session.id))).not.toContain(key);
 }
 
-async function createSession(body: Record<string, unknown>): Promise<Session> {
-  const res = await post("/v1/sessions", body);
-  expect(res.status).toBe(201);
-  return sessionOf(res);
-}
 
 /** Resolves once the audit stream holds an event of the session matching pred. */
 function untilEvent(sessionId: string, pred: (e: AuditEvent, all: AuditEvent[]) => boolean): Promise<AuditEvent[]> {
@@ -70,12 +64,6 @@ async function untilState(id: string, state: string): Promise<Session> {
   return getSession(id);
 }
 
-async function outputOf(id: string, pred: (text: string) => boolean): Promise<string> {
-  const term = await Terminal.open(stack.url, stack.token, id, "since=all");
-  await term.until((t) => pred(t.output()));
-  term.ws.close();
-  return term.output();
-}
 
 describe("suspend and resume", () => {
   it("warm: the process stops in place and resume continues it", async () => {

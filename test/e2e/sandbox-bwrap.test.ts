@@ -7,11 +7,10 @@
  * An environment requiring `sandbox:bwrap` is placed only on such a runner.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Session } from "@paddock/contracts";
 import { startStack, untilSession, type Stack } from "@paddock/testing";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { pidsOfUid } from "../../services/runner-agent/src/sandbox/bwrap/uid-allocator.ts";
-import { api, sessionOf, Terminal } from "./helpers.ts";
+import { api, sessionOf, stackClient } from "./helpers.ts";
 
 // Clear of the ranges the runner-agent tests use (testHostIds: 150,000-230,000) and of the default (200,000).
 const UID_FIRST = 300_000 + (process.pid % 1_000) * 64;
@@ -45,22 +44,9 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-const post = (path: string, body?: unknown) => api(stack.url, stack.token, "POST", path, body);
-const getSession = async (id: string) => sessionOf(await api(stack.url, stack.token, "GET", `/v1/sessions/${id}`));
+const { post, getSession, createSession, outputOf } = stackClient(() => stack);
 
-async function createSession(body: Record<string, unknown>): Promise<Session> {
-  const res = await post("/v1/sessions", body);
-  expect(res.status).toBe(201);
-  return sessionOf(res);
-}
 
-/** Attaches over a real WebSocket and resolves with the output once pred holds. */
-async function outputOf(id: string, pred: (text: string) => boolean): Promise<string> {
-  const term = await Terminal.open(stack.url, stack.token, id, "since=all");
-  await term.until((t) => pred(t.output()));
-  term.ws.close();
-  return term.output();
-}
 
 /** What the session checks from inside, one line each, then it keeps running. */
 function probeScript(dataDir: string, natsPort: string): string {

@@ -9,11 +9,10 @@
  * image fails the session with a clear reason.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Session } from "@paddock/contracts";
 import { buildImage, pushImage } from "../../shared/oci/src/index.ts";
 import { busyboxLayer, startRegistry, startRegistryProxy, startStack, untilSession, type RegistryHandle, type RegistryProxy, type Stack } from "@paddock/testing";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { api, sessionOf, Terminal } from "./helpers.ts";
+import { api, stackClient } from "./helpers.ts";
 
 // Clear of the ranges other tests take (testHostIds: 150,000-230,000; sandbox-bwrap.test.ts: 300,000-364,000).
 const UID_FIRST = 400_000 + (process.pid % 1_000) * 32;
@@ -50,20 +49,9 @@ afterAll(async () => {
   await registry?.stop();
 });
 
-const post = (path: string, body?: unknown) => api(stack.url, stack.token, "POST", path, body);
+const { post, createSession, outputOf } = stackClient(() => stack);
 
-async function createSession(body: Record<string, unknown>): Promise<Session> {
-  const res = await post("/v1/sessions", body);
-  expect(res.status).toBe(201);
-  return sessionOf(res);
-}
 
-async function outputOf(id: string, pred: (text: string) => boolean): Promise<string> {
-  const term = await Terminal.open(stack.url, stack.token, id, "since=all");
-  await term.until((t) => pred(t.output()));
-  term.ws.close();
-  return term.output();
-}
 
 /** What the session reports from inside the image, then it keeps running. */
 const PROBE = [

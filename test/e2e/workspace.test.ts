@@ -16,7 +16,7 @@ import type { Session } from "@paddock/contracts";
 import { seedMember, seedToken } from "@paddock/gateway/auth";
 import { startStack, untilSession, type Stack } from "@paddock/testing";
 import { runCli } from "../../cli/src/testing/run-cli.ts";
-import { api, sessionOf, Terminal } from "./helpers.ts";
+import { api, sessionOf, stackClient } from "./helpers.ts";
 
 const MEMBER_TOKEN = "tok_workspace_member_0123456789";
 const MAX_UPLOAD = 256 * 1024;
@@ -55,12 +55,7 @@ function untilRecord(id: string, pred: (s: Session) => boolean): Promise<Session
   return untilSession(nc, id, pred);
 }
 
-async function outputOf(id: string, pred: (text: string) => boolean): Promise<string> {
-  const term = await Terminal.open(stack.url, stack.token, id, "since=all");
-  await term.until((t) => pred(t.output()));
-  term.ws.close();
-  return term.output();
-}
+const { outputOf } = stackClient(() => stack);
 
 function sessionDir(s: Session): string {
   return join(stack.dataDir, s.runnerId ?? "", "sessions", s.id);
