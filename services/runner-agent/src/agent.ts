@@ -1,119 +1,35 @@
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
-import type { NatsConnection } from "@nats-io/transport-node";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import { Buckets, DispatchCommand, IMAGE_CAPABILITY, runnerKey, Streams, type RegisterRunnerReply } from "@paddock/contracts";
 import { consumeTyped, encoderOf, type ConsumerHandle } from "@paddock/bus";
-import type { Logger } from "@paddock/logging";
-import type { RunnerConfig } from "./config.ts";
-import type { TerminalSettings } from "./terminal/term-options.ts";
 import { createFactPublisher } from "./fleet/facts.ts";
 import { startLeaseRenewer, type LeaseRenewer } from "./fleet/lease.ts";
-import type { RunnerMetrics } from "./metrics.ts";
 import { ensureDispatchConsumer } from "./fleet/dispatch-consumer.ts";
 import { fenceReason, registerRunner } from "./fleet/agent-registration.ts";
 import { StoppedError } from "./errors.ts";
-import type { HeldSession } from "@paddock/contracts";
 import { createHeldCheck } from "./fleet/held-check.ts";
-import { createCheckpointStore, type CheckpointCompression } from "./workspace/checkpoint.ts";
+import { createCheckpointStore } from "./workspace/checkpoint.ts";
 import { sandboxCapability, SandboxKind, type SandboxBackend } from "./sandbox/backend.ts";
 import { sandboxImages } from "./image-roots.ts";
 import { createImageStore, ImagesConfig, type ImageStore } from "./images/index.ts";
-import { chooseSandbox, PROCESS_SANDBOX, type SandboxSettings } from "./sandbox-choice.ts";
+import { chooseSandbox, PROCESS_SANDBOX } from "./sandbox-choice.ts";
 import { RegistrationConfirmation } from "./fleet/confirmation.ts";
-import { noSecrets, type SecretResolver } from "./sessions/secrets.ts";
+import { noSecrets } from "./sessions/secrets.ts";
 import { SessionManager } from "./sessions/sessions.ts";
-import { serveWorkspaceOps, type WorkspaceLimits, type WorkspaceOps } from "./workspace/workspace-ops.ts";
+import { serveWorkspaceOps, type WorkspaceOps } from "./workspace/workspace-ops.ts";
 import { ActivityReporter, DEFAULT_ACTIVITY_MS } from "./fleet/activity.ts";
 import { DEFAULT_SETTLE_MS } from "./sessions/watch-reload.ts";
 
 export { fenceReason } from "./fleet/agent-registration.ts";
+import type { RunnerAgent, RunnerAgentDeps } from "./agent-types.ts";
 
 /** How often, at most, a runner looks for processes of sessions it does not hold (a /proc scan). */
 export const STRAY_SWEEP_MS = 5_000;
 const DEFAULT_HELD_CHECK_MS = 30_000;
 
-export type AgentConfig = Pick<
-  RunnerConfig,
-  | "runnerId"
-  | "poolId"
-  | "capacityTotal"
-  | "capabilities"
-  | "dataDir"
-  | "leaseRenewMs"
-  | "leaseTtlMs"
-  | "cpuMillis"
-  | "memoryBytes"
-  | "diskBytes"
-  | "killGraceMs"
-  | "registerTimeoutMs"
-  | "gatewayUrl"
-  | "watchDebounceMs"
-  | "watchMaxReloads"
-  | "watchWindowMs"
-> & {
-  /** PATH of session processes. */
-  childPath: string;
-  /** Bounds of workspace push and diff; defaults when absent. */
-  workspace?: WorkspaceLimits;
-  /** Terminal log coalescing and screen checkpoints; defaults when absent. */
-  terminal?: TerminalSettings;
-  /** How checkpoints are packed; gzip when absent. */
-  checkpointCompression?: CheckpointCompression;
-  /** Stream replicas (`PADDOCK_REPLICAS`); 1 when absent (a single server). */
-  replicas?: number;
-  /** Held check interval (`PADDOCK_RUNNER_HELD_CHECK_MS`); 30 s when absent, 0 disables. */
-  heldCheckMs?: number;
-  /** Watch mode: an app generation's settle window (`PADDOCK_RUNNER_WATCH_SETTLE_MS`); 2 s when absent. */
-  watchSettleMs?: number;
-  /** Activity report interval (`PADDOCK_RUNNER_ACTIVITY_MS`); 30 s when absent. */
-  activityMs?: number;
-  /** Which sandbox backend sessions run in (`PADDOCK_SANDBOX`, sandbox-choice.ts); process when absent. */
-  sandbox?: SandboxSettings;
-  /** The image store's settings (`PADDOCK_IMAGE_*`); defaults when absent. */
-  images?: ImagesConfig;
-};
-
-export interface RunnerAgentDeps {
-  nc: NatsConnection;
-  config: AgentConfig;
-  log: Logger;
-  metrics: RunnerMetrics;
-  now: () => number;
-  newId: () => string;
-  /** Delay used between retries; injectable so tests never wait on wall-clock backoff. */
-  sleep?: (ms: number) => Promise<void>;
-  /** Values for environments' secretRefs; resolves nothing by default. */
-  secrets?: SecretResolver;
-  /** The sandbox backend, built by the caller (tests); chosen from config.sandbox at start when absent. */
-  sandbox?: SandboxBackend;
-  /** Called after each accepted (re-)registration, once the sessions it listed in destroy are gone. */
-  onRegistered?: (event: RegisteredEvent) => void;
-}
-
-export interface RegisteredEvent {
-  generation: number;
-  /** Why this registration happened: "start", or what fenced the runner ("lost", "generation", "missing", "reconnect"). */
-  reason: string;
-  /** Sessions torn down because the reply listed them. */
-  destroyed: HeldSession[];
-}
-
-export interface RunnerAgent {
-  /** Registers, starts the lease and consumes dispatch; resolves once serving. */
-  start(): Promise<{ generation: number }>;
-  /** Stops consuming, kills sessions (their last output and facts go out), stops the lease. */
-  stop(): Promise<void>;
-  /** The generation granted at registration; 0 before. */
-  readonly generation: number;
-  isReady(): boolean;
-  /** True from the moment the runner knows (or suspects) its generation is superseded until it re-registered. */
-  readonly fenced: boolean;
-  sessions: SessionManager;
-  /** Hooks for tests: stop renewing the lease (as a crash would), renew and check the fence now, run a held check now. */
-  readonly testing: { stopLease(): Promise<void>; renewNow(): Promise<void>; checkHeld(): Promise<HeldSession[]> };
-}
+export type { AgentConfig, RegisteredEvent, RunnerAgent, RunnerAgentDeps } from "./agent-types.ts";
 
 const defaultSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 

@@ -387,16 +387,11 @@ export class SessionRuntime {
     return {
       deps: this.deps,
       held: this.held,
-      isCurrentPlacement: () => this.isCurrentPlacement(),
+      // Asks the record (through the scheduler) whether this placement is still the session's current one.
+      isCurrentPlacement: async () => (await callRpc(this.deps.nc, FleetRpc.placementCheck, { ...this.deps.runner, ...this.held })).current,
       onEnded: (slot, end) => this.onAppEnded(slot, end),
       onOutput: () => this.deps.activity?.touch(this.held.sessionId),
     };
-  }
-
-  /** Asks the record (through the scheduler) whether this placement is still the session's current one. */
-  private async isCurrentPlacement(): Promise<boolean> {
-    const reply = await callRpc(this.deps.nc, FleetRpc.placementCheck, { ...this.deps.runner, ...this.held });
-    return reply.current;
   }
 
   private ids() {
