@@ -31,8 +31,6 @@ function sandboxEnv(): Record<string, string> {
     PADDOCK_SANDBOX_UID_FIRST: String(500_000 + (process.pid % 1_000) * 32),
     PADDOCK_SANDBOX_UID_COUNT: "32",
     PADDOCK_SANDBOX_PROCESSES: String(PROCESSES),
-    PADDOCK_SANDBOX_NET_INSTANCE: ((process.pid + 1_259_712) % 1_679_616).toString(36),
-    PADDOCK_SANDBOX_NET_PREFIX: `10.${60 + (process.pid % 30)}`,
   };
 }
 

@@ -19,8 +19,6 @@ const SECOND_BWRAP = {
   PADDOCK_SANDBOX: "bwrap",
   PADDOCK_SANDBOX_UID_FIRST: String(UID_FIRST + 32),
   PADDOCK_SANDBOX_UID_COUNT: "32",
-  PADDOCK_SANDBOX_NET_INSTANCE: ((process.pid + 839_808) % 1_679_616).toString(36),
-  PADDOCK_SANDBOX_NET_PREFIX: `10.${190 + (process.pid % 10)}`,
 };
 let stack: Stack;
 let nc: NatsConnection;
@@ -32,8 +30,6 @@ beforeAll(async () => {
         PADDOCK_SANDBOX: "bwrap",
         PADDOCK_SANDBOX_UID_FIRST: String(UID_FIRST),
         PADDOCK_SANDBOX_UID_COUNT: "32",
-        PADDOCK_SANDBOX_NET_INSTANCE: (process.pid % 1_679_616).toString(36),
-        PADDOCK_SANDBOX_NET_PREFIX: `10.${150 + (process.pid % 40)}`,
       },
     },
   });

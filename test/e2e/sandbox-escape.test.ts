@@ -39,8 +39,6 @@ beforeAll(async () => {
         PADDOCK_SANDBOX_UID_COUNT: "32",
         // The default (4,096) is the same RLIMIT_NPROC; a smaller one keeps the fork bomb from loading a shared test host.
         PADDOCK_SANDBOX_PROCESSES: String(FORK_LIMIT),
-        PADDOCK_SANDBOX_NET_INSTANCE: ((process.pid + 419_904) % 1_679_616).toString(36),
-        PADDOCK_SANDBOX_NET_PREFIX: `10.${100 + (process.pid % 40)}`,
       },
     },
   });

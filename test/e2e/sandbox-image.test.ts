@@ -34,8 +34,6 @@ beforeAll(async () => {
         PADDOCK_SANDBOX: "bwrap",
         PADDOCK_SANDBOX_UID_FIRST: String(UID_FIRST),
         PADDOCK_SANDBOX_UID_COUNT: "32",
-        PADDOCK_SANDBOX_NET_INSTANCE: ((process.pid + 1_300_000) % 1_679_616).toString(36),
-        PADDOCK_SANDBOX_NET_PREFIX: `10.${100 + (process.pid % 40)}`,
         PADDOCK_IMAGE_INSECURE_REGISTRIES: proxy.host,
       },
     },

@@ -89,21 +89,25 @@ const RunnerEnv = z
      * runner fails to start where it does not work), or \`auto\` (bwrap when
      * its probe at start succeeds, else process).
      */
-    PADDOCK_SANDBOX: z.enum(["auto", "bwrap", "process"]).default("process"),
+    PADDOCK_SANDBOX: z.enum(["auto", "bwrap", "process"]).default("auto"),
     /** bwrap: the host uids sessions run as (one each), first and count; never 0 or the runner's. Every process of the range is killed at start: runners sharing a host need disjoint ranges. */
     PADDOCK_SANDBOX_UID_FIRST: z.coerce.number().int().positive().max(2 ** 31 - 70_000).default(200_000),
     PADDOCK_SANDBOX_UID_COUNT: z.coerce.number().int().positive().max(16_384).default(1_024),
     /** bwrap: the most processes (and threads) a session's uid may have at once (RLIMIT_NPROC); a fork bomb stops there. */
     PADDOCK_SANDBOX_PROCESSES: z.coerce.number().int().min(16).max(1_000_000).default(4_096),
-    /** bwrap: names this runner's network namespaces, interfaces and nftables table (runners sharing a host differ). */
-    PADDOCK_SANDBOX_NET_INSTANCE: z.string().regex(/^[a-z0-9]{1,4}$/).default("r0"),
-    /** bwrap: the IPv4 /16 sessions' links are cut from, as its first two octets (\`10.213\`). */
+    /**
+     * bwrap: names this runner's network namespaces, interfaces and nftables
+     * table. Unset (the usual): the runner claims a free one of the host,
+     * \`h<n>\` with prefix 10.(100+n), so runners sharing a host never collide.
+     */
+    PADDOCK_SANDBOX_NET_INSTANCE: z.string().regex(/^[a-z0-9]{1,4}$/).optional(),
+    /** bwrap: the IPv4 /16 sessions' links are cut from, as its first two octets (\`10.213\`; unset: the claimed instance's, or 10.213 with a configured one). */
     PADDOCK_SANDBOX_NET_PREFIX: z
       .string()
       .regex(/^(\d{1,3})\.(\d{1,3})$/)
       .transform((s) => s.split(".").map(Number) as [number, number])
       .refine((p) => p.every((o) => o <= 255), "octets are 0-255")
-      .default([10, 213]),
+      .optional(),
     /** bwrap: per-session rlimits, always enforced (processes: PADDOCK_SANDBOX_PROCESSES): open files per process, the largest file a process may write. */
     PADDOCK_SANDBOX_MAX_OPEN_FILES: z.coerce.number().int().positive().max(1_048_576).default(4_096),
     PADDOCK_SANDBOX_MAX_FILE_SIZE_BYTES: z.coerce.number().int().positive().max(2 ** 53 - 1).default(8 * 1024 ** 3),

@@ -43,12 +43,12 @@ describe("config", () => {
     }
   });
 
-  it("runs sessions in the process backend unless PADDOCK_SANDBOX says auto or bwrap; refuses anything else", () => {
+  it("runs sessions in bwrap where it works (auto) unless PADDOCK_SANDBOX says bwrap or process; refuses anything else", () => {
     const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
-    expect(loadConfig(base).sandbox).toEqual({ backend: "process", uidFirst: 200_000, uidCount: 1_024, netInstance: "r0", netPrefix: [10, 213], limits: DEFAULT_SANDBOX_LIMITS });
+    expect(loadConfig(base).sandbox).toEqual({ backend: "auto", uidFirst: 200_000, uidCount: 1_024, netInstance: undefined, netPrefix: undefined, limits: DEFAULT_SANDBOX_LIMITS });
     const set = { PADDOCK_SANDBOX: "bwrap", PADDOCK_SANDBOX_UID_FIRST: "300000", PADDOCK_SANDBOX_UID_COUNT: "64", PADDOCK_SANDBOX_PROCESSES: "256", PADDOCK_SANDBOX_NET_INSTANCE: "ab1", PADDOCK_SANDBOX_NET_PREFIX: "10.50" };
     expect(loadConfig({ ...base, ...set }).sandbox).toEqual({ backend: "bwrap", uidFirst: 300_000, uidCount: 64, netInstance: "ab1", netPrefix: [10, 50], limits: { ...DEFAULT_SANDBOX_LIMITS, rlimits: { ...DEFAULT_SANDBOX_LIMITS.rlimits, processes: 256 } } });
-    expect(loadConfig({ ...base, PADDOCK_SANDBOX: "auto" }).sandbox.backend).toBe("auto");
+    expect(loadConfig({ ...base, PADDOCK_SANDBOX: "process" }).sandbox.backend).toBe("process");
     for (const [key, bad] of [
       ["PADDOCK_SANDBOX", "docker"],
       ["PADDOCK_SANDBOX", ""],

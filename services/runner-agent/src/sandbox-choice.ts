@@ -4,19 +4,21 @@
  * does not work), or `auto` (bwrap when its probe succeeds). The process
  * backend isolates nothing, and the runner says so loudly.
  */
+import { mkdirSync } from "node:fs";
 import type { Logger } from "@paddock/logging";
 import type { RunnerConfig } from "./config.ts";
 import { SandboxKind, type SandboxBackend, type SandboxImages } from "./sandbox/backend.ts";
 import { createBwrapBackend } from "./sandbox/bwrap/backend.ts";
 import { DEFAULT_SANDBOX_LIMITS } from "./sandbox/bwrap/limits.ts";
-import { probeBwrap } from "./sandbox/bwrap/probe.ts";
+import { probeBwrap, type BwrapCapability } from "./sandbox/bwrap/probe.ts";
+import { claimUid, DEFAULT_UID_CLAIM_DIR, releaseUid } from "./sandbox/bwrap/uid-allocator.ts";
 import { createProcessBackend } from "./sandbox/process/backend.ts";
 import { RunnerError, RunnerErrorCode } from "./errors.ts";
 
 export type SandboxSettings = RunnerConfig["sandbox"];
 
 /** A runner configured without sandbox settings (tests' agents): the process backend. */
-export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", uidFirst: 200_000, uidCount: 1_024, netInstance: "r0", netPrefix: [10, 213], limits: DEFAULT_SANDBOX_LIMITS };
+export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", uidFirst: 200_000, uidCount: 1_024, netInstance: undefined, netPrefix: undefined, limits: DEFAULT_SANDBOX_LIMITS };
 
 export class SandboxUnavailableError extends RunnerError {
   constructor(message: string) {
@@ -25,12 +27,28 @@ export class SandboxUnavailableError extends RunnerError {
   }
 }
 
+/**
+ * The probe runs as a uid of the range claimed host-wide for its duration,
+ * from the top (sessions take the first ones first): another runner starting
+ * beside this one sweeps unclaimed uids of its range, and would kill the probe.
+ */
+async function probeAsClaimedUid(settings: SandboxSettings, path: string): Promise<BwrapCapability> {
+  mkdirSync(DEFAULT_UID_CLAIM_DIR, { recursive: true, mode: 0o700 });
+  for (let uid = settings.uidFirst + settings.uidCount - 1; uid >= settings.uidFirst; uid--) {
+    if (!claimUid(DEFAULT_UID_CLAIM_DIR, uid)) continue;
+    try {
+      return await probeBwrap({ uid, gid: uid, path });
+    } finally {
+      releaseUid(DEFAULT_UID_CLAIM_DIR, uid);
+    }
+  }
+  throw new SandboxUnavailableError(`no free uid in ${settings.uidFirst}..${settings.uidFirst + settings.uidCount - 1} to probe bwrap as`);
+}
+
 export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logger; childPath: string; images?: SandboxImages }): Promise<SandboxBackend> {
   const { log } = deps;
   if (settings.backend !== SandboxKind.process) {
-    // The probe runs as the last uid of the range: sessions take the first ones first.
-    const probeUid = settings.uidFirst + settings.uidCount - 1;
-    const cap = await probeBwrap({ uid: probeUid, gid: probeUid, path: deps.childPath });
+    const cap = await probeAsClaimedUid(settings, deps.childPath);
     if (cap.works && cap.tools) {
       const backend = createBwrapBackend({ ...deps, cap, tools: cap.tools, settings });
       // What each session is held to: rlimits always; memory, cpu and pids only where the host delegates cgroup v2 controllers.

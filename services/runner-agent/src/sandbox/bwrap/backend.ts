@@ -27,6 +27,7 @@ import { createSessionCgroups, type SessionCgroups } from "./cgroup.ts";
 import { LimitKind, type SandboxLimits } from "./limits.ts";
 import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
 import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from "./network.ts";
+import { resolveNetInstance, type NetInstance } from "./net-instance.ts";
 import type { BwrapCapability } from "./probe.ts";
 import { killUids, signalTree, untilUidGone } from "./session-processes.ts";
 import { signalSession } from "./spawn.ts";
@@ -53,7 +54,8 @@ export interface BwrapBackendOptions {
   childPath: string;
   cap: BwrapCapability;
   tools: BwrapTools;
-  settings: { uidFirst: number; uidCount: number; netInstance: string; netPrefix: readonly [number, number]; limits: SandboxLimits };
+  /** netInstance/netPrefix unset: claimed host-wide at prepare (net-instance.ts). */
+  settings: { uidFirst: number; uidCount: number; netInstance?: string | undefined; netPrefix?: readonly [number, number] | undefined; limits: SandboxLimits };
   /** Where sessions naming an image get its root; without it such sessions are refused. */
   images?: SandboxImages | undefined;
 }
@@ -65,6 +67,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   // A uid another runner on this host claimed (overlapping ranges) is never swept as ours.
   const inRange = (uid: number) => uid >= settings.uidFirst && uid < settings.uidFirst + settings.uidCount && !claimedElsewhere(DEFAULT_UID_CLAIM_DIR, uid);
   let networks: SandboxNetworks | undefined;
+  let netInstance: NetInstance | undefined;
   let pool: NetworkPool | undefined;
   let hide: string[] = [];
   /** uids of the sessions held now: any other process of the range is a stray. */
@@ -87,7 +90,8 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
       await chmod(sessionsDir, 0o711);
       hide = hiddenByTmpfs(dataDir);
       if (cap.network.works && cap.network.ip && cap.network.nft) {
-        networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: settings.netInstance, prefix: settings.netPrefix, sharedPorts: SHARED_PORTS });
+        netInstance = resolveNetInstance({ instance: settings.netInstance, prefix: settings.netPrefix });
+        networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: netInstance.instance, prefix: netInstance.prefix, sharedPorts: SHARED_PORTS });
         await networks.start();
         pool = createNetworkPool({ networks, size: NETWORK_POOL_SIZE, slots: settings.uidCount, onError: (err) => log.warn({ err }, "sandbox network not built") });
       } else {
@@ -138,6 +142,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
       await Promise.all([...sandboxes].map((s) => s.destroy()));
       await pool?.stop();
       await networks?.stop();
+      netInstance?.release();
     },
   };
 }
