@@ -1,4 +1,6 @@
-// The secrets `npm run up` keeps in its data dir (mode 0700): the dev token,
+// The secrets `npm run up` keeps in its data dir (mode 0711: a bwrap runner's
+// sessions, each its own uid, pass through it to bind their directories, but
+// cannot list it; and their sandboxes hide it): the dev token,
 // the session-token and secrets keys, and one NATS credentials file per
 // principal (mode 0600, read by the services through PADDOCK_NATS_CREDS_FILE).
 // Kept across restarts, so the dev token, sessions' tokens, sealed secrets and
@@ -8,10 +10,17 @@ import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { readNatsCredentials, type NatsCredentialsFile } from "@paddock/config";
 
-/** Creates the data dir (or tightens an existing one) so only this user reads the store, logs and secrets. */
+/**
+ * Creates the data dir (or tightens an existing one) so only this user reads
+ * the store, logs and secrets: the dir itself passable, not listable (0711),
+ * everything in it private (0700 dirs, 0600 files).
+ */
 export function privateDataDir(dataDir: string): void {
-  mkdirSync(join(dataDir, "logs"), { recursive: true, mode: 0o700 });
-  chmodSync(dataDir, 0o700);
+  for (const dir of ["logs", "nats"]) {
+    mkdirSync(join(dataDir, dir), { recursive: true, mode: 0o700 });
+    chmodSync(join(dataDir, dir), 0o700);
+  }
+  chmodSync(dataDir, 0o711);
 }
 
 /** A random secret stored in `<dataDir>/<name>` (0600), generated once. */

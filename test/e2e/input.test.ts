@@ -5,25 +5,19 @@
  * stdin holds nobody but itself.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
 import { open } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal } from "./helpers.ts";
 
 let stack: Stack;
-let scratch: string;
 
 beforeAll(async () => {
   stack = await startStack({ isolated: true });
-  scratch = mkdtempSync(join(tmpdir(), "paddock-input-e2e-"));
 });
 afterAll(async () => {
   await stack?.stop();
-  if (scratch) rmSync(scratch, { recursive: true, force: true });
 });
 
 const sha256 = (b: Buffer) => createHash("sha256").update(b).digest("hex");
@@ -48,11 +42,10 @@ describe("terminal input is never dropped", () => {
   });
 
   it("a 1 MiB paste into a program not reading stdin leaves the runner serving (health, other sessions); once it reads it gets every byte", async () => {
-    const fifo = join(scratch, "go");
-    execFileSync("mkfifo", [fifo]);
     const size = 1024 * 1024;
-    // Not reading stdin until the test opens the fifo.
-    const pasted = await create(`stty raw -echo; printf 'waiting\\n'; cat '${fifo}' > /dev/null; head -c ${size} | sha256sum; exec sleep 600`);
+    // Not reading stdin until the test opens the fifo, which the session makes in its workspace (the test reaches it from the host).
+    const pasted = await create(`stty raw -echo; mkfifo go; printf 'waiting\\n'; cat go > /dev/null; head -c ${size} | sha256sum; exec sleep 600`);
+    const fifo = join(stack.dataDir, "runner-1", "sessions", pasted, "workspace", "go");
     const paste = await Terminal.open(stack.url, stack.token, pasted, "mode=controller&since=all");
     await paste.until((x) => x.output().includes("waiting"));
     const bytes = Buffer.from(randomBytes(size).toString("base64").slice(0, size));

@@ -5,10 +5,7 @@
  * created with a session's own token, recycle, app restart.
  */
 import { createHash } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { gunzipSync } from "node:zlib";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
@@ -19,17 +16,14 @@ import { api, sessionOf, stackClient, waitForAuditEvents } from "./helpers.ts";
 
 let stack: Stack;
 let nc: NatsConnection;
-let scratch: string;
 
 beforeAll(async () => {
   stack = await startStack({ runnerCapacity: 16 });
   nc = await connect({ servers: stack.nats.url });
-  scratch = mkdtempSync(join(tmpdir(), "paddock-e2e-"));
 });
 afterAll(async () => {
   await nc?.drain();
   await stack?.stop();
-  rmSync(scratch, { recursive: true, force: true });
 });
 
 const { post, getSession, createSession, outputOf } = stackClient(() => stack);
@@ -164,10 +158,10 @@ describe("children and environments", () => {
   });
 
   it("an environment's setup runs once; later sessions boot from its snapshot; init runs every boot", async () => {
-    const counter = join(scratch, "setup-count");
+    // Each setup run writes a marker of its own: sessions showing one marker booted from one run's snapshot.
     const env = await post("/v1/environments", {
       name: "built",
-      setup: `echo built > built.txt; echo run >> ${counter}`,
+      setup: "echo built-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ') > built.txt",
       init: "echo booted >> boots.txt",
       egressAllow: ["registry.npmjs.org"],
     });
@@ -176,11 +170,10 @@ describe("children and environments", () => {
     const cmd = ["sh", "-c", "echo content:$(cat built.txt) boots:$(wc -l < boots.txt); exec sleep 600"];
     const a = await createSession({ environmentId: envId, spec: { cmd, egressAllow: ["example.com", "registry.npmjs.org"] } });
     expect(a.spec.egressAllow).toEqual(["registry.npmjs.org", "example.com"]);
-    await outputOf(a.id, (t) => t.includes("content:built boots:1"));
+    const marker = /content:(built-[0-9a-f]{16}) boots:1/.exec(await outputOf(a.id, (t) => /content:built-[0-9a-f]{16} boots:1/.test(t)))?.[1];
     await untilEventOnEnv(envId);
     const b = await createSession({ environmentId: envId, spec: { cmd } });
-    await outputOf(b.id, (t) => t.includes("content:built boots:1"));
-    expect(readFileSync(counter, "utf8").trim().split("\n")).toHaveLength(1);
+    await outputOf(b.id, (t) => t.includes(`content:${marker} boots:1`));
     // Delete is refused while sessions use it.
     expect((await api(stack.url, stack.token, "DELETE", `/v1/environments/${envId}`)).status).toBe(409);
   });
@@ -188,13 +181,15 @@ describe("children and environments", () => {
 
 describe("setup once per setupHash", () => {
   it("sessions created together from a fresh environment run its setup once", async () => {
-    const counter = join(scratch, "concurrent-setup-count");
-    const env = await post("/v1/environments", { name: "together", setup: `echo built > built.txt; echo run >> ${counter}` });
+    // Each setup run writes a marker of its own: one marker in every session is one run.
+    const env = await post("/v1/environments", { name: "together", setup: "echo built-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ') > built.txt" });
     const envId = (env.body as { id: string }).id;
     const cmd = ["sh", "-c", "echo content:$(cat built.txt); exec sleep 600"];
     const sessions = await Promise.all([1, 2, 3].map(() => createSession({ environmentId: envId, spec: { cmd } })));
-    for (const s of sessions) await outputOf(s.id, (t) => t.includes("content:built"));
-    expect(readFileSync(counter, "utf8").trim().split("\n")).toHaveLength(1);
+    const markers = new Set<string>();
+    for (const s of sessions) markers.add(/content:(built-[0-9a-f]{16})/.exec(await outputOf(s.id, (t) => /content:built-[0-9a-f]{16}/.test(t)))?.[1] ?? "none");
+    expect([...markers]).toHaveLength(1);
+    expect([...markers][0]).toMatch(/^built-/);
     for (const s of sessions) await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`);
   });
 });

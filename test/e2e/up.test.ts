@@ -10,7 +10,7 @@
  * and on SIGINT a service that ignores SIGTERM is killed after the grace period.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, watch } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, watch } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
@@ -39,7 +39,10 @@ interface Up {
 }
 
 function startUp(env: Record<string, string>): Promise<Up> {
-  const dataDir = join(mkdtempSync(join(tmpdir(), "paddock-up-")), "data");
+  const parent = mkdtempSync(join(tmpdir(), "paddock-up-"));
+  // Passable, as the data dir's parents must be for a bwrap runner's sessions (each its own uid) to bind their directories.
+  chmodSync(parent, 0o711);
+  const dataDir = join(parent, "data");
   const child = spawn(process.execPath, ["--import", "tsx", "scripts/up.ts", "--http-port", "0", "--data-dir", dataDir, "--stop-grace-ms", String(STOP_GRACE_MS)], {
     cwd: repoRoot,
     env: { ...process.env, ...env },
@@ -105,13 +108,18 @@ const alive = (pid: number) => {
 
 /** A session through the API, end to end: created, run on the runner, output read back. */
 async function runsASession(up: Up, text: string): Promise<void> {
+  expect(await sessionOutput(up, `echo ${text}`)).toContain(text);
+}
+
+/** What a session running script printed, to its end. */
+async function sessionOutput(up: Up, script: string): Promise<string> {
   const url = up.printed.PADDOCK_URL ?? "";
   const token = up.printed.PADDOCK_TOKEN ?? "";
-  const created = await api(url, token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", `echo ${text}`] } });
+  const created = await api(url, token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", script] } });
   expect(created.status).toBe(201);
   const term = await Terminal.open(url, token, sessionOf(created).id, "since=all");
   await term.closed;
-  expect(term.output()).toContain(text);
+  return term.output();
 }
 
 describe("npm run up", { timeout: 120_000 }, () => {
@@ -138,11 +146,28 @@ describe("npm run up", { timeout: 120_000 }, () => {
     expect((await api(up.printed.PADDOCK_URL ?? "", undefined, "GET", "/v1/sessions")).status).toBe(401);
   });
 
-  it("refuses an anonymous NATS client and a wrong password; credentials are 0600 files in a 0700 data dir", async () => {
+  it("runs sessions in bwrap, where the data dir with the dev token, keys and credentials is out of their sight", async () => {
+    const token = readFileSync(join(up.dataDir, "dev-token"), "utf8").trim();
+    const key = readFileSync(join(up.dataDir, "secrets-key"), "utf8").trim();
+    const d = up.dataDir;
+    const out = await sessionOutput(up, `id -u; cat ${d}/dev-token ${d}/secrets-key ${d}/creds/*.json ${d}/nats/* 2>&1; ls -1a ${d} ${d}/creds ${d}/runner-local-1/sessions 2>&1; echo end-of-probe`);
+    expect(out).toContain("end-of-probe");
+    expect(Number(/^(\d+)\r?$/m.exec(out)?.[1])).toBeGreaterThan(0);
+    expect(out).not.toContain(token);
+    expect(out).not.toContain(key);
+    expect(out).not.toContain("password");
+    // Not one name listed (the errors name what the script asked for; a listing would put a name on a line of its own).
+    const listed = out.split(/\r?\n/);
+    for (const name of ["dev-token", "secrets-key", "session-token-secret", "observer.json", "logs", "nats"]) expect(listed).not.toContain(name);
+    expect(out).toMatch(/No such file or directory|Permission denied/);
+  });
+
+  it("refuses an anonymous NATS client and a wrong password; credentials are 0600 files in a data dir no one else may list", async () => {
     const url = up.printed.PADDOCK_NATS_URL ?? "";
     await expect(connect({ servers: url, reconnect: false })).rejects.toThrow(/authorization violation/i);
     await expect(connect({ servers: url, user: "scheduler", pass: "guess", reconnect: false })).rejects.toThrow(/authorization violation/i);
-    expect(statSync(up.dataDir).mode & 0o077).toBe(0);
+    // Passable (0711): a bwrap runner's sessions bind their directories from below it; nothing in it is anyone else's to read.
+    expect(statSync(up.dataDir).mode & 0o777).toBe(0o711);
     const credsDir = join(up.dataDir, "creds");
     expect(statSync(credsDir).mode & 0o077).toBe(0);
     const files = readdirSync(credsDir).sort();
@@ -214,7 +239,7 @@ describe("npm run up", { timeout: 120_000 }, () => {
   it("passes its own PADDOCK_* variables through to the services", async () => {
     const r = await api(up.printed.PADDOCK_URL ?? "", up.printed.PADDOCK_TOKEN, "GET", "/v1/runners");
     expect(r.status).toBe(200);
-    expect((r.body as { runners: Array<{ id: string; capabilities: string[] }> }).runners).toEqual([expect.objectContaining({ id: "local-1", capabilities: ["passed-through", "sandbox:process"] })]);
+    expect((r.body as { runners: Array<{ id: string; capabilities: string[] }> }).runners).toEqual([expect.objectContaining({ id: "local-1", capabilities: expect.arrayContaining(["passed-through", "sandbox:bwrap"]) })]);
   });
 
   it("restarts a service killed with SIGKILL (logged), and the API works again", async () => {

@@ -203,7 +203,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     // Sessions naming an image are rooted in it: the store caches unpacked roots by digest under the data dir.
     images = createImageStore({ root: join(config.dataDir, "images"), config: config.images ?? ImagesConfig.parse({}) });
     await images.start();
-    const backend = deps.sandbox ?? (await chooseSandbox(config.sandbox ?? PROCESS_SANDBOX, { log, childPath: config.childPath, images: sandboxImages(images) }));
+    const backend = deps.sandbox ?? (await chooseSandbox(config.sandbox ?? PROCESS_SANDBOX, { log, childPath: config.childPath, dataDir: config.dataDir, images: sandboxImages(images) }));
     sandbox = backend;
     // Only a backend that roots sessions in images takes sessions naming one (the scheduler requires image:oci of them).
     const imageCapable = backend.kind === SandboxKind.bwrap ? [IMAGE_CAPABILITY] : [];

@@ -1,7 +1,8 @@
 import { cpus, totalmem } from "node:os";
+import { dirname, resolve } from "node:path";
 import { z } from "zod";
 import { Id } from "@paddock/contracts";
-import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
+import { commonConfig, commonEnv, envSchemas, FILE_SECRET_SETTINGS, parseEnv } from "@paddock/config";
 import { SecretsKeySetting } from "@paddock/bus";
 import type { SandboxLimits } from "./sandbox/bwrap/limits.ts";
 import { DEFAULT_COALESCE_MS, type TerminalSettings } from "./terminal/term-options.ts";
@@ -133,6 +134,12 @@ const RunnerEnv = z
 /** The runner's settings (inferred from RunnerEnv, no hand-written twin); everything else takes a RunnerConfig. */
 export type RunnerConfig = ReturnType<typeof loadConfig>;
 
+/** The directories of the credential files the runner is given by path (…_FILE settings). */
+function secretFileDirs(env: Record<string, string | undefined>): string[] {
+  const files = ["PADDOCK_NATS_CREDS_FILE", ...FILE_SECRET_SETTINGS.map((name) => `${name}_FILE`)].map((name) => env[name]);
+  return [...new Set(files.filter((f): f is string => f !== undefined && f.length > 0).map((f) => dirname(resolve(f))))];
+}
+
 /** The only reader of the environment. */
 export function loadConfig(env: Record<string, string | undefined>) {
   const e = parseEnv(RunnerEnv, env);
@@ -168,6 +175,8 @@ export function loadConfig(env: Record<string, string | undefined>) {
     secretsKey: e.PADDOCK_SECRETS_KEY,
     sandbox: {
       backend: e.PADDOCK_SANDBOX,
+      // Where the runner's credential files live (a deployment's secrets dir, \`npm run up\`'s data dir): no session sees them.
+      hide: secretFileDirs(env),
       uidFirst: e.PADDOCK_SANDBOX_UID_FIRST,
       uidCount: e.PADDOCK_SANDBOX_UID_COUNT,
       netInstance: e.PADDOCK_SANDBOX_NET_INSTANCE,

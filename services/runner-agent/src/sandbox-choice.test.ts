@@ -1,7 +1,10 @@
+import { chmodSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Writable } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { createLogger } from "@paddock/logging";
-import { chooseSandbox, PROCESS_SANDBOX, SandboxUnavailableError } from "./sandbox-choice.ts";
+import { chooseSandbox, PROCESS_SANDBOX, SandboxUnavailableError, untraversableAncestor } from "./sandbox-choice.ts";
 import { testHostIds, TEST_PATH } from "./sandbox/bwrap/test-sandbox.ts";
 
 /** A logger whose lines are kept, parsed. */
@@ -49,5 +52,21 @@ describe("choosing the sandbox backend at start", () => {
     const { log, lines } = capturingLogger();
     expect((await chooseSandbox(settings("auto"), { log, childPath: "/nonexistent" })).kind).toBe("process");
     expect(lines.filter((l) => l.level === WARN).map((l) => l.msg.slice(0, 26))).toEqual(["sandbox: bwrap does not wo", "SESSIONS ARE NOT ISOLATED:"]);
+  });
+
+  it("a data dir below a directory session uids cannot pass: bwrap refuses with the directory named and the fix, auto falls back", async () => {
+    const parent = mkdtempSync(join(tmpdir(), "paddock-private-"));
+    chmodSync(parent, 0o700);
+    const dataDir = join(parent, "data");
+    expect(untraversableAncestor(dataDir)).toBe(parent);
+    const refused = chooseSandbox(settings("bwrap"), { log: capturingLogger().log, childPath: TEST_PATH, dataDir });
+    await expect(refused).rejects.toThrow(SandboxUnavailableError);
+    await expect(refused).rejects.toThrow(`session uids cannot pass ${parent}`);
+    expect((await chooseSandbox(settings("auto"), { log: capturingLogger().log, childPath: TEST_PATH, dataDir })).kind).toBe("process");
+    chmodSync(parent, 0o711);
+    expect(untraversableAncestor(dataDir)).toBeUndefined();
+    const backend = await chooseSandbox(settings("bwrap"), { log: capturingLogger().log, childPath: TEST_PATH, dataDir });
+    expect(backend.kind).toBe("bwrap");
+    await backend.stop();
   });
 });

@@ -4,7 +4,8 @@
  * does not work), or `auto` (bwrap when its probe succeeds). The process
  * backend isolates nothing, and the runner says so loudly.
  */
-import { mkdirSync } from "node:fs";
+import { mkdirSync, statSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import type { Logger } from "@paddock/logging";
 import type { RunnerConfig } from "./config.ts";
 import { SandboxKind, type SandboxBackend, type SandboxImages } from "./sandbox/backend.ts";
@@ -18,7 +19,7 @@ import { RunnerError, RunnerErrorCode } from "./errors.ts";
 export type SandboxSettings = RunnerConfig["sandbox"];
 
 /** A runner configured without sandbox settings (tests' agents): the process backend. */
-export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", uidFirst: 200_000, uidCount: 1_024, netInstance: undefined, netPrefix: undefined, limits: DEFAULT_SANDBOX_LIMITS };
+export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", hide: [], uidFirst: 200_000, uidCount: 1_024, netInstance: undefined, netPrefix: undefined, limits: DEFAULT_SANDBOX_LIMITS };
 
 export class SandboxUnavailableError extends RunnerError {
   constructor(message: string) {
@@ -45,10 +46,41 @@ async function probeAsClaimedUid(settings: SandboxSettings, path: string): Promi
   throw new SandboxUnavailableError(`no free uid in ${settings.uidFirst}..${settings.uidFirst + settings.uidCount - 1} to probe bwrap as`);
 }
 
-export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logger; childPath: string; images?: SandboxImages }): Promise<SandboxBackend> {
+/**
+ * The first directory above the data dir a session's uid cannot pass
+ * (no search bit for others): its bwrap, running as that uid, could not bind
+ * its directories from below it. The data dir itself is made passable at
+ * prepare; what is above it is the operator's, never chmod'ed here.
+ */
+export function untraversableAncestor(dataDir: string): string | undefined {
+  const dirs: string[] = [];
+  for (let dir = dirname(resolve(dataDir)); ; dir = dirname(dir)) {
+    dirs.unshift(dir);
+    if (dir === "/") break;
+  }
+  for (const dir of dirs) {
+    const mode = statOrUndefined(dir)?.mode;
+    if (mode === undefined) return undefined; // made later, with the default (passable) mode
+    if ((mode & 0o001) === 0) return dir;
+  }
+  return undefined;
+}
+
+function statOrUndefined(path: string) {
+  try {
+    return statSync(path);
+  } catch {
+    return undefined;
+  }
+}
+
+export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logger; childPath: string; dataDir?: string; images?: SandboxImages }): Promise<SandboxBackend> {
   const { log } = deps;
   if (settings.backend !== SandboxKind.process) {
-    const cap = await probeAsClaimedUid(settings, deps.childPath);
+    const blocked = deps.dataDir === undefined ? undefined : untraversableAncestor(deps.dataDir);
+    const cap = blocked
+      ? { works: false as const, tools: undefined, reason: `session uids cannot pass ${blocked} (no search permission for others) on the way to the data dir: use a data dir below passable directories, or chmod o+x ${blocked}` }
+      : await probeAsClaimedUid(settings, deps.childPath);
     if (cap.works && cap.tools) {
       const backend = createBwrapBackend({ ...deps, cap, tools: cap.tools, settings });
       // What each session is held to: rlimits always; memory, cpu and pids only where the host delegates cgroup v2 controllers.

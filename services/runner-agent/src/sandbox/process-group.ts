@@ -57,3 +57,31 @@ export async function terminateGroup(signal: (sig: NodeJS.Signals) => void, exit
   }
 }
 
+
+/**
+ * An app's exit as seen through a sandbox whose outer process reports its
+ * child's death by signal n as exit status 128+n (bwrap's monitor does, as a
+ * shell's `$?` does): read back as the signal, so a killed app is reported
+ * killed on every backend. An app that itself exits with 128+n reads as
+ * killed by n, the same ambiguity a shell has.
+ */
+export function exitThroughSandbox(exit: AppExit): AppExit {
+  const code = exit.exitCode;
+  if (code === null || code <= 128 || !signalNames.has(code - 128)) return exit;
+  return { exitCode: null, signal: signalName(code - 128) };
+}
+
+/** The same app with its exits read through exitThroughSandbox. */
+export function withSandboxExits(app: AppProcess): AppProcess {
+  return {
+    name: app.name,
+    pid: app.pid,
+    exited: app.exited.then(exitThroughSandbox),
+    input: app.input,
+    resize: (cols, rows) => app.resize(cols, rows),
+    setPaused: (paused) => app.setPaused(paused),
+    freeze: () => app.freeze(),
+    thaw: () => app.thaw(),
+    terminate: async (graceMs) => exitThroughSandbox(await app.terminate(graceMs)),
+  };
+}

@@ -17,7 +17,7 @@ import { SpawnError } from "../../errors.ts";
 import { SandboxKind, type ImageRoot, type Sandbox, type SandboxApp, type SandboxBackend, type SandboxImages, type SandboxReach, type SandboxScript, type ScriptOutcome } from "../backend.ts";
 import { resolveExecutable } from "../executable.ts";
 import { spawnPiped } from "../pipe-app.ts";
-import type { AppProcess } from "../process-group.ts";
+import { exitThroughSandbox, withSandboxExits, type AppProcess } from "../process-group.ts";
 import { wrapPty } from "../pty-app.ts";
 import { removeDirSoon } from "../remove-dir.ts";
 import { prepareSessionsDir } from "../sessions-dir.ts";
@@ -31,7 +31,7 @@ import { resolveNetInstance, type NetInstance } from "./net-instance.ts";
 import type { BwrapCapability } from "./probe.ts";
 import { killUids, signalTree, untilUidGone } from "./session-processes.ts";
 import { signalSession } from "./spawn.ts";
-import { claimedElsewhere, createUidAllocator, DEFAULT_UID_CLAIM_DIR, type SessionIds } from "./uid-allocator.ts";
+import { claimHeld, createUidAllocator, DEFAULT_UID_CLAIM_DIR, type SessionIds } from "./uid-allocator.ts";
 
 /** Where a session sees its workspace (its cwd and HOME); /home is an empty tmpfs in the sandbox. */
 export const INSIDE_WORKSPACE = "/home/workspace";
@@ -55,7 +55,8 @@ export interface BwrapBackendOptions {
   cap: BwrapCapability;
   tools: BwrapTools;
   /** netInstance/netPrefix unset: claimed host-wide at prepare (net-instance.ts). */
-  settings: { uidFirst: number; uidCount: number; netInstance?: string | undefined; netPrefix?: readonly [number, number] | undefined; limits: SandboxLimits };
+  /** hide: directories of the runner's credential files, hidden from sessions like its data dir. */
+  settings: { hide?: readonly string[]; uidFirst: number; uidCount: number; netInstance?: string | undefined; netPrefix?: readonly [number, number] | undefined; limits: SandboxLimits };
   /** Where sessions naming an image get its root; without it such sessions are refused. */
   images?: SandboxImages | undefined;
 }
@@ -64,8 +65,8 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   const { log, cap, tools, settings } = opts;
   const runnerUid = process.getuid?.() ?? 0;
   const uids = createUidAllocator({ first: settings.uidFirst, count: settings.uidCount, reserved: [0, runnerUid] });
-  // A uid another runner on this host claimed (overlapping ranges) is never swept as ours.
-  const inRange = (uid: number) => uid >= settings.uidFirst && uid < settings.uidFirst + settings.uidCount && !claimedElsewhere(DEFAULT_UID_CLAIM_DIR, uid);
+  // A uid claimed by a live process (another runner of the host, another agent of this process, a held session) is never swept.
+  const inRange = (uid: number) => uid >= settings.uidFirst && uid < settings.uidFirst + settings.uidCount && !claimHeld(DEFAULT_UID_CLAIM_DIR, uid);
   let networks: SandboxNetworks | undefined;
   let netInstance: NetInstance | undefined;
   let pool: NetworkPool | undefined;
@@ -88,7 +89,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
       const dataDir = dirname(sessionsDir);
       await chmod(dataDir, 0o711);
       await chmod(sessionsDir, 0o711);
-      hide = hiddenByTmpfs(dataDir);
+      hide = hiddenByTmpfs([dataDir, ...(settings.hide ?? [])]);
       if (cap.network.works && cap.network.ip && cap.network.nft) {
         netInstance = resolveNetInstance({ instance: settings.netInstance, prefix: settings.netPrefix });
         networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: netInstance.instance, prefix: netInstance.prefix, sharedPorts: SHARED_PORTS });
@@ -269,11 +270,11 @@ function startApp(opts: SandboxApp, spec: SpecOf, tools: BwrapTools, workspace: 
   if (!found) throw new SpawnError(`app ${opts.app.name}: command not found: ${command.slice(0, 128)}`);
   const tty = opts.app.tty !== false;
   const launch = sandboxLaunch(spec(opts.app.cmd, opts.env, tty), tools);
-  if (!tty) return spawnPiped({ name: opts.app.name, file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: opts.onData, signal: signalTree });
+  if (!tty) return withSandboxExits(spawnPiped({ name: opts.app.name, file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: opts.onData, signal: signalTree }));
   try {
     const size = opts.size ?? INITIAL_TERMINAL_SIZE;
     const pty = spawnPty(launch.file, launch.args, { name: "xterm-256color", cols: size.cols, rows: size.rows, cwd: "/", env: launch.env, encoding: null });
-    return wrapPty(opts.app.name, pty, opts.onData, signalTree);
+    return withSandboxExits(wrapPty(opts.app.name, pty, opts.onData, signalTree));
   } catch {
     throw new SpawnError(`app ${opts.app.name}: could not start ${command.slice(0, 128)}`);
   }
@@ -298,7 +299,7 @@ function runScript(opts: SandboxScript, spec: SpecOf, tools: BwrapTools): Promis
   const timer = setTimeout(() => kill("timeout"), opts.timeoutMs);
   const onAbort = () => kill("aborted");
   opts.signal?.addEventListener("abort", onAbort, { once: true });
-  return proc.exited.then((exit) => {
+  return proc.exited.then(exitThroughSandbox).then((exit) => {
     clearTimeout(timer);
     opts.signal?.removeEventListener("abort", onAbort);
     if (cause) return { kind: cause };
@@ -308,13 +309,15 @@ function runScript(opts: SandboxScript, spec: SpecOf, tools: BwrapTools): Promis
 }
 
 /**
- * The runner's data dir hidden behind a tmpfs, unless the sandbox already
- * replaces a directory holding it (its own /tmp, the emptied /home, /run…):
+ * The runner's data dir and its credential files' directories, each hidden
+ * behind a tmpfs unless the sandbox already replaces a directory holding it
+ * (its own /tmp, the emptied /home, /run…) or another of them holds it:
  * bwrap could not remount a hiding mount read-only once covered.
  */
-function hiddenByTmpfs(dataDir: string): string[] {
-  const covered = ["/tmp", ...HOST_HIDDEN].some((d) => dataDir === d || dataDir.startsWith(`${d}/`));
-  return covered ? [] : [dataDir];
+export function hiddenByTmpfs(dirs: readonly string[]): string[] {
+  const beneath = (dir: string, d: string) => dir === d || dir.startsWith(`${d === "/" ? "" : d}/`);
+  const wanted = dirs.filter((dir) => dir !== "/" && !["/tmp", ...HOST_HIDDEN].some((d) => beneath(dir, d)));
+  return [...new Set(wanted)].filter((dir, _, all) => !all.some((other) => other !== dir && beneath(dir, other)));
 }
 
 /** A TCP relay on host (the runner's end of a session's link) to the gateway: the session's PADDOCK_URL. */

@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { claimedElsewhere, createUidAllocator, pidsOfUid, uidHasProcesses, UidRangeError } from "./uid-allocator.ts";
+import { claimHeld, createUidAllocator, pidsOfUid, uidHasProcesses, UidRangeError } from "./uid-allocator.ts";
 
 const claimDir = () => mkdtempSync(join(tmpdir(), "paddock-uid-claims-"));
 
@@ -49,13 +49,13 @@ describe("createUidAllocator", () => {
     const c = createUidAllocator({ first: 4000, count: 1, reserved: [], inUse: () => false, claimDir: dir });
     expect(c.allocate("c1").uid).toBe(4000);
     expect(readFileSync(join(dir, "4000"), "utf8")).toBe(String(process.pid));
-    // Our own claims are ours to sweep; a live process's claim is not; a dead one's (or none) is.
-    expect(claimedElsewhere(dir, 4000)).toBe(false);
+    // A live process's claim (this one's too: another allocator's, or a held session's) is never swept; a dead one's (or none) is.
+    expect(claimHeld(dir, 4000)).toBe(true);
     writeFileSync(join(dir, "5000"), "1");
-    expect(claimedElsewhere(dir, 5000)).toBe(true);
+    expect(claimHeld(dir, 5000)).toBe(true);
     writeFileSync(join(dir, "5001"), dead);
-    expect(claimedElsewhere(dir, 5001)).toBe(false);
-    expect(claimedElsewhere(dir, 5002)).toBe(false);
+    expect(claimHeld(dir, 5001)).toBe(false);
+    expect(claimHeld(dir, 5002)).toBe(false);
   });
 
   it("refuses a range that starts at root", () => {

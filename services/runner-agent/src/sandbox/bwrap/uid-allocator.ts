@@ -133,10 +133,15 @@ export function releaseUid(claimDir: string, uid: number): void {
   }
 }
 
-/** Whether another live process (another runner on this host) holds uid: its processes are not ours to sweep. */
-export function claimedElsewhere(claimDir: string, uid: number): boolean {
+/**
+ * Whether a live process holds uid's claim: another runner of this host, or
+ * another allocator of this process (two runner-agents in one test process),
+ * or this allocator's own session. A sweep spares every held uid; only a uid
+ * whose claim is gone or stale has processes that are nobody's.
+ */
+export function claimHeld(claimDir: string, uid: number): boolean {
   const holder = claimHolder(join(claimDir, String(uid)));
-  return holder !== undefined && holder !== process.pid && pidAlive(holder);
+  return holder !== undefined && pidAlive(holder);
 }
 
 function claimHolder(path: string): number | undefined {
