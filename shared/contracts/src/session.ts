@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { refuseNulAndDeepNesting } from "./body.ts";
+import { ImageRef } from "./image-ref.ts";
 import { EpochMs, Generation, Id } from "./ids.ts";
 import { Requirements } from "./requirements.ts";
 import { RunRef, RunTrigger, Usage } from "./audit.ts";
@@ -80,6 +81,7 @@ export type AppSpec = z.infer<typeof AppSpec>;
  */
 export const PortableSpec = z
   .object({
+    /** Checked against the reference grammar where a client sends it (CreateSessionBody); records keep what they hold. */
     image: z.string().min(1).max(512).optional(),
     cmd: z.array(z.string().max(4096)).min(1).max(256).optional(),
     egressAllow: z.array(z.string().min(1).max(253)).max(256).optional(),
@@ -89,6 +91,10 @@ export const PortableSpec = z
   .strict();
 export type PortableSpec = z.infer<typeof PortableSpec>;
 
+/** PortableSpec as a client sends it (CreateSessionBody): its image must be a reference a runner can pull. */
+export const PortableSpecBody = PortableSpec.extend({ image: ImageRef.optional() });
+export type PortableSpecBody = z.infer<typeof PortableSpecBody>;
+
 export const SessionMode = z.enum(["run", "watch"]);
 
 /** The body of POST /v1/sessions. */
@@ -96,7 +102,7 @@ export const CreateSessionBody = z
   .object({
     name: z.string().min(1).max(128).regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/).optional(),
     environmentId: Id.optional(),
-    spec: PortableSpec,
+    spec: PortableSpecBody,
     repos: z.array(RepoRef).max(64).optional(),
     idempotencyKey: z.string().min(1).max(128).optional(),
     oneShot: z.boolean().optional(),
