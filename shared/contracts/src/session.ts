@@ -116,10 +116,19 @@ export type CreateSessionBody = z.infer<typeof CreateSessionBody>;
 /** The name of the app a session gets when its spec lists none. */
 export const DEFAULT_APP = "main";
 
-/** Resolves the apps a session runs: its explicit apps, or one "main" app from cmd. */
-export function appsOf(spec: PortableSpec): AppSpec[] {
+/** The main app's command when a session names none (and its image, if any, has no Entrypoint or Cmd). */
+export const DEFAULT_CMD: readonly string[] = ["/bin/sh", "-l"];
+
+/**
+ * Resolves the apps a session runs: its explicit apps, or one "main" app from
+ * cmd. Without a cmd the main app runs `imageCommand` (the image's Entrypoint
+ * then Cmd, which only the runner that pulled it knows) when there is one,
+ * else DEFAULT_CMD. The apps' names never depend on it.
+ */
+export function appsOf(spec: PortableSpec, imageCommand?: readonly string[]): AppSpec[] {
   if (spec.apps) return spec.apps;
-  return [{ name: DEFAULT_APP, cmd: spec.cmd ?? ["/bin/sh", "-l"] }];
+  const fallback = imageCommand !== undefined && imageCommand.length > 0 ? imageCommand : DEFAULT_CMD;
+  return [{ name: DEFAULT_APP, cmd: spec.cmd ?? [...fallback] }];
 }
 
 /**

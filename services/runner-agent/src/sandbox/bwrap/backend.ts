@@ -202,6 +202,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
   return {
     workspace,
     insideWorkspace: INSIDE_WORKSPACE,
+    ...(p.root ? { image: p.root.config } : {}),
     user: { uid: p.ids.uid, gid: p.ids.gid },
     // Nothing to hand over afterwards: what the runner writes into the workspace is given to `user` as each
     // inode is made, by descriptor (workspace/ passes it down). A chown walk by path afterwards would race the
