@@ -71,8 +71,8 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   const live = new Set<number>();
   /** The sandboxes not destroyed yet: a runner that stops destroys them (their networks and relays are its own). */
   const sandboxes = new Set<Sandbox>();
-  // memory, cpu and pids per session where the host delegates them; rlimits everywhere.
-  const cgroups = cap.cgroup.delegated && cap.cgroup.dir ? createSessionCgroups(cap.cgroup.dir, process.pid) : undefined;
+  // memory, cpu and pids per session where the host offers cgroups (a delegated v2 subtree, writable v1 hierarchies); rlimits everywhere.
+  const cgroups = createSessionCgroups(cap.cgroup, { instance: settings.netInstance, runnerPid: process.pid });
   return {
     kind: SandboxKind.bwrap,
     limits: cgroups ? [LimitKind.rlimit, LimitKind.cgroup] : [LimitKind.rlimit],
@@ -115,9 +115,9 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
           await chown(d, ids.uid, ids.gid);
           await chmod(d, 0o700);
         }
-        const cgroupDir = await cgroups?.create(sessionId, settings.limits.cgroup);
+        const cgroupDirs = await cgroups?.create(sessionId, settings.limits.cgroup);
         const net = pool ? await pool.take() : undefined;
-        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, root, limits: settings.limits, cgroupDir, cgroups, release: () => {
+        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, root, limits: settings.limits, cgroupDirs, cgroups, release: () => {
           release();
           sandboxes.delete(sandbox);
         } });
@@ -125,6 +125,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
         return sandbox;
       } catch (err) {
         release();
+        await cgroups?.remove(sessionId).catch(() => undefined);
         await removeDirSoon(dir, log);
         throw err;
       }
@@ -138,6 +139,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
       await Promise.all([...sandboxes].map((s) => s.destroy()));
       await pool?.stop();
       await networks?.stop();
+      await cgroups?.stop();
     },
   };
 }
@@ -153,8 +155,8 @@ interface SandboxParts {
   net: SessionNetwork | undefined;
   pool: NetworkPool | undefined;
   limits: SandboxLimits;
-  /** The session's cgroup (cgroup.ts), where the host delegates one. */
-  cgroupDir: string | undefined;
+  /** The session's cgroup directories (cgroup.ts), where the host offers cgroups. */
+  cgroupDirs: string[] | undefined;
   cgroups: SessionCgroups | undefined;
   /** The image the session is rooted in; the host's root when undefined. */
   root: ImageRoot | undefined;
@@ -192,7 +194,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     cwd: INSIDE_WORKSPACE,
     command,
     rlimits: p.limits.rlimits,
-    cgroupDir: p.cgroupDir,
+    cgroupDirs: p.cgroupDirs,
     tty,
   });
   const killAll = async () => {
@@ -237,8 +239,9 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     freeze: (apps) => apps.forEach((app) => app.freeze()),
     thaw: (apps) => apps.forEach((app) => app.thaw()),
     killLeftovers: killAll,
-    // Every process of the uid is the session's, also one that left its app's group or session (a piped app's sandbox starts a new one).
-    usageScope: () => ({ uid: p.ids.uid }),
+    // Every process of the uid is the session's, also one that left its app's group or session (a piped app's sandbox starts a new one);
+    // its cgroups, where it has them, count CPU time exactly (exited processes too).
+    usageScope: () => ({ uid: p.ids.uid, cpuNanos: p.cgroups && (() => p.cgroups?.cpuNanos(p.sessionId)) }),
     async destroy() {
       if (destroyed) return;
       destroyed = true;
