@@ -10,7 +10,7 @@ import { connect as tcpConnect } from "node:net";
 import { z } from "zod";
 import { HttpApi, pathParamNames, type HttpRoute, type HttpRouteName } from "@paddock/contracts";
 import { countStatus, excerpt, nextInput, type FuzzContext } from "./fuzz-context.ts";
-import { badId, encode, nastyString, nulOrDeepBody, randomJson, rawBadSegment, refusedBy, refusedText } from "./fuzz-values.ts";
+import { badId, badImageBody, encode, nastyString, nulOrDeepBody, randomJson, rawBadSegment, refusedBy, refusedText } from "./fuzz-values.ts";
 import type { Prng } from "./prng.ts";
 
 interface BodySpec {
@@ -159,7 +159,8 @@ function generate(ctx: FuzzContext, p: Prng, route: RouteSpec): { req: Req; defe
     if (defects.has("body") || p.bool(0.5)) body = p.bool(0.5) ? p.bytes(p.int(0, 3000)) : Buffer.concat([Buffer.from([0x1f, 0x8b, 0x08, 0]), p.bytes(p.int(0, 500))]);
   } else if (route.body) {
     if (defects.has("body") && route.body.osSample !== undefined && p.bool(0.3)) {
-      body = Buffer.from(nulOrDeepBody(p, route.body.osSample));
+      // Every osSample names an image: half the time it is a reference the contract's grammar refuses.
+      body = Buffer.from(p.bool(0.5) ? badImageBody(p, route.body.osSample) : nulOrDeepBody(p, route.body.osSample));
     } else if (defects.has("body")) {
       body = p.bool(0.6)
         ? Buffer.from(JSON.stringify(refusedBy(p, route.body.schema, route.body.sample)) ?? "null")

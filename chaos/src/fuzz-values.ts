@@ -1,6 +1,6 @@
 /** Generators of malformed values for the bad-input scenario; every choice comes from the seeded PRNG. */
 import type { z } from "zod";
-import { Id, MAX_JSON_DEPTH, SecretName } from "@paddock/contracts";
+import { Id, ImageRef, MAX_JSON_DEPTH, SecretName } from "@paddock/contracts";
 import type { Prng } from "./prng.ts";
 
 const NASTY_STRINGS = [
@@ -238,5 +238,38 @@ export function nulOrDeepBody(p: Prng, sample: unknown): string {
   const base = p.string(p.int(1, 8));
   const at = p.int(0, base.length);
   set(`${base.slice(0, at)}\u0000${base.slice(at)}`);
+  return JSON.stringify(copy);
+}
+
+/**
+ * An image reference the contract's grammar (ImageRef) refuses the way a user
+ * gets one wrong: upper case, a bad tag or digest, a bad host or port, a name
+ * or reference past its bound. Its value reaches a registry (and the runner's
+ * cache paths) only if the API let it through.
+ */
+export function badImageRef(p: Prng): string {
+  const name = p.pick(["paddock/busybox", "debian", "reg.example.com:5000/a/b"]);
+  const candidates = [
+    name.toUpperCase(),
+    `${name}:${p.pick(["-tag", ".tag", "a b", "t".repeat(129), "", "ta/g"])}`,
+    `${name}@${p.pick(["sha256:abc", `sha256:${"A".repeat(64)}`, `md5:${"a".repeat(32)}`, `sha512:${"a".repeat(128)}`, "", "sha256:"])}`,
+    `${p.pick(["host:99999", "-host.example", "ho_st.example:1", "host.example:"])}/name`,
+    `${"a/".repeat(p.int(128, 200))}b`,
+    `${name}:${"t".repeat(p.int(500, 600))}`,
+    `${name}/${p.pick(["", "..", "a..b", "a__-b", "_a", "a-"])}`,
+    `${name}${p.pick(["\t", " ", "\n"])}`,
+  ];
+  for (let i = 0; i < 10; i++) {
+    const ref = p.pick(candidates);
+    if (!ImageRef.safeParse(ref).success) return ref;
+  }
+  return "UPPER/Case";
+}
+
+/** A valid body with an `image` (top level, or its spec's) made a reference the API must refuse. */
+export function badImageBody(p: Prng, sample: unknown): string {
+  const copy = JSON.parse(JSON.stringify(sample)) as { image?: unknown; spec?: { image?: unknown } };
+  if (copy.spec && typeof copy.spec === "object") copy.spec.image = badImageRef(p);
+  else copy.image = badImageRef(p);
   return JSON.stringify(copy);
 }

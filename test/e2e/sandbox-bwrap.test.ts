@@ -9,6 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, untilSession, type Stack } from "@paddock/testing";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { CgroupKind, probeCgroup } from "../../services/runner-agent/src/sandbox/bwrap/cgroup-probe.ts";
 import { pidsOfUid } from "../../services/runner-agent/src/sandbox/bwrap/uid-allocator.ts";
 import { api, sessionOf, stackClient } from "./helpers.ts";
 
@@ -63,8 +64,9 @@ describe("a session on a bwrap runner", () => {
     const res = await api(stack.url, stack.token, "GET", "/v1/runners");
     const runners = (res.body as { runners: Array<{ id: string; capabilities: string[] }> }).runners;
     expect(runners.find((r) => r.id === "runner-1")?.capabilities).toContain("sandbox:bwrap");
-    // What it holds each session to: rlimits here (no delegated cgroups on these hosts; limits:cgroup where there are).
+    // What it holds each session to: rlimits everywhere, cgroups where the host offers them (writable v1 hierarchies on these VMs).
     expect(runners.find((r) => r.id === "runner-1")?.capabilities).toContain("limits:rlimit");
+    expect(runners.find((r) => r.id === "runner-1")?.capabilities.includes("limits:cgroup")).toBe(probeCgroup().kind !== CgroupKind.none);
   });
 
   it("is contained, reaches its gateway, moves to another bwrap runner by a cold suspend with its workspace, and leaves nothing of its uid", async () => {

@@ -6,8 +6,9 @@
  * escape battery tries the data dir, B's workspace and port, the services'
  * /proc/<pid>/environ, NATS on every address, writes outside its workspace,
  * a kill of every service process, A's token against B and for an admin token,
- * and a fork bomb held while B keeps answering and the runner starts a new
- * session. Every attempt fails; A's own work succeeds in the same run.
+ * a memory hog (where the host offers session cgroups: killed at A's memory
+ * limit), and a fork bomb held while B keeps answering and the runner starts a
+ * new session. Every attempt fails; A's own work succeeds in the same run.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { networkInterfaces } from "node:os";
@@ -15,12 +16,16 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Session } from "@paddock/contracts";
 import { escapeBattery, escapedOf, heldOf, repoRoot, startStack, type Stack } from "@paddock/testing";
+import { CgroupKind, probeCgroup } from "../../services/runner-agent/src/sandbox/bwrap/cgroup-probe.ts";
 import { api, sessionOf, Terminal } from "./helpers.ts";
 
 // Clear of the ranges other tests use (testHostIds 150,000-230,000; sandbox-bwrap.test.ts 300,000-364,000).
 const UID_FIRST = 400_000 + (process.pid % 1_000) * 32;
 const B_PORT = 7000;
 const FORK_LIMIT = 128;
+/** The runner (a child of this process, in its cgroups) holds each session's memory where the host offers cgroups. */
+const MEMORY_LIMITED = probeCgroup().kind !== CgroupKind.none;
+const MEMORY_MAX_BYTES = 128 * 1024 ** 2;
 let stack: Stack;
 let parent: string;
 
@@ -39,6 +44,7 @@ beforeAll(async () => {
         PADDOCK_SANDBOX_UID_COUNT: "32",
         // The default (4,096) is the same RLIMIT_NPROC; a smaller one keeps the fork bomb from loading a shared test host.
         PADDOCK_SANDBOX_PROCESSES: String(FORK_LIMIT),
+        PADDOCK_SANDBOX_MEMORY_MAX_BYTES: String(MEMORY_MAX_BYTES),
       },
     },
   });
@@ -134,6 +140,7 @@ describe("a hostile session on a bwrap runner of a real stack", () => {
       hostAddresses,
       hostPorts: opsPorts,
       forkBomb: true,
+      memoryHogBytes: MEMORY_LIMITED ? 4 * MEMORY_MAX_BYTES : undefined,
     });
     const a = await create({ spec: { cmd: ["bash", "-c", script] } });
     const aTerm = await attach(a.id);
@@ -159,6 +166,7 @@ describe("a hostile session on a bwrap runner of a real stack", () => {
     const held = heldOf(out);
     for (const tag of ["read-dev-token", "read-session-token-secret", "read-secrets-key", "read-creds", "list-data-dir", "list-runner-data-dir"]) expect(held).toContain(tag);
     for (const tag of ["read-other-workspace", "list-other-workspace", "environ-any", "other-session-port", "token-read-other", "token-delete-other", "token-mint"]) expect(held).toContain(tag);
+    if (MEMORY_LIMITED) expect(held).toContain("memory-hog");
     for (const p of pids) expect(held).toEqual(expect.arrayContaining([`environ-${p}`, `kill-${p}`]));
     expect(held.filter((h) => h.startsWith("nats-"))).toHaveLength(2 + hostAddresses.length);
     expect(held.filter((h) => h.startsWith("port-"))).toHaveLength(opsPorts.length * (2 + hostAddresses.length));

@@ -112,7 +112,7 @@ const RunnerEnv = z
     /** bwrap: per-session rlimits, always enforced (processes: PADDOCK_SANDBOX_PROCESSES): open files per process, the largest file a process may write. */
     PADDOCK_SANDBOX_MAX_OPEN_FILES: z.coerce.number().int().positive().max(1_048_576).default(4_096),
     PADDOCK_SANDBOX_MAX_FILE_SIZE_BYTES: z.coerce.number().int().positive().max(2 ** 53 - 1).default(8 * 1024 ** 3),
-    /** bwrap: per-session cgroup v2 limits, enforced only where the host delegates memory, cpu and pids to the runner (its capabilities say `limits:cgroup`). */
+    /** bwrap: per-session cgroup limits, enforced only where the host delegates a cgroup v2 subtree with memory, cpu and pids to the runner or mounts those v1 hierarchies writable (its capabilities say `limits:cgroup`). */
     PADDOCK_SANDBOX_MEMORY_MAX_BYTES: z.coerce.number().int().positive().max(2 ** 53 - 1).default(4 * 1024 ** 3),
     /** Millicores: 1000 is one core. */
     PADDOCK_SANDBOX_CPU_MILLIS: z.coerce.number().int().min(10).max(1_024_000).default(2_000),

@@ -5,6 +5,7 @@ import { Writable } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { createLogger } from "@paddock/logging";
 import { chooseSandbox, PROCESS_SANDBOX, SandboxUnavailableError, untraversableAncestor } from "./sandbox-choice.ts";
+import { CgroupKind, probeCgroup } from "./sandbox/bwrap/cgroup-probe.ts";
 import { testHostIds, TEST_PATH } from "./sandbox/bwrap/test-sandbox.ts";
 
 /** A logger whose lines are kept, parsed. */
@@ -36,6 +37,12 @@ describe("choosing the sandbox backend at start", () => {
     const backend = await chooseSandbox(settings("bwrap"), { log, childPath: TEST_PATH });
     expect(backend.kind).toBe("bwrap");
     expect(lines.some((l) => l.msg.startsWith("SESSIONS ARE NOT ISOLATED"))).toBe(false);
+    // It says which limits it enforces, and which cgroups it uses for them (this host's, as the probe finds them).
+    const host = probeCgroup();
+    const started = lines.find((l) => l.msg === "sandbox: bwrap") as unknown as { enforced: string[]; cgroup: { kind: string; controllers: string[] }; limits: Record<string, number> };
+    expect(started.enforced).toEqual(host.kind === CgroupKind.none ? ["limits:rlimit"] : ["limits:rlimit", "limits:cgroup"]);
+    expect(started.cgroup).toMatchObject({ kind: host.kind, controllers: host.hierarchies.flatMap((h) => h.controllers) });
+    expect("pidsMax" in started.limits).toBe(host.kind !== CgroupKind.none);
     await backend.stop();
   });
 

@@ -10,7 +10,7 @@ import type { Logger } from "@paddock/logging";
 import type { RunnerConfig } from "./config.ts";
 import { SandboxKind, type SandboxBackend, type SandboxImages } from "./sandbox/backend.ts";
 import { createBwrapBackend } from "./sandbox/bwrap/backend.ts";
-import { DEFAULT_SANDBOX_LIMITS } from "./sandbox/bwrap/limits.ts";
+import { DEFAULT_SANDBOX_LIMITS, LimitKind } from "./sandbox/bwrap/limits.ts";
 import { probeBwrap, type BwrapCapability } from "./sandbox/bwrap/probe.ts";
 import { claimUid, DEFAULT_UID_CLAIM_DIR, releaseUid } from "./sandbox/bwrap/uid-allocator.ts";
 import { createProcessBackend } from "./sandbox/process/backend.ts";
@@ -83,9 +83,11 @@ export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logg
       : await probeAsClaimedUid(settings, deps.childPath);
     if (cap.works && cap.tools) {
       const backend = createBwrapBackend({ ...deps, cap, tools: cap.tools, settings });
-      // What each session is held to: rlimits always; memory, cpu and pids only where the host delegates cgroup v2 controllers.
-      const limits = { ...settings.limits.rlimits, ...(cap.cgroup.delegated ? settings.limits.cgroup : {}) };
-      log.info({ version: cap.version, network: cap.network.works, enforced: backend.limits.map((l) => `limits:${l}`), limits, cgroupReason: cap.cgroup.reason }, "sandbox: bwrap");
+      // What each session is held to: rlimits always; memory, cpu and pids where the host offers cgroups (v2 delegated or v1 writable).
+      const enforced = backend.limits.map((l) => `limits:${l}`);
+      const limits = { ...settings.limits.rlimits, ...(backend.limits.includes(LimitKind.cgroup) ? settings.limits.cgroup : {}) };
+      const cgroup = { kind: cap.cgroup.kind, controllers: cap.cgroup.hierarchies.flatMap((h) => h.controllers), reason: cap.cgroup.reason };
+      log.info({ version: cap.version, network: cap.network.works, enforced, limits, cgroup }, "sandbox: bwrap");
       return backend;
     }
     if (settings.backend === SandboxKind.bwrap) throw new SandboxUnavailableError(`PADDOCK_SANDBOX=bwrap, but bwrap does not work here: ${cap.reason ?? "unknown"}`);

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { EpochMs, Id } from "./ids.ts";
 import { refuseNulAndDeepNesting } from "./body.ts";
+import { ImageRef } from "./image-ref.ts";
 import { mergeRequirements, Requirements } from "./requirements.ts";
 import { Checkpoint, SealKey, SessionFact } from "./session.ts";
 
@@ -43,7 +44,8 @@ export type Environment = z.infer<typeof Environment>;
 
 /** The fields a client sets on an environment (create and PATCH share them). */
 const environmentFields = {
-  image: z.string().max(512).optional(),
+  /** An image reference (ImageRef); "" clears it on PATCH. */
+  image: z.union([z.literal(""), ImageRef]).optional(),
   setup: Script.optional(),
   init: Script.optional(),
   initTimeoutSec: z.number().int().positive().max(3600).optional(),
@@ -56,7 +58,7 @@ const environmentFields = {
 
 /** Body of POST /v1/environments. */
 export const CreateEnvironmentBody = z
-  .object({ ...environmentFields, name: z.string().min(1).max(128), image: z.string().min(1).max(512).optional() })
+  .object({ ...environmentFields, name: z.string().min(1).max(128), image: ImageRef.optional() })
   .strict()
   .superRefine(refuseNulAndDeepNesting);
 export type CreateEnvironmentBody = z.infer<typeof CreateEnvironmentBody>;

@@ -8,6 +8,7 @@ export * from "./names.ts";
 export * from "./terminal.ts";
 export * from "./api.ts";
 export * from "./environment.ts";
+export * from "./image-ref.ts";
 export * from "./requirements.ts";
 export * from "./workspace.ts";
 export * from "./tokens.ts";

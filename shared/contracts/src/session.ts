@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { refuseNulAndDeepNesting } from "./body.ts";
+import { ImageRef } from "./image-ref.ts";
 import { EpochMs, Generation, Id } from "./ids.ts";
 import { Requirements } from "./requirements.ts";
 import { RunRef, RunTrigger, Usage } from "./audit.ts";
@@ -80,6 +81,7 @@ export type AppSpec = z.infer<typeof AppSpec>;
  */
 export const PortableSpec = z
   .object({
+    /** Checked against the reference grammar where a client sends it (CreateSessionBody); records keep what they hold. */
     image: z.string().min(1).max(512).optional(),
     cmd: z.array(z.string().max(4096)).min(1).max(256).optional(),
     egressAllow: z.array(z.string().min(1).max(253)).max(256).optional(),
@@ -89,6 +91,10 @@ export const PortableSpec = z
   .strict();
 export type PortableSpec = z.infer<typeof PortableSpec>;
 
+/** PortableSpec as a client sends it (CreateSessionBody): its image must be a reference a runner can pull. */
+export const PortableSpecBody = PortableSpec.extend({ image: ImageRef.optional() });
+export type PortableSpecBody = z.infer<typeof PortableSpecBody>;
+
 export const SessionMode = z.enum(["run", "watch"]);
 
 /** The body of POST /v1/sessions. */
@@ -96,7 +102,7 @@ export const CreateSessionBody = z
   .object({
     name: z.string().min(1).max(128).regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/).optional(),
     environmentId: Id.optional(),
-    spec: PortableSpec,
+    spec: PortableSpecBody,
     repos: z.array(RepoRef).max(64).optional(),
     idempotencyKey: z.string().min(1).max(128).optional(),
     oneShot: z.boolean().optional(),
@@ -110,10 +116,19 @@ export type CreateSessionBody = z.infer<typeof CreateSessionBody>;
 /** The name of the app a session gets when its spec lists none. */
 export const DEFAULT_APP = "main";
 
-/** Resolves the apps a session runs: its explicit apps, or one "main" app from cmd. */
-export function appsOf(spec: PortableSpec): AppSpec[] {
+/** The main app's command when a session names none (and its image, if any, has no Entrypoint or Cmd). */
+export const DEFAULT_CMD: readonly string[] = ["/bin/sh", "-l"];
+
+/**
+ * Resolves the apps a session runs: its explicit apps, or one "main" app from
+ * cmd. Without a cmd the main app runs `imageCommand` (the image's Entrypoint
+ * then Cmd, which only the runner that pulled it knows) when there is one,
+ * else DEFAULT_CMD. The apps' names never depend on it.
+ */
+export function appsOf(spec: PortableSpec, imageCommand?: readonly string[]): AppSpec[] {
   if (spec.apps) return spec.apps;
-  return [{ name: DEFAULT_APP, cmd: spec.cmd ?? ["/bin/sh", "-l"] }];
+  const fallback = imageCommand !== undefined && imageCommand.length > 0 ? imageCommand : DEFAULT_CMD;
+  return [{ name: DEFAULT_APP, cmd: spec.cmd ?? [...fallback] }];
 }
 
 /**

@@ -29,7 +29,10 @@ export interface BuildImageOptions {
   /** Docker v2 schema 2 media types instead of OCI ones. */
   docker?: boolean;
   cmd?: string[];
+  entrypoint?: string[];
   env?: string[];
+  workingDir?: string;
+  user?: string;
   architecture?: string;
 }
 
@@ -44,7 +47,13 @@ export function buildImage(opts: BuildImageOptions): BuiltImage {
   const configJson = {
     architecture: opts.architecture ?? "amd64",
     os: "linux",
-    config: { Env: opts.env ?? ["PATH=/bin"], Cmd: opts.cmd ?? ["/bin/sh"] },
+    config: {
+      Env: opts.env ?? ["PATH=/bin"],
+      Cmd: opts.cmd ?? ["/bin/sh"],
+      ...(opts.entrypoint ? { Entrypoint: opts.entrypoint } : {}),
+      ...(opts.workingDir ? { WorkingDir: opts.workingDir } : {}),
+      ...(opts.user ? { User: opts.user } : {}),
+    },
     rootfs: { type: "layers", diff_ids: tars.map((tar) => sha256Digest(tar)) },
   };
   const config = blob(opts.docker ? MediaType.dockerConfig : MediaType.ociConfig, Buffer.from(JSON.stringify(configJson)));

@@ -23,6 +23,8 @@ export interface EscapeTargets {
   hostPorts?: number[];
   /** Exhaust processes, then hold them until a line arrives on stdin (the terminal). */
   forkBomb: boolean;
+  /** Allocate this many bytes at once (more than the session's memory limit, where its runner enforces one): held when the allocation is SIGKILLed. */
+  memoryHogBytes?: number;
 }
 
 const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
@@ -60,7 +62,8 @@ export function escapeBattery(t: EscapeTargets): string {
     `s=$(status GET /v1/sessions/${t.other.sessionId}); if [ "$s" = 404 ]; then echo HELD:token-read-other; else echo "ESCAPED:token-read-other $s"; fi`,
     `s=$(status DELETE /v1/sessions/${t.other.sessionId}); if [ "$s" = 404 ]; then echo HELD:token-delete-other; else echo "ESCAPED:token-delete-other $s"; fi`,
     `s=$(status POST /v1/tokens '{}'); if [ "$s" = 403 ]; then echo HELD:token-mint; else echo "ESCAPED:token-mint $s"; fi`,
-    // The session's own work.
+    ...(t.memoryHogBytes ? [`perl -e ${q(`$x = "a" x ${t.memoryHogBytes}`)}; s=$?; if [ "$s" = 137 ]; then echo HELD:memory-hog; else echo "ESCAPED:memory-hog $s"; fi`] : []),
+    // The session's own work (after the hog, if any: the session lives on).
     'echo own-work > own.txt && echo "OWN:workspace=$(cat own.txt)"',
     'echo "OWN:self=$(status GET /v1/sessions/$PADDOCK_SESSION_ID)"',
   ];

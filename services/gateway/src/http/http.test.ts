@@ -62,6 +62,11 @@ describe("POST /v1/sessions", () => {
     ["NUL in a command argument", body({ spec: { cmd: ["sh", "-c", "echo a\u0000rm -rf x"] } })],
     ["NUL in an app's command", body({ spec: { apps: [{ name: "web", cmd: ["node\u0000", "x"] }] } })],
     ["NUL in the image", body({ spec: { image: "img\u0000", cmd: ["true"] } })],
+    // The contract's reference grammar (ImageRef): refused here, not as a failed session after placement.
+    ["an upper-case image repository", body({ spec: { image: "Paddock/BusyBox:1", cmd: ["true"] } })],
+    ["an image with a bad digest", body({ spec: { image: "paddock/busybox@sha256:abc", cmd: ["true"] } })],
+    ["an image with a bad tag", body({ spec: { image: "paddock/busybox:-x", cmd: ["true"] } })],
+    ["an over-long image name", body({ spec: { image: `${"a/".repeat(200)}b`, cmd: ["true"] } })],
     ["NUL in an egress host", body({ spec: { cmd: ["true"], egressAllow: ["a.example\u0000.evil"] } })],
     ["NUL in a repo path", body({ spec: { cmd: ["true"], repos: [{ url: "https://x/r.git", path: "src\u0000/x" }] } })],
     ["NUL in a repo url or ref", body({ spec: { cmd: ["true"] }, repos: [{ url: "https://x/r.git\u0000", ref: "main\u0000" }] })],

@@ -159,6 +159,27 @@ describe("environment routes: bad input calls nothing", () => {
     });
   }
 
+  // The reference grammar is the contract's (ImageRef): a reference no registry would take never reaches a runner.
+  const badImages: Array<[string, string]> = [
+    ["bad syntax", "reg.example.com/name:bad tag"],
+    ["an upper-case repository", "Paddock/BusyBox"],
+    ["a bad digest", "paddock/busybox@sha256:abc"],
+    ["another digest algorithm", `paddock/busybox@md5:${"a".repeat(32)}`],
+    ["an over-long name", `${"a/".repeat(200)}b`],
+    ["an over-long reference", `${"a".repeat(500)}:${"t".repeat(20)}`],
+    ["a port out of range", "reg:99999/name"],
+  ];
+  for (const [what, image] of badImages) {
+    it(`POST and PATCH answer invalid for an image with ${what}, naming the field, and call nothing`, async () => {
+      const id = freshEnv();
+      const created = await api(h.url, "POST", "/v1/environments", { token: TOKENS.admin, body: body({ name: "x", image }) });
+      expectError(created, 400, "invalid");
+      expect(created.json.error.message).toContain("image");
+      expectError(await api(h.url, "PATCH", `/v1/environments/${id}`, { token: TOKENS.admin, body: body({ image }) }), 400, "invalid");
+      expect(h.scheduler.calls).toEqual([]);
+    });
+  }
+
   it(`takes JSON nested exactly ${String(MAX_JSON_DEPTH)} deep (the bound), and a connector's value as sent`, async () => {
     const raw = JSON.parse(`${"[".repeat(MAX_JSON_DEPTH - 3)}"deep"${"]".repeat(MAX_JSON_DEPTH - 3)}`) as unknown;
     const r = await api(h.url, "POST", "/v1/environments", { token: TOKENS.admin, body: body({ name: "deep", connectors: [{ type: "t", raw }] }) });

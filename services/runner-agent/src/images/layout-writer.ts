@@ -1,13 +1,15 @@
 // Writes an image from any source as an OCI layout umoci can unpack: every
-// blob verified while it streams in, Docker media types rewritten to their OCI
-// equals (umoci reads only OCI), the image tagged "image" in index.json.
+// blob comes from the content-addressed blob store (downloaded there, verified,
+// unless it is there already) and is hard-linked into the layout; Docker media
+// types are rewritten to their OCI equals (umoci reads only OCI); the image is
+// tagged "image" in index.json.
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { digestHex, ImageConfig, LAYER_AS_OCI, MediaType, REF_NAME_ANNOTATION, sha256Digest, type Descriptor } from "@paddock/oci";
+import type { BlobStore } from "./blob-store.ts";
 import { ImageError, ImageErrorCode } from "./errors.ts";
 import type { Platform } from "./manifest.ts";
 import type { ImageSource } from "./source.ts";
-import { writeVerified } from "./verified-write.ts";
 
 export const LAYOUT_TAG = "image";
 
@@ -17,24 +19,33 @@ export interface WrittenLayout {
   configBytes: Buffer;
 }
 
+/**
+ * Runs work over items, `limit` at a time. After a failure no new item starts,
+ * and the first error is thrown only once the ones in progress have ended: a
+ * failed pull leaves no download still writing under tmp/ behind it.
+ */
 async function inParallel<T>(items: readonly T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
   let next = 0;
+  const errors: unknown[] = [];
   const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) await work(items[next++] as T);
+    while (next < items.length && errors.length === 0) {
+      await work(items[next++] as T).catch((err: unknown) => errors.push(err));
+    }
   });
   await Promise.all(workers);
+  if (errors.length > 0) throw errors[0];
 }
 
 export async function writeLayout(
   source: ImageSource,
   dir: string,
-  opts: { platform: Platform; parallelDownloads: number; onBlob?: (desc: Descriptor) => void },
+  opts: { platform: Platform; parallelDownloads: number; store: BlobStore },
 ): Promise<WrittenLayout> {
   const blobs = join(dir, "blobs", "sha256");
   await mkdir(blobs, { recursive: true });
   const fetchBlob = async (desc: Descriptor) => {
-    opts.onBlob?.(desc);
-    await writeVerified(await source.blob(desc), desc, join(blobs, digestHex(desc.digest)), source.what);
+    await opts.store.ensure(source, desc);
+    await opts.store.linkTo(desc.digest, join(blobs, digestHex(desc.digest)));
   };
   const { manifest } = source;
   await fetchBlob(manifest.config);

@@ -40,7 +40,7 @@ describe("image cache", () => {
     const { image: cached } = await store.load({ format: "oci-layout", path: layout, tag: "t" });
     expect(readdirSync(outside)).toEqual([]);
     expect(existsSync("/tmp/escaped-deep")).toBe(false);
-    expect(readdirSync(root).sort()).toEqual(["entries", "refs", "tmp"]);
+    expect(readdirSync(root).sort()).toEqual(["blobs", "entries", "refs", "tmp"]);
     // What the layer aimed outside landed inside, where it is harmless.
     expect(lstatSync(join(cached.rootfs, "escaped-dotdot")).isFile()).toBe(true);
     expect(lstatSync(join(cached.rootfs, outside, "escaped-through-link")).isFile()).toBe(true);

@@ -1,14 +1,18 @@
 // The image cache under the runner's data dir:
 //   <root>/entries/<manifest hex>/{rootfs/, image.json}  complete images only
+//   <root>/blobs/sha256/<hex>                             configs and layers (blob-store.ts), shared
 //   <root>/refs/<sha256 of reference>.json                reference -> manifest digest
 //   <root>/tmp/                                           work in progress, emptied at start
-// An image is downloaded and unpacked under tmp/ and renamed into entries/ in
-// one step, so a killed runner leaves at most a tmp/ dir, never a half rootfs
-// under entries/. Pulls of one image share one download (single flight).
+// An image is unpacked under tmp/ and renamed into entries/ in one step, so a
+// killed runner leaves at most a tmp/ dir, never a half rootfs under entries/.
+// Pulls of one image share one download and unpack (single flight); images
+// sharing a layer share its blob. Eviction removes images no session holds,
+// then the blobs no remaining image names.
 import { randomUUID } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { digestHex, ImageConfig, sha256Digest } from "@paddock/oci";
+import { createBlobStore } from "./blob-store.ts";
 import type { ImagesConfig } from "./config.ts";
 import { writeLayout, LAYOUT_TAG } from "./layout-writer.ts";
 import { dockerArchiveSource, layoutSource } from "./load.ts";
@@ -18,6 +22,10 @@ import { parseReference } from "./reference.ts";
 import { RegistryClient, type RegistryCredentials } from "./registry-client.ts";
 import type { ImageSource } from "./source.ts";
 import { sweepAndMeasure, umociUnpack } from "./unpack.ts";
+import { ImageError, ImageErrorCode } from "./errors.ts";
+
+/** Tries of a pull whose image an eviction took before it was leased (only a cache too small for what is in use). */
+const MAX_ATTEMPTS = 3;
 
 export interface CachedImage {
   /** The single-platform manifest's digest. */
@@ -67,7 +75,17 @@ export interface ImageStore {
 interface EntryRecord {
   digest: string;
   config: ImageConfig;
+  /** The rootfs's bytes. */
   bytes: number;
+  /** The blobs it was unpacked from (config, layers): kept while it is cached. */
+  blobs?: string[];
+}
+
+interface EntryInfo {
+  digest: string;
+  bytes: number;
+  blobs: readonly string[];
+  usedMs: number;
 }
 
 export function createImageStore(deps: ImageStoreDeps): ImageStore {
@@ -81,6 +99,9 @@ export function createImageStore(deps: ImageStoreDeps): ImageStore {
   const leases = new Map<string, number>();
   const emit = (e: ImageEvent) => deps.onEvent?.(e);
   const rootless = process.getuid?.() !== 0;
+  const blobs = createBlobStore(root, tmp, (d) => emit({ type: "blob", digest: d.digest }));
+  /** Evictions run one at a time (two would rename the same entry). */
+  let evicting: Promise<void> = Promise.resolve();
 
   const entryDir = (digest: string) => join(entries, digestHex(digest));
 
@@ -110,23 +131,22 @@ export function createImageStore(deps: ImageStoreDeps): ImageStore {
     }
     const work = join(tmp, randomUUID());
     await mkdir(work, { recursive: true });
+    const used = [source.manifest.config.digest, ...source.manifest.layers.map((l) => l.digest)];
+    const unpin = blobs.pin(used);
     try {
-      const layout = await writeLayout(source, join(work, "layout"), {
-        platform,
-        parallelDownloads: config.parallelDownloads,
-        onBlob: (d) => emit({ type: "blob", digest: d.digest }),
-      });
+      const layout = await writeLayout(source, join(work, "layout"), { platform, parallelDownloads: config.parallelDownloads, store: blobs });
       const staged = join(work, "entry");
       await mkdir(staged);
       emit({ type: "unpack_start", digest: source.digest, dir: work });
       await umociUnpack(layout.dir, LAYOUT_TAG, join(staged, "rootfs"), { umociPath: config.umociPath, rootless });
       const { bytes } = await sweepAndMeasure(join(staged, "rootfs"));
-      const record: EntryRecord = { digest: source.digest, config: layout.config, bytes };
+      const record: EntryRecord = { digest: source.digest, config: layout.config, bytes, blobs: [...new Set(used)] };
       await writeFile(join(staged, "image.json"), JSON.stringify(record));
       await rename(staged, entryDir(source.digest));
       emit({ type: "stored", digest: source.digest, bytes });
       return { digest: source.digest, rootfs: join(entryDir(source.digest), "rootfs"), config: layout.config, bytes };
     } finally {
+      unpin();
       await rm(work, { recursive: true, force: true });
     }
   }
@@ -146,34 +166,66 @@ export function createImageStore(deps: ImageStoreDeps): ImageStore {
     };
   }
 
-  /** Leases the image, marks it used (eviction order), and evicts others past the cache size. */
-  async function handOut(image: CachedImage): Promise<ImageLease> {
+  /**
+   * Leases the image, marks it used (eviction order), and evicts others past
+   * the cache size. An eviction that ran between the image's making (or
+   * finding) and this lease may have taken it: then `again` gets it anew.
+   */
+  async function handOut(image: CachedImage, again: (attempt: number) => Promise<ImageLease>, attempt: number): Promise<ImageLease> {
     const held = lease(image);
+    // Evictions begun before the lease may still take it; one begun after skips it. Wait for the former, then look.
+    await evicting;
+    if (!(await cached(image.digest))) {
+      held.release();
+      if (attempt >= MAX_ATTEMPTS) throw new ImageError(ImageErrorCode.unavailable, "image evicted as it was made: the cache is too small for the images in use");
+      return again(attempt + 1);
+    }
     const now = new Date();
-    await utimes(join(entryDir(image.digest), "image.json"), now, now).catch(() => undefined);
-    await evict();
+    await utimes(join(entryDir(held.image.digest), "image.json"), now, now).catch(() => undefined);
+    const next = evicting.then(evict);
+    evicting = next.catch(() => undefined);
+    await next;
     return held;
   }
 
-  async function evict(): Promise<void> {
-    const all: Array<{ hex: string; bytes: number; usedMs: number }> = [];
+  async function listEntries(): Promise<EntryInfo[]> {
+    const all: EntryInfo[] = [];
     for (const hex of await readdir(entries).catch(() => [] as string[])) {
-      const digest = `sha256:${hex}`;
-      const image = await cached(digest);
-      const info = await stat(join(entries, hex, "image.json")).catch(() => undefined);
-      if (image && info) all.push({ hex, bytes: image.bytes, usedMs: info.mtimeMs });
+      const file = join(entries, hex, "image.json");
+      const [text, info] = await Promise.all([readFile(file, "utf8").catch(() => undefined), stat(file).catch(() => undefined)]);
+      if (!text || !info) continue;
+      const record = JSON.parse(text) as EntryRecord;
+      all.push({ digest: `sha256:${hex}`, bytes: record.bytes, blobs: record.blobs ?? [], usedMs: info.mtimeMs });
     }
-    let total = all.reduce((sum, e) => sum + e.bytes, 0);
-    for (const e of all.sort((a, b) => a.usedMs - b.usedMs)) {
+    return all;
+  }
+
+  const blobsOf = (kept: Iterable<EntryInfo>) => new Set([...kept].flatMap((e) => e.blobs));
+
+  /**
+   * Past maxCacheBytes (rootfs bytes plus blob bytes), removes least recently
+   * used images that no session holds and no pull is making, and with each the
+   * blobs no remaining image names: a layer an image still cached shares
+   * (held or not) stays.
+   */
+  async function evict(): Promise<void> {
+    const all = await listEntries();
+    const sizes = await blobs.sizes();
+    let total = all.reduce((sum, e) => sum + e.bytes, 0) + [...sizes.values()].reduce((a, b) => a + b, 0);
+    const kept = new Set(all);
+    // Blobs of failed pulls first: a retry would have reused them, but they hold no image.
+    if (total > config.maxCacheBytes) total -= await blobs.collect(blobsOf(kept));
+    for (const e of [...all].sort((a, b) => a.usedMs - b.usedMs)) {
       if (total <= config.maxCacheBytes) return;
-      const digest = `sha256:${e.hex}`;
-      if (leases.has(digest) || flights.has(`digest:${digest}`)) continue;
+      if (leases.has(e.digest) || flights.has(`digest:${e.digest}`)) continue;
       // Out of entries/ in one rename, then removed at leisure.
-      const gone = join(tmp, `evicted-${e.hex}-${randomUUID()}`);
-      await rename(join(entries, e.hex), gone);
+      const gone = join(tmp, `evicted-${digestHex(e.digest)}-${randomUUID()}`);
+      await rename(entryDir(e.digest), gone);
       await rm(gone, { recursive: true, force: true });
+      kept.delete(e);
       total -= e.bytes;
-      emit({ type: "evicted", digest });
+      total -= await blobs.collect(blobsOf(kept));
+      emit({ type: "evicted", digest: e.digest });
     }
   }
 
@@ -194,7 +246,8 @@ export function createImageStore(deps: ImageStoreDeps): ImageStore {
     await rename(part, file);
   }
 
-  async function pull(reference: string, opts: { refresh?: boolean } = {}): Promise<ImageLease> {
+  async function pull(reference: string, opts: { refresh?: boolean } = {}, attempt = 1): Promise<ImageLease> {
+    const again = (n: number) => pull(reference, opts, n);
     const ref = parseReference(reference);
     const refFile = join(refs, `${digestHex(sha256Digest(ref.canonical))}.json`);
     if (!opts.refresh) {
@@ -203,22 +256,23 @@ export function createImageStore(deps: ImageStoreDeps): ImageStore {
       const hit = known ? await cached(known) : undefined;
       if (hit) {
         emit({ type: "hit", digest: hit.digest });
-        return handOut(hit);
+        return handOut(hit, again, attempt);
       }
     }
     const image = await singleFlight(`ref:${ref.canonical}`, () =>
       fromSource(() => registrySource(client, ref, { platform, maxImageBytes: config.maxImageBytes }), { file: refFile, reference: ref.canonical }),
     );
-    return handOut(image);
+    return handOut(image, again, attempt);
   }
 
-  async function load(request: LoadRequest): Promise<ImageLease> {
+  async function load(request: LoadRequest, attempt = 1): Promise<ImageLease> {
+    const again = (n: number) => load(request, n);
     const opts = { platform, maxImageBytes: config.maxImageBytes };
-    if (request.format === "oci-layout") return handOut(await fromSource(() => layoutSource(request.path, request.tag, opts)));
+    if (request.format === "oci-layout") return handOut(await fromSource(() => layoutSource(request.path, request.tag, opts)), again, attempt);
     const work = join(tmp, `archive-${randomUUID()}`);
     await mkdir(work, { recursive: true });
     try {
-      return await handOut(await fromSource(() => dockerArchiveSource(request.path, work, request.tag, opts)));
+      return await handOut(await fromSource(() => dockerArchiveSource(request.path, work, request.tag, opts)), again, attempt);
     } finally {
       await rm(work, { recursive: true, force: true });
     }
@@ -231,9 +285,13 @@ export function createImageStore(deps: ImageStoreDeps): ImageStore {
       // Whatever a previous run left half-done (a download, an unpack killed mid-way) is never used: remove it.
       await rm(tmp, { recursive: true, force: true });
       await mkdir(tmp, { recursive: true });
+      await blobs.start();
+      // Blobs of a pull that never became an image (a killed runner) are named by none: removed.
+      await blobs.collect(blobsOf(await listEntries()));
     },
     stop: async () => {
       await Promise.allSettled([...flights.values()]);
+      await evicting;
     },
     pull,
     load,

@@ -56,6 +56,8 @@ export interface Sandbox {
   readonly workspace: string;
   /** The workspace as the session's processes see it (their cwd and HOME). */
   readonly insideWorkspace: string;
+  /** What the image the session is rooted in asks of its processes (env, default command); unset without an image. */
+  readonly image?: ImageRunConfig;
   /**
    * The user the session's processes run as and its files belong to, where
    * that is not the runner's own (bwrap; unset for the process backend). The
@@ -131,9 +133,24 @@ export interface SandboxBackend {
   stop(): Promise<void>;
 }
 
+/**
+ * What an image's config asks of the processes run in it, as Paddock honours
+ * it (docs/sandbox.md, Images): its Env under Paddock's own variables, its
+ * Entrypoint and Cmd as the main app's command when the session names none.
+ * WorkingDir and User are not honoured (the cwd is the workspace, the user the
+ * session's own uid), so they are not here.
+ */
+export interface ImageRunConfig {
+  /** The image's Env, later entries winning; never a PADDOCK_ variable. */
+  env: Readonly<Record<string, string>>;
+  /** Entrypoint then Cmd; undefined when both are empty. */
+  command?: readonly string[];
+}
+
 /** An image's unpacked root filesystem, held (never evicted) until released. */
 export interface ImageRoot {
   rootfs: string;
+  config: ImageRunConfig;
   release(): void;
 }
 

@@ -25,6 +25,20 @@ describe("usage meter", () => {
     expect(usage.networkBytes).toBe(0);
   });
 
+  it("takes CPU time from the session's cgroup where the scope has one: what it used since the generation began; /proc's figure when the cgroup is gone", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "paddock-usage-"));
+    // A uid with no process: /proc counts nothing for it, so only the cgroup's figure can show.
+    const idle = 2 ** 31 - 3;
+    let nanos: number | undefined = 7_000_000_000;
+    const meter = new UsageMeter(() => ({ uid: idle, cpuNanos: () => nanos }), () => 0, 60_000);
+    nanos = 9_500_000_000;
+    expect((await meter.finish(dir)).cpuTimeSeconds).toBe(2.5);
+    nanos = 7_000_000_000;
+    const gone = new UsageMeter(() => ({ uid: idle, cpuNanos: () => nanos }), () => 0, 60_000);
+    nanos = undefined;
+    expect((await gone.finish(dir)).cpuTimeSeconds).toBe(0);
+  });
+
   it("counts regular files only, without following links", async () => {
     const dir = mkdtempSync(join(tmpdir(), "paddock-usage-"));
     writeFileSync(join(dir, "a"), "12345");

@@ -52,9 +52,11 @@ async function scanProcesses(uids: boolean): Promise<ProcStat[]> {
  * Whose processes are a session's: its apps' process groups (each app leads
  * its own), or every process of a uid when the backend gives the session a
  * uid of its own (bwrap: a piped app's sandbox starts a new session, and
- * anything may setsid out of its group, but nothing leaves the uid).
+ * anything may setsid out of its group, but nothing leaves the uid). With a
+ * cgroup of its own, `cpuNanos` reads the session's CPU time from it: exact,
+ * processes that exited between samples included.
  */
-export type UsageScope = { groups: readonly number[] } | { uid: number };
+export type UsageScope = { groups: readonly number[] } | { uid: number; cpuNanos?: (() => number | undefined) | undefined };
 
 /**
  * One /proc scan serves every session's periodic sample taken within
@@ -134,13 +136,16 @@ function sizeOrZero(path: string): number {
  * Samples what one placement generation of a session uses: CPU time and
  * memory byte-seconds of its processes (its UsageScope), every sampleMs. A process
  * is only seen while alive, so the last interval of one that exits between
- * samples is not counted (documented as the sampling error). Network bytes
+ * samples is not counted (documented as the sampling error), except for CPU
+ * time where the session's cgroup counts it (`cpuNanos`). Network bytes
  * are what passed the session's egress proxy (`networkBytes`, read at the
  * end); traffic that bypasses the proxy is not measured with the process backend.
  */
 export class UsageMeter {
   private readonly lastTicks = new Map<number, number>();
   private cpuTicks = 0;
+  /** The session cgroup's CPU time when the generation began, where it has one. */
+  private readonly cpuNanosAtStart: number | undefined;
   private memoryByteSeconds = 0;
   private lastSampleAt: number;
   private timer: NodeJS.Timeout | undefined;
@@ -153,6 +158,7 @@ export class UsageMeter {
     private readonly networkBytes: () => number = () => 0,
   ) {
     this.lastSampleAt = now();
+    this.cpuNanosAtStart = cgroupCpuNanos(scope());
   }
 
   start(): void {
@@ -184,12 +190,17 @@ export class UsageMeter {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
     await this.sample(true);
+    const nanos = this.cpuNanosAtStart === undefined ? undefined : cgroupCpuNanos(this.scope());
     return {
-      cpuTimeSeconds: this.cpuTicks / CLOCK_TICKS_PER_SECOND,
+      cpuTimeSeconds: nanos === undefined || this.cpuNanosAtStart === undefined ? this.cpuTicks / CLOCK_TICKS_PER_SECOND : Math.max(0, nanos - this.cpuNanosAtStart) / 1e9,
       memoryByteSeconds: this.memoryByteSeconds,
       storageBytes: await storageBytes(workspace),
       networkBytes: this.networkBytes(),
       agentTokenCount: 0,
     };
   }
+}
+
+function cgroupCpuNanos(scope: UsageScope): number | undefined {
+  return "uid" in scope ? scope.cpuNanos?.() : undefined;
 }

@@ -59,9 +59,16 @@ export function buildAppSlot(w: AppWiring, sandbox: Sandbox, spec: AppSpec, env:
   return new AppSlot(spec, { sandbox, env, writer, screen, now: deps.now, killGraceMs: deps.killGraceMs, onEnded: w.onEnded });
 }
 
-/** A minimal environment: nothing of the agent's own (tokens, NATS credentials) leaks in. */
-export function baseEnv(childPath: string, workspace: string, sessionId: string): Record<string, string> {
-  return { PATH: childPath, HOME: workspace, TERM: "xterm-256color", LANG: "C.UTF-8", PADDOCK_SESSION_ID: sessionId };
+/**
+ * A minimal environment: nothing of the agent's own (tokens, NATS credentials)
+ * leaks in. An image's Env (its PATH above all: a Debian, Alpine or Python
+ * image's tools are found through it) replaces the defaults PATH and LANG and
+ * adds its own variables; HOME, TERM and PADDOCK_SESSION_ID stay Paddock's (the
+ * workspace is HOME, the PTY is an xterm). Secrets, the session token and the
+ * proxy variables are laid over this by the caller.
+ */
+export function baseEnv(childPath: string, workspace: string, sessionId: string, imageEnv: Readonly<Record<string, string>> = {}): Record<string, string> {
+  return { PATH: childPath, LANG: "C.UTF-8", ...imageEnv, HOME: workspace, TERM: "xterm-256color", PADDOCK_SESSION_ID: sessionId };
 }
 
 /** The session's own credentials for calling Paddock back; a secret, never logged. */

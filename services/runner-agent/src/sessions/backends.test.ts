@@ -18,7 +18,7 @@ import { startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { testHostIds } from "../sandbox/bwrap/test-sandbox.ts";
 import { pidsOfUid } from "../sandbox/bwrap/uid-allocator.ts";
 import { DEFAULT_SANDBOX_LIMITS } from "../sandbox/bwrap/limits.ts";
-import { probeCgroup } from "../sandbox/bwrap/probe.ts";
+import { CgroupKind, probeCgroup } from "../sandbox/bwrap/cgroup-probe.ts";
 import { collectFacts, collectTerm, dispatchTo, eventually, fakeScheduler, testAgent, type TestAgent } from "../testing/test-support.ts";
 
 let server: NatsServerHandle;
@@ -47,7 +47,9 @@ const UID_COUNT = 16;
 /** A process limit small enough for a fork bomb to reach at once, large enough for every scenario here. */
 const MAX_PROCESSES = 128;
 const LIMITS = { ...DEFAULT_SANDBOX_LIMITS, rlimits: { ...DEFAULT_SANDBOX_LIMITS.rlimits, processes: MAX_PROCESSES }, cgroup: { ...DEFAULT_SANDBOX_LIMITS.cgroup, memoryMaxBytes: 256 * 1024 ** 2 } };
-const CGROUPS_DELEGATED = probeCgroup().delegated;
+/** Where this host offers session cgroups (a delegated v2 subtree, or writable v1 hierarchies as on these VMs). */
+const HOST_CGROUPS = probeCgroup();
+const CGROUPS = HOST_CGROUPS.kind !== CgroupKind.none;
 
 describe.each(["process", "bwrap"] as const)("a session on the %s backend", (backend) => {
   let t: TestAgent;
@@ -68,8 +70,8 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
     await t.agent.start();
     scheduler.sub.unsubscribe();
-    // Only bwrap roots sessions in images; what the runner enforces per session is in its capabilities too (cgroups only where the host delegates them).
-    const limits = backend === "bwrap" ? ["limits:rlimit", ...(CGROUPS_DELEGATED ? ["limits:cgroup"] : [])] : [];
+    // Only bwrap roots sessions in images; what the runner enforces per session is in its capabilities too (cgroups only where the host offers them).
+    const limits = backend === "bwrap" ? ["limits:rlimit", ...(CGROUPS ? ["limits:cgroup"] : [])] : [];
     expect(scheduler.requests.items[0]?.capabilities).toEqual(backend === "bwrap" ? ["sandbox:bwrap", "image:oci", ...limits] : ["sandbox:process"]);
   });
 
@@ -264,23 +266,75 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     expect(destroyed.usage?.cpuTimeSeconds ?? 0).toBeGreaterThanOrEqual(burnt - 0.01);
   });
 
-  it.runIf(backend === "bwrap" && CGROUPS_DELEGATED)("starts a session in a cgroup of its own with the configured limits, where the host delegates one", async () => {
+  it.runIf(backend === "bwrap" && CGROUPS)("starts a session in cgroups of its own with the configured limits, removed with it", async () => {
     const sessionId = nextId();
     const term = collectTerm(nc, sessionId, "main");
     await start(sessionId, { cmd: ["sh", "-c", 'echo "uid=$(id -u)."; exec sleep 600'] });
     await term.waitFor(() => /uid=\d+\./.test(term.text()));
     const pids = pidsOfUid(Number(/uid=(\d+)\./.exec(term.text())?.[1]), { live: true });
-    const cgroupOf = (pid: number) => readFileSync(`/proc/${pid}/cgroup`, "utf8").trim().split(":").pop() ?? "";
-    const dir = cgroupOf(pids[0] ?? 0);
-    expect(dir).toMatch(new RegExp(`/session-${sessionId}$`));
-    const mount = probeCgroup().mount ?? "/sys/fs/cgroup";
-    expect(readFileSync(join(mount, dir, "memory.max"), "utf8").trim()).toBe(String(LIMITS.cgroup.memoryMaxBytes));
-    expect(readFileSync(join(mount, dir, "pids.max"), "utf8").trim()).toBe(String(LIMITS.cgroup.pidsMax));
+    const dirs = sessionCgroups(sessionId);
+    for (const d of dirs) expect(readFileSync(join(d, "cgroup.procs"), "utf8").split("\n")).toEqual(expect.arrayContaining(pids.map(String)));
+    const v1 = HOST_CGROUPS.kind === CgroupKind.v1;
+    expect(cgroupValue(dirs, v1 ? "memory.limit_in_bytes" : "memory.max")).toBe(String(LIMITS.cgroup.memoryMaxBytes));
+    expect(cgroupValue(dirs, "pids.max")).toBe(String(LIMITS.cgroup.pidsMax));
+    expect(cgroupValue(dirs, v1 ? "cpu.cfs_quota_us" : "cpu.max")).toBe(v1 ? String(LIMITS.cgroup.cpuMaxMicros) : `${LIMITS.cgroup.cpuMaxMicros} 100000`);
     await send({ type: "destroy", sessionId });
     await fact(sessionId, "destroyed");
-    expect(existsSync(join(mount, dir))).toBe(false);
+    for (const d of dirs) expect(existsSync(d)).toBe(false);
   });
+
+  it.runIf(backend === "bwrap" && CGROUPS)("kills a memory hog by the OOM killer at the session's memory limit; the runner and another session keep working", async () => {
+    const heldId = nextId();
+    const heldTerm = collectTerm(nc, heldId, "main");
+    await start(heldId, { cmd: ["sh", "-c", 'echo "uid=$(id -u)."; exec sleep 600'] });
+    await heldTerm.waitFor(() => /uid=\d+\./.test(heldTerm.text()));
+    const hogId = nextId();
+    const hogTerm = collectTerm(nc, hogId, "main");
+    // Four times the session's memory limit (256 MiB) in one string; the shell says how perl ended.
+    await start(hogId, { cmd: ["sh", "-c", `perl -e '$x = "a" x (1024 * 1024 * 1024); print "survived\\n"'; echo "hog=$?."; exec sleep 600`] });
+    await hogTerm.waitFor(() => /hog=\d+\./.test(hogTerm.text()));
+    expect(hogTerm.text()).toContain("hog=137."); // SIGKILL: the session's cgroup counts it as its OOM kill
+    const oom = HOST_CGROUPS.kind === CgroupKind.v1 ? "memory.oom_control" : "memory.events";
+    expect(cgroupValue(sessionCgroups(hogId), oom)).toMatch(/^oom_kill [1-9]/m);
+    expect(cgroupValue(sessionCgroups(heldId), oom)).toMatch(/^oom_kill 0$/m);
+    // The other session's process lives on; the runner starts, runs and ends a new one.
+    expect(pidsOfUid(Number(/uid=(\d+)\./.exec(heldTerm.text())?.[1]), { live: true }).length).toBeGreaterThan(0);
+    const otherId = nextId();
+    await start(otherId, { cmd: ["sh", "-c", "exit 0"] });
+    expect(await fact(otherId, "exited")).toMatchObject({ exitCode: 0 });
+    for (const id of [hogId, heldId]) {
+      await send({ type: "destroy", sessionId: id });
+      await fact(id, "destroyed");
+    }
+  });
+
+  it.runIf(backend === "bwrap" && CGROUPS)("meters the CPU time of an app that ended between samples, by the session's cgroup", async () => {
+    const sessionId = nextId();
+    const term = collectTerm(nc, sessionId, "burner");
+    // The burner says how much CPU it used (`times` in the shell itself) and ends long before the first sample (every 5 s): once its
+    // sandbox is reaped /proc has nothing of it (whether anything is left at destroy is a race), the session's cgroup counts it.
+    const burn = 'i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; times > /tmp/times; read t < /tmp/times; echo "burnt $t."';
+    await start(sessionId, { apps: [{ name: "main", cmd: ["sh", "-c", "exec sleep 600"] }, { name: "burner", cmd: ["sh", "-c", burn], tty: false }] });
+    await fact(sessionId, "app", (f) => f.app === "burner" && f.durationMs !== undefined);
+    const [user, sys] = [...(/burnt (\S+) (\S+)\./.exec(term.text()) ?? [])].slice(1).map(shellSeconds);
+    const burnt = (user ?? 0) + (sys ?? 0);
+    expect(burnt).toBeGreaterThan(0.1);
+    await send({ type: "destroy", sessionId });
+    const destroyed = await fact(sessionId, "destroyed");
+    expect(destroyed.usage?.cpuTimeSeconds ?? 0).toBeGreaterThanOrEqual(burnt - 0.01);
+  });
+
+  /** The session's cgroup directories on this host (cgroup.ts's layout, per hierarchy). */
+  const sessionCgroups = (sessionId: string) =>
+    HOST_CGROUPS.hierarchies.map((h) => (HOST_CGROUPS.kind === CgroupKind.v1 ? join(h.dir, `paddock-${ids.instance}`, `s-${sessionId}`) : join(h.dir, `session-${sessionId}`)));
 });
+
+/** The text of the file name in whichever of dirs has it. */
+function cgroupValue(dirs: readonly string[], name: string): string {
+  const file = dirs.map((d) => join(d, name)).find(existsSync);
+  if (!file) throw new Error(`no ${name} in ${dirs.join(", ")}`);
+  return readFileSync(file, "utf8").trim();
+}
 
 /** dash's `times` prints durations as e.g. 0m1.23s. */
 function shellSeconds(text: string): number {

@@ -119,7 +119,7 @@ export class SessionRuntime {
       const wiring = this.wiring();
       // Watching before the apps start: what they write as they start is told from a user's change.
       if (this.mode === "watch") this.watcher = this.watchWorkspace();
-      for (const spec of appsOf(cmd.spec)) {
+      for (const spec of appsOf(cmd.spec, sandbox.image?.command)) {
         const slot = buildAppSlot(wiring, sandbox, spec, appEnv);
         // A cold resume or a takeover numbers the app's generations on from the record's.
         slot.generation = cmd.appGenerations?.[spec.name] ?? 0;

@@ -39,7 +39,7 @@ export async function prepareSandbox(p: SandboxPrep): Promise<Record<string, str
   }
   const { values: secrets, sessionToken } = await credentials;
   const reach = await sandbox.reach(deps.gatewayUrl);
-  const base = baseEnv(deps.childPath, sandbox.insideWorkspace, held.sessionId);
+  const base = baseEnv(deps.childPath, sandbox.insideWorkspace, held.sessionId, sandbox.image?.env);
   const appEnv = { ...base, ...secrets, ...tokenEnv(cmd, sessionToken, reach.gatewayUrl) };
   // Egress: setup, init and the apps reach the network through the session's proxy (last: nothing overrides it).
   const egress = await p.startEgress(reach.egressHost, reach.egressPort);

@@ -100,6 +100,12 @@ describe("CRUD over the bus", () => {
     expect(await raw(Api.createEnvironment.subject, { scope: alice, body: { name: "x", requirements: { gpus: 1 } } })).toMatchObject(invalid);
     expect(await raw(Api.createEnvironment.subject, { scope: alice, body: { name: "x", secretRefs: ["not a name"] } })).toMatchObject(invalid);
     expect(await raw(Api.createEnvironment.subject, { scope: alice, body: { name: "x", image: "" } })).toMatchObject(invalid);
+    // The reference grammar (the contract's ImageRef) holds on the scheduler's side of the call too.
+    for (const image of ["Paddock/BusyBox", "x@sha256:abc", "reg:99999/x", `${"a/".repeat(200)}b`]) {
+      expect(await raw(Api.createEnvironment.subject, { scope: alice, body: { name: "x", image } })).toMatchObject(invalid);
+      expect(await raw(Api.updateEnvironment.subject, { scope: alice, environmentId: env.id, body: { image } })).toMatchObject(invalid);
+      expect(await raw(Api.createSession.subject, { scope: alice, body: { spec: { image, cmd: ["true"] } } })).toMatchObject(invalid);
+    }
     expect(await raw(Api.updateEnvironment.subject, { scope: alice, environmentId: env.id, body: { name: "" } })).toMatchObject(invalid);
     expect(await raw(Api.updateEnvironment.subject, { scope: alice, environmentId: env.id, body: { initTimeoutSec: 0 } })).toMatchObject(invalid);
     expect(await raw(Api.updateEnvironment.subject, { scope: alice, environmentId: "a.b", body: {} })).toMatchObject(invalid);

@@ -24,6 +24,7 @@ import { prepareSessionsDir } from "../sessions-dir.ts";
 import { imageCommandExists, prepareImageRoot } from "./image-root.ts";
 import { HOST_HIDDEN, sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
 import { createSessionCgroups, type SessionCgroups } from "./cgroup.ts";
+import { CgroupKind } from "./cgroup-probe.ts";
 import { LimitKind, type SandboxLimits } from "./limits.ts";
 import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
 import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from "./network.ts";
@@ -75,15 +76,19 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   const live = new Set<number>();
   /** The sandboxes not destroyed yet: a runner that stops destroys them (their networks and relays are its own). */
   const sandboxes = new Set<Sandbox>();
-  // memory, cpu and pids per session where the host delegates them; rlimits everywhere.
-  const cgroups = cap.cgroup.delegated && cap.cgroup.dir ? createSessionCgroups(cap.cgroup.dir, process.pid) : undefined;
+  // memory, cpu and pids per session where the host offers cgroups (a delegated v2 subtree, writable v1 hierarchies); rlimits everywhere.
+  // Made at prepare: v1 hierarchies are host-wide, so they are named by the runner's instance, claimed then.
+  let cgroups: SessionCgroups | undefined;
+  const cgroupsOffered = cap.cgroup.kind === CgroupKind.v1 || (cap.cgroup.kind === CgroupKind.v2 && cap.cgroup.hierarchies.length > 0);
   return {
     kind: SandboxKind.bwrap,
-    limits: cgroups ? [LimitKind.rlimit, LimitKind.cgroup] : [LimitKind.rlimit],
+    limits: cgroupsOffered ? [LimitKind.rlimit, LimitKind.cgroup] : [LimitKind.rlimit],
     async prepare(sessionsDir) {
       const killed = await killUids(inRange);
       if (killed > 0) log.warn({ killed }, "killed sandbox processes left by a previous runner process (by uid)");
       await prepareSessionsDir(sessionsDir, log);
+      netInstance = resolveNetInstance({ instance: settings.netInstance, prefix: settings.netPrefix });
+      cgroups = createSessionCgroups(cap.cgroup, { instance: netInstance.instance, runnerPid: process.pid });
       await cgroups?.start();
       // Sessions' bwrap (as their uid) binds their directories from here: passable, not listable.
       const dataDir = dirname(sessionsDir);
@@ -91,7 +96,6 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
       await chmod(sessionsDir, 0o711);
       hide = hiddenByTmpfs([dataDir, ...(settings.hide ?? [])]);
       if (cap.network.works && cap.network.ip && cap.network.nft) {
-        netInstance = resolveNetInstance({ instance: settings.netInstance, prefix: settings.netPrefix });
         networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: netInstance.instance, prefix: netInstance.prefix, sharedPorts: SHARED_PORTS });
         await networks.start();
         pool = createNetworkPool({ networks, size: NETWORK_POOL_SIZE, slots: settings.uidCount, onError: (err) => log.warn({ err }, "sandbox network not built") });
@@ -120,9 +124,9 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
           await chown(d, ids.uid, ids.gid);
           await chmod(d, 0o700);
         }
-        const cgroupDir = await cgroups?.create(sessionId, settings.limits.cgroup);
+        const cgroupDirs = await cgroups?.create(sessionId, settings.limits.cgroup);
         const net = pool ? await pool.take() : undefined;
-        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, root, limits: settings.limits, cgroupDir, cgroups, release: () => {
+        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, root, limits: settings.limits, cgroupDirs, cgroups, release: () => {
           release();
           sandboxes.delete(sandbox);
         } });
@@ -130,6 +134,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
         return sandbox;
       } catch (err) {
         release();
+        await cgroups?.remove(sessionId).catch(() => undefined);
         await removeDirSoon(dir, log);
         throw err;
       }
@@ -143,6 +148,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
       await Promise.all([...sandboxes].map((s) => s.destroy()));
       await pool?.stop();
       await networks?.stop();
+      await cgroups?.stop();
       netInstance?.release();
     },
   };
@@ -159,8 +165,8 @@ interface SandboxParts {
   net: SessionNetwork | undefined;
   pool: NetworkPool | undefined;
   limits: SandboxLimits;
-  /** The session's cgroup (cgroup.ts), where the host delegates one. */
-  cgroupDir: string | undefined;
+  /** The session's cgroup directories (cgroup.ts), where the host offers cgroups. */
+  cgroupDirs: string[] | undefined;
   cgroups: SessionCgroups | undefined;
   /** The image the session is rooted in; the host's root when undefined. */
   root: ImageRoot | undefined;
@@ -198,7 +204,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     cwd: INSIDE_WORKSPACE,
     command,
     rlimits: p.limits.rlimits,
-    cgroupDir: p.cgroupDir,
+    cgroupDirs: p.cgroupDirs,
     tty,
   });
   const killAll = async () => {
@@ -208,6 +214,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
   return {
     workspace,
     insideWorkspace: INSIDE_WORKSPACE,
+    ...(p.root ? { image: p.root.config } : {}),
     user: { uid: p.ids.uid, gid: p.ids.gid },
     // Nothing to hand over afterwards: what the runner writes into the workspace is given to `user` as each
     // inode is made, by descriptor (workspace/ passes it down). A chown walk by path afterwards would race the
@@ -242,8 +249,9 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     freeze: (apps) => apps.forEach((app) => app.freeze()),
     thaw: (apps) => apps.forEach((app) => app.thaw()),
     killLeftovers: killAll,
-    // Every process of the uid is the session's, also one that left its app's group or session (a piped app's sandbox starts a new one).
-    usageScope: () => ({ uid: p.ids.uid }),
+    // Every process of the uid is the session's, also one that left its app's group or session (a piped app's sandbox starts a new one);
+    // its cgroups, where it has them, count CPU time exactly (exited processes too).
+    usageScope: () => ({ uid: p.ids.uid, cpuNanos: p.cgroups && (() => p.cgroups?.cpuNanos(p.sessionId)) }),
     async destroy() {
       if (destroyed) return;
       destroyed = true;

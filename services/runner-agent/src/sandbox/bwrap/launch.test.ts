@@ -1,3 +1,7 @@
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { HOST_HIDDEN, SandboxSpecError, sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
 
@@ -87,11 +91,33 @@ describe("sandboxLaunch", () => {
     expect(after(args, "--tmpfs").flat()).toEqual(["/home", "/run", "/var/tmp", "/dev/shm"]);
   });
 
-  it("enters the session's cgroup first when given one", () => {
-    const { file, args } = sandboxLaunch(spec({ cgroupDir: "/sys/fs/cgroup/paddock/session-s1" }), tools);
+  it("enters every one of the session's cgroups first when given them, then execs the rest of the chain", () => {
+    const dirs = ["/sys/fs/cgroup/memory/paddock-r0/s-s1", "/sys/fs/cgroup/pids/paddock-r0/s-s1"];
+    const { file, args } = sandboxLaunch(spec({ cgroupDirs: dirs }), tools);
     expect(file).toBe("/t/sh");
-    expect(args.slice(0, 3)).toEqual(["-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', "/sys/fs/cgroup/paddock/session-s1"]);
-    expect(args[3]).toBe("/t/prlimit");
+    expect(args.slice(2, 6)).toEqual(["paddock-cgroup", ...dirs, "--"]);
+    expect(args[6]).toBe("/t/prlimit");
+    expect(sandboxLaunch(spec({ cgroupDirs: [] }), tools).file).toBe("/t/prlimit");
+  });
+
+  it("runs the cgroup link for real: the process writes its pid into each directory, and a failed write stops the chain", () => {
+    const dirs = [mkdtempSync(join(tmpdir(), "paddock-cg-a-")), mkdtempSync(join(tmpdir(), "paddock-cg-b-"))];
+    const chain = (cgroupDirs: string[]) => {
+      const { file, args } = sandboxLaunch(spec({ cgroupDirs }), { ...tools, sh: "/bin/sh" });
+      // The rest of the chain replaced by a link that prints its pid (exec keeps it).
+      return spawnSync(file, [...args.slice(0, args.indexOf("/t/prlimit")), "/bin/sh", "-c", "echo pid=$$"], { encoding: "utf8" });
+    };
+    try {
+      const ok = chain(dirs);
+      const pid = /pid=(\d+)/.exec(ok.stdout)?.[1];
+      expect(pid).toMatch(/^\d+$/);
+      for (const d of dirs) expect(readFileSync(join(d, "cgroup.procs"), "utf8")).toBe(`${pid ?? ""}\n`);
+      const failed = chain([dirs[0] ?? "", "/nonexistent-paddock-cgroup"]);
+      expect(failed.status).toBe(1);
+      expect(failed.stdout).not.toContain("pid=");
+    } finally {
+      for (const d of dirs) rmSync(d, { recursive: true, force: true });
+    }
   });
 
   it.each([
@@ -100,6 +126,7 @@ describe("sandboxLaunch", () => {
     ["an empty command", { command: [] }],
     ["a relative workspace", { workspace: { host: "ws", path: "/ws" } }],
     ["a relative hidden path", { hide: ["data"] }],
+    ["a relative cgroup directory (or the link's end marker)", { cgroupDirs: ["--"] }],
     ["a zero process limit", { rlimits: { processes: 0, openFiles: 1, fileSizeBytes: 1 } }],
   ] as const)("refuses %s with a typed error", (_name, over) => {
     expect(() => sandboxLaunch(spec(over as Partial<SandboxSpec>), tools)).toThrow(SandboxSpecError);

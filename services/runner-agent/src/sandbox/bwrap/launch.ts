@@ -4,9 +4,12 @@
  *
  * The chain, each link exec'ing the next (so one pid from the runner's view):
  *
- *   [sh -c 'echo $$ > cgroup.procs'] prlimit … nsenter --net=NETNS --setuid --setgid -- bwrap … -- command
- *   [sh -c 'echo $$ > cgroup.procs'] prlimit … setpriv … bwrap … -- command     (no network of its own)
+ *   [sh -c 'echo $$ > D/cgroup.procs…'] prlimit … nsenter --net=NETNS --setuid --setgid -- bwrap … -- command
+ *   [sh -c 'echo $$ > D/cgroup.procs…'] prlimit … setpriv … bwrap … -- command     (no network of its own)
  *
+ * - sh (as root, where the session has cgroups: cgroup.ts) writes itself into
+ *   each of the session's cgroup directories (one on v2, one per hierarchy on
+ *   v1), so everything below starts inside them.
  * - prlimit (as root) sets the session's rlimits; they are inherited by
  *   everything below. RLIMIT_NPROC counts the processes of the session's uid,
  *   which no one else uses (uid-allocator.ts), so it is a per-session limit.
@@ -73,8 +76,8 @@ export interface SandboxSpec {
   hide: readonly string[];
   /** The session's network namespace (network.ts); undefined: loopback only. */
   netnsPath?: string | undefined;
-  /** A cgroup v2 directory to start in (cgroup.ts), where the host delegates one. */
-  cgroupDir?: string | undefined;
+  /** The cgroup directories to start in (cgroup.ts: one on v2, one per hierarchy on v1), where the host offers them. */
+  cgroupDirs?: readonly string[] | undefined;
   /** The complete environment of the session's process. */
   env: Record<string, string>;
   cwd: string;
@@ -109,11 +112,14 @@ export const IMAGE_TMPFS = ["/home", "/run", "/var/tmp"] as const;
 /** `/dev/shm` is memory: bounded, since without delegated cgroups nothing else bounds it. */
 export const DEV_SHM_BYTES = 64 * 1024 * 1024;
 
+/** The chain's first link where the session has cgroups: `sh -c CGROUP_ENTER name DIR… -- next-link…` (a failed write stops the chain). */
+const CGROUP_ENTER = 'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 1; shift; done; shift; exec "$@"';
+
 /** The argv (and env) that starts spec's command in its sandbox. */
 export function sandboxLaunch(spec: SandboxSpec, tools: BwrapTools): SandboxLaunch {
   assertSpec(spec);
   const chain: string[] = [];
-  if (spec.cgroupDir) chain.push(tools.sh, "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', spec.cgroupDir);
+  if (spec.cgroupDirs?.length) chain.push(tools.sh, "-c", CGROUP_ENTER, "paddock-cgroup", ...spec.cgroupDirs, "--");
   const { processes, openFiles, fileSizeBytes } = spec.rlimits;
   chain.push(tools.prlimit, `--nproc=${processes}`, `--nofile=${openFiles}`, `--fsize=${fileSizeBytes}`, "--");
   if (spec.netnsPath) chain.push(tools.nsenter, `--net=${spec.netnsPath}`, `--setuid=${spec.uid}`, `--setgid=${spec.gid}`, "--");
@@ -161,7 +167,7 @@ function assertSpec(spec: SandboxSpec): void {
   if (!Number.isInteger(spec.uid) || spec.uid <= 0) throw new SandboxSpecError("uid must be a positive integer (never root)");
   if (!Number.isInteger(spec.gid) || spec.gid <= 0) throw new SandboxSpecError("gid must be a positive integer (never root)");
   if (spec.command.length === 0) throw new SandboxSpecError("empty command");
-  const paths = [spec.workspace.host, spec.workspace.path, spec.home.host, spec.home.path, spec.tmpDir, spec.cwd, ...spec.hide];
+  const paths = [spec.workspace.host, spec.workspace.path, spec.home.host, spec.home.path, spec.tmpDir, spec.cwd, ...spec.hide, ...(spec.cgroupDirs ?? [])];
   if (spec.root.kind === "image") paths.push(spec.root.dir);
   for (const p of paths) if (!p.startsWith("/")) throw new SandboxSpecError(`not an absolute path: ${p.slice(0, 128)}`);
   for (const [name, value] of Object.entries(spec.rlimits)) {

@@ -1,7 +1,7 @@
 /**
  * What a bwrap session may use (issue #23 item 4), from the runner config:
- * rlimits always (launch.ts), cgroup v2 limits where the host delegates
- * memory, cpu and pids (cgroup.ts). The runner reports which it enforces as
+ * rlimits always (launch.ts), memory, cpu and pids limits where the host
+ * offers cgroups: a delegated v2 subtree or writable v1 hierarchies (cgroup.ts). The runner reports which it enforces as
  * the capabilities `limits:rlimit` and `limits:cgroup`.
  */
 import type { CgroupLimits } from "./cgroup.ts";

@@ -2,14 +2,16 @@
  * What this host offers the bwrap backend, found once at start: whether a
  * trivial sandbox with every namespace the backend uses really runs (as an
  * unprivileged session uid, through the same exec chain as a session), the
- * rlimits the runner may hand out, whether a cgroup v2 subtree is delegated
- * to it, and whether it can build per-session networks (network.ts).
+ * rlimits the runner may hand out, where it can make per-session cgroups
+ * (cgroup-probe.ts: a delegated v2 subtree or writable v1 hierarchies), and
+ * whether it can build per-session networks (network.ts).
  */
 import { execFile } from "node:child_process";
 import { accessSync, chmodSync, constants as fsConstants, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { promisify } from "node:util";
+import { probeCgroup, type CgroupCapability } from "./cgroup-probe.ts";
 import { sandboxLaunch, type BwrapTools } from "./launch.ts";
 
 const run = promisify(execFile);
@@ -20,19 +22,6 @@ export interface HostRlimits {
   processes: number;
   openFiles: number;
   fileSizeBytes: number;
-}
-
-export interface CgroupCapability {
-  /** Where cgroup2 is mounted, if anywhere. */
-  mount: string | undefined;
-  /** The runner's own cgroup v2 directory. */
-  dir: string | undefined;
-  /** Controllers available in that directory (cgroup.controllers). */
-  controllers: string[];
-  /** Whether memory, cpu and pids can be used for sessions: the directory is writable and offers all three. */
-  delegated: boolean;
-  /** Why not, when not delegated. */
-  reason: string | undefined;
 }
 
 export interface BwrapCapability {
@@ -139,40 +128,7 @@ export function hostRlimits(limitsText = readFileSync("/proc/self/limits", "utf8
   return { processes: hard("Max processes"), openFiles: hard("Max open files"), fileSizeBytes: hard("Max file size") };
 }
 
-const NEEDED_CONTROLLERS = ["memory", "cpu", "pids"] as const;
-
-/** Finds the runner's cgroup v2 directory and whether memory, cpu and pids are delegated to it. */
-export function probeCgroup(mountinfo = readText("/proc/self/mountinfo"), ownCgroup = readText("/proc/self/cgroup")): CgroupCapability {
-  const mount = mountinfo
-    .split("\n")
-    .map((l) => l.split(" "))
-    .find((f) => f[f.indexOf("-") + 1] === "cgroup2")?.[4];
-  const rel = ownCgroup
-    .split("\n")
-    .find((l) => l.startsWith("0::"))
-    ?.slice(3);
-  if (!mount || rel === undefined) return { mount, dir: undefined, controllers: [], delegated: false, reason: "no cgroup v2 hierarchy mounted" };
-  const dir = join(mount, rel);
-  const controllers = readText(join(dir, "cgroup.controllers")).split(/\s+/).filter(Boolean);
-  const lacking = NEEDED_CONTROLLERS.filter((c) => !controllers.includes(c));
-  if (lacking.length > 0) return { mount, dir, controllers, delegated: false, reason: `controllers not available to the runner: ${lacking.join(", ")}` };
-  try {
-    accessSync(dir, fsConstants.W_OK);
-  } catch {
-    return { mount, dir, controllers, delegated: false, reason: "the runner's cgroup is not writable by it" };
-  }
-  return { mount, dir, controllers, delegated: true, reason: undefined };
-}
-
 function networkCapability(ip: string | undefined, nft: string | undefined): BwrapCapability["network"] {
   const lacking = [ip ? "" : "ip (iproute2)", nft ? "" : "nft (nftables)", process.geteuid?.() === 0 ? "" : "root"].filter(Boolean);
   return { works: lacking.length === 0, ip, nft, reason: lacking.length > 0 ? `missing: ${lacking.join(", ")}` : undefined };
-}
-
-function readText(file: string): string {
-  try {
-    return readFileSync(file, "utf8");
-  } catch {
-    return "";
-  }
 }
