@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { createImageStore, type ImagesConfig } from "@paddock/runner-agent/images";
 import { createUidAllocator, prepareImageRoot, probeBwrap, spawnInSandbox, type BwrapTools, type SandboxRoot, type SandboxSpec } from "../../services/runner-agent/src/sandbox/bwrap/index.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
+import { hostRoot } from "../../services/runner-agent/src/sandbox/bwrap/host-root.ts";
 
 const PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /** Clear of the sandbox bench's uids (140,000-140,999). */
@@ -33,7 +34,7 @@ export async function cachedImageStartBench(ref: string, config: ImagesConfig, s
     const image: number[] = [];
     for (let i = 0; i < samples; i++) {
       let start = performance.now();
-      await launch(tools, dataDir, `h${i}`, uids.allocate(`h${i}`), { kind: "host" }, ["/bin/true"]);
+      await launch(tools, dataDir, `h${i}`, uids.allocate(`h${i}`), hostRoot(), ["/bin/true"]);
       host.push(performance.now() - start);
       uids.release(`h${i}`);
       start = performance.now();

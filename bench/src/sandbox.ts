@@ -22,6 +22,7 @@ import {
   type SandboxSpec,
   type SessionIds,
 } from "../../services/runner-agent/src/sandbox/bwrap/index.ts";
+import { hostRoot } from "../../services/runner-agent/src/sandbox/bwrap/host-root.ts";
 
 const PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const FIRST_UID = 140_000;
@@ -141,7 +142,7 @@ function sessionSpec(dataDir: string, ids: SessionIds, netnsPath: string | undef
     sessionId: `s${ids.uid}`,
     uid: ids.uid,
     gid: ids.gid,
-    root: { kind: "host" },
+    root: hostRoot(),
     workspace: { host: join(dir, "ws"), path: join(dir, "ws") },
     home: { host: join(dir, "home"), path: "/home/session" },
     tmpDir: join(dir, "tmp"),

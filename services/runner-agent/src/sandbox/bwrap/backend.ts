@@ -33,6 +33,7 @@ import type { BwrapCapability } from "./probe.ts";
 import { killUids, signalTree, untilUidGone } from "./session-processes.ts";
 import { signalSession } from "./spawn.ts";
 import { claimHeld, createUidAllocator, DEFAULT_UID_CLAIM_DIR, type SessionIds } from "./uid-allocator.ts";
+import { hostRoot } from "./host-root.ts";
 
 /** Where a session sees its workspace (its cwd and HOME); /home is an empty tmpfs in the sandbox. */
 export const INSIDE_WORKSPACE = "/home/workspace";
@@ -194,7 +195,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     sessionId: p.sessionId,
     uid: p.ids.uid,
     gid: p.ids.gid,
-    root: p.root ? { kind: "image", dir: p.root.rootfs } : { kind: "host" },
+    root: p.root ? { kind: "image", dir: p.root.rootfs } : hostRoot(),
     workspace: { host: workspace, path: INSIDE_WORKSPACE },
     home: { host: join(p.dir, "home"), path: INSIDE_HOME },
     tmpDir: join(p.dir, "tmp"),

@@ -12,7 +12,7 @@ function spec(over: Partial<SandboxSpec> = {}): SandboxSpec {
     sessionId: "s1",
     uid: 100_001,
     gid: 100_001,
-    root: { kind: "host" },
+    root: { kind: "host", entries: [{ name: "bin", kind: "symlink", target: "usr/bin" }, { name: "etc", kind: "bind" }, { name: "usr", kind: "bind" }] },
     workspace: { host: "/data/sessions/s1/workspace", path: "/data/sessions/s1/workspace" },
     home: { host: "/data/sessions/s1/home", path: "/home/session" },
     tmpDir: "/data/sessions/s1/tmp",
@@ -68,11 +68,13 @@ describe("sandboxLaunch", () => {
     expect(sandboxLaunch(spec({ tty: false }), tools).args).toContain("--new-session");
   });
 
-  it("binds the host root read-only, hides the host's private dirs and the spec's, then binds the writable dirs over them", () => {
+  it("binds the host root read-only entry by entry, hides the host's private dirs and the spec's, then binds the writable dirs over them", () => {
     const { args } = sandboxLaunch(spec(), tools);
-    expect(after(args, "--ro-bind", 2)).toEqual([["/", "/"]]);
+    expect(after(args, "--ro-bind", 2)).toEqual([["/etc", "/etc"], ["/usr", "/usr"]]);
+    expect(after(args, "--symlink", 2)).toEqual([["usr/bin", "/bin"]]);
     expect(after(args, "--tmpfs").flat()).toEqual([...HOST_HIDDEN, "/data", "/dev/shm"]);
-    expect(after(args, "--remount-ro").flat()).toEqual([...HOST_HIDDEN, "/data"]);
+    // The root's own tmpfs last: nothing new can be made at the top level.
+    expect(after(args, "--remount-ro").flat()).toEqual([...HOST_HIDDEN, "/data", "/"]);
     expect(after(args, "--bind", 2)).toEqual([
       ["/data/sessions/s1/tmp", "/tmp"],
       ["/data/sessions/s1/home", "/home/session"],
@@ -89,6 +91,13 @@ describe("sandboxLaunch", () => {
     const { args } = sandboxLaunch(spec({ root: { kind: "image", dir: "/cache/rootfs/sha256-abc" } }), tools);
     expect(after(args, "--ro-bind", 2)).toEqual([["/cache/rootfs/sha256-abc", "/"]]);
     expect(after(args, "--tmpfs").flat()).toEqual(["/home", "/run", "/var/tmp", "/dev/shm"]);
+    expect(after(args, "--remount-ro").flat()).not.toContain("/");
+  });
+
+  it("refuses a host root entry that is not one top-level name", () => {
+    for (const name of ["", ".", "..", "a/b", "/etc", "a\0b"]) {
+      expect(() => sandboxLaunch(spec({ root: { kind: "host", entries: [{ name, kind: "bind" }] } }), tools), JSON.stringify(name)).toThrow(SandboxSpecError);
+    }
   });
 
   it("enters every one of the session's cgroups first when given them, then execs the rest of the chain", () => {

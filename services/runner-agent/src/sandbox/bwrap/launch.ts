@@ -31,6 +31,8 @@
  * environment reaches the session.
  */
 
+import type { HostRootEntry } from "./host-root.ts";
+
 /** Host paths of the tools in the chain (probe.ts finds them). */
 export interface BwrapTools {
   bwrap: string;
@@ -49,8 +51,11 @@ export interface SandboxRlimits {
   fileSizeBytes: number;
 }
 
-/** The session's root: the host's `/` read-only, or an unpacked image's rootfs read-only. */
-export type SandboxRoot = { kind: "host" } | { kind: "image"; dir: string };
+/**
+ * The session's root: the host's top-level entries bound read-only one by one
+ * (host-root.ts says why not `/` at once), or an unpacked image's rootfs read-only.
+ */
+export type SandboxRoot = { kind: "host"; entries: readonly HostRootEntry[] } | { kind: "image"; dir: string };
 
 /** A host directory bound writable into the sandbox at `path`. */
 export interface SandboxBind {
@@ -143,7 +148,14 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
   args.push("--hostname", "paddock");
   // An image's root is read-only from the start: /home is a tmpfs so bwrap can make the workspace's and home's mount points in it.
   const hidden = spec.root.kind === "host" ? [...HOST_HIDDEN, ...spec.hide] : [...IMAGE_TMPFS];
-  args.push("--ro-bind", spec.root.kind === "host" ? "/" : spec.root.dir, "/");
+  if (spec.root.kind === "host") {
+    for (const e of spec.root.entries) {
+      if (e.kind === "symlink") args.push("--symlink", e.target, `/${e.name}`);
+      else args.push("--ro-bind", `/${e.name}`, `/${e.name}`);
+    }
+  } else {
+    args.push("--ro-bind", spec.root.dir, "/");
+  }
   for (const dir of hidden) args.push("--tmpfs", dir);
   args.push("--proc", "/proc", "--dev", "/dev", "--size", String(DEV_SHM_BYTES), "--tmpfs", "/dev/shm");
   args.push("--bind", spec.tmpDir, "/tmp");
@@ -151,6 +163,8 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
   args.push("--bind", spec.workspace.host, spec.workspace.path);
   // The hiding tmpfs were writable (bwrap makes the binds' mount points in them); now they are empty and read-only.
   for (const dir of hidden) args.push("--remount-ro", dir);
+  // The host root's own tmpfs (what holds its entries' mount points) ends read-only too.
+  if (spec.root.kind === "host") args.push("--remount-ro", "/");
   args.push("--chdir", spec.cwd);
   return args;
 }
@@ -169,6 +183,7 @@ function assertSpec(spec: SandboxSpec): void {
   if (spec.command.length === 0) throw new SandboxSpecError("empty command");
   const paths = [spec.workspace.host, spec.workspace.path, spec.home.host, spec.home.path, spec.tmpDir, spec.cwd, ...spec.hide, ...(spec.cgroupDirs ?? [])];
   if (spec.root.kind === "image") paths.push(spec.root.dir);
+  else for (const e of spec.root.entries) if (!/^[^/\0]+$/.test(e.name) || e.name === "." || e.name === "..") throw new SandboxSpecError(`not a top-level name: ${e.name.slice(0, 128)}`);
   for (const p of paths) if (!p.startsWith("/")) throw new SandboxSpecError(`not an absolute path: ${p.slice(0, 128)}`);
   for (const [name, value] of Object.entries(spec.rlimits)) {
     if (!Number.isInteger(value) || value <= 0) throw new SandboxSpecError(`rlimit ${name} must be a positive integer`);

@@ -13,6 +13,7 @@ import { delimiter, join } from "node:path";
 import { promisify } from "node:util";
 import { probeCgroup, type CgroupCapability } from "./cgroup-probe.ts";
 import { sandboxLaunch, type BwrapTools } from "./launch.ts";
+import { hostRoot } from "./host-root.ts";
 
 const run = promisify(execFile);
 const PROBE_TIMEOUT_MS = 5_000;
@@ -96,7 +97,7 @@ async function runTrivial(tools: BwrapTools, opts: ProbeOptions, empty: string):
       sessionId: "probe",
       uid: opts.uid,
       gid: opts.gid,
-      root: { kind: "host" },
+      root: hostRoot(),
       workspace: { host: empty, path: "/home/probe-workspace" },
       home: { host: empty, path: "/home/probe-home" },
       tmpDir: empty,

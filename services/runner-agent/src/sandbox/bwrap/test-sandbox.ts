@@ -12,6 +12,7 @@ import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from
 import type { BwrapCapability } from "./probe.ts";
 import { spawnInSandbox, type SandboxExit, type SandboxProcess } from "./spawn.ts";
 import type { SessionIds, UidAllocator } from "./uid-allocator.ts";
+import { hostRoot } from "./host-root.ts";
 
 /** The PATH sessions and the probe use in tests. */
 export const TEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -77,7 +78,7 @@ export async function startTestSandboxes(cap: BwrapCapability, uids: UidAllocato
         sessionId: id,
         uid: ids.uid,
         gid: ids.gid,
-        root: { kind: "host" },
+        root: hostRoot(),
         workspace: { host: workspace, path: workspace },
         home: { host: join(dir, "home"), path: "/home/session" },
         tmpDir: join(dir, "tmp"),
