@@ -38,6 +38,7 @@ import { afterAll, beforeAll } from "vitest";
 import { makeRunner, startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { createRunnerAgent, type AgentConfig, type RunnerAgent, type RunnerAgentDeps } from "../agent.ts";
 import { createRunnerMetrics, type RunnerMetrics } from "../metrics.ts";
+import { PROCESS_SANDBOX } from "../sandbox-choice.ts";
 
 /** Collects items and resolves waiters whose predicate matches (already seen or future). */
 export class Collector<T> {
@@ -220,6 +221,10 @@ export function testAgent(
     watchDebounceMs: 50,
     watchMaxReloads: 10,
     watchWindowMs: 60_000,
+    // The runner's own mechanics (fencing, liveness, lifecycle) are tested on the process backend, whose apps'
+    // pids and /proc state the tests read from the host. bwrap runs the same lifecycle in sessions/backends.test.ts,
+    // and is what every stack-level suite (test/e2e, the CLI's, chaos, bench) runs on: a runner's default.
+    sandbox: PROCESS_SANDBOX,
     ...overrides,
   };
   const metrics = createRunnerMetrics();
