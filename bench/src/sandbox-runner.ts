@@ -34,7 +34,7 @@ const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
 export async function sandboxRunnerBenches(opts: { samples: number; echoSamples: number; megabytes: number }): Promise<Figure[]> {
   const bareBwrap = await bareBwrapMs(opts.samples);
   log("runner on the process backend");
-  const proc = await measureBackend({}, opts);
+  const proc = await measureBackend({ PADDOCK_SANDBOX: "process" }, opts);
   log("runner on the bwrap backend");
   const bwrap = await measureBackend(BWRAP_RUNNER_ENV, opts);
   const p50 = (s: number[]) => percentile(s, 50);
