@@ -146,9 +146,12 @@ export interface SandboxProcess {
 
 /**
  * Sandbox processes of this stack on the host: every process whose env names
- * a session (PADDOCK_SESSION_ID, set by the runner on every app) and whose
- * working directory is under one of this stack's runner data dirs. Zombies are
- * skipped (their parent reaps them).
+ * a session (PADDOCK_SESSION_ID, set by the runner on every app) and that
+ * belongs to one of this stack's runners: its working directory is under the
+ * runner's data dir (process backend), or it or an ancestor was started with
+ * an argv naming that dir (bwrap: its cwd is the workspace as the sandbox
+ * sees it, and its launch chain binds the session's directories by host
+ * path). Zombies are skipped (their parent reaps them).
  */
 export function sandboxProcesses(stack: ChaosStack): SandboxProcess[] {
   const out: SandboxProcess[] = [];
@@ -161,7 +164,7 @@ export function sandboxProcesses(stack: ChaosStack): SandboxProcess[] {
       const sid = env.find((e) => e.startsWith("PADDOCK_SESSION_ID="))?.slice("PADDOCK_SESSION_ID=".length);
       if (!sid) continue;
       const cwd = readlinkSync(join("/proc", entry, "cwd"));
-      const runnerId = stack.runnerIds.find((id) => cwd.startsWith(stack.runnerDir(id) + sep));
+      const runnerId = stack.runnerIds.find((id) => cwd.startsWith(stack.runnerDir(id) + sep)) ?? launchedBy(stack, Number(entry));
       if (!runnerId) continue;
       const cmdline = readFileSync(join("/proc", entry, "cmdline"), "latin1").split("\0").join(" ").trim().slice(0, 120);
       out.push({ pid: Number(entry), sessionId: sid, runnerId, cmdline });
@@ -170,6 +173,21 @@ export function sandboxProcesses(stack: ChaosStack): SandboxProcess[] {
     }
   }
   return out;
+}
+
+/** The runner whose data dir the argv of pid or of one of its ancestors names (a bwrap launch chain). */
+function launchedBy(stack: ChaosStack, pid: number): string | undefined {
+  for (let p = pid, hops = 0; p > 1 && hops < 8; hops++) {
+    try {
+      const argv = readFileSync(join("/proc", String(p), "cmdline"), "latin1");
+      const runnerId = stack.runnerIds.find((id) => argv.includes(stack.runnerDir(id) + sep));
+      if (runnerId) return runnerId;
+      p = Number(/^PPid:\s+(\d+)$/m.exec(readFileSync(join("/proc", String(p), "status"), "utf8"))?.[1] ?? 0);
+    } catch {
+      return undefined;
+    }
+  }
+  return undefined;
 }
 
 /** Sandbox processes whose session has no live record placing it on that runner. */

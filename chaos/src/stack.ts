@@ -86,6 +86,9 @@ export class ChaosStack {
     // Passable (not listable): a bwrap runner's sessions bind their directories below it as their own uid.
     chmodSync(dataDir, 0o711);
     mkdirSync(join(dataDir, "logs"), { mode: 0o700 });
+    // The scenarios' sessions record what they saw here (markers.ts): shared into every bwrap session, writable by each uid.
+    mkdirSync(join(dataDir, "obs"));
+    chmodSync(join(dataDir, "obs"), 0o1777);
     const cluster = opts.cluster ? await startNatsCluster({ dir: join(dataDir, "nats") }) : undefined;
     const nats = cluster ? undefined : await startNatsServer({ storeDir: join(dataDir, "nats") });
     const natsUrls = cluster?.urls ?? nats?.url ?? "";
@@ -114,6 +117,7 @@ export class ChaosStack {
           PADDOCK_POOL_ID: "default",
           PADDOCK_RUNNER_CAPACITY: String(opts.capacity ?? 16),
           PADDOCK_RUNNER_DATA_DIR: stack.runnerDir(id),
+          PADDOCK_SANDBOX_SHARED_DIRS: stack.obsDir,
         }),
       );
     }
@@ -146,6 +150,11 @@ export class ChaosStack {
 
   runnerDir(id: string): string {
     return join(this.dataDir, id);
+  }
+
+  /** Where sessions record what they saw (markers.ts), bound into each of them. */
+  get obsDir(): string {
+    return join(this.dataDir, "obs");
   }
 
   /** Starts (or restarts) a member as itself: same env, data dir and port; resolves once it logged ready. */

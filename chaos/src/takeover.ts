@@ -5,8 +5,6 @@
  * applied, and stale controller input delivered — to a superseded copy, or
  * from a superseded controller.
  */
-import { mkdirSync } from "node:fs";
-import { join } from "node:path";
 import { Kvm } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Buckets, runnerKey, type Runner, type Session } from "@paddock/contracts";
@@ -46,8 +44,7 @@ export async function takeoverScenario(stack: ChaosStack, nc: NatsConnection, op
   const started = Date.now();
   const crashBase = stack.crashes.length;
   const anomalies = new Anomalies(TAKEOVER_ANOMALIES);
-  const obsDir = join(stack.dataDir, "obs");
-  mkdirSync(obsDir, { recursive: true });
+  const obsDir = stack.obsDir;
   const takeoverMs: number[] = [];
   const rereg: number[] = [];
   let faults = 0;

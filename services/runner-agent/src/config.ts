@@ -2,7 +2,7 @@ import { cpus, totalmem } from "node:os";
 import { dirname, resolve } from "node:path";
 import { z } from "zod";
 import { Id } from "@paddock/contracts";
-import { commonConfig, commonEnv, envSchemas, FILE_SECRET_SETTINGS, parseEnv } from "@paddock/config";
+import { commonConfig, commonEnv, ConfigError, envSchemas, FILE_SECRET_SETTINGS, parseEnv } from "@paddock/config";
 import { SecretsKeySetting } from "@paddock/bus";
 import type { SandboxLimits } from "./sandbox/bwrap/limits.ts";
 import { DEFAULT_COALESCE_MS, type TerminalSettings } from "./terminal/term-options.ts";
@@ -117,6 +117,18 @@ const RunnerEnv = z
     /** Millicores: 1000 is one core. */
     PADDOCK_SANDBOX_CPU_MILLIS: z.coerce.number().int().min(10).max(1_024_000).default(2_000),
     PADDOCK_SANDBOX_PIDS_MAX: z.coerce.number().int().positive().max(4_194_304).default(4_096),
+    /**
+     * bwrap: host directories bound writable, at the same path, into every
+     * session (comma-separated absolute paths): a shared cache, a harness's
+     * observation dir. Whatever is in them is every session's; never the data
+     * dir or a credential file's directory.
+     */
+    PADDOCK_SANDBOX_SHARED_DIRS: z
+      .string()
+      .optional()
+      .transform((s) => (s ?? "").split(",").map((d) => d.trim()).filter(Boolean))
+      .refine((dirs) => dirs.every((d) => d.startsWith("/") && d !== "/" && !d.split("/").includes("..")), "absolute directories, not / and without ..")
+      .refine((dirs) => dirs.every((d) => !/[,\0]/.test(d)), "no commas or NULs in a path"),
     /** Images (bwrap): host[:port] of registries pulled from over plain HTTP (a loopback registry, a local mirror), comma-separated. */
     PADDOCK_IMAGE_INSECURE_REGISTRIES: registryHosts,
     /** Images (bwrap): unpacked roots kept under <data dir>/images; images no session uses are evicted past it. */
@@ -138,6 +150,16 @@ export type RunnerConfig = ReturnType<typeof loadConfig>;
 function secretFileDirs(env: Record<string, string | undefined>): string[] {
   const files = ["PADDOCK_NATS_CREDS_FILE", ...FILE_SECRET_SETTINGS.map((name) => `${name}_FILE`)].map((name) => env[name]);
   return [...new Set(files.filter((f): f is string => f !== undefined && f.length > 0).map((f) => dirname(resolve(f))))];
+}
+
+/** The shared dirs, refused where one holds or lies in what sessions must never see. */
+function sharedDirs(dirs: string[], secret: readonly string[]): string[] {
+  const within = (a: string, b: string) => a === b || a.startsWith(`${b}/`);
+  for (const dir of dirs.map((d) => resolve(d))) {
+    const clash = secret.map((s) => resolve(s)).find((s) => within(dir, s) || within(s, dir));
+    if (clash !== undefined) throw new ConfigError(`invalid configuration: PADDOCK_SANDBOX_SHARED_DIRS: ${dir} overlaps ${clash}, which sessions never see`);
+  }
+  return dirs.map((d) => resolve(d));
 }
 
 /** The only reader of the environment. */
@@ -177,6 +199,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
       backend: e.PADDOCK_SANDBOX,
       // Where the runner's credential files live (a deployment's secrets dir, \`npm run up\`'s data dir): no session sees them.
       hide: secretFileDirs(env),
+      shared: sharedDirs(e.PADDOCK_SANDBOX_SHARED_DIRS, [e.PADDOCK_RUNNER_DATA_DIR, ...secretFileDirs(env)]),
       uidFirst: e.PADDOCK_SANDBOX_UID_FIRST,
       uidCount: e.PADDOCK_SANDBOX_UID_COUNT,
       netInstance: e.PADDOCK_SANDBOX_NET_INSTANCE,

@@ -45,9 +45,9 @@ describe("config", () => {
 
   it("runs sessions in bwrap where it works (auto) unless PADDOCK_SANDBOX says bwrap or process; refuses anything else", () => {
     const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
-    expect(loadConfig(base).sandbox).toEqual({ backend: "auto", hide: [], uidFirst: 200_000, uidCount: 1_024, netInstance: undefined, netPrefix: undefined, limits: DEFAULT_SANDBOX_LIMITS });
+    expect(loadConfig(base).sandbox).toEqual({ backend: "auto", hide: [], shared: [], uidFirst: 200_000, uidCount: 1_024, netInstance: undefined, netPrefix: undefined, limits: DEFAULT_SANDBOX_LIMITS });
     const set = { PADDOCK_SANDBOX: "bwrap", PADDOCK_SANDBOX_UID_FIRST: "300000", PADDOCK_SANDBOX_UID_COUNT: "64", PADDOCK_SANDBOX_PROCESSES: "256", PADDOCK_SANDBOX_NET_INSTANCE: "ab1", PADDOCK_SANDBOX_NET_PREFIX: "10.50" };
-    expect(loadConfig({ ...base, ...set }).sandbox).toEqual({ backend: "bwrap", hide: [], uidFirst: 300_000, uidCount: 64, netInstance: "ab1", netPrefix: [10, 50], limits: { ...DEFAULT_SANDBOX_LIMITS, rlimits: { ...DEFAULT_SANDBOX_LIMITS.rlimits, processes: 256 } } });
+    expect(loadConfig({ ...base, ...set }).sandbox).toEqual({ backend: "bwrap", hide: [], shared: [], uidFirst: 300_000, uidCount: 64, netInstance: "ab1", netPrefix: [10, 50], limits: { ...DEFAULT_SANDBOX_LIMITS, rlimits: { ...DEFAULT_SANDBOX_LIMITS.rlimits, processes: 256 } } });
     expect(loadConfig({ ...base, PADDOCK_SANDBOX: "process" }).sandbox.backend).toBe("process");
     // The dirs of the credential files it is given by path are what its sessions never see (besides its data dir).
     const credsDir = mkdtempSync(join(tmpdir(), "paddock-creds-"));
@@ -56,6 +56,11 @@ describe("config", () => {
     writeFileSync(join(keyDir, "secrets-key"), "ab".repeat(32), { mode: 0o600 });
     const files = { PADDOCK_NATS_CREDS_FILE: join(credsDir, "runner.json"), PADDOCK_SECRETS_KEY_FILE: join(keyDir, "secrets-key") };
     expect(loadConfig({ ...base, ...files }).sandbox.hide).toEqual([credsDir, keyDir]);
+    // Shared dirs: absolute, never the data dir or a credential file's dir, nor holding one.
+    expect(loadConfig({ ...base, PADDOCK_SANDBOX_SHARED_DIRS: "/srv/cache, /var/obs" }).sandbox.shared).toEqual(["/srv/cache", "/var/obs"]);
+    for (const bad of ["cache", "/", "/srv/../etc", "/tmp/x", "/tmp", "/tmp/x/sessions", credsDir, join(keyDir, "sub"), "/tmp/ok,/tmp"]) {
+      expect(() => loadConfig({ ...base, ...files, PADDOCK_SANDBOX_SHARED_DIRS: bad }), bad).toThrow(ConfigError);
+    }
     for (const [key, bad] of [
       ["PADDOCK_SANDBOX", "docker"],
       ["PADDOCK_SANDBOX", ""],

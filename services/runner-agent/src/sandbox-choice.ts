@@ -19,7 +19,7 @@ import { RunnerError, RunnerErrorCode } from "./errors.ts";
 export type SandboxSettings = RunnerConfig["sandbox"];
 
 /** A runner configured without sandbox settings (tests' agents): the process backend. */
-export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", hide: [], uidFirst: 200_000, uidCount: 1_024, netInstance: undefined, netPrefix: undefined, limits: DEFAULT_SANDBOX_LIMITS };
+export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", hide: [], shared: [], uidFirst: 200_000, uidCount: 1_024, netInstance: undefined, netPrefix: undefined, limits: DEFAULT_SANDBOX_LIMITS };
 
 export class SandboxUnavailableError extends RunnerError {
   constructor(message: string) {

@@ -64,7 +64,7 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     t = testAgent(nc, {
       dataDir,
       capabilities: [],
-      sandbox: { backend, hide: [], uidFirst: ids.firstUid, uidCount: UID_COUNT, netInstance: ids.instance, netPrefix: ids.prefix, limits: LIMITS },
+      sandbox: { backend, hide: [], shared: [], uidFirst: ids.firstUid, uidCount: UID_COUNT, netInstance: ids.instance, netPrefix: ids.prefix, limits: LIMITS },
     });
     agents.push(t);
     facts = collectFacts(nc, t.config.poolId, t.config.runnerId);

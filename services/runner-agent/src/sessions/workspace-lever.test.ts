@@ -47,7 +47,7 @@ beforeAll(async () => {
   hostSecret = join(dataDir, "host-secret");
   writeFileSync(hostSecret, HOST_SECRET, { mode: 0o600 });
   const scheduler = fakeScheduler(nats.nc, 0);
-  t = testAgent(nats.nc, { dataDir, capabilities: [], sandbox: { backend: "bwrap", hide: [], uidFirst: ids.firstUid, uidCount: 16, netInstance: ids.instance, netPrefix: ids.prefix, limits: DEFAULT_SANDBOX_LIMITS } });
+  t = testAgent(nats.nc, { dataDir, capabilities: [], sandbox: { backend: "bwrap", hide: [], shared: [], uidFirst: ids.firstUid, uidCount: 16, netInstance: ids.instance, netPrefix: ids.prefix, limits: DEFAULT_SANDBOX_LIMITS } });
   facts = collectFacts(nats.nc, t.config.poolId, t.config.runnerId);
   await t.agent.start();
   scheduler.sub.unsubscribe();

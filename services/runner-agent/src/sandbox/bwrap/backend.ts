@@ -57,8 +57,8 @@ export interface BwrapBackendOptions {
   cap: BwrapCapability;
   tools: BwrapTools;
   /** netInstance/netPrefix unset: claimed host-wide at prepare (net-instance.ts). */
-  /** hide: directories of the runner's credential files, hidden from sessions like its data dir. */
-  settings: { hide?: readonly string[]; uidFirst: number; uidCount: number; netInstance?: string | undefined; netPrefix?: readonly [number, number] | undefined; limits: SandboxLimits };
+  /** hide: directories of the runner's credential files, hidden from sessions like its data dir; shared: bound into every session. */
+  settings: { hide?: readonly string[]; shared?: readonly string[]; uidFirst: number; uidCount: number; netInstance?: string | undefined; netPrefix?: readonly [number, number] | undefined; limits: SandboxLimits };
   /** Where sessions naming an image get its root; without it such sessions are refused. */
   images?: SandboxImages | undefined;
 }
@@ -127,7 +127,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
         }
         const cgroupDirs = await cgroups?.create(sessionId, settings.limits.cgroup);
         const net = pool ? await pool.take() : undefined;
-        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, ids, sessionId, dir, net, pool, root, limits: settings.limits, cgroupDirs, cgroups, release: () => {
+        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, shared: settings.shared, ids, sessionId, dir, net, pool, root, limits: settings.limits, cgroupDirs, cgroups, release: () => {
           release();
           sandboxes.delete(sandbox);
         } });
@@ -160,6 +160,7 @@ interface SandboxParts {
   tools: BwrapTools;
   childPath: string;
   hide: string[];
+  shared: readonly string[] | undefined;
   ids: SessionIds;
   sessionId: string;
   dir: string;
@@ -200,6 +201,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     home: { host: join(p.dir, "home"), path: INSIDE_HOME },
     tmpDir: join(p.dir, "tmp"),
     hide: p.hide,
+    shared: p.shared,
     netnsPath: p.net?.netnsPath,
     env,
     cwd: INSIDE_WORKSPACE,

@@ -80,6 +80,11 @@ describe("sandboxLaunch", () => {
       ["/data/sessions/s1/home", "/home/session"],
       ["/data/sessions/s1/workspace", "/data/sessions/s1/workspace"],
     ]);
+    // Shared dirs: writable, same path, after the session's own dirs (one under /tmp stays the host's).
+    expect(after(sandboxLaunch(spec({ shared: ["/srv/cache", "/tmp/obs"] }), tools).args, "--bind", 2).slice(3)).toEqual([
+      ["/srv/cache", "/srv/cache"],
+      ["/tmp/obs", "/tmp/obs"],
+    ]);
     // Later mounts win: every writable bind comes after every tmpfs that could cover it.
     expect(args.lastIndexOf("--tmpfs")).toBeLessThan(args.indexOf("--bind"));
     expect(args.lastIndexOf("--bind")).toBeLessThan(args.indexOf("--remount-ro"));

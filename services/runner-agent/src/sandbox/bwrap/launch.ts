@@ -79,6 +79,12 @@ export interface SandboxSpec {
    * workspace and home, so those can live beneath a hidden directory.
    */
   hide: readonly string[];
+  /**
+   * Host directories the operator shares with every session
+   * (PADDOCK_SANDBOX_SHARED_DIRS), bound writable at the same path, after
+   * everything else: what is in them is every session's.
+   */
+  shared?: readonly string[] | undefined;
   /** The session's network namespace (network.ts); undefined: loopback only. */
   netnsPath?: string | undefined;
   /** The cgroup directories to start in (cgroup.ts: one on v2, one per hierarchy on v1), where the host offers them. */
@@ -161,6 +167,7 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
   args.push("--bind", spec.tmpDir, "/tmp");
   args.push("--bind", spec.home.host, spec.home.path);
   args.push("--bind", spec.workspace.host, spec.workspace.path);
+  for (const dir of spec.shared ?? []) args.push("--bind", dir, dir);
   // The hiding tmpfs were writable (bwrap makes the binds' mount points in them); now they are empty and read-only.
   for (const dir of hidden) args.push("--remount-ro", dir);
   // The host root's own tmpfs (what holds its entries' mount points) ends read-only too.
@@ -181,7 +188,7 @@ function assertSpec(spec: SandboxSpec): void {
   if (!Number.isInteger(spec.uid) || spec.uid <= 0) throw new SandboxSpecError("uid must be a positive integer (never root)");
   if (!Number.isInteger(spec.gid) || spec.gid <= 0) throw new SandboxSpecError("gid must be a positive integer (never root)");
   if (spec.command.length === 0) throw new SandboxSpecError("empty command");
-  const paths = [spec.workspace.host, spec.workspace.path, spec.home.host, spec.home.path, spec.tmpDir, spec.cwd, ...spec.hide, ...(spec.cgroupDirs ?? [])];
+  const paths = [spec.workspace.host, spec.workspace.path, spec.home.host, spec.home.path, spec.tmpDir, spec.cwd, ...spec.hide, ...(spec.shared ?? []), ...(spec.cgroupDirs ?? [])];
   if (spec.root.kind === "image") paths.push(spec.root.dir);
   else for (const e of spec.root.entries) if (!/^[^/\0]+$/.test(e.name) || e.name === "." || e.name === "..") throw new SandboxSpecError(`not a top-level name: ${e.name.slice(0, 128)}`);
   for (const p of paths) if (!p.startsWith("/")) throw new SandboxSpecError(`not an absolute path: ${p.slice(0, 128)}`);
