@@ -8,9 +8,8 @@
  */
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { rmSync } from "node:fs";
 import { open } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Session } from "@paddock/contracts";
 import { api, Terminal } from "./client.ts";
@@ -67,10 +66,10 @@ async function flood(ctx: FuzzContext): Promise<string[]> {
 
 async function paste(ctx: FuzzContext, p: Prng): Promise<{ lost: string[]; stalled: string[] }> {
   // The program does not read stdin until the scenario opens a fifo (one controller per session: a
-  // second app's controller would supersede the paste's).
-  const dir = mkdtempSync(join(tmpdir(), "paddock-chaos-paste-"));
-  const fifo = join(dir, "go");
-  execFileSync("mkfifo", [fifo]);
+  // second app's controller would supersede the paste's). The fifo is in the stack's shared dir, which
+  // every session sees at the same path, also in a bwrap sandbox.
+  const fifo = join(ctx.stack.obsDir, `paste-go-${process.pid}-${p.u32().toString(36)}`);
+  execFileSync("mkfifo", ["-m", "0644", fifo]);
   const id = await session(ctx, [{ name: "main", cmd: ["sh", "-c", `stty raw -echo; printf 'waiting\\n'; cat '${fifo}' > /dev/null; head -c ${PASTE_BYTES} | sha256sum; exec sleep 600`] }]);
   const echoId = await session(ctx, [{ name: "main", cmd: ["cat"] }]);
   const bytes = printable(p, PASTE_BYTES);
@@ -89,7 +88,7 @@ async function paste(ctx: FuzzContext, p: Prng): Promise<{ lost: string[]; stall
   await (await open(fifo, "w")).close();
   if (!(await t.until((x) => x.text().includes(sha256(bytes)), DEADLINE_MS))) lost.push(`paste: ${PASTE_BYTES} bytes, the program's hash of what it read never matched (close ${t.closeCode ?? "none"})`);
   for (const x of [t, echo]) x.close();
-  rmSync(dir, { recursive: true, force: true });
+  rmSync(fifo, { force: true });
   for (const s of [id, echoId]) await api(ctx.stack.url, ctx.stack.token, "DELETE", `/v1/sessions/${s}`);
   return { lost, stalled };
 }
