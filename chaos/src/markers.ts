@@ -1,10 +1,13 @@
 /**
  * Incarnation markers. Every copy of a takeover session's app — the first
  * start and each resume from a checkpoint — prints lines tagged with its own
- * incarnation `<n>-<pid>` (n counts starts through a file in the workspace,
- * so it survives a checkpoint; the pid tells two copies apart), and appends
+ * incarnation `<n>-<r>` (n counts starts through a file in the workspace,
+ * so it survives a checkpoint; r, random per copy, tells two copies apart: a
+ * pid would not, each bwrap sandbox numbering its own from 1), and appends
  * every line it reads on stdin, tagged the same way, to an observation file
- * outside the sandbox. A stale copy is then visible by content alone.
+ * in the stack's shared dir (every session sees it; each copy runs as its
+ * runner's uid for it, so the file is made writable by all). A stale copy is
+ * then visible by content alone.
  */
 import { existsSync, readFileSync } from "node:fs";
 
@@ -12,7 +15,7 @@ import { existsSync, readFileSync } from "node:fs";
 export function incarnationScript(obsDir: string): string {
   const obs = `${obsDir}/$PADDOCK_SESSION_ID`;
   return [
-    `n=$(cat .inc 2>/dev/null || echo 0); n=$((n+1)); echo $n > .inc; t="$n-$$"`,
+    `umask 0; n=$(cat .inc 2>/dev/null || echo 0); n=$((n+1)); echo $n > .inc; t="$n-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')"`,
     `echo "@$t start" >> "${obs}"`,
     `echo "@$t@start"`,
     `( i=0; while :; do echo "@$t@$i"; i=$((i+1)); sleep 0.1; done ) &`,
@@ -104,7 +107,7 @@ export function readObservations(obsDir: string, sessionId: string): { starts: s
   return { starts, inputs };
 }
 
-/** The n of a tag `<n>-<pid>`. */
+/** The n of a tag `<n>-<r>`. */
 export function startsOf(tag: string): number {
   return Number(tag.split("-")[0]);
 }

@@ -86,9 +86,6 @@ export class ChaosStack {
     // Passable (not listable): a bwrap runner's sessions bind their directories below it as their own uid.
     chmodSync(dataDir, 0o711);
     mkdirSync(join(dataDir, "logs"), { mode: 0o700 });
-    // The scenarios' sessions record what they saw here (markers.ts): shared into every bwrap session, writable by each uid.
-    mkdirSync(join(dataDir, "obs"));
-    chmodSync(join(dataDir, "obs"), 0o1777);
     const cluster = opts.cluster ? await startNatsCluster({ dir: join(dataDir, "nats") }) : undefined;
     const nats = cluster ? undefined : await startNatsServer({ storeDir: join(dataDir, "nats") });
     const natsUrls = cluster?.urls ?? nats?.url ?? "";
@@ -152,10 +149,12 @@ export class ChaosStack {
     return join(this.dataDir, id);
   }
 
-  /** Where sessions record what they saw (markers.ts), bound into each of them. */
-  get obsDir(): string {
-    return join(this.dataDir, "obs");
-  }
+  /**
+   * Where sessions record what they saw (markers.ts): shared into every bwrap
+   * session (PADDOCK_SANDBOX_SHARED_DIRS), writable by each uid, and outside
+   * the data dir, whose every path the sandbox case's escape battery probes.
+   */
+  readonly obsDir = sharedObsDir();
 
   /** Starts (or restarts) a member as itself: same env, data dir and port; resolves once it logged ready. */
   async startMember(id: string): Promise<ServiceProcess> {
@@ -269,5 +268,12 @@ export class ChaosStack {
     await this.nats?.stop({ keepStore: true });
     await this.cluster?.stop({ keepStore: true });
     if (!opts.keepData) rmSync(this.dataDir, { recursive: true, force: true });
+    rmSync(this.obsDir, { recursive: true, force: true });
   }
+}
+
+function sharedObsDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "paddock-chaos-obs-"));
+  chmodSync(dir, 0o1777);
+  return dir;
 }
