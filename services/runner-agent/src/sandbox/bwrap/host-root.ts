@@ -12,12 +12,10 @@
  * (/proc, /dev, /tmp, /run, /home, /root) leaves that churn outside.
  */
 import { lstatSync, readdirSync, readlinkSync } from "node:fs";
-import type { SandboxRoot } from "./launch.ts";
+import type { HostRootEntry, SandboxRoot } from "./launch.ts";
 
 /** What the sandbox makes itself (launch.ts) or hides, so never binds from the host. */
 export const NOT_BOUND = ["proc", "dev", "tmp", "run", "home", "root", "lost+found"] as const;
-
-export type HostRootEntry = { name: string; kind: "bind" } | { name: string; kind: "symlink"; target: string };
 
 /** The entries of dir (`/`) a session's root gets, sorted by name. */
 export function readHostRoot(dir = "/"): HostRootEntry[] {

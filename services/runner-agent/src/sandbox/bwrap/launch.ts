@@ -31,8 +31,6 @@
  * environment reaches the session.
  */
 
-import type { HostRootEntry } from "./host-root.ts";
-
 /** Host paths of the tools in the chain (probe.ts finds them). */
 export interface BwrapTools {
   bwrap: string;
@@ -56,6 +54,9 @@ export interface SandboxRlimits {
  * (host-root.ts says why not `/` at once), or an unpacked image's rootfs read-only.
  */
 export type SandboxRoot = { kind: "host"; entries: readonly HostRootEntry[] } | { kind: "image"; dir: string };
+
+/** A top-level entry of the host's `/` (host-root.ts reads them): bound read-only, or made as the same symlink. */
+export type HostRootEntry = { name: string; kind: "bind" } | { name: string; kind: "symlink"; target: string };
 
 /** A host directory bound writable into the sandbox at `path`. */
 export interface SandboxBind {
