@@ -29,17 +29,28 @@ function after(args: string[], flag: string, n = 1): string[][] {
 }
 
 describe("sandboxLaunch", () => {
-  it("chains prlimit, nsenter (joining the session's network, dropping to its uid) and bwrap in that order, the command last", () => {
+  it("chains prlimit, nsenter (joining the session's network), setpriv (dropping to its uid) and bwrap in that order, the command last", () => {
     const { file, args } = sandboxLaunch(spec(), tools);
     expect(file).toBe("/t/prlimit");
     expect(args.slice(0, 4)).toEqual(["--nproc=256", "--nofile=1024", `--fsize=${1 << 30}`, "--"]);
-    expect(args.slice(4, 9)).toEqual(["/t/nsenter", "--net=/run/netns/paddock-a-1", "--setuid=100001", "--setgid=100001", "--"]);
-    expect(args[9]).toBe("/t/bwrap");
-    expect(args).not.toContain("/t/setpriv");
+    expect(args.slice(4, 7)).toEqual(["/t/nsenter", "--net=/run/netns/paddock-a-1", "--"]);
+    expect(args.slice(7, 15)).toEqual(["/t/setpriv", "--reuid=100001", "--regid=100001", "--clear-groups", "--inh-caps=-all", "--no-new-privs", "--", "/t/bwrap"]);
     expect(args.slice(-3)).toEqual(["--", "bash", "-l"]);
   });
 
-  it("without a network of its own, drops through setpriv: no groups, no capabilities, no_new_privs", () => {
+  it("never drops to the session's uid through nsenter: its --setuid keeps inheritable (from root) and ambient (from a non-root runner) capabilities", () => {
+    for (const s of [spec(), spec({ netnsPath: undefined })]) {
+      const { args } = sandboxLaunch(s, tools);
+      expect(args.filter((a) => a.startsWith("--setuid") || a.startsWith("--setgid"))).toEqual([]);
+      // Every link after prlimit and before bwrap runs as root; the one that drops also clears every capability set it can.
+      const drop = args.indexOf("/t/setpriv");
+      expect(drop).toBeGreaterThan(0);
+      expect(drop).toBeLessThan(args.indexOf("/t/bwrap"));
+      expect(args.slice(drop, args.indexOf("/t/bwrap"))).toEqual(expect.arrayContaining(["--inh-caps=-all", "--clear-groups", "--no-new-privs"]));
+    }
+  });
+
+  it("without a network of its own, drops through setpriv alone: no groups, no capabilities, no_new_privs", () => {
     const { file, args } = sandboxLaunch(spec({ netnsPath: undefined }), tools);
     expect(file).toBe("/t/prlimit");
     expect(args).not.toContain("/t/nsenter");
@@ -79,6 +90,18 @@ describe("sandboxLaunch", () => {
     expect(args.lastIndexOf("--bind")).toBeLessThan(args.indexOf("--remount-ro"));
     expect(after(args, "--proc")).toEqual([["/proc"]]);
     expect(after(args, "--dev")).toEqual([["/dev"]]);
+  });
+
+  it("binds read-only directories after the hiding tmpfs and before they are made read-only", () => {
+    const { args } = sandboxLaunch(spec({ readOnlyBinds: [{ host: "/data/sessions/s1/ctl", path: "/run/paddock" }] }), tools);
+    expect(after(args, "--ro-bind", 2)).toEqual([
+      ["/", "/"],
+      ["/data/sessions/s1/ctl", "/run/paddock"],
+    ]);
+    const bind = args.lastIndexOf("--ro-bind");
+    expect(args.indexOf("/run")).toBeLessThan(bind);
+    expect(bind).toBeLessThan(args.indexOf("--remount-ro"));
+    expect(() => sandboxLaunch(spec({ readOnlyBinds: [{ host: "ctl", path: "/run/paddock" }] }), tools)).toThrow(SandboxSpecError);
   });
 
   it("uses an image's rootfs read-only as the root, hiding nothing of the host (none of it is there)", () => {

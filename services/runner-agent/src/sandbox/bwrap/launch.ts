@@ -4,23 +4,26 @@
  *
  * The chain, each link exec'ing the next (so one pid from the runner's view):
  *
- *   [sh -c 'echo $$ > cgroup.procs'] prlimit … nsenter --net=NETNS --setuid --setgid -- bwrap … -- command
- *   [sh -c 'echo $$ > cgroup.procs'] prlimit … setpriv … bwrap … -- command     (no network of its own)
+ *   [sh -c 'echo $$ > cgroup.procs'] prlimit … nsenter --net=NETNS -- setpriv … -- bwrap … -- command
+ *   [sh -c 'echo $$ > cgroup.procs'] prlimit … setpriv … -- bwrap … -- command     (no network of its own)
  *
  * - prlimit (as root) sets the session's rlimits; they are inherited by
  *   everything below. RLIMIT_NPROC counts the processes of the session's uid,
  *   which no one else uses (uid-allocator.ts), so it is a per-session limit.
  * - nsenter (as root) joins the session's network namespace prepared by
- *   network.ts (bwrap itself cannot join an existing one), then drops to the
- *   session's host uid/gid with no supplementary groups. Without a netns,
- *   setpriv drops instead (also clearing inheritable capabilities and setting
- *   no_new_privs), and bwrap makes an empty namespace (`--unshare-net`:
- *   loopback only). One exec fewer on the common path: each is a process start.
+ *   network.ts (bwrap itself cannot join an existing one). Without a netns,
+ *   bwrap makes an empty namespace (`--unshare-net`: loopback only).
+ * - setpriv drops to the session's host uid/gid with no supplementary groups,
+ *   clears the inheritable capabilities (and with them the ambient ones) and
+ *   sets no_new_privs. nsenter's own `--setuid` would not: a setuid from root
+ *   keeps the inheritable set, and one between two non-root uids (a runner of
+ *   its own user, decision 0043) keeps the ambient set, which the next exec
+ *   turns into effective capabilities. One exec more (about a millisecond);
+ *   a warm pool's sandbox (warm-pool.ts) runs the chain before its create.
  * - bwrap runs unprivileged as that uid: a user namespace mapping the uid to
  *   itself (the session is that uid on the host, never root), and its own pid,
- *   mount, ipc, uts and cgroup namespaces. bwrap sets no_new_privs itself (no
- *   setuid binary gives root back), and a setuid from root to another uid
- *   leaves no capabilities.
+ *   mount, ipc, uts and cgroup namespaces, with no capability in any set
+ *   (setpriv above; bwrap's no_new_privs: no setuid binary gives root back).
  *
  * The environment is never in the argv (argv is world-readable in
  * /proc/<pid>/cmdline): `env` below is the whole environment the spawn gets,
@@ -73,6 +76,8 @@ export interface SandboxSpec {
   hide: readonly string[];
   /** The session's network namespace (network.ts); undefined: loopback only. */
   netnsPath?: string | undefined;
+  /** Host directories bound read-only at their paths, after the hiding tmpfs (a warm pool's control directory under /run). */
+  readOnlyBinds?: readonly SandboxBind[] | undefined;
   /** A cgroup v2 directory to start in (cgroup.ts), where the host delegates one. */
   cgroupDir?: string | undefined;
   /** The complete environment of the session's process. */
@@ -116,8 +121,8 @@ export function sandboxLaunch(spec: SandboxSpec, tools: BwrapTools): SandboxLaun
   if (spec.cgroupDir) chain.push(tools.sh, "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', spec.cgroupDir);
   const { processes, openFiles, fileSizeBytes } = spec.rlimits;
   chain.push(tools.prlimit, `--nproc=${processes}`, `--nofile=${openFiles}`, `--fsize=${fileSizeBytes}`, "--");
-  if (spec.netnsPath) chain.push(tools.nsenter, `--net=${spec.netnsPath}`, `--setuid=${spec.uid}`, `--setgid=${spec.gid}`, "--");
-  else chain.push(tools.setpriv, `--reuid=${spec.uid}`, `--regid=${spec.gid}`, "--clear-groups", "--inh-caps=-all", "--no-new-privs", "--");
+  if (spec.netnsPath) chain.push(tools.nsenter, `--net=${spec.netnsPath}`, "--");
+  chain.push(tools.setpriv, `--reuid=${spec.uid}`, `--regid=${spec.gid}`, "--clear-groups", "--inh-caps=-all", "--no-new-privs", "--");
   chain.push(tools.bwrap, ...bwrapArgs(spec), "--", ...spec.command);
   const [file, ...args] = chain;
   return { file: file ?? tools.bwrap, args, env: { ...spec.env } };
@@ -143,6 +148,7 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
   args.push("--bind", spec.tmpDir, "/tmp");
   args.push("--bind", spec.home.host, spec.home.path);
   args.push("--bind", spec.workspace.host, spec.workspace.path);
+  for (const b of spec.readOnlyBinds ?? []) args.push("--ro-bind", b.host, b.path);
   // The hiding tmpfs were writable (bwrap makes the binds' mount points in them); now they are empty and read-only.
   for (const dir of hidden) args.push("--remount-ro", dir);
   args.push("--chdir", spec.cwd);
@@ -162,6 +168,7 @@ function assertSpec(spec: SandboxSpec): void {
   if (!Number.isInteger(spec.gid) || spec.gid <= 0) throw new SandboxSpecError("gid must be a positive integer (never root)");
   if (spec.command.length === 0) throw new SandboxSpecError("empty command");
   const paths = [spec.workspace.host, spec.workspace.path, spec.home.host, spec.home.path, spec.tmpDir, spec.cwd, ...spec.hide];
+  for (const b of spec.readOnlyBinds ?? []) paths.push(b.host, b.path);
   if (spec.root.kind === "image") paths.push(spec.root.dir);
   for (const p of paths) if (!p.startsWith("/")) throw new SandboxSpecError(`not an absolute path: ${p.slice(0, 128)}`);
   for (const [name, value] of Object.entries(spec.rlimits)) {
