@@ -32,6 +32,8 @@ export interface RunnerMetrics extends BusMetrics {
   screenCheckpoints: Counter;
   /** Screen checkpoints not written: `too_large`, `failed` (publish), `backlog` (the emulator fell behind; the app placement writes no more). */
   screenCheckpointsSkipped: Counter<"reason">;
+  /** bwrap: apps started, `warm` (on a sandbox the warm pool started ahead) or `cold` (a launch of their own). */
+  sandboxAppStarts: Counter<"start">;
 }
 
 export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
@@ -100,6 +102,12 @@ export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
       name: "paddock_screen_checkpoints_skipped_total",
       help: "Screen checkpoints not written: too_large, failed, backlog",
       labelNames: ["reason"],
+      registers,
+    }),
+    sandboxAppStarts: new Counter({
+      name: "paddock_sandbox_app_starts_total",
+      help: "bwrap: apps started on a warm sandbox (start=warm) or through a launch of their own (start=cold)",
+      labelNames: ["start"],
       registers,
     }),
   };

@@ -7,7 +7,7 @@
 import type { Logger } from "@paddock/logging";
 import type { RunnerConfig } from "./config.ts";
 import { SandboxKind, type SandboxBackend, type SandboxImages } from "./sandbox/backend.ts";
-import { createBwrapBackend } from "./sandbox/bwrap/backend.ts";
+import { createBwrapBackend, type BwrapEvent } from "./sandbox/bwrap/backend.ts";
 import { DEFAULT_SANDBOX_LIMITS } from "./sandbox/bwrap/limits.ts";
 import { probeBwrap } from "./sandbox/bwrap/probe.ts";
 import { createProcessBackend } from "./sandbox/process/backend.ts";
@@ -25,14 +25,17 @@ export class SandboxUnavailableError extends RunnerError {
   }
 }
 
-export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logger; childPath: string; images?: SandboxImages }): Promise<SandboxBackend> {
+export async function chooseSandbox(
+  settings: SandboxSettings,
+  deps: { log: Logger; childPath: string; images?: SandboxImages; onBwrapEvent?: (event: BwrapEvent) => void },
+): Promise<SandboxBackend> {
   const { log } = deps;
   if (settings.backend !== SandboxKind.process) {
     // The probe runs as the last uid of the range: sessions take the first ones first.
     const probeUid = settings.uidFirst + settings.uidCount - 1;
     const cap = await probeBwrap({ uid: probeUid, gid: probeUid, path: deps.childPath });
     if (cap.works && cap.tools) {
-      const backend = createBwrapBackend({ ...deps, cap, tools: cap.tools, settings });
+      const backend = createBwrapBackend({ ...deps, cap, tools: cap.tools, settings, onEvent: deps.onBwrapEvent });
       // What each session is held to: rlimits always; memory, cpu and pids only where the host delegates cgroup v2 controllers.
       const limits = { ...settings.limits.rlimits, ...(cap.cgroup.delegated ? settings.limits.cgroup : {}) };
       log.info({ version: cap.version, network: cap.network.works, enforced: backend.limits.map((l) => `limits:${l}`), limits, cgroupReason: cap.cgroup.reason }, "sandbox: bwrap");
