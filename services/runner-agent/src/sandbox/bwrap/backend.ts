@@ -153,6 +153,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
       } else {
         log.warn({ reason: cap.network.reason }, "sandbox sessions get no network of their own here (loopback only): no gateway, no egress");
       }
+      if (!tools.bash) log.warn("no bash on this host: sandboxes inherit the runner's open descriptors (other sessions' terminals among them); install bash");
       const size = settings.warmPool ?? DEFAULT_WARM_POOL_SIZE;
       const mkfifo = findTool("mkfifo", opts.childPath);
       if (size > 0 && !mkfifo) log.warn("no warm sandboxes: mkfifo not found (every create starts its sandbox)");

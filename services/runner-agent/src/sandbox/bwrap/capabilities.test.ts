@@ -59,9 +59,10 @@ function spec(netnsPath: string | undefined): SandboxSpec {
     tmpDir: join(dataDir, "tmp"),
     hide: [],
     netnsPath,
-    env: { PATH: TEST_PATH },
+    // Empty: the emulated runner below (another uid than this test's process) could not open an environment file this process holds.
+    env: {},
     cwd: "/home/workspace",
-    command: ["grep", "-E", "^(Uid|Cap(Inh|Prm|Eff|Amb)|NoNewPrivs):", "/proc/self/status"],
+    command: ["/usr/bin/grep", "-E", "^(Uid|Cap(Inh|Prm|Eff|Amb)|NoNewPrivs):", "/proc/self/status"],
     rlimits: { processes: 64, openFiles: 256, fileSizeBytes: 1 << 20 },
     tty: false,
   };

@@ -16,6 +16,7 @@ import { spawnPiped } from "../pipe-app.ts";
 import type { AppProcess } from "../process-group.ts";
 import { wrapPty } from "../pty-app.ts";
 import { imageCommandExists } from "./image-root.ts";
+import { openEnvFile, type EnvFile } from "./launch-env.ts";
 import { sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
 import { signalTree } from "./session-processes.ts";
 import type { Waiter } from "./warm-pool.ts";
@@ -60,25 +61,46 @@ export function startApp(opts: SandboxApp, ctx: AppContext): AppProcess {
     coldReason = "declined by its waiter";
   } else waiter?.dispose(coldReason);
   ctx.onStart({ start: "cold", reason: coldReason });
-  const launch = sandboxLaunch(ctx.spec(opts.app.cmd, opts.env, tty), ctx.tools);
-  if (!tty) return spawnPiped({ name: opts.app.name, file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: opts.onData, signal: signalTree });
-  try {
+  // A terminal's TERM, as node-pty would set it: nothing of the spawn's own environment reaches the app (launch.ts).
+  const spec = ctx.spec(opts.app.cmd, tty ? { ...opts.env, TERM: PTY_SPAWN.name } : opts.env, tty);
+  return withEnvFile(spec, `app ${opts.app.name}: could not start ${command.slice(0, 128)}`, (envFrom) => {
+    const launch = sandboxLaunch(spec, ctx.tools, envFrom);
+    if (!tty) return spawnPiped({ name: opts.app.name, file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: opts.onData, signal: signalTree });
     const size = opts.size ?? INITIAL_TERMINAL_SIZE;
     const pty = spawnPty(launch.file, launch.args, { ...PTY_SPAWN, cols: size.cols, rows: size.rows, env: launch.env, encoding: null });
     return wrapPty(opts.app.name, pty, opts.onData, signalTree);
+  });
+}
+
+/** Starts a process with spec's environment in a file (launch-env.ts), freed once the process ended or failed to start. */
+function withEnvFile(spec: SandboxSpec, failure: string, start: (envFrom: string) => AppProcess): AppProcess {
+  let envFile: EnvFile;
+  try {
+    envFile = openEnvFile(spec.env);
   } catch {
-    throw new SpawnError(`app ${opts.app.name}: could not start ${command.slice(0, 128)}`);
+    throw new SpawnError(failure);
+  }
+  try {
+    const proc = start(envFile.path);
+    void proc.exited.finally(() => envFile.close());
+    return proc;
+  } catch (err) {
+    envFile.close();
+    throw err instanceof SpawnError ? err : new SpawnError(failure);
   }
 }
 
 export function runScript(opts: SandboxScript, spec: SpecOf, tools: BwrapTools): Promise<ScriptOutcome> {
   if (opts.signal?.aborted) return Promise.resolve({ kind: "aborted" });
-  const launch = sandboxLaunch(spec(["/bin/sh", "-c", opts.script], opts.env, false), tools);
+  const scriptSpec = spec(["/bin/sh", "-c", opts.script], opts.env, false);
   let cause: "timeout" | "aborted" | undefined;
   let proc: AppProcess;
   try {
-    // Output discarded (never logged: it may print secrets), as the process backend's.
-    proc = spawnPiped({ name: "script", file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: () => undefined, signal: signalTree });
+    proc = withEnvFile(scriptSpec, "script: could not start", (envFrom) => {
+      const launch = sandboxLaunch(scriptSpec, tools, envFrom);
+      // Output discarded (never logged: it may print secrets), as the process backend's.
+      return spawnPiped({ name: "script", file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: () => undefined, signal: signalTree });
+    });
   } catch {
     return Promise.resolve({ kind: "spawn_error" });
   }

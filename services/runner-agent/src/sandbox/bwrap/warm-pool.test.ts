@@ -147,8 +147,8 @@ describe("a warm bwrap sandbox", () => {
     const probe = [
       'grep -E "^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp|SigBlk|SigIgn|SigCgt):" /proc/self/status',
       "cat /proc/self/limits",
-      // The shell's own descriptors, listed while it holds no pipe of its own. (The runner's other PTY masters leak into both paths; see the note below.)
-      "ls -l /proc/$$/fd > fds; awk 'NR>1 {print $9, $11}' fds | sed 's|/dev/pts/[0-9]*|PTS|' | grep -v /dev/ptmx",
+      // The shell's own descriptors, listed while it holds no pipe of its own.
+      "ls -l /proc/$$/fd > fds; awk 'NR>1 {print $9, $11}' fds | sed 's|/dev/pts/[0-9]*|PTS|'",
       "stty -a | sed 's|line = [0-9]*||'",
       "readlink /proc/self/ns/net",
       "tr '\\0' '\\n' < /proc/$$/environ | sort",
@@ -168,6 +168,26 @@ describe("a warm bwrap sandbox", () => {
     const mounts = (s: string | undefined) => (s ?? "").split("\r\n").filter((m) => m !== "" && !m.startsWith("/run/netns/"));
     expect(mounts(warmMounts)).toEqual([...mounts(coldMounts).slice(0, mounts(coldMounts).indexOf("/home/workspace") + 1), "/run/paddock", ...mounts(coldMounts).slice(mounts(coldMounts).indexOf("/home/workspace") + 1)]);
     await sandbox.destroy();
+  });
+
+  it("holds no descriptor of another session's terminal (the runner's PTY masters), warm or cold", async () => {
+    await untilReady(1);
+    const other = await createSession();
+    let otherOut = "";
+    const otherApp = other.sandbox.startApp({ app: { name: "main", cmd: ["sh", "-c", "echo OTHER-READY; exec cat"] }, env: BASE_ENV, size: SIZE, onData: (b) => (otherOut += Buffer.from(b).toString()) });
+    await untilEvent(() => otherOut.includes("OTHER-READY"));
+    await untilReady(1);
+    const { sandbox } = await createSession();
+    // What each app holds open besides its terminal (listed by ls while the shell holds no pipe of its own), and a write to each such descriptor (another terminal would take it as input).
+    const probe = 'ls -l /proc/$$/fd > fds; for n in $(awk \'NR>1 && $9>2 {print $9}\' fds); do echo "fd $n $(readlink /proc/$$/fd/$n)"; echo typed-by-intruder >&"$n"; done; echo PROBED';
+    const warm = await run(sandbox, ["bash", "-c", probe], BASE_ENV);
+    const cold = await run(sandbox, ["bash", "-c", probe], BASE_ENV);
+    expect(starts().slice(-2)).toEqual(["warm", "cold"]);
+    expect([warm.out, cold.out]).toEqual(["PROBED\r\n", "PROBED\r\n"]);
+    otherApp.input.push(Buffer.from("\x04"));
+    await otherApp.exited;
+    expect(otherOut).not.toContain("typed-by-intruder");
+    await Promise.all([sandbox.destroy(), other.sandbox.destroy()]);
   });
 
   it("takes a script larger than the FIFO holds at once (a large environment)", async () => {

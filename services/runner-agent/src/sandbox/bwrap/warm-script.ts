@@ -18,18 +18,18 @@ import { Socket } from "node:net";
 export const PTY_SPAWN = { name: "xterm-256color", cwd: "/" } as const;
 
 /**
- * The environment a cold start's app gets (the spawn's env, then what the
- * chain adds): node-pty (unixTerminal.js) sets TERM to the PTY's name (and
- * PWD to its cwd), and bwrap's `--chdir` sets PWD to the sandbox's cwd. A
- * warm start's app is given exactly this.
+ * The environment a cold start's app on a terminal gets: the app's, with
+ * TERM the PTY's name (as node-pty would set it) and PWD the sandbox's cwd
+ * (bwrap's `--chdir`); launch.ts gives it nothing else. A warm start's app is
+ * given exactly this.
  */
 export function coldStartEnv(env: Record<string, string>, cwd: string): Record<string, string> {
   return { ...env, TERM: PTY_SPAWN.name, PWD: cwd };
 }
 
-/** What a waiter's environment holds before its script runs: the chain's additions to the pool's empty env, and the shell's own after a cd. */
+/** What a waiter's environment holds before its script runs: bwrap's PWD in the pool's empty env, and the shell's OLDPWD after a cd. */
 export const WAITER_ENV: Record<string, string> = {};
-const WAITER_NAMES = [...Object.keys(coldStartEnv(WAITER_ENV, "/")), "OLDPWD"];
+const WAITER_NAMES = ["PWD", "OLDPWD"];
 
 /** A name a POSIX shell can export. */
 const SHELL_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
