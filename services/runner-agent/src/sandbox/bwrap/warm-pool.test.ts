@@ -6,7 +6,7 @@
  * runner's stop leaves nothing behind.
  */
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
@@ -224,6 +224,19 @@ describe("a warm bwrap sandbox", () => {
     const declined = events.findIndex((e) => e.type === "declined" && e.uid === sandbox.user?.uid);
     expect(events[declined]).toEqual({ type: "declined", uid: sandbox.user?.uid, reason: "piped app" });
     expect(events.slice(declined + 1).find((e) => e.type === "app_start")).toEqual({ type: "app_start", start: "cold", reason: "piped app" });
+    await sandbox.destroy();
+  });
+
+  it("keeps its entry for the next create when a session's directory is there already (that create starts cold)", async () => {
+    await untilReady(2);
+    const before = [...readyUids];
+    const id = `w${++counter}`;
+    mkdirSync(join(sessionsDir, id, "left-over"), { recursive: true });
+    const sandbox = await backend.create({ sessionId: id, dir: join(sessionsDir, id) });
+    expect(before).not.toContain(sandbox.user?.uid);
+    const { exitCode } = await run(sandbox, ["true"], BASE_ENV);
+    expect([exitCode, starts().at(-1)]).toEqual([0, "cold"]);
+    expect([...readyUids]).toEqual(before);
     await sandbox.destroy();
   });
 

@@ -126,6 +126,8 @@ interface Entry {
 export function createWarmPool(opts: WarmPoolOptions): WarmPool {
   const ready: Entry[] = [];
   const starting = new Set<Promise<void>>();
+  /** Entries started and not ready yet, each with what gives it up (at stop: a waiter that never says it waits would hold the stop up). */
+  const notReady = new Map<Entry, (reason: string) => void>();
   const releasing = new Set<Promise<void>>();
   let counter = 0;
   let failures = 0;
@@ -182,6 +184,7 @@ export function createWarmPool(opts: WarmPoolOptions): WarmPool {
       const fail = (reason: string) => {
         e.unfit ??= reason;
         clearTimeout(timer);
+        notReady.delete(e);
         resolve();
         if (e.taken) return;
         if (!waiting) failures++;
@@ -189,6 +192,7 @@ export function createWarmPool(opts: WarmPoolOptions): WarmPool {
         void discard(e, reason).then(() => waiting && refill());
       };
       const timer = setTimeout(() => fail("not waiting in time"), READY_TIMEOUT_MS);
+      notReady.set(e, fail);
       e.listeners.push(
         e.pty.onData((chunk: string | Buffer) => {
           if (waiting || e.seen.length >= READY_MARK.length) return fail("printed before its claim");
@@ -198,6 +202,7 @@ export function createWarmPool(opts: WarmPoolOptions): WarmPool {
           waiting = true;
           failures = 0;
           clearTimeout(timer);
+          notReady.delete(e);
           ready.push(e);
           emit({ type: "ready", uid: e.hold.ids.uid });
           resolve();
@@ -230,9 +235,12 @@ export function createWarmPool(opts: WarmPoolOptions): WarmPool {
         try {
           await rename(e.hold.dir, dir);
         } catch (err) {
+          // The session's directory is there already (a leftover): this create goes cold, the entry waits on (its shell holds its own FIFO open).
           opts.log.warn({ err }, "warm sandbox not moved to its session");
           closeSync(fd);
-          void discard(e, "not moved");
+          e.taken = false;
+          if (e.unfit === undefined && !stopped) ready.unshift(e);
+          else void discard(e, e.unfit ?? "runner stopping");
           return undefined;
         }
         e.hold = { ...e.hold, dir };
@@ -252,6 +260,7 @@ export function createWarmPool(opts: WarmPoolOptions): WarmPool {
     async stop() {
       stopped = true;
       for (const e of [...ready]) void discard(e, "runner stopping");
+      for (const fail of [...notReady.values()]) fail("runner stopping");
       while (starting.size > 0 || releasing.size > 0) await Promise.allSettled([...starting, ...releasing]);
     },
     get readyCount() {
@@ -284,9 +293,15 @@ function waiterOf(e: Entry, fd: number, emit: (event: WarmPoolEvent) => void, se
         dispose(unfit);
         return undefined;
       }
-      settle();
       const { cols, rows } = size ?? INITIAL_TERMINAL_SIZE;
-      e.pty.resize(cols, rows);
+      try {
+        e.pty.resize(cols, rows);
+      } catch {
+        // Its PTY is closed: it ended, the exit not seen yet.
+        dispose("ended");
+        return undefined;
+      }
+      settle();
       // A reader gone before the write is a cold start; one gone after it, an app that ended at once.
       const written = writeScript(fd, warmScript(app), () => undefined);
       emit(written ? { type: "claimed", uid: e.hold.ids.uid } : { type: "declined", uid: e.hold.ids.uid, reason: "no reader on its FIFO" });
