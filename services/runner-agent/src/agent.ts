@@ -206,6 +206,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     await images.start();
     const onBwrapEvent = (e: BwrapEvent) => {
       if (e.type === "app_start") metrics.sandboxAppStarts.inc({ start: e.start });
+      else if (e.type === "ready_count") metrics.sandboxWarmReady.set(e.ready);
     };
     const backend = deps.sandbox ?? (await chooseSandbox(config.sandbox ?? PROCESS_SANDBOX, { log, childPath: config.childPath, images: sandboxImages(images), onBwrapEvent }));
     sandbox = backend;

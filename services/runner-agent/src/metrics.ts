@@ -34,6 +34,8 @@ export interface RunnerMetrics extends BusMetrics {
   screenCheckpointsSkipped: Counter<"reason">;
   /** bwrap: apps started, `warm` (on a sandbox the warm pool started ahead) or `cold` (a launch of their own). */
   sandboxAppStarts: Counter<"start">;
+  /** bwrap: sandboxes of the warm pool ready for a create now. */
+  sandboxWarmReady: Gauge;
 }
 
 export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
@@ -110,5 +112,6 @@ export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
       labelNames: ["start"],
       registers,
     }),
+    sandboxWarmReady: new Gauge({ name: "paddock_sandbox_warm_ready", help: "bwrap: sandboxes of the warm pool ready for a create", registers }),
   };
 }

@@ -49,7 +49,7 @@ beforeAll(async () => {
     onEvent: (e) => {
       events.push(e);
       if (e.type === "ready") readyUids.add(e.uid);
-      else if (e.type !== "app_start") readyUids.delete(e.uid);
+      else if (e.type !== "app_start" && e.type !== "ready_count") readyUids.delete(e.uid);
       notify();
     },
   });
@@ -113,9 +113,12 @@ function environOf(bytes: Buffer): Map<string, string> {
 describe("a warm bwrap sandbox", () => {
   it("runs its first app with exactly the app's environment (nothing of the pool's), byte-exact however hostile, executing none of it", async () => {
     await untilReady(2);
+    expect(events).toContainEqual({ type: "ready_count", ready: 2 });
     const before = new Set(readyUids);
     const { sandbox } = await createSession();
     expect(before.has(sandbox.user?.uid ?? -1)).toBe(true);
+    // The take is told at once (the runner's gauge of ready sandboxes).
+    expect(events.filter((e) => e.type === "ready_count").at(-1)).toEqual({ type: "ready_count", ready: 1 });
     const { out, exitCode } = await run(sandbox, ["cp", "/proc/self/environ", "environ"], HOSTILE);
     expect(exitCode).toBe(0);
     expect(starts().at(-1)).toBe("warm");
@@ -268,6 +271,7 @@ describe("a warm bwrap sandbox", () => {
     const { sandbox } = await createSession();
     stopped = true;
     await backend.stop();
+    expect(events.filter((e) => e.type === "ready_count").at(-1)).toEqual({ type: "ready_count", ready: 0 });
     expect(uids.filter((u) => pidsOfUid(u, { live: true }).length > 0)).toEqual([]);
     expect(execFileSync("ip", ["netns", "list"]).toString()).not.toContain(`paddock-${ids.instance}-`);
     expect(readdirSync(sessionsDir).filter((n) => n.startsWith(".warm-") || n.startsWith(".discarded-.warm-"))).toEqual([]);
