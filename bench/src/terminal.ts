@@ -99,7 +99,8 @@ export async function stageClock(nc: NatsConnection) {
       if (at.get(id)?.destroyed !== undefined) return Promise.resolve();
       return new Promise((resolve) => gone.set(id, resolve));
     },
-    report(samples: Array<{ id: string; start: number }>) {
+    /** Logs the stages; answers the runner's part of each create (DISPATCH → running fact). */
+    report(samples: Array<{ id: string; start: number }>): number[] {
       const stage = (from: string, to: string) =>
         samples.flatMap(({ id, start }) => {
           const m: Record<string, number> = { start, ...at.get(id) };
@@ -113,6 +114,7 @@ export async function stageClock(nc: NatsConnection) {
           `${line("DISPATCH → running fact", stage("dispatched", "fact"))}; ${line("fact → record running", stage("fact", "running"))}`,
       );
       for (const sub of subs) sub.unsubscribe();
+      return stage("dispatched", "fact");
     },
   };
 }

@@ -108,7 +108,13 @@ describe("a hostile session on a bwrap runner of a real stack", () => {
     expect(env.status).toBe(201);
 
     // B: a secret in its env, a private file in its workspace, a listener on B_PORT, and an echo of what it is sent.
+    // Both sessions take sandboxes the runner's warm pool started ahead (its FIFO is there, read-only): the battery runs against a warm start.
+    const warmCheck = 'if [ -p /run/paddock/start ]; then echo STARTED:warm.; else echo STARTED:cold.; fi';
+    const controlWrite = "if (echo x > /run/paddock/planted) 2>/dev/null; then echo ESCAPED:plant-in-control-dir; else echo HELD:plant-in-control-dir; fi";
+    // Another terminal's master (the runner's PTYs, B's among them) held open by A: it could read B's screen and type into B.
+    const otherTerminals = 'ls -l /proc/$$/fd > /tmp/fds; if grep -q ptmx /tmp/fds; then echo "ESCAPED:other-terminals $(grep ptmx /tmp/fds | tr -s " " | cut -d" " -f9- | tr "\\n" " ")"; else echo HELD:other-terminals; fi';
     const bScript = [
+      warmCheck,
       `echo "b-private-${process.pid}" > b-private`,
       `socat TCP-LISTEN:${B_PORT},reuseaddr,fork SYSTEM:'echo from-b' &`,
       "echo \"B-IP:$(ip -4 -o addr show scope global | awk '{print $4}' | cut -d/ -f1 | head -1).\"",
@@ -142,7 +148,7 @@ describe("a hostile session on a bwrap runner of a real stack", () => {
       forkBomb: true,
       memoryHogBytes: MEMORY_LIMITED ? 4 * MEMORY_MAX_BYTES : undefined,
     });
-    const a = await create({ spec: { cmd: ["bash", "-c", script] } });
+    const a = await create({ spec: { cmd: ["bash", "-c", `${warmCheck}\n${controlWrite}\n${otherTerminals}\n${script}`] } });
     const aTerm = await attach(a.id);
     await aTerm.until((t) => t.output().includes("FORK-HOLDING."));
 
@@ -163,6 +169,10 @@ describe("a hostile session on a bwrap runner of a real stack", () => {
     bTerm.ws.close();
 
     expect(escapedOf(out)).toEqual([]);
+    expect([out, bTerm.output()].map((o) => /STARTED:(\w+)\./.exec(o)?.[1])).toEqual(["warm", "warm"]);
+    // A warm sandbox's control directory is the runner's and read-only: the session cannot plant anything there.
+    expect(heldOf(out)).toContain("plant-in-control-dir");
+    expect(heldOf(out)).toContain("other-terminals");
     const held = heldOf(out);
     for (const tag of ["read-dev-token", "read-session-token-secret", "read-secrets-key", "read-creds", "list-data-dir", "list-runner-data-dir"]) expect(held).toContain(tag);
     for (const tag of ["read-other-workspace", "list-other-workspace", "environ-any", "other-session-port", "token-read-other", "token-delete-other", "token-mint"]) expect(held).toContain(tag);

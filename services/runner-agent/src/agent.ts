@@ -14,6 +14,7 @@ import { createCheckpointStore } from "./workspace/checkpoint.ts";
 import { sandboxCapability, SandboxKind, type SandboxBackend } from "./sandbox/backend.ts";
 import { sandboxImages } from "./image-roots.ts";
 import { createImageStore, ImagesConfig, type ImageStore } from "./images/index.ts";
+import type { BwrapEvent } from "./sandbox/bwrap/backend.ts";
 import { chooseSandbox, PROCESS_SANDBOX } from "./sandbox-choice.ts";
 import { RegistrationConfirmation } from "./fleet/confirmation.ts";
 import { noSecrets } from "./sessions/secrets.ts";
@@ -203,7 +204,11 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     // Sessions naming an image are rooted in it: the store caches unpacked roots by digest under the data dir.
     images = createImageStore({ root: join(config.dataDir, "images"), config: config.images ?? ImagesConfig.parse({}) });
     await images.start();
-    const backend = deps.sandbox ?? (await chooseSandbox(config.sandbox ?? PROCESS_SANDBOX, { log, childPath: config.childPath, dataDir: config.dataDir, images: sandboxImages(images) }));
+    const onBwrapEvent = (e: BwrapEvent) => {
+      if (e.type === "app_start") metrics.sandboxAppStarts.inc({ start: e.start });
+      else if (e.type === "ready_count") metrics.sandboxWarmReady.set(e.ready);
+    };
+    const backend = deps.sandbox ?? (await chooseSandbox(config.sandbox ?? PROCESS_SANDBOX, { log, childPath: config.childPath, dataDir: config.dataDir, images: sandboxImages(images), onBwrapEvent }));
     sandbox = backend;
     // Only a backend that roots sessions in images takes sessions naming one (the scheduler requires image:oci of them).
     const imageCapable = backend.kind === SandboxKind.bwrap ? [IMAGE_CAPABILITY] : [];

@@ -94,6 +94,8 @@ const RunnerEnv = z
     /** bwrap: the host uids sessions run as (one each), first and count; never 0 or the runner's. Every process of the range is killed at start: runners sharing a host need disjoint ranges. */
     PADDOCK_SANDBOX_UID_FIRST: z.coerce.number().int().positive().max(2 ** 31 - 70_000).default(200_000),
     PADDOCK_SANDBOX_UID_COUNT: z.coerce.number().int().positive().max(16_384).default(1_024),
+    /** bwrap: sandboxes kept started ahead of creates (a create takes one instead of launching its own; 0: none). Default 2. */
+    PADDOCK_SANDBOX_WARM_POOL: z.coerce.number().int().min(0).max(64).optional(),
     /** bwrap: the most processes (and threads) a session's uid may have at once (RLIMIT_NPROC); a fork bomb stops there. */
     PADDOCK_SANDBOX_PROCESSES: z.coerce.number().int().min(16).max(1_000_000).default(4_096),
     /**
@@ -204,6 +206,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
       uidCount: e.PADDOCK_SANDBOX_UID_COUNT,
       netInstance: e.PADDOCK_SANDBOX_NET_INSTANCE,
       netPrefix: e.PADDOCK_SANDBOX_NET_PREFIX,
+      ...(e.PADDOCK_SANDBOX_WARM_POOL !== undefined ? { warmPool: e.PADDOCK_SANDBOX_WARM_POOL } : {}),
       limits: {
         rlimits: { processes: e.PADDOCK_SANDBOX_PROCESSES, openFiles: e.PADDOCK_SANDBOX_MAX_OPEN_FILES, fileSizeBytes: e.PADDOCK_SANDBOX_MAX_FILE_SIZE_BYTES },
         cgroup: { memoryMaxBytes: e.PADDOCK_SANDBOX_MEMORY_MAX_BYTES, cpuMaxMicros: e.PADDOCK_SANDBOX_CPU_MILLIS * 100, pidsMax: e.PADDOCK_SANDBOX_PIDS_MAX },

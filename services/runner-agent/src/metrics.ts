@@ -32,6 +32,10 @@ export interface RunnerMetrics extends BusMetrics {
   screenCheckpoints: Counter;
   /** Screen checkpoints not written: `too_large`, `failed` (publish), `backlog` (the emulator fell behind; the app placement writes no more). */
   screenCheckpointsSkipped: Counter<"reason">;
+  /** bwrap: apps started, `warm` (on a sandbox the warm pool started ahead) or `cold` (a launch of their own). */
+  sandboxAppStarts: Counter<"start">;
+  /** bwrap: sandboxes of the warm pool ready for a create now. */
+  sandboxWarmReady: Gauge;
 }
 
 export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
@@ -102,5 +106,12 @@ export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
       labelNames: ["reason"],
       registers,
     }),
+    sandboxAppStarts: new Counter({
+      name: "paddock_sandbox_app_starts_total",
+      help: "bwrap: apps started on a warm sandbox (start=warm) or through a launch of their own (start=cold)",
+      labelNames: ["start"],
+      registers,
+    }),
+    sandboxWarmReady: new Gauge({ name: "paddock_sandbox_warm_ready", help: "bwrap: sandboxes of the warm pool ready for a create", registers }),
   };
 }

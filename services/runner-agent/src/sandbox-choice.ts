@@ -9,7 +9,7 @@ import { dirname, resolve } from "node:path";
 import type { Logger } from "@paddock/logging";
 import type { RunnerConfig } from "./config.ts";
 import { SandboxKind, type SandboxBackend, type SandboxImages } from "./sandbox/backend.ts";
-import { createBwrapBackend } from "./sandbox/bwrap/backend.ts";
+import { createBwrapBackend, type BwrapEvent } from "./sandbox/bwrap/backend.ts";
 import { DEFAULT_SANDBOX_LIMITS, LimitKind } from "./sandbox/bwrap/limits.ts";
 import { probeBwrap, type BwrapCapability } from "./sandbox/bwrap/probe.ts";
 import { claimUid, DEFAULT_UID_CLAIM_DIR, releaseUid } from "./sandbox/bwrap/uid-allocator.ts";
@@ -74,7 +74,7 @@ function statOrUndefined(path: string) {
   }
 }
 
-export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logger; childPath: string; dataDir?: string; images?: SandboxImages }): Promise<SandboxBackend> {
+export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logger; childPath: string; dataDir?: string; images?: SandboxImages; onBwrapEvent?: (event: BwrapEvent) => void }): Promise<SandboxBackend> {
   const { log } = deps;
   if (settings.backend !== SandboxKind.process) {
     const blocked = deps.dataDir === undefined ? undefined : untraversableAncestor(deps.dataDir);
@@ -82,7 +82,7 @@ export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logg
       ? { works: false as const, tools: undefined, reason: `session uids cannot pass ${blocked} (no search permission for others) on the way to the data dir: use a data dir below passable directories, or chmod o+x ${blocked}` }
       : await probeAsClaimedUid(settings, deps.childPath);
     if (cap.works && cap.tools) {
-      const backend = createBwrapBackend({ ...deps, cap, tools: cap.tools, settings });
+      const backend = createBwrapBackend({ ...deps, cap, tools: cap.tools, settings, onEvent: deps.onBwrapEvent });
       // What each session is held to: rlimits always; memory, cpu and pids where the host offers cgroups (v2 delegated or v1 writable).
       const enforced = backend.limits.map((l) => `limits:${l}`);
       const limits = { ...settings.limits.rlimits, ...(backend.limits.includes(LimitKind.cgroup) ? settings.limits.cgroup : {}) };

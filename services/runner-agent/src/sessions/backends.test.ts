@@ -85,7 +85,7 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
   it("runs an app on a PTY as the backend's user, with the workspace as cwd and HOME", async () => {
     const sessionId = nextId();
     const term = collectTerm(nc, sessionId, "main");
-    await start(sessionId, { cmd: ["sh", "-c", 'echo "uid=$(id -u) tty=$(tty) cwd=$(pwd) home=$HOME."; test -t 0 && echo on-a-tty; exit 0'] });
+    await start(sessionId, { cmd: ["sh", "-c", 'echo "uid=$(id -u) tty=$(tty) cwd=$(pwd) home=$HOME."; test -t 0 && echo on-a-tty; test -p /run/paddock/start && echo warm-started; exit 0'] });
     expect(await fact(sessionId, "exited")).toMatchObject({ exitCode: 0 });
     const uid = Number(/uid=(\d+) /.exec(term.text())?.[1]);
     expect(term.text()).toContain("on-a-tty");
@@ -95,6 +95,8 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
       expect(uid).toBeGreaterThanOrEqual(ids.firstUid);
       expect(uid).toBeLessThan(ids.firstUid + UID_COUNT);
       expect(cwd).toBe("/home/workspace");
+      // The runner's first session takes a sandbox its warm pool started ahead (the waiter's FIFO is there, read-only).
+      expect(term.text()).toContain("warm-started");
     } else {
       expect(uid).toBe(process.getuid?.());
       expect(cwd).toBe(join(t.config.dataDir, "sessions", sessionId, "workspace"));

@@ -5,35 +5,34 @@
  * reachable addresses are its gateway relay and egress proxy on the runner's
  * end of its link, and each app or script runs in a sandbox of its own
  * (launch.ts: read-only host root, private /tmp and home, the workspace bound
- * at INSIDE_WORKSPACE, the runner's data dir hidden).
+ * at INSIDE_WORKSPACE, the runner's data dir hidden). A create without an
+ * image takes a sandbox the warm pool started ahead (warm-pool.ts) when one is
+ * ready, whose waiting chain its first PTY app claims; otherwise it holds the
+ * same parts itself and every app starts a launch of its own (sandbox-apps.ts).
  */
 import { chmod, chown, mkdir } from "node:fs/promises";
-import { createServer, connect, type AddressInfo, type Server } from "node:net";
+import type { AddressInfo, Server } from "node:net";
 import { dirname, join } from "node:path";
-import { spawn as spawnPty } from "@lydell/node-pty";
-import { INITIAL_TERMINAL_SIZE } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { SpawnError } from "../../errors.ts";
-import { SandboxKind, type ImageRoot, type Sandbox, type SandboxApp, type SandboxBackend, type SandboxImages, type SandboxReach, type SandboxScript, type ScriptOutcome } from "../backend.ts";
-import { resolveExecutable } from "../executable.ts";
-import { spawnPiped } from "../pipe-app.ts";
-import { exitThroughSandbox, withSandboxExits, type AppProcess } from "../process-group.ts";
-import { wrapPty } from "../pty-app.ts";
+import { SandboxKind, type ImageRoot, type Sandbox, type SandboxBackend, type SandboxImages, type SandboxReach } from "../backend.ts";
 import { removeDirSoon } from "../remove-dir.ts";
 import { prepareSessionsDir } from "../sessions-dir.ts";
-import { imageCommandExists, prepareImageRoot } from "./image-root.ts";
-import { HOST_HIDDEN, sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
+import { prepareImageRoot } from "./image-root.ts";
+import { HOST_HIDDEN, sandboxLaunch, type BwrapTools, type SandboxBind, type SandboxSpec } from "./launch.ts";
 import { createSessionCgroups, type SessionCgroups } from "./cgroup.ts";
 import { CgroupKind } from "./cgroup-probe.ts";
+import { hostRoot } from "./host-root.ts";
+import { resolveNetInstance, type NetInstance } from "./net-instance.ts";
 import { LimitKind, type SandboxLimits } from "./limits.ts";
 import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
-import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from "./network.ts";
-import { resolveNetInstance, type NetInstance } from "./net-instance.ts";
-import type { BwrapCapability } from "./probe.ts";
-import { killUids, signalTree, untilUidGone } from "./session-processes.ts";
+import { createSandboxNetworks, type SandboxNetworks } from "./network.ts";
+import { findTool, type BwrapCapability } from "./probe.ts";
+import { runScript, startApp, startRelay, type AppStart } from "./sandbox-apps.ts";
+import { killUids, untilUidGone } from "./session-processes.ts";
 import { signalSession } from "./spawn.ts";
-import { claimHeld, createUidAllocator, DEFAULT_UID_CLAIM_DIR, type SessionIds } from "./uid-allocator.ts";
-import { hostRoot } from "./host-root.ts";
+import { claimHeld, createUidAllocator, DEFAULT_UID_CLAIM_DIR, UidRangeError } from "./uid-allocator.ts";
+import { createWarmPool, type SandboxHold, type Waiter, type WarmPool, type WarmPoolEvent } from "./warm-pool.ts";
 
 /** Where a session sees its workspace (its cwd and HOME); /home is an empty tmpfs in the sandbox. */
 export const INSIDE_WORKSPACE = "/home/workspace";
@@ -50,17 +49,34 @@ const EGRESS_PORT = 7119;
 const SHARED_PORTS: readonly number[] = [RELAY_PORT, EGRESS_PORT];
 /** Networks kept ready for creates. */
 const NETWORK_POOL_SIZE = 2;
+/** Sandboxes kept running ahead of creates (warm-pool.ts) unless the settings say otherwise. */
+export const DEFAULT_WARM_POOL_SIZE = 2;
+
+/** An app's start (warm or cold), or a change in the warm pool: for metrics, logs and tests. */
+export type BwrapEvent = WarmPoolEvent | ({ type: "app_start" } & AppStart);
 
 export interface BwrapBackendOptions {
   log: Logger;
   childPath: string;
   cap: BwrapCapability;
   tools: BwrapTools;
-  /** netInstance/netPrefix unset: claimed host-wide at prepare (net-instance.ts). */
-  /** hide: directories of the runner's credential files, hidden from sessions like its data dir; shared: bound into every session. */
-  settings: { hide?: readonly string[]; shared?: readonly string[]; uidFirst: number; uidCount: number; netInstance?: string | undefined; netPrefix?: readonly [number, number] | undefined; limits: SandboxLimits };
+  /**
+   * hide: directories of the runner's credential files, hidden from sessions like its data dir; shared: bound into
+   * every session; netInstance/netPrefix unset: claimed host-wide at prepare (net-instance.ts).
+   */
+  settings: {
+    hide?: readonly string[];
+    shared?: readonly string[];
+    uidFirst: number;
+    uidCount: number;
+    netInstance?: string | undefined;
+    netPrefix?: readonly [number, number] | undefined;
+    limits: SandboxLimits;
+    warmPool?: number | undefined;
+  };
   /** Where sessions naming an image get its root; without it such sessions are refused. */
   images?: SandboxImages | undefined;
+  onEvent?: ((event: BwrapEvent) => void) | undefined;
 }
 
 export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
@@ -72,8 +88,9 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   let networks: SandboxNetworks | undefined;
   let netInstance: NetInstance | undefined;
   let pool: NetworkPool | undefined;
+  let warm: WarmPool | undefined;
   let hide: string[] = [];
-  /** uids of the sessions held now: any other process of the range is a stray. */
+  /** uids of the sessions and warm sandboxes held now: any other process of the range is a stray. */
   const live = new Set<number>();
   /** The sandboxes not destroyed yet: a runner that stops destroys them (their networks and relays are its own). */
   const sandboxes = new Set<Sandbox>();
@@ -81,6 +98,60 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   // Made at prepare: v1 hierarchies are host-wide, so they are named by the runner's instance, claimed then.
   let cgroups: SessionCgroups | undefined;
   const cgroupsOffered = cap.cgroup.kind === CgroupKind.v1 || (cap.cgroup.kind === CgroupKind.v2 && cap.cgroup.hierarchies.length > 0);
+
+  /** A uid, its directories (0700, its own), its cgroup and a network, under key (a session id, or a warm entry's name). */
+  const hold = async (key: string, dir: string): Promise<SandboxHold> => {
+    const ids = uids.allocate(key);
+    live.add(ids.uid);
+    let cgroupDirs: string[] | undefined;
+    try {
+      for (const d of [dir, join(dir, "workspace"), join(dir, "home"), join(dir, "tmp")]) {
+        await mkdir(d, { recursive: true });
+        await chown(d, ids.uid, ids.gid);
+        await chmod(d, 0o700);
+      }
+      // Keyed by the hold, not the session: a warm sandbox's cgroup is made before its session is known.
+      cgroupDirs = await cgroups?.create(key, settings.limits.cgroup);
+      const net = pool ? await pool.take() : undefined;
+      return { key, ids, dir, net, cgroupDirs };
+    } catch (err) {
+      if (cgroupDirs) await cgroups?.remove(key).catch(() => undefined);
+      live.delete(ids.uid);
+      uids.release(key);
+      await removeDirSoon(dir, log);
+      throw err;
+    }
+  };
+  /** Kills what runs as the hold's uid and gives back what it held; resolves once its directory's path is free. */
+  const release = async (h: SandboxHold): Promise<{ deleted: Promise<void> }> => {
+    signalSession(h.ids.uid, "SIGKILL");
+    await untilUidGone(h.ids.uid, log);
+    if (h.net) pool?.release(h.net);
+    await cgroups?.remove(h.key).catch((err: unknown) => log.warn({ err }, "session cgroup not removed"));
+    const removed = await removeDirSoon(h.dir, log);
+    // The allocator skips a uid that still owns processes (a zombie not yet reaped), so releasing now is safe.
+    live.delete(h.ids.uid);
+    uids.release(h.key);
+    return removed;
+  };
+  /** A cold create's parts; a uid a warm sandbox holds is given up for it when the range has none left. */
+  const holdCold = async (sessionId: string, dir: string): Promise<SandboxHold> => {
+    for (;;) {
+      try {
+        return await hold(sessionId, dir);
+      } catch (err) {
+        if (!(err instanceof UidRangeError) || !(await warm?.shrink())) throw err;
+      }
+    }
+  };
+  const specOf = (h: SandboxHold, root: ImageRoot | undefined): SpecOf => (command, env, tty, readOnlyBinds) =>
+    sandboxSpec({ hold: h, root, hide, shared: settings.shared, limits: settings.limits }, command, env, tty, readOnlyBinds);
+  const emit = (event: BwrapEvent) => {
+    // A waiter that died or printed before its claim is worth a line; one dropped at stop, or for a cold create's uid, is not.
+    if (event.type === "discarded" && !["runner stopping", "its uid is wanted"].includes(event.reason)) log.info({ uid: event.uid, reason: event.reason }, "warm sandbox discarded");
+    opts.onEvent?.(event);
+  };
+
   return {
     kind: SandboxKind.bwrap,
     limits: cgroupsOffered ? [LimitKind.rlimit, LimitKind.cgroup] : [LimitKind.rlimit],
@@ -103,50 +174,45 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
       } else {
         log.warn({ reason: cap.network.reason }, "sandbox sessions get no network of their own here (loopback only): no gateway, no egress");
       }
+      if (!tools.bash) log.warn("no bash on this host: sandboxes inherit the runner's open descriptors (other sessions' terminals among them); install bash");
+      const size = settings.warmPool ?? DEFAULT_WARM_POOL_SIZE;
+      const mkfifo = findTool("mkfifo", opts.childPath);
+      if (size > 0 && !mkfifo) log.warn("no warm sandboxes: mkfifo not found (every create starts its sandbox)");
+      if (size > 0 && mkfifo) {
+        warm = createWarmPool({ size, sessionsDir, log, mkfifo, sh: tools.sh, runnerUid, hold, release: async (h) => (await release(h)).deleted, onEvent: emit, launch: (h, command, env, readOnly) => sandboxLaunch(specOf(h, undefined)(command, env, true, [readOnly]), tools) });
+        // The runner's first creates find sandboxes waiting.
+        await warm.fill();
+        log.info({ ready: warm.readyCount, size }, "warm sandboxes ready");
+      }
     },
     async create({ sessionId, dir, image }) {
       const root = image === undefined ? undefined : await acquireImage(opts.images, image);
-      let ids: SessionIds;
+      // Only host-rooted sandboxes are kept warm (an image's would be one pool per image).
+      const taken = root ? undefined : await warm?.take(dir);
+      let h: SandboxHold;
       try {
-        ids = uids.allocate(sessionId);
+        h = taken?.hold ?? (await holdCold(sessionId, dir));
       } catch (err) {
         root?.release();
         throw err;
       }
-      live.add(ids.uid);
-      const release = () => {
-        live.delete(ids.uid);
-        uids.release(sessionId);
+      const coldReason = root ? "image" : warm ? "no warm sandbox ready" : "no warm pool";
+      const sandbox = bwrapSandbox({ log, tools, hold: h, waiter: taken?.waiter, coldReason, pool, root, cgroups, spec: specOf(h, root), emit, release: async () => {
+        await release(h);
         root?.release();
-      };
-      try {
-        for (const d of [dir, join(dir, "workspace"), join(dir, "home"), join(dir, "tmp")]) {
-          await mkdir(d, { recursive: true });
-          await chown(d, ids.uid, ids.gid);
-          await chmod(d, 0o700);
-        }
-        const cgroupDirs = await cgroups?.create(sessionId, settings.limits.cgroup);
-        const net = pool ? await pool.take() : undefined;
-        const sandbox = bwrapSandbox({ log, tools, childPath: opts.childPath, hide, shared: settings.shared, ids, sessionId, dir, net, pool, root, limits: settings.limits, cgroupDirs, cgroups, release: () => {
-          release();
-          sandboxes.delete(sandbox);
-        } });
-        sandboxes.add(sandbox);
-        return sandbox;
-      } catch (err) {
-        release();
-        await cgroups?.remove(sessionId).catch(() => undefined);
-        await removeDirSoon(dir, log);
-        throw err;
-      }
+        sandboxes.delete(sandbox);
+      } });
+      sandboxes.add(sandbox);
+      return sandbox;
     },
     removeDir: async (dir) => {
       await removeDirSoon(dir, log);
     },
-    // Every session process runs as a uid of the range, which only held sessions hold.
+    // Every session process runs as a uid of the range, which only held sessions and warm sandboxes hold.
     reapStrays: () => killUids((uid) => inRange(uid) && !live.has(uid)),
     async stop() {
       await Promise.all([...sandboxes].map((s) => s.destroy()));
+      await warm?.stop();
       await pool?.stop();
       await networks?.stop();
       await cgroups?.stop();
@@ -158,21 +224,19 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
 interface SandboxParts {
   log: Logger;
   tools: BwrapTools;
-  childPath: string;
-  hide: string[];
-  shared: readonly string[] | undefined;
-  ids: SessionIds;
-  sessionId: string;
-  dir: string;
-  net: SessionNetwork | undefined;
+  hold: SandboxHold;
+  /** The warm sandbox's waiting chain, for its first app; undefined on a cold create. */
+  waiter: Waiter | undefined;
+  /** Why apps start cold when there is no waiter. */
+  coldReason: string;
   pool: NetworkPool | undefined;
-  limits: SandboxLimits;
-  /** The session's cgroup directories (cgroup.ts), where the host offers cgroups. */
-  cgroupDirs: string[] | undefined;
-  cgroups: SessionCgroups | undefined;
   /** The image the session is rooted in; the host's root when undefined. */
   root: ImageRoot | undefined;
-  release: () => void;
+  cgroups: SessionCgroups | undefined;
+  spec: SpecOf;
+  emit: (event: BwrapEvent) => void;
+  /** Gives back the hold and the image (after everything of the session was killed). */
+  release: () => Promise<void>;
 }
 
 /** The image's root, held for the session (released with it); prepared for the launch's mounts. */
@@ -188,47 +252,67 @@ async function acquireImage(images: SandboxImages | undefined, reference: string
   }
 }
 
-function bwrapSandbox(p: SandboxParts): Sandbox {
-  const workspace = join(p.dir, "workspace");
-  let relay: Server | undefined;
-  let destroyed = false;
-  const spec = (command: readonly string[], env: Record<string, string>, tty: boolean): SandboxSpec => ({
-    sessionId: p.sessionId,
-    uid: p.ids.uid,
-    gid: p.ids.gid,
+type SpecOf = (command: readonly string[], env: Record<string, string>, tty: boolean, readOnlyBinds?: readonly SandboxBind[]) => SandboxSpec;
+
+function sandboxSpec(
+  p: { hold: SandboxHold; root: ImageRoot | undefined; hide: string[]; shared: readonly string[] | undefined; limits: SandboxLimits },
+  command: readonly string[],
+  env: Record<string, string>,
+  tty: boolean,
+  readOnlyBinds?: readonly SandboxBind[],
+): SandboxSpec {
+  const { hold: h } = p;
+  return {
+    sessionId: h.key,
+    uid: h.ids.uid,
+    gid: h.ids.gid,
     root: p.root ? { kind: "image", dir: p.root.rootfs } : hostRoot(),
-    workspace: { host: workspace, path: INSIDE_WORKSPACE },
-    home: { host: join(p.dir, "home"), path: INSIDE_HOME },
-    tmpDir: join(p.dir, "tmp"),
+    workspace: { host: join(h.dir, "workspace"), path: INSIDE_WORKSPACE },
+    home: { host: join(h.dir, "home"), path: INSIDE_HOME },
+    tmpDir: join(h.dir, "tmp"),
     hide: p.hide,
     shared: p.shared,
-    netnsPath: p.net?.netnsPath,
+    readOnlyBinds,
+    netnsPath: h.net?.netnsPath,
     env,
     cwd: INSIDE_WORKSPACE,
     command,
     rlimits: p.limits.rlimits,
-    cgroupDirs: p.cgroupDirs,
+    cgroupDirs: h.cgroupDirs,
     tty,
-  });
+  };
+}
+
+function bwrapSandbox(p: SandboxParts): Sandbox {
+  const workspace = join(p.hold.dir, "workspace");
+  const uid = p.hold.ids.uid;
+  let relay: Server | undefined;
+  let destroyed = false;
+  let waiter = p.waiter;
+  const takeWaiter = () => {
+    const w = waiter;
+    waiter = undefined;
+    return w;
+  };
   const killAll = async () => {
-    signalSession(p.ids.uid, "SIGKILL");
-    await untilUidGone(p.ids.uid, p.log);
+    signalSession(uid, "SIGKILL");
+    await untilUidGone(uid, p.log);
   };
   return {
     workspace,
     insideWorkspace: INSIDE_WORKSPACE,
+    user: { uid, gid: p.hold.ids.gid },
     ...(p.root ? { image: p.root.config } : {}),
-    user: { uid: p.ids.uid, gid: p.ids.gid },
     // Nothing to hand over afterwards: what the runner writes into the workspace is given to `user` as each
     // inode is made, by descriptor (workspace/ passes it down). A chown walk by path afterwards would race the
     // session and could be pointed (a hard link it planted) at a file outside.
     adopt: () => Promise.resolve(),
     async reach(gatewayUrl): Promise<SandboxReach> {
-      const net = p.net;
+      const net = p.hold.net;
       if (!net) return { egressHost: "127.0.0.1", egressPort: 0, gatewayUrl: undefined, noProxy: [], allow: () => Promise.resolve() };
       let relayPort: number | undefined;
       if (gatewayUrl) {
-        relay = await startRelay(net.hostAddress, new URL(gatewayUrl)).catch((err: NodeJS.ErrnoException) => {
+        relay = await startRelay(net.hostAddress, new URL(gatewayUrl), RELAY_PORT).catch((err: NodeJS.ErrnoException) => {
           // Something else of the host holds the relay's port: any port does (allowed below).
           if (err.code === "EADDRINUSE") return startRelay(net.hostAddress, new URL(gatewayUrl), 0);
           throw err;
@@ -247,76 +331,31 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
         allow: (ports) => net.allow(unshared(relayPort ? [relayPort, ...ports] : ports)),
       };
     },
-    startApp: (opts) => startApp(opts, spec, p.tools, workspace, p.root?.rootfs),
-    runScript: (opts) => runScript(opts, spec, p.tools),
+    startApp: (opts) =>
+      startApp(opts, {
+        spec: p.spec,
+        tools: p.tools,
+        workspace: { host: workspace, inside: INSIDE_WORKSPACE },
+        rootfs: p.root?.rootfs,
+        takeWaiter,
+        coldReason: p.waiter ? "not the sandbox's first app" : p.coldReason,
+        onStart: (start) => p.emit({ type: "app_start", ...start }),
+      }),
+    runScript: (opts) => runScript(opts, p.spec, p.tools),
     freeze: (apps) => apps.forEach((app) => app.freeze()),
     thaw: (apps) => apps.forEach((app) => app.thaw()),
     killLeftovers: killAll,
     // Every process of the uid is the session's, also one that left its app's group or session (a piped app's sandbox starts a new one);
     // its cgroups, where it has them, count CPU time exactly (exited processes too).
-    usageScope: () => ({ uid: p.ids.uid, cpuNanos: p.cgroups && (() => p.cgroups?.cpuNanos(p.sessionId)) }),
+    usageScope: () => ({ uid, cpuNanos: p.cgroups && (() => p.cgroups?.cpuNanos(p.hold.key)) }),
     async destroy() {
       if (destroyed) return;
       destroyed = true;
-      await killAll();
+      takeWaiter()?.dispose("session ended");
       relay?.close();
-      if (p.net) p.pool?.release(p.net);
-      await p.cgroups?.remove(p.sessionId).catch((err: unknown) => p.log.warn({ err }, "session cgroup not removed"));
-      await removeDirSoon(p.dir, p.log);
-      // The allocator skips a uid that still owns processes (a zombie not yet reaped), so releasing now is safe.
-      p.release();
+      await p.release();
     },
   };
-}
-
-type SpecOf = (command: readonly string[], env: Record<string, string>, tty: boolean) => SandboxSpec;
-
-function startApp(opts: SandboxApp, spec: SpecOf, tools: BwrapTools, workspace: string, rootfs: string | undefined): AppProcess {
-  const [command] = opts.app.cmd;
-  if (!command) throw new SpawnError(`app ${opts.app.name}: empty command`);
-  // What the session would exec is found here first (the workspace as the host sees it; the image's root, or the host's).
-  const inWorkspace = command === INSIDE_WORKSPACE || command.startsWith(`${INSIDE_WORKSPACE}/`);
-  const onHost = inWorkspace ? join(workspace, command.slice(INSIDE_WORKSPACE.length)) : command;
-  const found = rootfs && !inWorkspace ? imageCommandExists(rootfs, command, opts.env.PATH ?? "") : resolveExecutable(onHost, workspace, opts.env.PATH ?? "");
-  if (!found) throw new SpawnError(`app ${opts.app.name}: command not found: ${command.slice(0, 128)}`);
-  const tty = opts.app.tty !== false;
-  const launch = sandboxLaunch(spec(opts.app.cmd, opts.env, tty), tools);
-  if (!tty) return withSandboxExits(spawnPiped({ name: opts.app.name, file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: opts.onData, signal: signalTree }));
-  try {
-    const size = opts.size ?? INITIAL_TERMINAL_SIZE;
-    const pty = spawnPty(launch.file, launch.args, { name: "xterm-256color", cols: size.cols, rows: size.rows, cwd: "/", env: launch.env, encoding: null });
-    return withSandboxExits(wrapPty(opts.app.name, pty, opts.onData, signalTree));
-  } catch {
-    throw new SpawnError(`app ${opts.app.name}: could not start ${command.slice(0, 128)}`);
-  }
-}
-
-function runScript(opts: SandboxScript, spec: SpecOf, tools: BwrapTools): Promise<ScriptOutcome> {
-  if (opts.signal?.aborted) return Promise.resolve({ kind: "aborted" });
-  const launch = sandboxLaunch(spec(["/bin/sh", "-c", opts.script], opts.env, false), tools);
-  let cause: "timeout" | "aborted" | undefined;
-  let proc: AppProcess;
-  try {
-    // Output discarded (never logged: it may print secrets), as the process backend's.
-    proc = spawnPiped({ name: "script", file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: () => undefined, signal: signalTree });
-  } catch {
-    return Promise.resolve({ kind: "spawn_error" });
-  }
-  proc.input.close();
-  const kill = (why: "timeout" | "aborted") => {
-    cause ??= why;
-    signalTree(proc.pid, "SIGKILL");
-  };
-  const timer = setTimeout(() => kill("timeout"), opts.timeoutMs);
-  const onAbort = () => kill("aborted");
-  opts.signal?.addEventListener("abort", onAbort, { once: true });
-  return proc.exited.then(exitThroughSandbox).then((exit) => {
-    clearTimeout(timer);
-    opts.signal?.removeEventListener("abort", onAbort);
-    if (cause) return { kind: cause };
-    if (exit.exitCode === 0) return { kind: "ok" };
-    return { kind: "exit", exitCode: exit.exitCode, signal: exit.signal };
-  });
 }
 
 /**
@@ -329,28 +368,4 @@ export function hiddenByTmpfs(dirs: readonly string[]): string[] {
   const beneath = (dir: string, d: string) => dir === d || dir.startsWith(`${d === "/" ? "" : d}/`);
   const wanted = dirs.filter((dir) => dir !== "/" && !["/tmp", ...HOST_HIDDEN].some((d) => beneath(dir, d)));
   return [...new Set(wanted)].filter((dir, _, all) => !all.some((other) => other !== dir && beneath(dir, other)));
-}
-
-/** A TCP relay on host (the runner's end of a session's link) to the gateway: the session's PADDOCK_URL. */
-function startRelay(host: string, target: URL, listenPort = RELAY_PORT): Promise<Server> {
-  const port = Number(target.port || (target.protocol === "https:" ? 443 : 80));
-  const server = createServer((client) => {
-    const upstream = connect(port, target.hostname);
-    client.pipe(upstream).pipe(client);
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on("error", end);
-    upstream.on("error", end);
-    client.once("close", end);
-    upstream.once("close", end);
-  });
-  return new Promise((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(listenPort, host, () => {
-      server.off("error", reject);
-      resolve(server);
-    });
-  });
 }

@@ -4,31 +4,43 @@
  *
  * The chain, each link exec'ing the next (so one pid from the runner's view):
  *
- *   [sh -c 'echo $$ > D/cgroup.procs…'] prlimit … nsenter --net=NETNS --setuid --setgid -- bwrap … -- command
- *   [sh -c 'echo $$ > D/cgroup.procs…'] prlimit … setpriv … bwrap … -- command     (no network of its own)
+ *   [bash -c HEAD] prlimit … nsenter --net=NETNS -- setpriv … -- bwrap --clearenv --args 3 … -- command
+ *   [bash -c HEAD] prlimit … setpriv … -- bwrap --clearenv --args 3 … -- command     (no network of its own)
  *
- * - sh (as root, where the session has cgroups: cgroup.ts) writes itself into
- *   each of the session's cgroup directories (one on v2, one per hierarchy on
- *   v1), so everything below starts inside them.
+ * - The head (bash, as root; `sh` where the host has none) closes every
+ *   descriptor but stdin, stdout and stderr: node-pty opens PTY masters
+ *   without O_CLOEXEC, so every process the runner starts inherits the
+ *   masters of the terminals open then, and a session holding one could read
+ *   another session's terminal and type into it. It then opens the session's
+ *   environment (`envFrom`, see below) as fd 3 and joins the session's cgroups
+ *   where it has them (cgroup.ts: one directory on v2, one per hierarchy on v1) (`sh` cannot name a descriptor above 9: without bash
+ *   nothing is closed, and the runner warns at start).
  * - prlimit (as root) sets the session's rlimits; they are inherited by
  *   everything below. RLIMIT_NPROC counts the processes of the session's uid,
  *   which no one else uses (uid-allocator.ts), so it is a per-session limit.
  * - nsenter (as root) joins the session's network namespace prepared by
- *   network.ts (bwrap itself cannot join an existing one), then drops to the
- *   session's host uid/gid with no supplementary groups. Without a netns,
- *   setpriv drops instead (also clearing inheritable capabilities and setting
- *   no_new_privs), and bwrap makes an empty namespace (`--unshare-net`:
- *   loopback only). One exec fewer on the common path: each is a process start.
+ *   network.ts (bwrap itself cannot join an existing one). Without a netns,
+ *   bwrap makes an empty namespace (`--unshare-net`: loopback only).
+ * - setpriv drops to the session's host uid/gid with no supplementary groups,
+ *   clears the inheritable capabilities (and with them the ambient ones) and
+ *   sets no_new_privs. nsenter's own `--setuid` would not: a setuid from root
+ *   keeps the inheritable set, and one between two non-root uids (a runner of
+ *   its own user, decision 0043) keeps the ambient set, which the next exec
+ *   turns into effective capabilities. One exec more (about a millisecond);
+ *   a warm pool's sandbox (warm-pool.ts) runs the chain before its create.
  * - bwrap runs unprivileged as that uid: a user namespace mapping the uid to
  *   itself (the session is that uid on the host, never root), and its own pid,
- *   mount, ipc, uts and cgroup namespaces. bwrap sets no_new_privs itself (no
- *   setuid binary gives root back), and a setuid from root to another uid
- *   leaves no capabilities.
+ *   mount, ipc, uts and cgroup namespaces, with no capability in any set
+ *   (setpriv above; bwrap's no_new_privs: no setuid binary gives root back).
  *
- * The environment is never in the argv (argv is world-readable in
- * /proc/<pid>/cmdline): `env` below is the whole environment the spawn gets,
- * and every link passes it through unchanged, so nothing of the runner's own
- * environment reaches the session.
+ * The session's environment reaches none of these links: the chain is
+ * spawned with an empty one, and bwrap (`--clearenv`, then `--setenv` for each
+ * variable read from fd 3 by `--args`) gives the command exactly the spec's,
+ * plus PWD (bwrap's chdir). Passed through the chain, a variable the session
+ * names (a secret called LD_PRELOAD, LD_LIBRARY_PATH, GCONV_PATH…) would
+ * steer the dynamic loader or libc of root's prlimit and nsenter. It is never
+ * in an argv either (world-readable in /proc/<pid>/cmdline): `envFrom` names a
+ * file only the runner can open (launch-env.ts).
  */
 
 /** Host paths of the tools in the chain (probe.ts finds them). */
@@ -38,6 +50,8 @@ export interface BwrapTools {
   prlimit: string;
   setpriv: string;
   sh: string;
+  /** The chain's head where the host has it: it can close descriptors above 9 (above). */
+  bash?: string | undefined;
 }
 
 export interface SandboxRlimits {
@@ -88,9 +102,11 @@ export interface SandboxSpec {
   shared?: readonly string[] | undefined;
   /** The session's network namespace (network.ts); undefined: loopback only. */
   netnsPath?: string | undefined;
+  /** Host directories bound read-only at their paths, after the hiding tmpfs (a warm pool's control directory under /run). */
+  readOnlyBinds?: readonly SandboxBind[] | undefined;
   /** The cgroup directories to start in (cgroup.ts: one on v2, one per hierarchy on v1), where the host offers them. */
   cgroupDirs?: readonly string[] | undefined;
-  /** The complete environment of the session's process. */
+  /** The complete environment of the session's process (with TERM for a terminal: nothing of the runner's spawn reaches it). */
   env: Record<string, string>;
   cwd: string;
   command: readonly string[];
@@ -107,6 +123,7 @@ export interface SandboxSpec {
 export interface SandboxLaunch {
   file: string;
   args: string[];
+  /** What to spawn the chain with: nothing (the session's environment goes through `envFrom`). */
   env: Record<string, string>;
 }
 
@@ -124,21 +141,44 @@ export const IMAGE_TMPFS = ["/home", "/run", "/var/tmp"] as const;
 /** `/dev/shm` is memory: bounded, since without delegated cgroups nothing else bounds it. */
 export const DEV_SHM_BYTES = 64 * 1024 * 1024;
 
-/** The chain's first link where the session has cgroups: `sh -c CGROUP_ENTER name DIR… -- next-link…` (a failed write stops the chain). */
-const CGROUP_ENTER = 'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 1; shift; done; shift; exec "$@"';
+/** The descriptor the chain's head opens the environment's file on, for bwrap's `--args`. */
+const ENV_FD = 3;
 
-/** The argv (and env) that starts spec's command in its sandbox. */
-export function sandboxLaunch(spec: SandboxSpec, tools: BwrapTools): SandboxLaunch {
+/**
+ * The head's script: $1 the environment's file ("-": none), then the cgroup
+ * directories to enter up to a `--`, then the rest of the chain. Fails (125)
+ * rather than run the session without its environment or outside a cgroup.
+ */
+function headScript(closeFds: boolean): string {
+  const close = closeFds ? 'for f in /proc/$$/fd/*; do n=${f##*/}; if [ "$n" -gt 2 ]; then exec {n}>&-; fi; done; ' : "";
+  return `${close}if [ "$1" != - ]; then exec ${ENV_FD}<"$1" || exit 125; fi; shift; while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 125; shift; done; shift; exec "$@"`;
+}
+
+/** The session's environment as bwrap reads it from `--args`: `--setenv NAME VALUE` for each variable, NUL-separated. */
+export function envArgs(env: Record<string, string>): Buffer {
+  return Buffer.from(Object.entries(env).map(([name, value]) => `--setenv\0${name}\0${value}\0`).join(""));
+}
+
+/**
+ * The argv (and the empty env) that starts spec's command in its sandbox.
+ * `envFrom` is a path the chain's head can open holding envArgs(spec.env)
+ * (launch-env.ts); required unless spec.env is empty.
+ */
+export function sandboxLaunch(spec: SandboxSpec, tools: BwrapTools, envFrom?: string): SandboxLaunch {
   assertSpec(spec);
+  if (Object.keys(spec.env).length > 0 && envFrom === undefined) throw new SandboxSpecError("the session's environment goes through a file (envFrom), never through the chain");
   const chain: string[] = [];
-  if (spec.cgroupDirs?.length) chain.push(tools.sh, "-c", CGROUP_ENTER, "paddock-cgroup", ...spec.cgroupDirs, "--");
+  // bash reads no startup file (not even ~/.bashrc, which it would for a socket on stdin, as a piped spawn's is).
+  const head = tools.bash ? [tools.bash, "--norc", "--noprofile"] : [tools.sh];
+  const cgroupDirs = spec.cgroupDirs ?? [];
+  if (tools.bash || envFrom !== undefined || cgroupDirs.length > 0) chain.push(...head, "-c", headScript(tools.bash !== undefined), "paddock-launch", envFrom ?? "-", ...cgroupDirs, "--");
   const { processes, openFiles, fileSizeBytes } = spec.rlimits;
   chain.push(tools.prlimit, `--nproc=${processes}`, `--nofile=${openFiles}`, `--fsize=${fileSizeBytes}`, "--");
-  if (spec.netnsPath) chain.push(tools.nsenter, `--net=${spec.netnsPath}`, `--setuid=${spec.uid}`, `--setgid=${spec.gid}`, "--");
-  else chain.push(tools.setpriv, `--reuid=${spec.uid}`, `--regid=${spec.gid}`, "--clear-groups", "--inh-caps=-all", "--no-new-privs", "--");
-  chain.push(tools.bwrap, ...bwrapArgs(spec), "--", ...spec.command);
+  if (spec.netnsPath) chain.push(tools.nsenter, `--net=${spec.netnsPath}`, "--");
+  chain.push(tools.setpriv, `--reuid=${spec.uid}`, `--regid=${spec.gid}`, "--clear-groups", "--inh-caps=-all", "--no-new-privs", "--");
+  chain.push(tools.bwrap, "--clearenv", ...(envFrom !== undefined ? ["--args", String(ENV_FD)] : []), ...bwrapArgs(spec), "--", ...spec.command);
   const [file, ...args] = chain;
-  return { file: file ?? tools.bwrap, args, env: { ...spec.env } };
+  return { file: file ?? tools.bwrap, args, env: {} };
 }
 
 /**
@@ -169,6 +209,7 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
   args.push("--bind", spec.home.host, spec.home.path);
   args.push("--bind", spec.workspace.host, spec.workspace.path);
   for (const dir of spec.shared ?? []) args.push("--bind", dir, dir);
+  for (const b of spec.readOnlyBinds ?? []) args.push("--ro-bind", b.host, b.path);
   // The hiding tmpfs were writable (bwrap makes the binds' mount points in them); now they are empty and read-only.
   for (const dir of hidden) args.push("--remount-ro", dir);
   // The host root's own tmpfs (what holds its entries' mount points) ends read-only too.
@@ -190,9 +231,12 @@ function assertSpec(spec: SandboxSpec): void {
   if (!Number.isInteger(spec.gid) || spec.gid <= 0) throw new SandboxSpecError("gid must be a positive integer (never root)");
   if (spec.command.length === 0) throw new SandboxSpecError("empty command");
   const paths = [spec.workspace.host, spec.workspace.path, spec.home.host, spec.home.path, spec.tmpDir, spec.cwd, ...spec.hide, ...(spec.shared ?? []), ...(spec.cgroupDirs ?? [])];
+  for (const b of spec.readOnlyBinds ?? []) paths.push(b.host, b.path);
   if (spec.root.kind === "image") paths.push(spec.root.dir);
   else for (const e of spec.root.entries) if (!/^[^/\0]+$/.test(e.name) || e.name === "." || e.name === "..") throw new SandboxSpecError(`not a top-level name: ${e.name.slice(0, 128)}`);
   for (const p of paths) if (!p.startsWith("/")) throw new SandboxSpecError(`not an absolute path: ${p.slice(0, 128)}`);
+  for (const name of Object.keys(spec.env)) if (name === "" || name.includes("=") || name.includes("\0")) throw new SandboxSpecError("an environment name is empty or holds = or NUL");
+  for (const value of Object.values(spec.env)) if (value.includes("\0")) throw new SandboxSpecError("an environment value holds NUL");
   for (const [name, value] of Object.entries(spec.rlimits)) {
     if (!Number.isInteger(value) || value <= 0) throw new SandboxSpecError(`rlimit ${name} must be a positive integer`);
   }

@@ -64,7 +64,8 @@ export async function probeBwrap(opts: ProbeOptions): Promise<BwrapCapability> {
   const path = opts.path;
   const found = { bwrap: findTool("bwrap", path), nsenter: findTool("nsenter", path), prlimit: findTool("prlimit", path), setpriv: findTool("setpriv", path), sh: findTool("sh", path) };
   const missing = Object.entries(found).filter(([, file]) => !file).map(([name]) => name);
-  const tools = missing.length === 0 ? (found as BwrapTools) : undefined;
+  // bash is optional: it closes descriptors the runner did not mean to pass on (launch.ts).
+  const tools = missing.length === 0 ? ({ ...found, bash: findTool("bash", path) } as BwrapTools) : undefined;
   const ip = findTool("ip", path);
   const nft = findTool("nft", path);
   const rlimits = hostRlimits();
@@ -102,7 +103,7 @@ async function runTrivial(tools: BwrapTools, opts: ProbeOptions, empty: string):
       home: { host: empty, path: "/home/probe-home" },
       tmpDir: empty,
       hide: [],
-      env: { PATH: "/usr/bin:/bin" },
+      env: {},
       cwd: "/",
       command: [tools.sh, "-c", "exit 0"],
       rlimits: { processes: 64, openFiles: 64, fileSizeBytes: 1 << 20 },

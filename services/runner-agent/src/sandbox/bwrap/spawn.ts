@@ -18,6 +18,7 @@
 import { spawn } from "node:child_process";
 import { constants as osConstants } from "node:os";
 import { spawn as spawnPty, type IPty } from "@lydell/node-pty";
+import { openEnvFile } from "./launch-env.ts";
 import { sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
 import { pidsOfUid } from "./uid-allocator.ts";
 
@@ -63,7 +64,19 @@ export class SandboxSpawnError extends Error {
 const signalNames = new Map<number, string>(Object.entries(osConstants.signals).map(([name, num]) => [num, name]));
 
 export function spawnInSandbox(spec: SandboxSpec, opts: SpawnSandboxOptions): SandboxProcess {
-  const launch = sandboxLaunch(spec, opts.tools);
+  const envFile = openEnvFile(spec.env);
+  try {
+    const proc = spawnWith(spec, opts, envFile.path);
+    void proc.exited.finally(() => envFile.close());
+    return proc;
+  } catch (err) {
+    envFile.close();
+    throw err;
+  }
+}
+
+function spawnWith(spec: SandboxSpec, opts: SpawnSandboxOptions, envFrom: string): SandboxProcess {
+  const launch = sandboxLaunch(spec, opts.tools, envFrom);
   let outerPid = 0;
   const signal = (sig: NodeJS.Signals) => signalSession(spec.uid, sig, outerPid);
   if (spec.tty) {
