@@ -5,7 +5,7 @@
  * network of its own). What differs between them is asserted per backend.
  */
 import { execFileSync } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -273,8 +273,9 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     const term = collectTerm(nc, sessionId, "main");
     await start(sessionId, { cmd: ["sh", "-c", 'echo "uid=$(id -u)."; exec sleep 600'] });
     await term.waitFor(() => /uid=\d+\./.test(term.text()));
-    const pids = pidsOfUid(Number(/uid=(\d+)\./.exec(term.text())?.[1]), { live: true });
-    const dirs = sessionCgroups(sessionId);
+    const uid = Number(/uid=(\d+)\./.exec(term.text())?.[1]);
+    const pids = pidsOfUid(uid, { live: true });
+    const dirs = sessionCgroups(uid);
     for (const d of dirs) expect(readFileSync(join(d, "cgroup.procs"), "utf8").split("\n")).toEqual(expect.arrayContaining(pids.map(String)));
     const v1 = HOST_CGROUPS.kind === CgroupKind.v1;
     expect(cgroupValue(dirs, v1 ? "memory.limit_in_bytes" : "memory.max")).toBe(String(LIMITS.cgroup.memoryMaxBytes));
@@ -293,12 +294,13 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     const hogId = nextId();
     const hogTerm = collectTerm(nc, hogId, "main");
     // Four times the session's memory limit (256 MiB) in one string; the shell says how perl ended.
-    await start(hogId, { cmd: ["sh", "-c", `perl -e '$x = "a" x (1024 * 1024 * 1024); print "survived\\n"'; echo "hog=$?."; exec sleep 600`] });
+    await start(hogId, { cmd: ["sh", "-c", `echo "uid=$(id -u)."; perl -e '$x = "a" x (1024 * 1024 * 1024); print "survived\\n"'; echo "hog=$?."; exec sleep 600`] });
     await hogTerm.waitFor(() => /hog=\d+\./.test(hogTerm.text()));
     expect(hogTerm.text()).toContain("hog=137."); // SIGKILL: the session's cgroup counts it as its OOM kill
     const oom = HOST_CGROUPS.kind === CgroupKind.v1 ? "memory.oom_control" : "memory.events";
-    expect(cgroupValue(sessionCgroups(hogId), oom)).toMatch(/^oom_kill [1-9]/m);
-    expect(cgroupValue(sessionCgroups(heldId), oom)).toMatch(/^oom_kill 0$/m);
+    const uidOf = (text: string) => Number(/uid=(\d+)\./.exec(text)?.[1]);
+    expect(cgroupValue(sessionCgroups(uidOf(hogTerm.text())), oom)).toMatch(/^oom_kill [1-9]/m);
+    expect(cgroupValue(sessionCgroups(uidOf(heldTerm.text())), oom)).toMatch(/^oom_kill 0$/m);
     // The other session's process lives on; the runner starts, runs and ends a new one.
     expect(pidsOfUid(Number(/uid=(\d+)\./.exec(heldTerm.text())?.[1]), { live: true }).length).toBeGreaterThan(0);
     const otherId = nextId();
@@ -326,9 +328,18 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     expect(destroyed.usage?.cpuTimeSeconds ?? 0).toBeGreaterThanOrEqual(burnt - 0.01);
   });
 
-  /** The session's cgroup directories on this host (cgroup.ts's layout, per hierarchy). */
-  const sessionCgroups = (sessionId: string) =>
-    HOST_CGROUPS.hierarchies.map((h) => (HOST_CGROUPS.kind === CgroupKind.v1 ? join(h.dir, `paddock-${ids.instance}`, `s-${sessionId}`) : join(h.dir, `session-${sessionId}`)));
+  /**
+   * The cgroup directories (cgroup.ts's layout, one per hierarchy) holding the processes of the session running as
+   * uid: named by its hold's key, the session id on a cold create and the warm entry's on a warm one.
+   */
+  const sessionCgroups = (uid: number) => {
+    const pids = new Set(pidsOfUid(uid, { live: true }).map(String));
+    return HOST_CGROUPS.hierarchies.flatMap((h) => {
+      const base = HOST_CGROUPS.kind === CgroupKind.v1 ? join(h.dir, `paddock-${ids.instance}`) : h.dir;
+      const dirs = readdirSync(base).map((d) => join(base, d)).filter((d) => existsSync(join(d, "cgroup.procs")));
+      return dirs.filter((d) => readFileSync(join(d, "cgroup.procs"), "utf8").split("\n").some((pid) => pids.has(pid)));
+    });
+  };
 });
 
 /** The text of the file name in whichever of dirs has it. */

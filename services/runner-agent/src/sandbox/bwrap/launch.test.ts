@@ -128,7 +128,8 @@ describe("sandboxLaunch", () => {
   it("binds read-only directories after the hiding tmpfs and before they are made read-only", () => {
     const { args } = sandboxLaunch(spec({ readOnlyBinds: [{ host: "/data/sessions/s1/ctl", path: "/run/paddock" }] }), tools);
     expect(after(args, "--ro-bind", 2)).toEqual([
-      ["/", "/"],
+      ["/etc", "/etc"],
+      ["/usr", "/usr"],
       ["/data/sessions/s1/ctl", "/run/paddock"],
     ]);
     const bind = args.lastIndexOf("--ro-bind");
