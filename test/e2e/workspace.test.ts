@@ -185,8 +185,9 @@ describe("malicious uploads", () => {
     const placed = await untilRecord(s.id, (r) => r.state === "running");
     const dir = sessionDir(placed);
     const sessionsRoot = join(dir, "..");
-    // Sandboxes of ended sessions are renamed aside (.discarded-*) and removed in the background: not this test's state.
-    const sessionsNow = () => readdirSync(sessionsRoot).filter((name) => !name.startsWith(".discarded-")).sort();
+    // Sandboxes of ended sessions are renamed aside (.discarded-*) and removed in the background, and the warm pool
+    // starts sandboxes ahead (.warm-<n>) whenever it refills: neither is this test's state.
+    const sessionsNow = () => readdirSync(sessionsRoot).filter((name) => !name.startsWith(".discarded-") && !/^\.warm-\d+$/.test(name)).sort();
     const before = { session: readdirSync(dir).sort(), sessions: sessionsNow() };
     const bad: Array<[string, Buffer, string, number]> = [
       ["traversal", tarGz(tarEntry("../evil.txt", { body: "pwned" })), "", 400],
