@@ -152,7 +152,8 @@ export async function checkpointBench(opts: { megabytes: number; compression?: "
   const profileDir = process.env.PADDOCK_BENCH_PROFILE_DIR;
   const hook = new URL("./cpu-profile.mjs", import.meta.url).pathname;
   const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
-  const stack = await startStack({ validateOutgoing: false, runners: 2, runnerCapacity: 2, env: { "runner-agent": { ...prof, PADDOCK_RUNNER_CHECKPOINT_COMPRESSION: compression } } });
+  // The bench plants the workspace from the host as root; on bwrap the session's uid (which checkpoints it) could not read those files: measured on process until the bench plants them as the session.
+  const stack = await startStack({ validateOutgoing: false, runners: 2, runnerCapacity: 2, env: { "runner-agent": { ...prof, PADDOCK_RUNNER_CHECKPOINT_COMPRESSION: compression, PADDOCK_SANDBOX: "process" } } });
   const nc = await connect({ servers: stack.nats.url });
   const scratch = await mkdtemp(join(tmpdir(), "paddock-bench-ckpt-"));
   // The same footing as a runner's sessions dir (services/runner-agent/src/sandbox/sessions-dir.ts):
