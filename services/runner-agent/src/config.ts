@@ -167,6 +167,7 @@ function sharedDirs(dirs: string[], secret: readonly string[]): string[] {
 /** The only reader of the environment. */
 export function loadConfig(env: Record<string, string | undefined>) {
   const e = parseEnv(RunnerEnv, env);
+  const credentialDirs = secretFileDirs(env);
   return {
     ...commonConfig(e),
     runnerId: e.PADDOCK_RUNNER_ID,
@@ -200,8 +201,8 @@ export function loadConfig(env: Record<string, string | undefined>) {
     sandbox: {
       backend: e.PADDOCK_SANDBOX,
       // Where the runner's credential files live (a deployment's secrets dir, \`npm run up\`'s data dir): no session sees them.
-      hide: secretFileDirs(env),
-      shared: sharedDirs(e.PADDOCK_SANDBOX_SHARED_DIRS, [e.PADDOCK_RUNNER_DATA_DIR, ...secretFileDirs(env)]),
+      hide: credentialDirs,
+      shared: sharedDirs(e.PADDOCK_SANDBOX_SHARED_DIRS, [e.PADDOCK_RUNNER_DATA_DIR, ...credentialDirs]),
       uidFirst: e.PADDOCK_SANDBOX_UID_FIRST,
       uidCount: e.PADDOCK_SANDBOX_UID_COUNT,
       netInstance: e.PADDOCK_SANDBOX_NET_INSTANCE,

@@ -20,8 +20,7 @@ import { removeDirSoon } from "../remove-dir.ts";
 import { prepareSessionsDir } from "../sessions-dir.ts";
 import { prepareImageRoot } from "./image-root.ts";
 import { HOST_HIDDEN, sandboxLaunch, type BwrapTools, type SandboxBind, type SandboxSpec } from "./launch.ts";
-import { createSessionCgroups, type SessionCgroups } from "./cgroup.ts";
-import { CgroupKind } from "./cgroup-probe.ts";
+import { createSessionCgroups, offersCgroups, type SessionCgroups } from "./cgroup.ts";
 import { hostRoot } from "./host-root.ts";
 import { resolveNetInstance, type NetInstance } from "./net-instance.ts";
 import { LimitKind, type SandboxLimits } from "./limits.ts";
@@ -97,7 +96,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
   // memory, cpu and pids per session where the host offers cgroups (a delegated v2 subtree, writable v1 hierarchies); rlimits everywhere.
   // Made at prepare: v1 hierarchies are host-wide, so they are named by the runner's instance, claimed then.
   let cgroups: SessionCgroups | undefined;
-  const cgroupsOffered = cap.cgroup.kind === CgroupKind.v1 || (cap.cgroup.kind === CgroupKind.v2 && cap.cgroup.hierarchies.length > 0);
+  const cgroupsOffered = offersCgroups(cap.cgroup);
 
   /** A uid, its directories (0700, its own), its cgroup and a network, under key (a session id, or a warm entry's name). */
   const hold = async (key: string, dir: string): Promise<SandboxHold> => {

@@ -7,16 +7,14 @@
  * the session's own network namespace (the nsenter path) and without one.
  */
 import { execFile } from "node:child_process";
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { join } from "node:path";
+import { rmSync } from "node:fs";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sandboxLaunch, type SandboxSpec } from "./launch.ts";
 import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from "./network.ts";
 import { probeBwrap, type BwrapCapability } from "./probe.ts";
-import { testHostIds, TEST_PATH } from "./test-sandbox.ts";
-import { createUidAllocator, type SessionIds } from "./uid-allocator.ts";
-import { hostRoot } from "./host-root.ts";
+import { singleSession, singleSessionSpec, testHostIds, TEST_PATH } from "./test-sandbox.ts";
+import type { SessionIds } from "./uid-allocator.ts";
 
 const run = promisify(execFile);
 // Not the ids other test files take in the same worker process.
@@ -32,13 +30,7 @@ const runnerUid = ids.firstUid + 14;
 beforeAll(async () => {
   cap = await probeBwrap({ uid: ids.firstUid + 15, gid: ids.firstUid + 15, path: TEST_PATH });
   if (!cap.works || !cap.network.ip || !cap.network.nft) throw new Error(`bwrap or its networks do not work here: ${cap.reason ?? cap.network.reason ?? ""}`);
-  dataDir = mkdtempSync("/var/lib/paddock-caps-");
-  chmodSync(dataDir, 0o755);
-  session = createUidAllocator({ first: ids.firstUid, count: 8, reserved: [0] }).allocate("caps");
-  for (const d of ["workspace", "home", "tmp"]) {
-    mkdirSync(join(dataDir, d));
-    chownSync(join(dataDir, d), session.uid, session.gid);
-  }
+  ({ dataDir, session } = singleSession("paddock-caps-", ids.firstUid, "caps"));
   networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: ids.instance, prefix: ids.prefix });
   await networks.start();
   net = await networks.create(session.slot);
@@ -50,23 +42,8 @@ afterAll(async () => {
 });
 
 function spec(netnsPath: string | undefined): SandboxSpec {
-  return {
-    sessionId: "caps",
-    uid: session.uid,
-    gid: session.gid,
-    root: hostRoot(),
-    workspace: { host: join(dataDir, "workspace"), path: "/home/workspace" },
-    home: { host: join(dataDir, "home"), path: "/home/session" },
-    tmpDir: join(dataDir, "tmp"),
-    hide: [],
-    netnsPath,
-    // Empty: the emulated runner below (another uid than this test's process) could not open an environment file this process holds.
-    env: {},
-    cwd: "/home/workspace",
-    command: ["/usr/bin/grep", "-E", "^(Uid|Cap(Inh|Prm|Eff|Amb)|NoNewPrivs):", "/proc/self/status"],
-    rlimits: { processes: 64, openFiles: 256, fileSizeBytes: 1 << 20 },
-    tty: false,
-  };
+  // env empty: the emulated runner below (another uid than this test's process) could not open an environment file this process holds.
+  return singleSessionSpec(dataDir, session, ["/usr/bin/grep", "-E", "^(Uid|Cap(Inh|Prm|Eff|Amb)|NoNewPrivs):", "/proc/self/status"], { netnsPath });
 }
 
 /** Runs the session's launch under `setpriv …before` (the runner's credentials); answers the session's status lines. */

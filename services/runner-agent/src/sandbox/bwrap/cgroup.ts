@@ -58,12 +58,16 @@ const EMPTY_POLL_MS = 10;
 
 const safeKey = (key: string) => key.replace(/[^A-Za-z0-9_-]/g, "_");
 
+/** Whether the host offers session cgroups (a delegated v2 directory, or v1 hierarchies): createSessionCgroups makes some. */
+export function offersCgroups(cap: CgroupCapability): boolean {
+  return cap.kind === CgroupKind.v1 || (cap.kind === CgroupKind.v2 && cap.hierarchies.length > 0);
+}
+
 /** The session cgroups of cap's kind; undefined where the host offers none. */
 export function createSessionCgroups(cap: CgroupCapability, opts: { instance: string; runnerPid: number }): SessionCgroups | undefined {
+  if (!offersCgroups(cap)) return undefined;
   const [delegated] = cap.hierarchies;
-  if (cap.kind === CgroupKind.v2 && delegated) return v2Cgroups(delegated.dir, opts.runnerPid);
-  if (cap.kind === CgroupKind.v1) return v1Cgroups(cap.hierarchies, opts.instance);
-  return undefined;
+  return cap.kind === CgroupKind.v2 && delegated ? v2Cgroups(delegated.dir, opts.runnerPid) : v1Cgroups(cap.hierarchies, opts.instance);
 }
 
 function v2Cgroups(delegatedDir: string, runnerPid: number): SessionCgroups {

@@ -4,14 +4,12 @@
  * (LD_PRELOAD) steers no link of the chain, the chain's processes hold none of
  * it, and it is in no argv and no file anyone else could open.
  */
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { join } from "node:path";
+import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SandboxSpec } from "./launch.ts";
 import { probeBwrap, type BwrapCapability } from "./probe.ts";
-import { runInSandbox, testHostIds, TEST_PATH } from "./test-sandbox.ts";
-import { createUidAllocator, pidsOfUid, type SessionIds } from "./uid-allocator.ts";
-import { hostRoot } from "./host-root.ts";
+import { runInSandbox, singleSession, singleSessionSpec, testHostIds, TEST_PATH } from "./test-sandbox.ts";
+import { pidsOfUid, type SessionIds } from "./uid-allocator.ts";
 
 // Not the ids other test files take in the same worker process.
 const ids = testHostIds(process.pid + 4_127);
@@ -22,34 +20,14 @@ let session: SessionIds;
 beforeAll(async () => {
   cap = await probeBwrap({ uid: ids.firstUid + 15, gid: ids.firstUid + 15, path: TEST_PATH });
   if (!cap.works) throw new Error(`bwrap does not work here: ${cap.reason ?? ""}`);
-  dataDir = mkdtempSync("/var/lib/paddock-launch-env-");
-  chmodSync(dataDir, 0o755);
-  session = createUidAllocator({ first: ids.firstUid, count: 8, reserved: [0] }).allocate("env");
-  for (const d of ["workspace", "home", "tmp"]) {
-    mkdirSync(join(dataDir, d));
-    chownSync(join(dataDir, d), session.uid, session.gid);
-  }
+  ({ dataDir, session } = singleSession("paddock-launch-env-", ids.firstUid, "env"));
 });
 afterAll(() => {
   if (dataDir) rmSync(dataDir, { recursive: true, force: true });
 });
 
 function spec(command: string[], env: Record<string, string>): SandboxSpec {
-  return {
-    sessionId: "env",
-    uid: session.uid,
-    gid: session.gid,
-    root: hostRoot(),
-    workspace: { host: join(dataDir, "workspace"), path: "/home/workspace" },
-    home: { host: join(dataDir, "home"), path: "/home/session" },
-    tmpDir: join(dataDir, "tmp"),
-    hide: [dataDir],
-    env,
-    cwd: "/home/workspace",
-    command,
-    rlimits: { processes: 64, openFiles: 256, fileSizeBytes: 1 << 20 },
-    tty: false,
-  };
+  return singleSessionSpec(dataDir, session, command, { hide: [dataDir], env });
 }
 
 describe("a session's environment", () => {

@@ -3,7 +3,7 @@
  * directories owned by it, a network with a gateway stand-in on its allowed
  * port) and a way to run a script in one and collect what it printed.
  */
-import { chmodSync, chownSync, mkdirSync } from "node:fs";
+import { chmodSync, chownSync, mkdirSync, mkdtempSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer } from "node:net";
 import { join } from "node:path";
@@ -11,7 +11,7 @@ import type { SandboxSpec } from "./launch.ts";
 import { createSandboxNetworks, type SandboxNetworks, type SessionNetwork } from "./network.ts";
 import type { BwrapCapability } from "./probe.ts";
 import { spawnInSandbox, type SandboxExit, type SandboxProcess } from "./spawn.ts";
-import type { SessionIds, UidAllocator } from "./uid-allocator.ts";
+import { createUidAllocator, type SessionIds, type UidAllocator } from "./uid-allocator.ts";
 import { hostRoot } from "./host-root.ts";
 
 /** The PATH sessions and the probe use in tests. */
@@ -124,4 +124,40 @@ export function runInSandbox(spec: SandboxSpec, cap: BwrapCapability, onOutput?:
 /** A bash line that prints CONNECTED:<tag> when it can open a TCP connection to host:port, REFUSED:<tag> otherwise. */
 export function tryConnect(tag: string, host: string, port: number): string {
   return `if timeout 5 bash -c 'exec 3<>/dev/tcp/${host}/${port}' 2>/dev/null; then echo CONNECTED:${tag}; else echo REFUSED:${tag}; fi`;
+}
+
+/**
+ * One session's directories in a fresh data dir under /var/lib (which
+ * sessions see unless it is hidden): workspace, home and tmp owned by a uid
+ * of firstUid's range allocated as key.
+ */
+export function singleSession(prefix: string, firstUid: number, key: string): { dataDir: string; session: SessionIds } {
+  const dataDir = mkdtempSync(`/var/lib/${prefix}`);
+  chmodSync(dataDir, 0o755);
+  const session = createUidAllocator({ first: firstUid, count: 8, reserved: [0] }).allocate(key);
+  for (const d of ["workspace", "home", "tmp"]) {
+    mkdirSync(join(dataDir, d));
+    chownSync(join(dataDir, d), session.uid, session.gid);
+  }
+  return { dataDir, session };
+}
+
+/** A piped launch of command as session over the host root, with small rlimits; `over` sets the rest (env, hide, netnsPath). */
+export function singleSessionSpec(dataDir: string, session: SessionIds, command: string[], over: Partial<SandboxSpec> = {}): SandboxSpec {
+  return {
+    sessionId: "single",
+    uid: session.uid,
+    gid: session.gid,
+    root: hostRoot(),
+    workspace: { host: join(dataDir, "workspace"), path: "/home/workspace" },
+    home: { host: join(dataDir, "home"), path: "/home/session" },
+    tmpDir: join(dataDir, "tmp"),
+    hide: [],
+    env: {},
+    cwd: "/home/workspace",
+    command,
+    rlimits: { processes: 64, openFiles: 256, fileSizeBytes: 1 << 20 },
+    tty: false,
+    ...over,
+  };
 }
