@@ -49,7 +49,8 @@ describe("registration", () => {
     await t.agent.start();
     scheduler.sub.unsubscribe();
     expect(scheduler.requests.items.map((r) => r.generation)).toEqual([5]);
-    expect(scheduler.requests.items[0]).toMatchObject({ runnerId: t.config.runnerId, capacityTotal: 8, capabilities: ["process", "sandbox:process"], sessions: [] });
+    expect(scheduler.requests.items[0]).toMatchObject({ runnerId: t.config.runnerId, capacityTotal: 8, sessions: [] });
+    expect(scheduler.requests.items[0]!.capabilities.slice(0, 2)).toEqual(["process", "sandbox:bwrap"]);
     expect(t.agent.generation).toBe(5);
     expect(readFileSync(join(t.config.dataDir, "generation"), "utf8").trim()).toBe("5");
     const jsm = await jetstreamManager(nats.nc);

@@ -18,7 +18,7 @@ import { RunnerError, RunnerErrorCode } from "./errors.ts";
 
 export type SandboxSettings = RunnerConfig["sandbox"];
 
-/** A runner configured without sandbox settings (tests' agents): the process backend. */
+/** The process backend's settings (no isolation: development only), and the base of tests' bwrap settings. */
 export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", hide: [], shared: [], uidFirst: 200_000, uidCount: 1_024, netInstance: undefined, netPrefix: undefined, limits: DEFAULT_SANDBOX_LIMITS };
 
 export class SandboxUnavailableError extends RunnerError {

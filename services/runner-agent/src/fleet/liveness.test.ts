@@ -22,6 +22,7 @@ import {
   fakeScheduler,
   markLost,
   testAgent,
+  hostPidOf,
   type TestAgent,
 } from "../testing/test-support.ts";
 
@@ -33,12 +34,12 @@ function startCmd(t: TestAgent, sessionId: string, spec: PortableSpec, runnerGen
   return { type: "start", sessionId, workspaceId: "ws1", runnerGeneration, placementGeneration: 1, spec, mode: "run", trigger: "initial" };
 }
 
-/** A long-running app that writes its pid into the workspace, so the test can watch /proc. */
+/** A long-running app that writes its pid into the workspace, so the test can watch its host pid in /proc. */
 const sleeper: PortableSpec = { cmd: ["sh", "-c", "echo $$ > pid; printf up; exec sleep 600"] };
 
 async function pidOf(t: TestAgent, sessionId: string, term: ReturnType<typeof collectTerm>): Promise<number> {
   await term.waitFor(() => term.text().includes("up"));
-  return Number(readFileSync(join(t.config.dataDir, "sessions", sessionId, "workspace", "pid"), "utf8").trim());
+  return hostPidOf(t, sessionId, Number(readFileSync(join(t.config.dataDir, "sessions", sessionId, "workspace", "pid"), "utf8").trim()));
 }
 
 /** Entries of one KV key, as a collector (the watch delivers the current value first). */
@@ -124,7 +125,9 @@ describe("liveness", () => {
     await t.agent.start();
     scheduler.sub.unsubscribe();
     const req = scheduler.requests.items[0]!;
-    expect(req.capabilities).toEqual(["process", "gpu", "sandbox:process"]);
+    // The configured ones first, then the sandbox's: its backend and the kinds of limit it enforces.
+    expect(req.capabilities.slice(0, 3)).toEqual(["process", "gpu", "sandbox:bwrap"]);
+    expect(req.capabilities).toContain("limits:rlimit");
     expect(req.resources).toMatchObject({ cpuMillis: 2_000, memoryBytes: 1 << 30 });
     expect(req.resources!.diskBytes).toBeGreaterThan(0);
   });

@@ -289,7 +289,9 @@ describe("egress in a session", () => {
     const text = term.text();
     const line = (label: string) => new RegExp(`${label}=(.*)`).exec(text)?.[1] ?? "";
 
-    expect(text).toMatch(/proxy=http:\/\/127\.0\.0\.1:\d+ noproxy=\[\]/);
+    // The proxy listens on the runner's end of the session's own network (bwrap), reachable from inside it alone;
+    // the gateway's relay there is reached directly (NO_PROXY), everything else through the proxy.
+    expect(text).toMatch(/proxy=http:\/\/(10\.\d+\.\d+\.\d+):\d+ noproxy=\[\1\]/);
     expect(line("HTTP_LISTED")).toContain(`listed GET /p host=localhost:${portOf(listed)}`);
     expect(line("HTTP_LISTED")).toContain("code=200");
     expect(line("HTTP_UNLISTED")).toContain("code=403");
@@ -304,11 +306,11 @@ describe("egress in a session", () => {
     expect(exited.type === "exited" ? exited.usage?.networkBytes : undefined).toBeGreaterThan(4 * 100);
 
     // The session ended: its proxy stopped with it.
-    const port = Number(/proxy=http:\/\/127\.0\.0\.1:(\d+)/.exec(text)?.[1]);
+    const [, host = "", port = NaN] = /proxy=http:\/\/([\d.]+):(\d+)/.exec(text) ?? [];
     await eventually(
       () =>
         new Promise<boolean>((resolve) => {
-          const s = netConnect(port, "127.0.0.1", () => {
+          const s = netConnect(Number(port), host, () => {
             s.destroy();
             resolve(false);
           });

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
@@ -14,7 +14,7 @@ import { createLogger, silentLogger } from "@paddock/logging";
 import { useNatsServer } from "@paddock/testing/vitest";
 import type { AgentConfig } from "../agent.ts";
 import { RpcSecretResolver } from "./secrets.ts";
-import { Collector, collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, maliciousTar, sealBytes, stillRuns, tarEntry, testAgent, type TestAgent } from "../testing/test-support.ts";
+import { Collector, collectFacts, collectTerm, counterValue, dispatchTo, eventually, fakeScheduler, maliciousTar, sealBytes, stillRuns, tarEntry, testAgent, hostPidOf, TEST_SANDBOX, type TestAgent } from "../testing/test-support.ts";
 
 const nats = useNatsServer();
 const agents: TestAgent[] = [];
@@ -92,7 +92,7 @@ describe("suspend, resume, checkpoint", () => {
     const term = collectTerm(nats.nc, sessionId, "main");
     await h.start(sessionId, { cmd: counterApp });
     await term.waitFor(() => /pid=\d+/.test(term.text()) && lastCount(term.text()) > 0);
-    const pid = Number(/pid=(\d+)/.exec(term.text())?.[1]);
+    const pid = hostPidOf(h.t, sessionId, Number(/pid=(\d+)/.exec(term.text())?.[1]));
     await h.send({ type: "suspend", sessionId, requestId: "w1", warm: true });
     expect(await h.fact(sessionId, "suspended")).toMatchObject({ warm: true });
     let seen = "";
@@ -181,7 +181,7 @@ describe("suspend, resume, checkpoint", () => {
     const term = collectTerm(nats.nc, sessionId, "main");
     await h.start(sessionId, { cmd: [process.execPath, "-e", "require('fs').writeFileSync('kept.txt', 'frozen-state'); console.log('pid=' + process.pid); setInterval(() => {}, 1000);"] });
     await term.waitFor(() => /pid=\d+/.test(term.text()));
-    const pid = Number(/pid=(\d+)/.exec(term.text())?.[1]);
+    const pid = hostPidOf(h.t, sessionId, Number(/pid=(\d+)/.exec(term.text())?.[1]));
     await h.send({ type: "suspend", sessionId, requestId: "wc1", warm: true });
     await h.fact(sessionId, "suspended", (f) => f.warm);
     await h.send({ type: "suspend", sessionId, requestId: "wc2", warm: false });
@@ -215,7 +215,7 @@ describe("suspend, resume, checkpoint", () => {
     const term = collectTerm(nats.nc, sessionId, "main");
     await h.start(sessionId, { apps: [{ name: "main", cmd: [process.execPath, "-e", "console.log('pid=' + process.pid); setInterval(() => {}, 1000);"] }, { name: "side", cmd: ["sleep", "600"] }] });
     await term.waitFor(() => /pid=\d+/.test(term.text()));
-    process.kill(Number(/pid=(\d+)/.exec(term.text())?.[1]), "SIGKILL");
+    process.kill(hostPidOf(h.t, sessionId, Number(/pid=(\d+)/.exec(term.text())?.[1]), "setInterval"), "SIGKILL");
     const ended = await h.fact(sessionId, "app", (f) => f.app === "main" && f.run.phase !== "running");
     expect(ended.run).toMatchObject({ generation: 1, phase: "failed", exitCode: null, signal: "SIGKILL", reason: "killed by SIGKILL" });
     await h.send({ type: "restart_app", sessionId, requestId: "k1", app: "side", trigger: "manual" });
@@ -245,7 +245,7 @@ describe("suspend, resume, checkpoint", () => {
     // The escaped process prints its own pid once setsid() is done (setsid execs it), so the check below cannot run first.
     await h.start(sessionId, { cmd: ["sh", "-c", "setsid sh -c 'echo escaped=$$; exec sleep 300' & exec sleep 600"] });
     await term.waitFor(() => /escaped=\d+/.test(term.text()));
-    const escaped = Number(/escaped=(\d+)/.exec(term.text())?.[1]);
+    const escaped = hostPidOf(h.t, sessionId, Number(/escaped=(\d+)/.exec(term.text())?.[1]));
     // It leads a group of its own.
     expect(Number(procStat(escaped)[2])).toBe(escaped);
     await h.send({ type: "destroy", sessionId });
@@ -410,15 +410,19 @@ describe("environment boot", () => {
   const env = (extra: Partial<BootEnvironment> = {}): BootEnvironment => ({
     environmentId: "env1",
     setupHash: "h1",
-    setup: `echo s >> ${marks}/setup-count; echo built > built.txt`,
-    init: `echo i >> ${marks}/init-count`,
+    // umask 0: each session is a uid of its own, and the next one appends to the marks the first made.
+    setup: `umask 0; echo s >> ${marks}/setup-count; echo built > built.txt`,
+    init: `umask 0; echo i >> ${marks}/init-count`,
     secretRefs: ["API_KEY"],
     ...extra,
   });
   const lines = (file: string) => (existsSync(join(marks, file)) ? readFileSync(join(marks, file), "utf8").trim().split("\n").length : 0);
   beforeAll(async () => {
-    h = await harness();
+    // Setup and init leave their marks outside the workspace, in a dir the runner binds into every session
+    // (PADDOCK_SANDBOX_SHARED_DIRS): sessions' uids are their own, so it is writable by all.
     marks = mkdtempSync(join(tmpdir(), "paddock-marks-"));
+    chmodSync(marks, 0o1777);
+    h = await harness({ sandbox: { ...TEST_SANDBOX, shared: [marks] } });
   });
 
   it("runs setup once and publishes its snapshot; a start with the snapshot skips setup; init runs on every boot", async () => {
@@ -502,7 +506,8 @@ describe("app environment and pipes", () => {
     answering.unsubscribe();
     expect(asked).toMatchObject([{ runnerId, sessionId, token: true, names: [] }]);
     expect(term.text()).toContain(createHash("sha256").update(token).digest("hex"));
-    expect(term.text()).toContain(`url=http://gateway.test:8080 sid=${sessionId}`);
+    // PADDOCK_URL is the runner's relay to the gateway, on the runner's end of the session's network (bwrap).
+    expect(term.text()).toMatch(new RegExp(`url=http://10\\.\\d+\\.\\d+\\.\\d+:\\d+ sid=${sessionId}`));
     expect(term.text()).not.toContain(token);
     expect(Buffer.concat(logged).toString("utf8")).toContain(sessionId);
     expect(Buffer.concat(logged).toString("utf8")).not.toContain(token);

@@ -2,7 +2,7 @@
  * Shared scaffolding for this service's tests: a stand-in scheduler answering
  * registration, fact and terminal collectors that resolve on messages.
  */
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -38,7 +38,10 @@ import { afterAll, beforeAll } from "vitest";
 import { makeRunner, startNatsServer, type NatsServerHandle } from "@paddock/testing";
 import { createRunnerAgent, type AgentConfig, type RunnerAgent, type RunnerAgentDeps } from "../agent.ts";
 import { createRunnerMetrics, type RunnerMetrics } from "../metrics.ts";
-import { PROCESS_SANDBOX } from "../sandbox-choice.ts";
+import { PROCESS_SANDBOX, type SandboxSettings } from "../sandbox-choice.ts";
+
+/** What test agents run sessions in: bwrap, a runner's default (a host where it does not work fails loudly). */
+export const TEST_SANDBOX: SandboxSettings = { ...PROCESS_SANDBOX, backend: "bwrap" };
 
 /** Collects items and resolves waiters whose predicate matches (already seen or future). */
 export class Collector<T> {
@@ -221,10 +224,7 @@ export function testAgent(
     watchDebounceMs: 50,
     watchMaxReloads: 10,
     watchWindowMs: 60_000,
-    // The runner's own mechanics (fencing, liveness, lifecycle) are tested on the process backend, whose apps'
-    // pids and /proc state the tests read from the host. bwrap runs the same lifecycle in sessions/backends.test.ts,
-    // and is what every stack-level suite (test/e2e, the CLI's, chaos, bench) runs on: a runner's default.
-    sandbox: PROCESS_SANDBOX,
+    sandbox: TEST_SANDBOX,
     ...overrides,
   };
   const metrics = createRunnerMetrics();
@@ -340,4 +340,39 @@ export function agentTestServer(): { readonly nc: NatsConnection; agents: TestAg
     await server?.stop();
   });
   return env;
+}
+
+/**
+ * The host pid of a session's process, given its pid as the session sees it
+ * (what it printed or wrote): on bwrap the session has a pid namespace of
+ * its own, so the last NSpid of the process, run by the uid owning the
+ * session's directory; on process the two are the same. Each app of a
+ * session has a pid namespace of its own: `cmdlineHas` tells apps apart.
+ */
+export function hostPidOf(t: TestAgent, sessionId: string, insidePid: number, cmdlineHas = ""): number {
+  const uid = statSync(join(t.config.dataDir, "sessions", sessionId)).uid;
+  const found: number[] = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    let status: string;
+    try {
+      status = readFileSync(`/proc/${name}/status`, "utf8");
+    } catch {
+      continue;
+    }
+    const nspid = /^NSpid:\s+(.*)$/m.exec(status)?.[1]?.trim().split(/\s+/).map(Number) ?? [];
+    const realUid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]);
+    if (realUid !== uid || nspid.at(-1) !== insidePid || (uid === process.getuid?.() && nspid.length > 1)) continue;
+    if (cmdlineHas === "" || cmdlineOf(name).includes(cmdlineHas)) found.push(Number(name));
+  }
+  if (found.length !== 1) throw new Error(`session ${sessionId}'s pid ${insidePid} is ${found.length === 0 ? "no process" : `several processes (${found.join(", ")})`} of uid ${uid}`);
+  return found[0]!;
+}
+
+function cmdlineOf(pid: string): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8");
+  } catch {
+    return "";
+  }
 }
