@@ -142,7 +142,7 @@ async function objectStoreBaseline(nc: NatsConnection, file: string): Promise<{ 
 
 /**
  * Benchmark 8: cold suspend of a session with an N MB workspace (real
- * runner-agents, process backend), and its resume until running on the other
+ * runner-agents on their default backend), and its resume until running on the other
  * runner, against `tar -cz` / `tar -xz` of the same directory and a raw
  * object-store put / get of the same compressed bytes.
  */
@@ -152,8 +152,8 @@ export async function checkpointBench(opts: { megabytes: number; compression?: "
   const profileDir = process.env.PADDOCK_BENCH_PROFILE_DIR;
   const hook = new URL("./cpu-profile.mjs", import.meta.url).pathname;
   const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
-  // The bench plants the workspace from the host as root; on bwrap the session's uid (which checkpoints it) could not read those files: measured on process until the bench plants them as the session.
-  const stack = await startStack({ validateOutgoing: false, runners: 2, runnerCapacity: 2, env: { "runner-agent": { ...prof, PADDOCK_RUNNER_CHECKPOINT_COMPRESSION: compression, PADDOCK_SANDBOX: "process" } } });
+  // On the runners' default backend (bwrap where it works): the workspace is planted as the session's uid, as its own processes would have written it.
+  const stack = await startStack({ validateOutgoing: false, runners: 2, runnerCapacity: 2, env: { "runner-agent": { ...prof, PADDOCK_RUNNER_CHECKPOINT_COMPRESSION: compression } } });
   const nc = await connect({ servers: stack.nats.url });
   const scratch = await mkdtemp(join(tmpdir(), "paddock-bench-ckpt-"));
   // The same footing as a runner's sessions dir (services/runner-agent/src/sandbox/sessions-dir.ts):
@@ -166,8 +166,13 @@ export async function checkpointBench(opts: { megabytes: number; compression?: "
     const from = first.runnerId ?? "";
     const workspace = join(stack.dataDir, from, "sessions", created.id, "workspace");
     const files = await makeWorkspace(workspace, opts.megabytes);
+    // Written from the host as root: given to the workspace's owner (the session's uid on bwrap; root on process, a no-op).
+    const owner = await stat(workspace);
+    await run("chown", ["-R", `${owner.uid}:${owner.gid}`, workspace]);
     const bytes = await dirBytes(workspace);
-    log(`workspace: ${files} files, ${(bytes / 1e6).toFixed(1)} MB on ${from}`);
+    const runners = (await (await fetch(`${stack.url}/v1/runners`, { headers: { authorization: `Bearer ${stack.token}` } })).json()) as { runners: Array<{ capabilities: string[] }> };
+    const backend = runners.runners[0]?.capabilities.find((c) => c.startsWith("sandbox:")) ?? "sandbox:?";
+    log(`workspace: ${files} files, ${(bytes / 1e6).toFixed(1)} MB on ${from} (${backend}, owned by uid ${owner.uid})`);
 
     const tgz = join(scratch, "baseline.tgz");
     const tar = await tarBaseline(workspace, tgz);
