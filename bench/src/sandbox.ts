@@ -39,7 +39,8 @@ export async function sandboxBenches(opts: { samples: number }): Promise<Figure[
   try {
     const plain = await timed(opts.samples, () => exitOf(spawn("/bin/true")));
     const bare = await timed(opts.samples, () => exitOf(spawn(tools.bwrap, ["--ro-bind", "/", "/", "--", "/bin/true"])));
-    const noNet = await timed(opts.samples, (i) => runSession(cap, sessionSpec(dataDir, uids.allocate(`n${i}`), undefined, ["/bin/true"])));
+    // Each sample gives its uid back (the range is smaller than a full run's samples; round robin reuses it last).
+    const noNet = await timed(opts.samples, (i) => runSession(cap, sessionSpec(dataDir, uids.allocate(`n${i}`), undefined, ["/bin/true"])).finally(() => uids.release(`n${i}`)));
     const netCreate: number[] = [];
     const netDestroy: number[] = [];
     const withNet = await timed(opts.samples, async (i) => {
@@ -52,6 +53,7 @@ export async function sandboxBenches(opts: { samples: number }): Promise<Figure[
       const t1 = performance.now();
       await net.destroy();
       netDestroy.push(performance.now() - t1);
+      uids.release(`w${i}`);
     });
     // The runner's way: networks built ahead (network-pool.ts); a session takes one and allows its ports.
     const pool = createNetworkPool({ networks, size: 4, slots: 64, onError: (err) => { throw err; } });
@@ -67,6 +69,7 @@ export async function sandboxBenches(opts: { samples: number }): Promise<Figure[
       await runSession(cap, { ...spec, netnsPath: net.netnsPath });
       pooled.push(performance.now() - t0);
       pool.release(net);
+      uids.release(`q${i}`);
       // The next take finds a ready network and no teardown under way, as a runner between creates would (not timed).
       await new Promise((resolve) => setImmediate(resolve));
       await pool.idle();
@@ -80,6 +83,7 @@ export async function sandboxBenches(opts: { samples: number }): Promise<Figure[
       await firstPtyOutput(cap, { ...spec, netnsPath: net.netnsPath });
       ptyFirst.push(performance.now() - t0);
       pool.release(net);
+      uids.release(`p${i}`);
       await new Promise((resolve) => setImmediate(resolve));
       await pool.idle();
     }
