@@ -9,18 +9,18 @@
  * 0045): how many timed creates claimed one (the runner's
  * paddock_sandbox_app_starts_total) is printed beside the create figures, and
  * the same creates on a runner without the pool (every sandbox launched on
- * the create's path) are timed too. Needs root, as the runner's bwrap backend does.
+ * the create's path) are timed too. The two stacks run side by side and are
+ * measured in turn, round after round (sandbox-sides.ts): a 10% goal between
+ * them is not judged across minutes of a shared host's drift. Needs root, as
+ * the runner's bwrap backend does.
  */
 import { spawn } from "node:child_process";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { startStack, type Stack } from "@paddock/testing";
-import { stopStackKeepingData } from "./leftovers.ts";
+import { closeSide, createsOn, echoesOn, openSide, outputOn, type Side, type SideFigures } from "./sandbox-sides.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
-import { drain, echoSamples, openWs, post, runningWatch, stageClock, type RunningWatch } from "./terminal.ts";
 
-/** A bwrap runner's own uids, network names and addresses: clear of the primitive bench's (140,000; 10.212) and the tests'. */
 /** The bwrap runner's warm pool (its default). */
 const WARM_POOL_SIZE = 2;
+/** A bwrap runner's own uids, network names and addresses: clear of the primitive bench's (140,000; 10.212) and the tests'. */
 const BWRAP_RUNNER_ENV = {
   PADDOCK_SANDBOX: "bwrap",
   PADDOCK_SANDBOX_WARM_POOL: String(WARM_POOL_SIZE),
@@ -30,27 +30,44 @@ const BWRAP_RUNNER_ENV = {
   PADDOCK_SANDBOX_NET_PREFIX: "10.211",
 };
 
-interface BackendFigures {
-  createMs: number[];
-  /** The runner's part of each create: DISPATCH → its running fact (the rest is the control plane's, the same on both backends). */
-  runnerMs: number[];
-  /** The timed creates' apps by how they started (bwrap only): on a warm sandbox, or launched on the create's path. */
-  starts: { warm: number; cold: number };
-  echoMs: number[];
-  outputMBs: number;
-}
-
 const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
+
+/** Measurements alternate between the two stacks in this many rounds: drifts of a shared host land on both alike. */
+const ROUNDS = 4;
 
 export async function sandboxRunnerBenches(opts: { samples: number; echoSamples: number; megabytes: number }): Promise<Figure[]> {
   const bareBwrap = await bareBwrapMs(opts.samples);
-  log("runner on the process backend");
-  const proc = await measureBackend({ PADDOCK_SANDBOX: "process" }, opts);
-  log("runner on the bwrap backend");
-  const bwrap = await measureBackend(BWRAP_RUNNER_ENV, { ...opts, warmPool: WARM_POOL_SIZE });
+  log(`runners on the process and on the bwrap backend side by side, measured in turn (${ROUNDS} rounds)`);
+  const sides: Side[] = [];
+  let noPool: Side | undefined;
+  try {
+    sides.push(await openSide({ PADDOCK_SANDBOX: "process" }, 0));
+    sides.push(await openSide(BWRAP_RUNNER_ENV, WARM_POOL_SIZE));
+    for (const side of sides) side.beside = sides.filter((other) => other !== side);
+    for (let round = 0; round < ROUNDS; round++) for (const side of sides) await createsOn(side, share(opts.samples, round), round === 0);
+    for (let round = 0; round < ROUNDS; round++) for (const side of sides) await echoesOn(side, share(opts.echoSamples, round));
+    for (let round = 0; round < ROUNDS; round++) for (const side of sides) await outputOn(side, opts.megabytes / ROUNDS);
+    for (const side of sides) side.figures.runnerMs = side.clock.report(side.timed);
+    log("runner on the bwrap backend without its warm pool (creates only)");
+    noPool = await openSide({ ...BWRAP_RUNNER_ENV, PADDOCK_SANDBOX_WARM_POOL: "0" }, 0);
+    await createsOn(noPool, opts.samples, true);
+    noPool.figures.runnerMs = noPool.clock.report(noPool.timed);
+  } finally {
+    for (const side of [...sides, ...(noPool ? [noPool] : [])]) await closeSide(side);
+  }
+  const [proc, bwrap] = sides.map((s) => s.figures) as [SideFigures, SideFigures];
   log(`bwrap: ${bwrap.starts.warm} of ${opts.samples} timed creates started warm (claimed from the pool), ${bwrap.starts.cold} cold`);
-  log("runner on the bwrap backend without its warm pool (creates only)");
-  const noPool = await measureBackend({ ...BWRAP_RUNNER_ENV, PADDOCK_SANDBOX_WARM_POOL: "0" }, { ...opts, createsOnly: true });
+  return sandboxFigures(opts, bareBwrap, proc, bwrap, noPool.figures);
+}
+
+/** Round's share of n samples (the first rounds take the remainder). */
+function share(n: number, round: number): number {
+  return Math.floor(n / ROUNDS) + (round < n % ROUNDS ? 1 : 0);
+}
+
+const rate = (f: SideFigures) => f.output.bytes / 1e6 / f.output.seconds;
+
+function sandboxFigures(opts: { samples: number; megabytes: number }, bareBwrap: number[], proc: SideFigures, bwrap: SideFigures, noPool: SideFigures): Figure[] {
   const p50 = (s: number[]) => percentile(s, 50);
   const p99 = (s: number[]) => percentile(s, 99);
   const overhead = p50(bwrap.createMs) - p50(proc.createMs);
@@ -66,125 +83,8 @@ export async function sandboxRunnerBenches(opts: { samples: number; echoSamples:
     figure({ bench, metric: "create→running on bwrap without the warm pool p99", value: p99(noPool.createMs), unit: "ms", baseline: { name: "on process p99", value: p99(proc.createMs) } }),
     figure({ bench, metric: "echo on bwrap p50", value: p50(bwrap.echoMs), unit: "ms", baseline: { name: "on process p50", value: p50(proc.echoMs) }, goal: "≤ 1.1x process", met: p50(bwrap.echoMs) <= 1.1 * p50(proc.echoMs) }),
     figure({ bench, metric: "echo on bwrap p99", value: p99(bwrap.echoMs), unit: "ms", baseline: { name: "on process p99", value: p99(proc.echoMs) }, goal: "≤ 1.1x process", met: p99(bwrap.echoMs) <= 1.1 * p99(proc.echoMs) }),
-    figure({ bench, metric: `${opts.megabytes} MB output on bwrap`, value: bwrap.outputMBs, unit: "MB/s", baseline: { name: "on process", value: proc.outputMBs }, goal: "≥ 0.9x process", met: bwrap.outputMBs >= 0.9 * proc.outputMBs }),
+    figure({ bench, metric: `${opts.megabytes} MB output on bwrap`, value: rate(bwrap), unit: "MB/s", baseline: { name: "on process", value: rate(proc) }, goal: "≥ 0.9x process", met: rate(bwrap) >= 0.9 * rate(proc) }),
   ];
-}
-
-interface MeasureOptions {
-  samples: number;
-  echoSamples: number;
-  megabytes: number;
-  createsOnly?: boolean;
-  /** The runner's warm pool: each create, echo and output session starts once it is full again (0: none). */
-  warmPool?: number;
-}
-
-async function measureBackend(runnerEnv: Record<string, string>, opts: MeasureOptions): Promise<BackendFigures> {
-  const stack = await startStack({ validateOutgoing: false, runnerCapacity: 64, env: { gateway: { PADDOCK_WS_INPUT_FRAMES_PER_SECOND: "1000000" }, "runner-agent": runnerEnv } });
-  const nc = await connect({ servers: stack.nats.url });
-  const watch = await runningWatch(nc);
-  // The pool refills after each take (a uid, directories, a network, a PTY running the launch chain): on 2 cores that work
-  // would land in the next measurement. A user whose creates are not back to back finds the pool full, as each measurement here does.
-  const settled = () => untilWarmPoolFull(stack, opts.warmPool ?? 0);
-  try {
-    const { ms: createMs, runnerMs, starts } = await createSamples(stack, nc, watch, opts.samples, settled);
-    if (opts.createsOnly) return { createMs, runnerMs, starts, echoMs: [], outputMBs: Number.NaN };
-    const echoMs = await echoOf(stack, watch, opts.echoSamples, settled);
-    const outputMBs = await outputOf(stack, watch, opts.megabytes, settled);
-    return { createMs, runnerMs, starts, echoMs, outputMBs };
-  } finally {
-    watch.stop();
-    await nc.drain();
-    await stopStackKeepingData(stack);
-  }
-}
-
-/** Resolves once the runner's warm pool holds size ready sandboxes (its paddock_sandbox_warm_ready gauge); at once for no pool. */
-async function untilWarmPoolFull(stack: Stack, size: number): Promise<void> {
-  if (size === 0) return;
-  const deadline = performance.now() + 60_000;
-  for (;;) {
-    const text = await (await fetch(`http://127.0.0.1:${String(stack.runners[0]?.ready.opsPort)}/metrics`)).text();
-    if (Number(/^paddock_sandbox_warm_ready (\d+)/m.exec(text)?.[1] ?? 0) >= size) return;
-    if (performance.now() > deadline) throw new Error("the runner's warm pool did not fill within 60 s");
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
-/** The runner's app starts so far by how they started (its /metrics; zero on the process backend, which counts none). */
-async function appStarts(stack: Stack): Promise<{ warm: number; cold: number }> {
-  const text = await (await fetch(`http://127.0.0.1:${String(stack.runners[0]?.ready.opsPort)}/metrics`)).text();
-  const count = (start: string) => Number(new RegExp(`^paddock_sandbox_app_starts_total\\{start="${start}"\\} (\\d+)`, "m").exec(text)?.[1] ?? 0);
-  return { warm: count("warm"), cold: count("cold") };
-}
-
-async function deleteSession(stack: Stack, id: string): Promise<void> {
-  await fetch(`${stack.url}/v1/sessions/${id}`, { method: "DELETE", headers: { authorization: `Bearer ${stack.token}` } });
-}
-
-/**
- * POST → record running, one at a time on an idle system as in the terminal
- * bench: each starts once the previous session's sandbox is gone (its
- * destroyed fact), so no teardown is timed into the next create. On bwrap
- * that also leaves the warm pool the time to start the next sandbox, as for a
- * user whose creates are not back to back (a burst beyond the pool's size
- * starts cold). The stage log says where the time goes.
- */
-async function createSamples(stack: Stack, nc: NatsConnection, watch: RunningWatch, samples: number, settled: () => Promise<void>): Promise<{ ms: number[]; runnerMs: number[]; starts: { warm: number; cold: number } }> {
-  const ms: number[] = [];
-  const clock = await stageClock(nc);
-  const timed: Array<{ id: string; start: number }> = [];
-  let before = { warm: 0, cold: 0 };
-  // One untimed create first: the runner's first session pays for cold code paths on either backend.
-  for (let i = 0; i <= samples; i++) {
-    await settled();
-    const start = performance.now();
-    const s = await post(stack, "/v1/sessions", { spec: { cmd: ["sh", "-c", "echo up; exec sleep 600"] } });
-    clock.mark(s.id, "answered");
-    await watch.untilRunning(s.id);
-    clock.mark(s.id, "running");
-    if (i > 0) {
-      ms.push(performance.now() - start);
-      timed.push({ id: s.id, start });
-    }
-    await deleteSession(stack, s.id);
-    await clock.destroyed(s.id);
-    if (i === 0) before = await appStarts(stack);
-  }
-  const runnerMs = clock.report(timed);
-  const after = await appStarts(stack);
-  return { ms, runnerMs, starts: { warm: after.warm - before.warm, cold: after.cold - before.cold } };
-}
-
-async function echoOf(stack: Stack, watch: RunningWatch, samples: number, settled: () => Promise<void>): Promise<number[]> {
-  await settled();
-  const s = await post(stack, "/v1/sessions", { spec: { cmd: ["cat"] } });
-  await watch.untilRunning(s.id);
-  // Its refill (bwrap) done before the first sample.
-  await settled();
-  const ws = await openWs(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?mode=controller&since=all`, { authorization: `Bearer ${stack.token}` });
-  const out = await echoSamples(ws, samples, true);
-  ws.close();
-  await deleteSession(stack, s.id);
-  return out;
-}
-
-/**
- * The session's output rate once it runs: it waits for a line before it
- * writes, so neither its start nor (bwrap) its pool's refill is in the time.
- */
-async function outputOf(stack: Stack, watch: RunningWatch, megabytes: number, settled: () => Promise<void>): Promise<number> {
-  await settled();
-  const cmd = ["sh", "-c", `read go; head -c ${megabytes * 1024 * 1024} /dev/zero | tr '\\0' 'x' | fold -w 100`];
-  const s = await post(stack, "/v1/sessions", { spec: { cmd } });
-  const ws = await openWs(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?mode=controller&since=all`, { authorization: `Bearer ${stack.token}` });
-  await watch.untilRunning(s.id);
-  await settled();
-  const live = drain(ws, true);
-  ws.send(Buffer.from("go\n"), { binary: true });
-  const out = await live;
-  await deleteSession(stack, s.id);
-  return out.bytes / 1e6 / out.seconds;
 }
 
 /** A bare `bwrap` spawn (read-only /, no namespaces beyond its own) of /bin/true: the baseline the sandbox's overhead is set against. */

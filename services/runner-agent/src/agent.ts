@@ -207,6 +207,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     const onBwrapEvent = (e: BwrapEvent) => {
       if (e.type === "app_start") metrics.sandboxAppStarts.inc({ start: e.start });
       else if (e.type === "ready_count") metrics.sandboxWarmReady.set(e.ready);
+      else if (e.type === "network_work") metrics.sandboxNetworkWork.set(e.underWay);
     };
     const backend = deps.sandbox ?? (await chooseSandbox(config.sandbox ?? PROCESS_SANDBOX, { log, childPath: config.childPath, dataDir: config.dataDir, images: sandboxImages(images), onBwrapEvent }));
     sandbox = backend;

@@ -36,6 +36,7 @@ export interface RunnerMetrics extends BusMetrics {
   sandboxAppStarts: Counter<"start">;
   /** bwrap: sandboxes of the warm pool ready for a create now. */
   sandboxWarmReady: Gauge;
+  sandboxNetworkWork: Gauge;
 }
 
 export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
@@ -113,5 +114,6 @@ export function createRunnerMetrics(registry?: Registry): RunnerMetrics {
       registers,
     }),
     sandboxWarmReady: new Gauge({ name: "paddock_sandbox_warm_ready", help: "bwrap: sandboxes of the warm pool ready for a create", registers }),
+    sandboxNetworkWork: new Gauge({ name: "paddock_sandbox_network_work", help: "bwrap: session networks being built or torn down in the background", registers }),
   };
 }

@@ -9,7 +9,7 @@ import type { FactBody } from "../fleet/facts.ts";
 import { ControllerGate, subscribeInput } from "../terminal/input.ts";
 import { buildAppSlot, type AppWiring } from "./app-wiring.ts";
 import type { Phase, SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
-import { prepareSandbox, saveCheckpoint, SessionEgress } from "./session-sandbox.ts";
+import { askCredentials, prepareSandbox, saveCheckpoint, SessionEgress } from "./session-sandbox.ts";
 import { SessionFacts } from "./session-facts.ts";
 import { UsageMeter } from "../sandbox/usage.ts";
 import type { AppProcess } from "../sandbox/process-group.ts";
@@ -101,6 +101,7 @@ export class SessionRuntime {
   async boot(): Promise<boolean> {
     const cmd = this.cmd;
     const trigger: RunTrigger = cmd.trigger;
+    const credentials = askCredentials(this.deps, cmd, this.held);
     try {
       const sandbox = await this.deps.sandbox.create({ sessionId: this.held.sessionId, dir: this.dir, image: cmd.spec.image });
       this.sandbox = sandbox;
@@ -109,6 +110,7 @@ export class SessionRuntime {
         cmd,
         held: this.held,
         sandbox,
+        credentials,
         signal: this.abort.signal,
         startEgress: (host, port) => this.egress.start(this.cmd.spec.egressAllow ?? [], host, port, this.deps, this.ids(), () => this.phase === "ending"),
         emit: (body, key) => this.emit(body, key),

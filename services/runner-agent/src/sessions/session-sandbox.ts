@@ -19,6 +19,8 @@ export interface SandboxPrep {
   cmd: StartCommand;
   held: HeldSession;
   sandbox: Sandbox;
+  /** The session's secret values and service token, asked for before the sandbox was created (askCredentials). */
+  credentials: Promise<BootCredentials>;
   signal: AbortSignal;
   /** Starts the session's egress proxy listening on host (on port when free); answers its port and the env that points apps at it. */
   startEgress: (host: string, port: number) => Promise<StartedEgress>;
@@ -26,24 +28,36 @@ export interface SandboxPrep {
   logFields: Record<string, unknown>;
 }
 
+export type BootCredentials = Awaited<ReturnType<SessionRuntimeDeps["secrets"]["boot"]>>;
+
+/**
+ * Secret values and the service token (never in DISPATCH): a round trip to
+ * the scheduler, asked for first so that it overlaps the sandbox's creation
+ * and preparation. Awaited by prepareSandbox (a rejection is handled there).
+ */
+export function askCredentials(deps: SessionRuntimeDeps, cmd: StartCommand, held: HeldSession): Promise<BootCredentials> {
+  const env = cmd.environment;
+  const credentials = deps.secrets.boot(env?.secretRefs ?? [], { ...held, environmentId: env?.environmentId });
+  credentials.catch(() => undefined); // awaited in prepareSandbox, unless the create or the restore fails first
+  return credentials;
+}
+
 /** Prepares the sandbox; answers the apps' env. Throws (a BootError when told) when it cannot. */
 export async function prepareSandbox(p: SandboxPrep): Promise<Record<string, string>> {
   const { deps, cmd, held, sandbox } = p;
   const env = cmd.environment;
-  // Secret values and the service token (never in DISPATCH), asked for while the sandbox is prepared.
-  const credentials = deps.secrets.boot(env?.secretRefs ?? [], { ...held, environmentId: env?.environmentId });
-  credentials.catch(() => undefined); // awaited below, unless the restore fails first
   if (cmd.restore) {
     await deps.checkpoints.restore(cmd.restore, cmd.restoreKey, sandbox.workspace, sandbox.user).catch(rethrowAs("restore failed"));
     await sandbox.adopt();
   }
-  const { values: secrets, sessionToken } = await credentials;
+  // The gateway relay and the egress proxy need nothing of the credentials: both listen while the answer is on its way.
   const reach = await sandbox.reach(deps.gatewayUrl);
-  const base = baseEnv(deps.childPath, sandbox.insideWorkspace, held.sessionId, sandbox.image?.env);
-  const appEnv = { ...base, ...secrets, ...tokenEnv(cmd, sessionToken, reach.gatewayUrl) };
   // Egress: setup, init and the apps reach the network through the session's proxy (last: nothing overrides it).
   const egress = await p.startEgress(reach.egressHost, reach.egressPort);
   await reach.allow([egress.port]);
+  const { values: secrets, sessionToken } = await p.credentials;
+  const base = baseEnv(deps.childPath, sandbox.insideWorkspace, held.sessionId, sandbox.image?.env);
+  const appEnv = { ...base, ...secrets, ...tokenEnv(cmd, sessionToken, reach.gatewayUrl) };
   const proxyEnv = reach.noProxy.length > 0 ? { ...egress.env, NO_PROXY: reach.noProxy.join(","), no_proxy: reach.noProxy.join(",") } : egress.env;
   Object.assign(appEnv, proxyEnv);
   if (env) {

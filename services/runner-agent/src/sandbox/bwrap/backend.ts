@@ -51,8 +51,8 @@ const NETWORK_POOL_SIZE = 2;
 /** Sandboxes kept running ahead of creates (warm-pool.ts) unless the settings say otherwise. */
 export const DEFAULT_WARM_POOL_SIZE = 2;
 
-/** An app's start (warm or cold), or a change in the warm pool: for metrics, logs and tests. */
-export type BwrapEvent = WarmPoolEvent | ({ type: "app_start" } & AppStart);
+/** An app's start (warm or cold), a change in the warm pool, or in the network work under way: for metrics, logs and tests. */
+export type BwrapEvent = WarmPoolEvent | ({ type: "app_start" } & AppStart) | { type: "network_work"; underWay: number };
 
 export interface BwrapBackendOptions {
   log: Logger;
@@ -169,7 +169,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
       if (cap.network.works && cap.network.ip && cap.network.nft) {
         networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: netInstance.instance, prefix: netInstance.prefix, sharedPorts: SHARED_PORTS });
         await networks.start();
-        pool = createNetworkPool({ networks, size: NETWORK_POOL_SIZE, slots: settings.uidCount, onError: (err) => log.warn({ err }, "sandbox network not built") });
+        pool = createNetworkPool({ networks, size: NETWORK_POOL_SIZE, slots: settings.uidCount, onError: (err) => log.warn({ err }, "sandbox network not built"), onWork: (underWay) => emit({ type: "network_work", underWay }) });
       } else {
         log.warn({ reason: cap.network.reason }, "sandbox sessions get no network of their own here (loopback only): no gateway, no egress");
       }

@@ -51,4 +51,20 @@ describe("createNetworkPool", () => {
     await pool.stop();
     expect(existsSync(net.netnsPath)).toBe(false);
   });
+
+  it("tells how many builds and teardowns are under way, down to none once idle", async () => {
+    const underWay: number[] = [];
+    const pool = createNetworkPool({ networks, size: 1, slots: 4, onError: () => undefined, onWork: (n) => underWay.push(n) });
+    await pool.filled();
+    expect(underWay).toEqual([1, 0]); // the build of the one ready network
+    const net = await pool.take();
+    pool.release(net);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(underWay.at(-1)).toBeGreaterThan(0); // its teardown (and the refill) under way
+    await pool.idle();
+    expect(underWay.at(-1)).toBe(0);
+    expect(existsSync(net.netnsPath)).toBe(false);
+    await pool.stop();
+    expect(underWay.at(-1)).toBe(0);
+  });
 });

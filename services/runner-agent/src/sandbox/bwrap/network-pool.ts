@@ -20,6 +20,8 @@ export interface NetworkPoolOptions {
   slots: number;
   /** Told when a background build or teardown fails (the pool keeps going with what it has). */
   onError: (err: unknown) => void;
+  /** Told how many builds and teardowns are under way whenever that changes (a gauge: their kernel work competes with sessions). */
+  onWork?: (underWay: number) => void;
 }
 
 export interface NetworkPool {
@@ -48,7 +50,13 @@ export function createNetworkPool(opts: NetworkPoolOptions): NetworkPool {
 
   const track = <T>(p: Promise<T>): Promise<T> => {
     pending.add(p);
-    void p.finally(() => pending.delete(p)).catch(() => undefined);
+    opts.onWork?.(pending.size);
+    void p
+      .finally(() => {
+        pending.delete(p);
+        opts.onWork?.(pending.size);
+      })
+      .catch(() => undefined);
     return p;
   };
   const wake = () => {

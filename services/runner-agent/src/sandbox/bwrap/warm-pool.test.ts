@@ -49,7 +49,7 @@ beforeAll(async () => {
     onEvent: (e) => {
       events.push(e);
       if (e.type === "ready") readyUids.add(e.uid);
-      else if (e.type !== "app_start" && e.type !== "ready_count") readyUids.delete(e.uid);
+      else if (e.type === "discarded" || e.type === "claimed" || e.type === "declined") readyUids.delete(e.uid);
       notify();
     },
   });
