@@ -43,6 +43,11 @@ export interface StartServiceOptions {
   logTo?: NodeJS.WritableStream;
   /** Called with the child as soon as it is spawned, before it is ready (a supervisor can stop it while it starts). */
   onSpawn?: (child: ChildProcess) => void;
+  /**
+   * A command the service runs under, which execs it (e.g. `setpriv --reuid …`
+   * for a runner of its own user): the spawned process is still the service.
+   */
+  wrap?: readonly string[];
 }
 
 export function startService(
@@ -53,7 +58,8 @@ export function startService(
   const file = opts.entry ?? serviceEntry[name as ServiceName];
   // One OS process per service (node with the tsx loader, not the tsx CLI,
   // which would put a wrapper process in front): signals reach the service itself.
-  const child = spawn(process.execPath, ["--import", "tsx", join(repoRoot, file)], {
+  const argv = [...(opts.wrap ?? []), process.execPath, "--import", "tsx", join(repoRoot, file)];
+  const child = spawn(argv[0]!, argv.slice(1), {
     cwd: repoRoot,
     env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", ...env },
     stdio: ["ignore", "pipe", "pipe"],

@@ -28,9 +28,18 @@ export interface Stack {
   /** With `secretFiles`: where each secret is (0600 files in the data dir). */
   secretFiles?: StackSecretFiles;
   /** Starts one more runner-agent process on this stack. */
-  addRunner(opts?: { runnerId?: string; poolId?: string; capacity?: number; env?: Record<string, string> }): Promise<ServiceProcess>;
+  addRunner(opts?: RunnerOptions): Promise<ServiceProcess>;
   /** Stops every process; with keepData the data dir and NATS store stay on disk (the caller removes them). */
   stop(opts?: { keepData?: boolean }): Promise<void>;
+}
+
+export interface RunnerOptions {
+  runnerId?: string;
+  poolId?: string;
+  capacity?: number;
+  env?: Record<string, string>;
+  /** A command the runner-agent runs under (StartServiceOptions.wrap): a runner of its own user. */
+  wrap?: readonly string[];
 }
 
 export interface StackOptions {
@@ -83,15 +92,15 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     if (pass === undefined) throw new Error(`isolated stack: no NATS user ${user} (declare the runner in isolated.runners)`);
     return { PADDOCK_NATS_USER: user, PADDOCK_NATS_PASS: pass };
   };
-  const start = async (name: "scheduler" | "event-recorder" | "gateway" | "runner-agent", env: Record<string, string>) => {
+  const start = async (name: "scheduler" | "event-recorder" | "gateway" | "runner-agent", env: Record<string, string>, wrap?: readonly string[]) => {
     const user = name === "runner-agent" ? runnerUser(env.PADDOCK_POOL_ID ?? "default", env.PADDOCK_RUNNER_ID ?? "") : name;
-    const svc = await startService(name, { ...commonEnv, ...opts.env?.[name], ...env, ...credentials(user) });
+    const svc = await startService(name, { ...commonEnv, ...opts.env?.[name], ...env, ...credentials(user) }, wrap ? { wrap } : {});
     started.push(svc);
     return svc;
   };
   let runnerCount = 0;
   let gatewayUrl = "";
-  const addRunner = async (r: { runnerId?: string; poolId?: string; capacity?: number; env?: Record<string, string> } = {}) => {
+  const addRunner = async (r: RunnerOptions = {}) => {
     runnerCount += 1;
     const runnerId = r.runnerId ?? `runner-${runnerCount}`;
     return start("runner-agent", {
@@ -102,7 +111,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       PADDOCK_RUNNER_DATA_DIR: join(dataDir, runnerId),
       ...(files ? { PADDOCK_SECRETS_KEY_FILE: files.secretsKey } : {}),
       ...r.env,
-    });
+    }, r.wrap);
   };
   try {
     if (isolation) await provisionAs(nats.url, ControlPlaneUsers.provisioner, isolation.passwords[ControlPlaneUsers.provisioner] ?? "");

@@ -1,7 +1,7 @@
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { hostRlimits, probeBwrap, type BwrapCapability } from "./probe.ts";
+import { hostRlimits, networkCapability, probeBwrap, type BwrapCapability } from "./probe.ts";
 import { runInSandbox, startTestSandboxes, testHostIds, TEST_PATH, type TestSandboxes, type TestSession } from "./test-sandbox.ts";
 import { createUidAllocator } from "./uid-allocator.ts";
 
@@ -35,6 +35,14 @@ describe("probeBwrap", () => {
     const none = await probeBwrap({ uid: 1, gid: 1, path: "/nonexistent" });
     expect(none.works).toBe(false);
     expect(none.reason).toContain("bwrap");
+  });
+
+  it("offers per-session networks by the capabilities the runner holds, not by its uid", () => {
+    const status = (capEff: string) => `Name:\tnode\nUid:\t46001\t46001\t46001\t46001\nCapEff:\t${capEff}\n`;
+    // A runner of its own user with decision 0043's set (setuid, setgid, sys_admin, net_admin, chown, fowner, dac_override, kill).
+    expect(networkCapability("/sbin/ip", "/sbin/nft", status("00000000002010eb"))).toMatchObject({ works: true, reason: undefined });
+    expect(networkCapability("/sbin/ip", "/sbin/nft", status("00000000000010eb"))).toMatchObject({ works: false, reason: "missing: CAP_SYS_ADMIN" });
+    expect(networkCapability("/sbin/ip", undefined, status("0000000000000000"))).toMatchObject({ works: false, reason: "missing: nft (nftables), CAP_SYS_ADMIN, CAP_NET_ADMIN" });
   });
 
   it("reads the runner's hard rlimits, unlimited as Infinity", () => {

@@ -130,7 +130,17 @@ export function hostRlimits(limitsText = readFileSync("/proc/self/limits", "utf8
   return { processes: hard("Max processes"), openFiles: hard("Max open files"), fileSizeBytes: hard("Max file size") };
 }
 
-function networkCapability(ip: string | undefined, nft: string | undefined): BwrapCapability["network"] {
-  const lacking = [ip ? "" : "ip (iproute2)", nft ? "" : "nft (nftables)", process.geteuid?.() === 0 ? "" : "root"].filter(Boolean);
+/** Capabilities (linux/capability.h bit numbers) that per-session networks need: named namespaces are bind mounts, veths and nft are net admin. */
+const NETWORK_CAPABILITIES = { CAP_SYS_ADMIN: 21, CAP_NET_ADMIN: 12 } as const;
+
+/**
+ * Whether the runner can build per-session networks: the tools, and the
+ * capabilities in its effective set (root has them; a runner of its own user
+ * holds them as ambient ones, decision 0043).
+ */
+export function networkCapability(ip: string | undefined, nft: string | undefined, statusText = readFileSync("/proc/self/status", "utf8")): BwrapCapability["network"] {
+  const effective = BigInt(`0x${/^CapEff:\s+([0-9a-f]+)$/m.exec(statusText)?.[1] ?? "0"}`);
+  const lackingCaps = Object.entries(NETWORK_CAPABILITIES).filter(([, bit]) => ((effective >> BigInt(bit)) & 1n) === 0n).map(([name]) => name);
+  const lacking = [ip ? "" : "ip (iproute2)", nft ? "" : "nft (nftables)", ...lackingCaps].filter(Boolean);
   return { works: lacking.length === 0, ip, nft, reason: lacking.length > 0 ? `missing: ${lacking.join(", ")}` : undefined };
 }
