@@ -47,6 +47,9 @@ const QUERY_VALUES: Record<string, string[]> = {
   path: ["", "a", "../x", "/etc"],
   sessionId: ["x"],
   follow: ["true", "false", "yes"],
+  wait: ["running", "destroyed", "queued", "sleeping", "RUNNING", ""],
+  waitFor: ["running", "suspended_cold", "failed", "nope", ""],
+  timeoutMs: ["0", "25", "-1", "1.5", "300001", "x"],
 };
 
 /** GETs that still change state: a workspace pull records a transfer in the audit. */
@@ -133,6 +136,8 @@ function generate(ctx: FuzzContext, p: Prng, route: RouteSpec): { req: Req; defe
     if (known.length > 0 && p.bool(0.3)) query.push(`${p.pick(known)}=1`, `${p.pick(known)}=1`, `zz${p.string(4)}=1`);
     else query.push(`${p.pick(["zz", "token", "access_token", "__proto__", "x", "Limit"])}${p.string(p.int(0, 4))}=${encode(nastyString(p))}`);
   }
+  // A wait is bounded by a timeoutMs of its own: one left to DEFAULT_WAIT_MS would outlast this client's 15 s.
+  if (query.some((q) => /^(wait|waitFor)=/.test(q)) && !query.some((q) => q.startsWith("timeoutMs="))) query.push("timeoutMs=25");
   const follow = query.some((q) => q === "follow=true");
   if (query.length > 0) path += `?${query.join("&")}`;
 

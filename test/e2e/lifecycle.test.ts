@@ -94,6 +94,25 @@ describe("suspend and resume", () => {
   });
 });
 
+describe("waiting for a state, without polling", () => {
+  it("a create with ?wait=running answers the session running; a long poll sees a cold suspend; lifecycle calls wait too; a wait for what cannot come answers at once", async () => {
+    const created = await post("/v1/sessions?wait=running&timeoutMs=60000", { spec: { cmd: ["sh", "-c", "read line; echo got:$line"] } });
+    expect(created.status).toBe(201);
+    expect(created.body).toMatchObject({ state: "running", waited: { state: "running", outcome: "reached" } });
+    const id = (created.body as Session).id;
+    // The suspend's committed fact (an event on the session's audit subject) wakes the long poll.
+    const suspending = api(stack.url, stack.token, "GET", `/v1/sessions/${id}?waitFor=suspended_cold&timeoutMs=60000`);
+    expect((await post(`/v1/sessions/${id}/suspend`, { warm: false })).status).toBe(200);
+    expect((await suspending).body).toMatchObject({ id, state: "suspended_cold", waited: { outcome: "reached" } });
+    const resumed = await post(`/v1/sessions/${id}/resume?wait=running&timeoutMs=60000`, {});
+    expect(resumed.body).toMatchObject({ state: "running", waited: { outcome: "reached" } });
+    const gone = await api(stack.url, stack.token, "DELETE", `/v1/sessions/${id}?wait=destroyed&timeoutMs=60000`);
+    expect(gone.body).toMatchObject({ state: "destroyed", waited: { outcome: "reached" } });
+    const never = await api(stack.url, stack.token, "GET", `/v1/sessions/${id}?waitFor=running&timeoutMs=60000`);
+    expect(never.body).toMatchObject({ state: "destroyed", waited: { state: "running", outcome: "unreachable" } });
+  });
+});
+
 describe("snapshot, one-shot, recycle, apps", () => {
   it("snapshot returns a checkpoint and the session keeps running", async () => {
     const s = await createSession({ spec: { cmd: ["sh", "-c", "echo data > f; echo ready; exec sleep 600"] } });

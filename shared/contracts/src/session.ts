@@ -53,6 +53,16 @@ export function canTransition(from: SessionState, to: SessionState): boolean {
   return allowedTransitions[from].includes(to);
 }
 
+/** Whether a session in `from` may still come to be in `to` (itself, or by any number of allowed transitions). */
+export function canReach(from: SessionState, to: SessionState): boolean {
+  const seen = new Set<SessionState>([from]);
+  for (const state of seen) {
+    if (state === to) return true;
+    for (const next of allowedTransitions[state]) seen.add(next);
+  }
+  return false;
+}
+
 export const RepoRef = z
   .object({
     /** Clone URL of the repository. */

@@ -1,7 +1,9 @@
-import { Api, HttpApi, type Session } from "@paddock/contracts";
+import type { ServerResponse } from "node:http";
+import { Api, HttpApi, type Session, type SessionState } from "@paddock/contracts";
 import { Action, type Principal } from "../auth/auth.ts";
 import { resolveApp, sessionResource, type GatewayContext } from "../context.ts";
 import type { Route } from "../http/http.ts";
+import { waitForState } from "./wait-state.ts";
 
 /**
  * The session lifecycle routes: suspend, resume, snapshot, recycle and app
@@ -18,18 +20,22 @@ export function lifecycleRoutes(ctx: GatewayContext): Route[] {
     return session;
   };
 
+  /** The answer of a call asked to `wait` (waitForState); the record as it is otherwise. */
+  const waited = (input: { caller: Principal; query: { wait?: SessionState | undefined; timeoutMs?: number | undefined }; res: ServerResponse }, session: Session) =>
+    waitForState(ctx, input.caller.scope, session, { state: input.query.wait, timeoutMs: input.query.timeoutMs }, input.res);
+
   return [
     ctx.serve(HttpApi.suspendSession, async (input) => {
       const session = await prepare(input, Action.suspendSession);
       const { warm } = await input.body();
       const r = await ctx.call(Api.suspendSession, { scope: input.caller.scope, sessionId: session.id, warm });
-      return { status: 200, body: r.session };
+      return { status: 200, body: await waited(input, r.session) };
     }),
 
     ctx.serve(HttpApi.resumeSession, async (input) => {
       const session = await prepare(input, Action.resumeSession);
       const r = await ctx.call(Api.resumeSession, { scope: input.caller.scope, sessionId: session.id });
-      return { status: 200, body: r.session };
+      return { status: 200, body: await waited(input, r.session) };
     }),
 
     ctx.serve(HttpApi.snapshotSession, async (input) => {
@@ -41,7 +47,9 @@ export function lifecycleRoutes(ctx: GatewayContext): Route[] {
     ctx.serve(HttpApi.recycleSession, async (input) => {
       const session = await prepare(input, Action.recycleSession);
       const r = await ctx.call(Api.recycleSession, { scope: input.caller.scope, sessionId: session.id });
-      return { status: 201, body: { released: r.released, session: r.session } };
+      // A wait is for the replacement's state.
+      const { waited: outcome, ...replacement } = await waited(input, r.session);
+      return { status: 201, body: { released: r.released, session: replacement, ...(outcome ? { waited: outcome } : {}) } };
     }),
 
     ctx.serve(HttpApi.restartApp, async (input) => {
@@ -50,7 +58,7 @@ export function lifecycleRoutes(ctx: GatewayContext): Route[] {
       // After authorization: a caller who may not act learns nothing about the apps.
       resolveApp(session, app);
       const r = await ctx.call(Api.restartApp, { scope: input.caller.scope, sessionId: session.id, app });
-      return { status: 200, body: r.session };
+      return { status: 200, body: await waited(input, r.session) };
     }),
   ];
 }

@@ -20,6 +20,7 @@ import {
   type Scope,
   type Session,
   type SessionState,
+  Subjects,
 } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
 import { FIXTURE_NOW, makeEnvironment, makeRunner, makeSession } from "@paddock/testing";
@@ -42,6 +43,7 @@ export class FakeScheduler {
   /** Runs once an attach is answered (its reply already decided): lets a test move the record on meanwhile. */
   afterAttach: ((granted: Session) => void) | undefined;
   private subs: Subscription[] = [];
+  private callWaiters: Array<{ verb: string; resolve: (call: RpcCall) => void }> = [];
   private n = 0;
   private readonly idem = new Map<string, string>();
 
@@ -63,7 +65,10 @@ export class FakeScheduler {
     /** Records the call, then answers. */
     const serve = <R extends Rpc<z.ZodType, z.ZodType>>(verb: string, rpc: R, fn: (req: z.infer<R["request"]>) => z.input<R["result"]>) =>
       serveRpc(this.nc, rpc, async (req) => {
-        this.calls.push({ verb, request: req });
+        const call = { verb, request: req };
+        this.calls.push(call);
+        for (const w of this.callWaiters.filter((x) => x.verb === verb)) w.resolve(call);
+        this.callWaiters = this.callWaiters.filter((x) => x.verb !== verb);
         return fn(req);
       }, opts);
 
@@ -170,6 +175,22 @@ export class FakeScheduler {
     if (s.state === to) return s;
     if (!canTransition(s.state, to)) throw new ConflictError(`session ${s.id} cannot go from ${s.state} to ${to}`);
     return this.put({ ...s, state: to });
+  }
+
+  /** The next call of verb this stand-in receives (from now on). */
+  nextCall(verb: string): Promise<RpcCall> {
+    return new Promise((resolve) => this.callWaiters.push({ verb, resolve }));
+  }
+
+  /**
+   * A committed state change, as the scheduler makes one: the record, then an
+   * event on the session's AUDIT subject. Its body is left empty here: the
+   * gateway's followers (presence, waits) read the record again on any event.
+   */
+  commit(s: Session, to: SessionState): Session {
+    const next = this.moveTo(s, to);
+    this.nc.publish(Subjects.audit(s.workspaceId, "session", s.id));
+    return next;
   }
 
   put(s: Session): Session {

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT } from "../api.ts";
+import { SessionStateSchema } from "../session.ts";
 
 /*
  * Query-string values: every one arrives as a string and is parsed here, once,
@@ -32,3 +33,33 @@ export const QuerySeq = z
   .regex(/^\d{1,15}$/, "must be a stream sequence")
   .transform(Number)
   .default(0);
+
+/** The longest a call may wait for a session's state (`timeoutMs`); a longer one is `invalid`. */
+export const MAX_WAIT_MS = 300_000;
+/** How long a call waits when it names a state but no `timeoutMs`. */
+export const DEFAULT_WAIT_MS = 30_000;
+
+/** `timeoutMs` of a wait: 0 to MAX_WAIT_MS ms. */
+export const QueryWaitMs = z
+  .string()
+  .regex(/^\d{1,9}$/, "must be an integer number of ms")
+  .transform(Number)
+  .pipe(z.number().int().min(0).max(MAX_WAIT_MS, `must be at most ${MAX_WAIT_MS} ms`))
+  .optional();
+
+/** A timeout without the state it bounds is a mistake, not a no-op. */
+const timeoutNeedsState = (key: string) => (q: { timeoutMs?: number | undefined } & Record<string, unknown>, ctx: z.RefinementCtx) => {
+  if (q.timeoutMs !== undefined && q[key] === undefined) ctx.addIssue({ code: "custom", path: ["timeoutMs"], message: `applies only with ${key}=STATE` });
+};
+
+/** `?wait=STATE[&timeoutMs=N]` of a create or a lifecycle call: answer once the session is in STATE (or cannot be, or the time is up). */
+export const WaitQuery = z
+  .object({ wait: SessionStateSchema.optional(), timeoutMs: QueryWaitMs })
+  .strict()
+  .superRefine(timeoutNeedsState("wait"));
+
+/** `?waitFor=STATE[&timeoutMs=N]` of GET /v1/sessions/:id: a long poll. */
+export const WaitForQuery = z
+  .object({ waitFor: SessionStateSchema.optional(), timeoutMs: QueryWaitMs })
+  .strict()
+  .superRefine(timeoutNeedsState("waitFor"));

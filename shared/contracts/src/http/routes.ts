@@ -4,12 +4,12 @@ import { AuditEvent } from "../audit.ts";
 import { CreateEnvironmentBody, Environment, PutSecretBody, SECRET_BODY_MAX_BYTES, SecretName, UpdateEnvironmentBody } from "../environment.ts";
 import { Runner } from "../fleet.ts";
 import { Id } from "../ids.ts";
-import { Checkpoint, CreateSessionBody, Session } from "../session.ts";
+import { Checkpoint, CreateSessionBody, Session, SessionStateSchema } from "../session.ts";
 import { AttachQuery, ServerFrame } from "../terminal.ts";
 import { AttachTicket, AttachTicketBody, CreatedToken, CreateTokenBody, TokenInfo, TokenList } from "../tokens.ts";
 import { WorkspaceDiffReply, WorkspacePath, WorkspacePushReply } from "../workspace.ts";
-import { EmptyBody, httpRoute, json, jsonBody, pathParamNames, pathPattern, type HttpRoute } from "./route.ts";
-import { QueryBool, QueryCursor, QueryLimit, QueryLimitValue, QuerySeq } from "./query.ts";
+import { EmptyBody, httpRoute, json, jsonBody, NoQuery, pathParamNames, pathPattern, type HttpRoute } from "./route.ts";
+import { QueryBool, QueryCursor, QueryLimit, QueryLimitValue, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
 import { DEFAULT_PAGE_LIMIT } from "../api.ts";
 
 /** Content type of a streamed list: one JSON document per line. */
@@ -40,11 +40,20 @@ export const WorkspaceQuery = z.object({ path: WorkspacePath.optional() }).stric
 /** Body of POST /v1/sessions/:id/suspend: `warm` is required, nothing else is allowed. */
 export const SuspendBody = z.object({ warm: z.boolean() }).strict();
 
+/** How a call that was asked to wait for a state ended: the session is in it, can no longer come to it, or the time ran out. */
+export const WaitOutcome = { reached: "reached", unreachable: "unreachable", timeout: "timeout" } as const;
+export type WaitOutcome = (typeof WaitOutcome)[keyof typeof WaitOutcome];
+export const Waited = z.object({ state: SessionStateSchema, outcome: z.enum(WaitOutcome) }).strict();
+export type Waited = z.infer<typeof Waited>;
+/** A session record as a call answers it: with `waited` when the call was asked to wait (`wait`, `waitFor`). */
+export const SessionAnswer = Session.extend({ waited: Waited.optional() });
+
 export const SessionPage = Api.listSessions.result;
 export const EnvironmentPage = Api.listEnvironments.result;
 export const RunnerPage = Api.listRunners.result;
 export const EventPage = z.object({ events: z.array(AuditEvent), nextCursor: z.string().optional() }).strict();
-export const RecycleAnswer = Api.recycleSession.result;
+/** The released session and its replacement; `waited` says how a wait for the replacement's state ended. */
+export const RecycleAnswer = Api.recycleSession.result.extend({ waited: Waited.optional() });
 export const SecretList = z.object({ secrets: z.array(z.object({ name: SecretName }).strict()) }).strict();
 
 const lifecycle = <B extends z.ZodType>(verb: string, summary: string, body: B, optional: boolean) =>
@@ -53,8 +62,9 @@ const lifecycle = <B extends z.ZodType>(verb: string, summary: string, body: B, 
     path: `/v1/sessions/:id/${verb}`,
     summary,
     params: SessionParams,
+    query: WaitQuery,
     body: jsonBody(body, { optional }),
-    responses: [json(Session)],
+    responses: [json(SessionAnswer)],
     errors: ["forbidden", "not_found", "conflict"],
   });
 
@@ -78,9 +88,10 @@ export const HttpApi = {
   createSession: httpRoute({
     method: "POST",
     path: "/v1/sessions",
-    summary: "Create a session (201; 200 with the existing one when its idempotency key was seen).",
+    summary: "Create a session (201; 200 with the existing one when its idempotency key was seen); ?wait=running answers once it runs (or cannot, or timeoutMs passed: see `waited`).",
+    query: WaitQuery,
     body: jsonBody(CreateSessionBody),
-    responses: [json(Session, [201, 200])],
+    responses: [json(SessionAnswer, [201, 200])],
     errors: ["forbidden", "not_found", "conflict", "too_large", "rate_limited"],
   }),
   listSessions: httpRoute({
@@ -94,9 +105,10 @@ export const HttpApi = {
   getSession: httpRoute({
     method: "GET",
     path: "/v1/sessions/:id",
-    summary: "Get a session.",
+    summary: "Get a session; ?waitFor=STATE long-polls until it is in STATE (or cannot be, or timeoutMs passed: see `waited`).",
     params: SessionParams,
-    responses: [json(Session)],
+    query: WaitForQuery,
+    responses: [json(SessionAnswer)],
     errors: ["forbidden", "not_found"],
   }),
   deleteSession: httpRoute({
@@ -104,13 +116,16 @@ export const HttpApi = {
     path: "/v1/sessions/:id",
     summary: "Delete (cancel or destroy) a session; answers the record as it now is.",
     params: SessionParams,
-    responses: [json(Session)],
+    query: WaitQuery,
+    responses: [json(SessionAnswer)],
     errors: ["forbidden", "not_found", "conflict"],
   }),
   suspendSession: lifecycle("suspend", "Suspend a session: warm (processes stopped in place) or cold (checkpointed, sandbox removed).", SuspendBody, false),
   resumeSession: lifecycle("resume", "Resume a suspended session.", EmptyBody, true),
   snapshotSession: {
     ...lifecycle("snapshot", "Checkpoint a running session's workspace; answers the Checkpoint.", EmptyBody, true),
+    // A snapshot changes no state: nothing to wait for.
+    query: NoQuery,
     responses: [json(Checkpoint)],
   },
   recycleSession: {
@@ -122,8 +137,9 @@ export const HttpApi = {
     path: "/v1/sessions/:id/apps/:app/restart",
     summary: "Restart one app of a session.",
     params: z.object({ id: Id, app: Id }).strict(),
+    query: WaitQuery,
     body: jsonBody(EmptyBody, { optional: true }),
-    responses: [json(Session)],
+    responses: [json(SessionAnswer)],
     errors: ["forbidden", "not_found", "conflict"],
   }),
   createAttachTicket: httpRoute({

@@ -1,0 +1,67 @@
+import type { ServerResponse } from "node:http";
+import { canReach, DEFAULT_WAIT_MS, Subjects, WaitOutcome, type Scope, type Session, type SessionState, type Waited } from "@paddock/contracts";
+import type { GatewayContext } from "../context.ts";
+
+/** A call's wait: the state it waits for, and for how long (DEFAULT_WAIT_MS when unsaid). */
+export interface WaitAsk {
+  state: SessionState | undefined;
+  timeoutMs: number | undefined;
+}
+
+/**
+ * Answers `session` as it is once it is in `ask.state`, can no longer come to
+ * it, or `ask.timeoutMs` passed (issue 24 item 7), with `waited` saying
+ * which; at once, unchanged, without a state. No polling: the session's AUDIT
+ * subject (every committed fact of a session is an audit event on it) is
+ * subscribed before the record is read again, and each event reads it anew,
+ * so no commit between the read and the subscription goes unseen. A client
+ * that goes away ends the wait (its answer is not sent).
+ */
+export async function waitForState(ctx: GatewayContext, scope: Scope, session: Session, ask: WaitAsk, res: ServerResponse): Promise<Session & { waited?: Waited }> {
+  const target = ask.state;
+  if (target === undefined) return session;
+  const { nc } = ctx.deps;
+  let wake: () => void = () => undefined;
+  let events = 0;
+  const sub = nc.subscribe(Subjects.audit(session.workspaceId, "session", session.id), {
+    callback: () => {
+      events += 1;
+      wake();
+    },
+  });
+  let timedOut = false;
+  let gone = false;
+  const onClose = () => {
+    gone = true;
+    wake();
+  };
+  // The response's close before it was sent: the client went away (a request's own close only says its body was read).
+  res.once("close", onClose);
+  const cancelTimer = ctx.after(ask.timeoutMs ?? DEFAULT_WAIT_MS, () => {
+    timedOut = true;
+    wake();
+  });
+  try {
+    await nc.flush();
+    // Events counted before a read are covered by it; one that came during the read asks for another.
+    let readAfter = events;
+    let current = await ctx.getSession(scope, session.id);
+    for (;;) {
+      if (current.state === target) return { ...current, waited: { state: target, outcome: WaitOutcome.reached } };
+      if (!canReach(current.state, target)) return { ...current, waited: { state: target, outcome: WaitOutcome.unreachable } };
+      if (timedOut || gone) return { ...current, waited: { state: target, outcome: WaitOutcome.timeout } };
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        if (events !== readAfter || timedOut || gone) resolve();
+      });
+      if (events !== readAfter) {
+        readAfter = events;
+        current = await ctx.getSession(scope, session.id);
+      }
+    }
+  } finally {
+    cancelTimer();
+    res.off("close", onClose);
+    sub.unsubscribe();
+  }
+}
