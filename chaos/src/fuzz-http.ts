@@ -50,6 +50,7 @@ const QUERY_VALUES: Record<string, string[]> = {
   wait: ["running", "destroyed", "queued", "sleeping", "RUNNING", ""],
   waitFor: ["running", "suspended_cold", "failed", "nope", ""],
   timeoutMs: ["0", "25", "-1", "1.5", "300001", "x"],
+  depth: ["1", "3", "0", "65", "x"],
 };
 
 /** GETs that still change state: a workspace pull records a transfer in the audit. */

@@ -98,7 +98,52 @@ export const WorkspaceDiffReply = z
   .strict();
 export type WorkspaceDiffReply = z.infer<typeof WorkspaceDiffReply>;
 
-export const WorkspaceOps = ["push", "pull", "diff"] as const;
+/**
+ * One file's bytes (GET /v1/sessions/:id/files): the runner stores the file,
+ * sealed, under the transfer's object name, as a pull does its archive.
+ */
+export const FileReadRequest = z.object({ ...Target, path: WorkspacePath, transferId: Id, ...TransferKey }).strict();
+export type FileReadRequest = z.infer<typeof FileReadRequest>;
+export const FileReadReply = z
+  .object({
+    /** The file's size: what the object holds once unsealed. */
+    size: z.number().int().nonnegative(),
+  })
+  .strict();
+export type FileReadReply = z.infer<typeof FileReadReply>;
+
+/** How deep a listing may go, and how many entries it answers at most (then `truncated`). */
+export const MAX_LIST_DEPTH = 64;
+export const MAX_LIST_ENTRIES = 10_000;
+
+export const FileListRequest = z.object({ ...Target, path: WorkspacePath, depth: z.number().int().min(1).max(MAX_LIST_DEPTH) }).strict();
+export type FileListRequest = z.infer<typeof FileListRequest>;
+export const FileType = z.enum(["file", "dir", "symlink"]);
+export const FileEntry = z
+  .object({
+    /** Relative to the workspace. */
+    path: z.string().max(MAX_WORKSPACE_PATH * 2),
+    type: FileType,
+    /** Bytes (a symlink: its target's length). */
+    size: z.number().int().nonnegative(),
+    /** Permission bits (e.g. 0o644 = 420). */
+    mode: z.number().int().min(0).max(0o7777),
+    /** Last modification, ms since the epoch. */
+    mtime: z.number().int(),
+  })
+  .strict();
+export type FileEntry = z.infer<typeof FileEntry>;
+/** Also the body of `GET /v1/sessions/:id/files/list`: entries in name order, depth first. */
+export const FileList = z
+  .object({
+    entries: z.array(FileEntry).max(MAX_LIST_ENTRIES),
+    /** True when entries were left out (past MAX_LIST_ENTRIES). */
+    truncated: z.boolean(),
+  })
+  .strict();
+export type FileList = z.infer<typeof FileList>;
+
+export const WorkspaceOps = ["push", "pull", "diff", "read", "list"] as const;
 export type WorkspaceOp = (typeof WorkspaceOps)[number];
 /** The transfers a session's record counts (recordTransfer): the ops that move an archive. */
 export const TransferDirection = z.enum(WorkspaceOps).extract(["push", "pull"]);
@@ -125,5 +170,7 @@ export function workspaceRpcs(poolId: string, runnerId: string) {
     push: { subject: workspaceSubject(poolId, runnerId, "push"), request: WorkspacePushRequest, result: WorkspacePushReply },
     pull: { subject: workspaceSubject(poolId, runnerId, "pull"), request: WorkspacePullRequest, result: WorkspacePullReply },
     diff: { subject: workspaceSubject(poolId, runnerId, "diff"), request: WorkspaceDiffRequest, result: WorkspaceDiffReply },
+    read: { subject: workspaceSubject(poolId, runnerId, "read"), request: FileReadRequest, result: FileReadReply },
+    list: { subject: workspaceSubject(poolId, runnerId, "list"), request: FileListRequest, result: FileList },
   } satisfies Record<WorkspaceOp, Rpc<z.ZodType, z.ZodType>>;
 }

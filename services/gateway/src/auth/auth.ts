@@ -108,6 +108,8 @@ export const Action = {
   pullWorkspace: "session.workspace_pull",
   /** Read the per-repository diff (GET /diff): any member. */
   readDiff: "session.diff",
+  /** Read one file or list a directory (GET /files, /files/list): any member. */
+  readFiles: "session.files_read",
   readEvents: "events.read",
   listRunners: "runner.list",
   getRunner: "runner.get",

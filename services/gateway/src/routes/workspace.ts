@@ -1,14 +1,15 @@
-import type { IncomingMessage } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
-import { Objm, type ObjectStore } from "@nats-io/obj";
+import { Objm, type ObjectResult, type ObjectStore } from "@nats-io/obj";
 import { newSealKey, SealError, sealed, unsealed } from "@paddock/archive";
 import { callRpc } from "@paddock/bus";
 import {
   Api,
   ARCHIVE_CONTENT_TYPE,
   ConflictError,
+  FILE_CONTENT_TYPE,
   HttpApi,
   ObjectStores,
   TooLargeError,
@@ -87,6 +88,20 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
 
   const target = (session: Session) => ({ sessionId: session.id, workspaceId: session.workspaceId, placementGeneration: session.placementGeneration });
 
+  /** The object's bytes, unsealed, as the response's body; a response that cannot be whole is cut, never ended. */
+  const streamUnsealed = async (got: ObjectResult, key: Buffer, name: string, res: ServerResponse, sessionId: string) => {
+    try {
+      await pipeline(unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), key, transferRef(name)), res);
+    } catch (err) {
+      // The object did not open (replaced or cut in the store), or the client left: it must not keep half of it.
+      if (err instanceof SealError) ctx.deps.log.warn({ err, sessionId }, "transfer object did not open; response aborted");
+      res.destroy();
+      return;
+    }
+    // A digest mismatch is only known at the end: the client must not keep corrupt bytes.
+    if (await got.error) res.destroy();
+  };
+
   const removeQuietly = async (name: string) => {
     try {
       await (await transfers()).delete(name);
@@ -128,19 +143,31 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
         if (!got) throw new UnavailableError("the runner's archive is gone; retry");
         await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "pull" }, { timeoutMs: config.rpcTimeoutMs });
         res.writeHead(200, { "content-type": ARCHIVE_CONTENT_TYPE, "content-length": String(size), "cache-control": "no-store" });
-        try {
-          await pipeline(unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), key, transferRef(name)), res);
-        } catch (err) {
-          // The object did not open (replaced or cut in the store), or the client left: it must not keep half an archive.
-          if (err instanceof SealError) ctx.deps.log.warn({ err, sessionId: session.id }, "pulled archive did not open; response aborted");
-          res.destroy();
-          return;
-        }
-        // A digest mismatch is only known at the end: the client must not keep a corrupt archive.
-        if (await got.error) res.destroy();
+        await streamUnsealed(got, key, name, res, session.id);
       } finally {
         await removeQuietly(name);
       }
+    }),
+
+    ctx.serve(HttpApi.readFile, async ({ caller: { scope }, params, query, res }) => {
+      const { session, rpcs } = await authorized(scope, params.id, Action.readFiles);
+      const transferId = ctx.deps.newId();
+      const name = transferObjectName(session.workspaceId, session.id, transferId);
+      const key = newSealKey();
+      try {
+        const { size } = await callRpc(ctx.deps.nc, rpcs.read, { ...target(session), path: query.path, transferId, sealKey: key.toString("base64") }, rpcOpts);
+        const got = await (await transfers()).get(name);
+        if (!got) throw new UnavailableError("the runner's copy of the file is gone; retry");
+        res.writeHead(200, { "content-type": FILE_CONTENT_TYPE, "content-length": String(size), "cache-control": "no-store" });
+        await streamUnsealed(got, key, name, res, session.id);
+      } finally {
+        await removeQuietly(name);
+      }
+    }),
+
+    ctx.serve(HttpApi.listFiles, async ({ caller: { scope }, params, query }) => {
+      const { session, rpcs } = await authorized(scope, params.id, Action.readFiles);
+      return { status: 200, body: await callRpc(ctx.deps.nc, rpcs.list, { ...target(session), path: query.path ?? "", depth: query.depth }, rpcOpts) };
     }),
 
     ctx.serve(HttpApi.readDiff, async ({ caller: { scope }, params }) => {

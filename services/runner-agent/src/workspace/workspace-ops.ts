@@ -14,6 +14,8 @@ import {
   transferRef,
   UnavailableError,
   workspaceRpcs,
+  type FileList,
+  type FileReadReply,
   type WorkspaceDiffReply,
   type WorkspacePullReply,
   type WorkspacePushReply,
@@ -23,6 +25,7 @@ import type { Logger } from "@paddock/logging";
 import { extractArchive, packInside } from "./archive.ts";
 import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "../errors.ts";
 import { workspaceDiff } from "./git-diff.ts";
+import { listInside, openFileInside } from "./files.ts";
 import type { SandboxUser } from "../sandbox/backend.ts";
 
 /** Bounds of the workspace operations (push, diff). */
@@ -162,6 +165,26 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
             target.close();
           }
         });
+      }),
+    opts),
+    serveRpc(deps.nc, rpcs.read, (req) =>
+      translate(async (): Promise<FileReadReply> => {
+        const runtime = held(req);
+        const segments = relativeSegments(req.path);
+        return runtime.workspaceTask(async (workspace, user) => {
+          const { stream, size } = await openFileInside(workspace, segments, user);
+          const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
+          const body = sealed(stream, sealKeyFrom(req.sealKey), transferRef(name));
+          await (await transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
+          return { size };
+        });
+      }),
+    opts),
+    serveRpc(deps.nc, rpcs.list, (req) =>
+      translate(async (): Promise<FileList> => {
+        const runtime = held(req);
+        const segments = relativeSegments(req.path);
+        return runtime.workspaceTask((workspace, user) => listInside(workspace, segments, req.depth, user));
       }),
     opts),
     serveRpc(deps.nc, rpcs.diff, (req) =>

@@ -63,3 +63,11 @@ export const WaitForQuery = z
   .object({ waitFor: SessionStateSchema.optional(), timeoutMs: QueryWaitMs })
   .strict()
   .superRefine(timeoutNeedsState("waitFor"));
+
+/** `depth` of a listing: 1 (the directory's own entries) when absent. */
+export const QueryDepth = z
+  .string()
+  .regex(/^\d{1,3}$/, "must be an integer")
+  .transform(Number)
+  .pipe(z.number().int().min(1).max(64, "must be at most 64"))
+  .default(1);

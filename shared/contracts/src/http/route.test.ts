@@ -42,6 +42,6 @@ describe("HTTP contract helpers", () => {
   it("enum schemas are built from their `as const` objects: no twin list", () => {
     expect(RunnerStateSchema.options.sort()).toEqual(Object.values(RunnerState).sort());
     expect(SettableRunnerState.options.sort()).toEqual(["active", "cordoned", "draining"]);
-    expect(TransferDirection.options).toEqual(WorkspaceOps.filter((op) => op !== "diff"));
+    expect(TransferDirection.options).toEqual(WorkspaceOps.filter((op) => op === "push" || op === "pull"));
   });
 });

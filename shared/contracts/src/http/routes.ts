@@ -7,9 +7,9 @@ import { Id } from "../ids.ts";
 import { Checkpoint, CreateSessionBody, Session, SessionStateSchema } from "../session.ts";
 import { AttachQuery, ServerFrame } from "../terminal.ts";
 import { AttachTicket, AttachTicketBody, CreatedToken, CreateTokenBody, TokenInfo, TokenList } from "../tokens.ts";
-import { WorkspaceDiffReply, WorkspacePath, WorkspacePushReply } from "../workspace.ts";
+import { FileList, MAX_LIST_DEPTH, WorkspaceDiffReply, WorkspacePath, WorkspacePushReply } from "../workspace.ts";
 import { EmptyBody, httpRoute, json, jsonBody, NoQuery, pathParamNames, pathPattern, type HttpRoute } from "./route.ts";
-import { QueryBool, QueryCursor, QueryLimit, QueryLimitValue, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
+import { QueryBool, QueryCursor, QueryDepth, QueryLimit, QueryLimitValue, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
 import { DEFAULT_PAGE_LIMIT } from "../api.ts";
 
 /** Content type of a streamed list: one JSON document per line. */
@@ -36,6 +36,13 @@ export const EventsQuery = z
 export const LogQuery = z.object({ app: Id.optional(), since: QuerySeq }).strict();
 /** `?path=`: workspace-relative, the workspace itself when absent. */
 export const WorkspaceQuery = z.object({ path: WorkspacePath.optional() }).strict();
+
+/** `?path=` of a file: required, and a file, not the workspace itself. */
+export const FileQuery = z.object({ path: WorkspacePath.refine((p) => p.split("/").some((s) => s !== "" && s !== "."), "must name a file in the workspace") }).strict();
+/** `?path=&depth=` of a listing: the workspace itself when path is absent. */
+export const FileListQuery = z.object({ path: WorkspacePath.optional(), depth: QueryDepth }).strict();
+/** Content type of a file's raw bytes. */
+export const FILE_CONTENT_TYPE = "application/octet-stream";
 
 /** Body of POST /v1/sessions/:id/suspend: `warm` is required, nothing else is allowed. */
 export const SuspendBody = z.object({ warm: z.boolean() }).strict();
@@ -186,6 +193,24 @@ export const HttpApi = {
     params: SessionParams,
     query: WorkspaceQuery,
     responses: [{ kind: "bytes", status: [200], contentType: ARCHIVE_CONTENT_TYPE }],
+    errors: ["forbidden", "not_found", "conflict"],
+  }),
+  readFile: httpRoute({
+    method: "GET",
+    path: "/v1/sessions/:id/files",
+    summary: "One file of the live session's workspace, raw bytes (404 missing, 400 a directory or a path through a symlink).",
+    params: SessionParams,
+    query: FileQuery,
+    responses: [{ kind: "bytes", status: [200], contentType: FILE_CONTENT_TYPE }],
+    errors: ["forbidden", "not_found", "conflict"],
+  }),
+  listFiles: httpRoute({
+    method: "GET",
+    path: "/v1/sessions/:id/files/list",
+    summary: `A directory of the live session's workspace (?path, default the workspace), ?depth levels deep (1 to ${MAX_LIST_DEPTH}); paths relative to the workspace.`,
+    params: SessionParams,
+    query: FileListQuery,
+    responses: [json(FileList)],
     errors: ["forbidden", "not_found", "conflict"],
   }),
   readDiff: httpRoute({
