@@ -8,7 +8,7 @@
 import { Agent, request } from "node:http";
 import { connect as tcpConnect } from "node:net";
 import { z } from "zod";
-import { HttpApi, pathParamNames, type HttpRoute, type HttpRouteName } from "@paddock/contracts";
+import { ARCHIVE_CONTENT_TYPE, HttpApi, pathParamNames, type HttpRoute, type HttpRouteName } from "@paddock/contracts";
 import { countStatus, excerpt, nextInput, type FuzzContext } from "./fuzz-context.ts";
 import { badId, badImageBody, encode, nastyString, nulOrDeepBody, randomJson, rawBadSegment, refusedBy, refusedText } from "./fuzz-values.ts";
 import type { Prng } from "./prng.ts";
@@ -65,6 +65,8 @@ interface RouteSpec {
   body?: BodySpec;
   /** An archive upload: any random body is malformed. */
   archive?: boolean;
+  /** A raw file upload: any body is a file, so no body is a defect (the call carries another). */
+  rawBytes?: boolean;
   /** Known query parameters and plausible values. */
   query: Record<string, string[]>;
 }
@@ -73,7 +75,8 @@ function specOf(name: HttpRouteName, r: HttpRoute): RouteSpec {
   const keys = Object.keys((z.toJSONSchema(r.query, { io: "input", unrepresentable: "any" }) as { properties?: object }).properties ?? {});
   const query = Object.fromEntries(keys.map((k) => [k, QUERY_VALUES[k] ?? ["x"]]));
   const spec: RouteSpec = { name, method: r.method, path: r.path, mutates: r.method !== "GET" || MUTATING_GETS.has(name), query };
-  if (r.body.kind === "bytes") spec.archive = true;
+  if (r.body.kind === "bytes" && r.body.contentType === ARCHIVE_CONTENT_TYPE) spec.archive = true;
+  else if (r.body.kind === "bytes") spec.rawBytes = true;
   if (r.body.kind === "json") {
     const samples = BODY_SAMPLES[name] ?? { sample: {} };
     if (!r.body.schema.safeParse(samples.sample).success) throw new Error(`fuzz-http: the sample body of ${name} is refused by its contract`);
@@ -161,7 +164,9 @@ function generate(ctx: FuzzContext, p: Prng, route: RouteSpec): { req: Req; defe
   if (p.bool(0.1)) headers.origin = p.pick(["http://evil.example", "null", nastyString(p).replace(/[^\x20-\x7e]/g, "")]);
 
   let body: Buffer | undefined;
-  if (route.archive) {
+  if (route.rawBytes) {
+    if (p.bool(0.7)) body = p.bytes(p.int(0, 3000));
+  } else if (route.archive) {
     if (defects.has("body") || p.bool(0.5)) body = p.bool(0.5) ? p.bytes(p.int(0, 3000)) : Buffer.concat([Buffer.from([0x1f, 0x8b, 0x08, 0]), p.bytes(p.int(0, 500))]);
   } else if (route.body) {
     if (defects.has("body") && route.body.osSample !== undefined && p.bool(0.3)) {

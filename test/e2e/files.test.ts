@@ -6,16 +6,17 @@
  * workspace, no symlink followed, no FIFO opened, no file of another user.
  */
 import { createHash } from "node:crypto";
-import { linkSync, writeFileSync } from "node:fs";
+import { linkSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { seedMember, seedToken } from "@paddock/gateway/auth";
 import type { FileList } from "@paddock/contracts";
 import { startStack, type Stack } from "@paddock/testing";
-import { api, stackClient } from "./helpers.ts";
+import { api, stackClient, waitForAuditEvents } from "./helpers.ts";
 
 const MEMBER_TOKEN = "tok_files_member_0123456789ab";
+const MAX_UPLOAD = 1024 * 1024;
 let stack: Stack;
 let nc: NatsConnection;
 let sessionId: string;
@@ -29,10 +30,19 @@ async function readFile(path: string, token = stack.token): Promise<{ status: nu
   return { status: res.status, bytes: Buffer.from(await res.arrayBuffer()), type: res.headers.get("content-type"), length: res.headers.get("content-length") };
 }
 
+/** PUT …/files?path=…[&mode=] with a raw body. */
+async function writeFile(query: string, body: Buffer | string, token = stack.token): Promise<{ status: number; body: unknown }> {
+  const res = await fetch(`${stack.url}/v1/sessions/${sessionId}/files?${query}`, { method: "PUT", headers: { authorization: `Bearer ${token}`, "content-type": "application/octet-stream" }, body });
+  return { status: res.status, body: await res.json() };
+}
+
+/** Where the runner keeps the session's workspace on the host. */
+const onHost = (path: string) => join(stack.dataDir, "runner-1", "sessions", sessionId, "workspace", path);
+
 const list = (query: string) => api(stack.url, stack.token, "GET", `/v1/sessions/${sessionId}/files/list${query}`);
 
 beforeAll(async () => {
-  stack = await startStack();
+  stack = await startStack({ env: { gateway: { PADDOCK_MAX_UPLOAD_BYTES: String(MAX_UPLOAD) } } });
   nc = await connect({ servers: stack.nats.url });
   await seedToken(nc, MEMBER_TOKEN, { workspaceId: "default", actor: { id: "mia", kind: "user" }, createdAt: 1 });
   await seedMember(nc, { workspaceId: "default", actorId: "mia", role: "member" });
@@ -112,6 +122,60 @@ describe("GET /v1/sessions/:id/files/list", () => {
   it("refuses a bad listing (400) and a missing directory (404)", async () => {
     for (const q of ["?path=src/a.txt", "?path=dirlink", "?path=../x", "?depth=0", "?depth=65", "?depth=x", "?depth=1&depth=2", "?bogus=1"]) expect([q, (await list(q)).status]).toEqual([q, 400]);
     expect((await list("?path=nope")).status).toBe(404);
+  });
+});
+
+describe("PUT and DELETE /v1/sessions/:id/files", () => {
+  it("PUT writes a file as the session's (parents made, mode set), replaces a link without following it, and is one audit event", async () => {
+    const owner = statSync(onHost("")).uid;
+    expect(await writeFile("path=new/dir/x.txt&mode=640", "abc")).toEqual({ status: 200, body: { path: "new/dir/x.txt", size: 3 } });
+    expect(readFileSync(onHost("new/dir/x.txt"), "utf8")).toBe("abc");
+    expect(statSync(onHost("new/dir/x.txt"))).toMatchObject({ uid: owner, mode: 0o100640 });
+    expect(statSync(onHost("new/dir")).uid).toBe(owner);
+    expect((await readFile("new/dir/x.txt")).bytes.toString()).toBe("abc");
+    const big = Buffer.alloc(MAX_UPLOAD, 7);
+    expect(await writeFile("path=big.bin", big)).toEqual({ status: 200, body: { path: "big.bin", size: MAX_UPLOAD } });
+    expect((await readFile("big.bin")).bytes.equals(big)).toBe(true);
+    // The link is replaced by the file; what it pointed at is untouched.
+    const passwd = readFileSync("/etc/passwd", "utf8");
+    expect((await writeFile("path=link", "not passwd")).status).toBe(200);
+    expect(readFileSync("/etc/passwd", "utf8")).toBe(passwd);
+    expect(((await list("")).body as FileList).entries.find((e) => e.path === "link")).toMatchObject({ type: "file", size: 10 });
+    const events = await waitForAuditEvents(nc, "default", sessionId, (e) => e.filter((x) => x.action === "file.write").length >= 3);
+    expect(JSON.stringify(events.filter((x) => x.action === "file.write"))).not.toContain("new/dir");
+  });
+
+  it("PUT refuses (and writes nothing) what is not a file path of the workspace, too much, or a viewer's write", async () => {
+    const refused: Array<[string, number]> = [
+      ["path=src", 400],
+      ["path=dirlink/x.txt", 400],
+      ["path=../x.txt", 400],
+      ["path=%2Fetc%2Fx", 400],
+      ["path=", 400],
+      ["path=x.txt&mode=999", 400],
+      ["path=x.txt&mode=rwx", 400],
+      ["path=x.txt&bogus=1", 400],
+    ];
+    for (const [query, status] of refused) expect([query, (await writeFile(query, "x")).status]).toEqual([query, status]);
+    expect((await writeFile("path=x.txt", Buffer.alloc(MAX_UPLOAD + 1))).status).toBe(413);
+    expect((await writeFile("path=x.txt", "x", MEMBER_TOKEN)).status).toBe(403);
+    expect(((await list("")).body as FileList).entries.map((e) => e.path)).not.toContain("x.txt");
+  });
+
+  it("DELETE removes a file or a link (never its target), an empty directory, and a tree only with recursive=true", async () => {
+    const del = (query: string, token = stack.token) => api(stack.url, token, "DELETE", `/v1/sessions/${sessionId}/files?${query}`);
+    expect((await del("path=dirlink")).status).toBe(200);
+    expect(statSync(onHost("src")).isDirectory()).toBe(true);
+    expect((await del("path=src")).status).toBe(409);
+    expect((await del("path=src", MEMBER_TOKEN)).status).toBe(403);
+    expect((await del("path=nope")).status).toBe(404);
+    expect((await del("path=")).status).toBe(400);
+    expect((await del("path=../etc")).status).toBe(400);
+    expect((await del("path=src/deep")).body).toEqual({ path: "src/deep" });
+    expect((await del("path=new&recursive=true")).status).toBe(200);
+    expect((await del("path=src&recursive=true")).status).toBe(200);
+    expect(((await list("")).body as FileList).entries.map((e) => e.path)).toEqual(["big.bin", "bin.dat", "empty", "link"]);
+    await waitForAuditEvents(nc, "default", sessionId, (e) => e.filter((x) => x.action === "file.delete").length >= 4);
   });
 
   it("answers 409 once the session has no live sandbox", async () => {

@@ -1,13 +1,12 @@
 import { randomBytes } from "node:crypto";
-import { closeSync, constants as fsc, fchownSync, futimesSync, lchownSync, linkSync, openSync, renameSync, symlinkSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, fchownSync, futimesSync, lchownSync, linkSync, openSync, renameSync, symlinkSync, writeSync } from "node:fs";
 import { posix } from "node:path";
 import { Parser, type ReadEntry } from "tar";
 import { errnoOf, MAX_DIR_DEPTH, type DirFd, type FileOwner } from "./dir-fd.ts";
 import { ArchiveRejectedError } from "./errors.ts";
+// A new file only (fresh-file.ts): never truncates or writes through something already there (a link, a FIFO, another name of a file).
+import { CREATE_FLAGS, openFresh, unlinkQuietly } from "./fresh-file.ts";
 
-const { O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW, O_NOCTTY } = fsc;
-/** A new file only: never truncates or writes through something already there (a link, a FIFO, another name of a file). */
-const CREATE_FLAGS = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY;
 
 /** Directories kept open between entries (most archives list a directory's entries together). */
 const MAX_CACHED_DIRS = 64;
@@ -210,23 +209,4 @@ export function descriptorUnpacker(
     clearDirs();
   };
   return { parser, release };
-}
-
-/** Removes a temporary name this extraction made; it may be gone already (the sandbox can remove it). */
-function unlinkQuietly(dir: DirFd, name: string): void {
-  try {
-    unlinkSync(dir.at(name));
-  } catch {
-    // Nothing to undo.
-  }
-}
-
-/** A new file at name, or undefined when something is already there. */
-function openFresh(dir: DirFd, name: string, mode: number): number | undefined {
-  try {
-    return openSync(dir.at(name), CREATE_FLAGS, mode);
-  } catch (err) {
-    if (errnoOf(err) === "EEXIST") return undefined;
-    throw err;
-  }
 }

@@ -21,6 +21,9 @@ export const AuditAction = {
   supersede: "supersede",
   push: "push",
   pull: "pull",
+  /** A file written or removed through the files routes (no path, no content: fixed fields only). */
+  "file.write": "file.write",
+  "file.delete": "file.delete",
   update: "update",
   recycle: "recycle",
   restart: "restart",

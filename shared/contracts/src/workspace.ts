@@ -143,10 +143,25 @@ export const FileList = z
   .strict();
 export type FileList = z.infer<typeof FileList>;
 
-export const WorkspaceOps = ["push", "pull", "diff", "read", "list"] as const;
+/** One file written whole from a transfer object (PUT /v1/sessions/:id/files): parents made, mode set, renamed over what was there. */
+export const FileWriteRequest = z
+  .object({ ...Target, path: WorkspacePath, transferId: Id, ...TransferKey, mode: z.number().int().min(0).max(0o7777) })
+  .strict();
+export type FileWriteRequest = z.infer<typeof FileWriteRequest>;
+/** Also the body of `PUT /v1/sessions/:id/files`. */
+export const FileWriteReply = z.object({ path: z.string().max(MAX_WORKSPACE_PATH), size: z.number().int().nonnegative() }).strict();
+export type FileWriteReply = z.infer<typeof FileWriteReply>;
+
+export const FileDeleteRequest = z.object({ ...Target, path: WorkspacePath, recursive: z.boolean() }).strict();
+export type FileDeleteRequest = z.infer<typeof FileDeleteRequest>;
+/** Also the body of `DELETE /v1/sessions/:id/files`. */
+export const FileDeleteReply = z.object({ path: z.string().max(MAX_WORKSPACE_PATH) }).strict();
+export type FileDeleteReply = z.infer<typeof FileDeleteReply>;
+
+export const WorkspaceOps = ["push", "pull", "diff", "read", "list", "write", "delete"] as const;
 export type WorkspaceOp = (typeof WorkspaceOps)[number];
-/** The transfers a session's record counts (recordTransfer): the ops that move an archive. */
-export const TransferDirection = z.enum(WorkspaceOps).extract(["push", "pull"]);
+/** The workspace facts a session's record counts (recordTransfer), each one audit event: archive transfers and file writes. */
+export const TransferDirection = z.enum(["push", "pull", "file.write", "file.delete"]);
 export type TransferDirection = z.infer<typeof TransferDirection>;
 
 /** The subject a runner serves one workspace operation on. */
@@ -172,5 +187,7 @@ export function workspaceRpcs(poolId: string, runnerId: string) {
     diff: { subject: workspaceSubject(poolId, runnerId, "diff"), request: WorkspaceDiffRequest, result: WorkspaceDiffReply },
     read: { subject: workspaceSubject(poolId, runnerId, "read"), request: FileReadRequest, result: FileReadReply },
     list: { subject: workspaceSubject(poolId, runnerId, "list"), request: FileListRequest, result: FileList },
+    write: { subject: workspaceSubject(poolId, runnerId, "write"), request: FileWriteRequest, result: FileWriteReply },
+    delete: { subject: workspaceSubject(poolId, runnerId, "delete"), request: FileDeleteRequest, result: FileDeleteReply },
   } satisfies Record<WorkspaceOp, Rpc<z.ZodType, z.ZodType>>;
 }

@@ -110,6 +110,8 @@ export const Action = {
   readDiff: "session.diff",
   /** Read one file or list a directory (GET /files, /files/list): any member. */
   readFiles: "session.files_read",
+  /** Write or remove a file (PUT, DELETE /files): the creator or an admin, as a push. */
+  writeFiles: "session.files_write",
   readEvents: "events.read",
   listRunners: "runner.list",
   getRunner: "runner.get",
@@ -155,6 +157,7 @@ const ownerActions: ReadonlySet<Action> = new Set([
   Action.recycleSession,
   Action.restartApp,
   Action.pushWorkspace,
+  Action.writeFiles,
   Action.revokeToken,
 ]);
 

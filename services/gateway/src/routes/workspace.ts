@@ -165,6 +165,32 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
       }
     }),
 
+    ctx.serve(HttpApi.writeFile, async ({ caller: { scope }, params, query, req }) => {
+      const declared = req.headers["content-length"];
+      if (declared !== undefined && Number(declared) > config.maxUploadBytes) throw new TooLargeError(`upload exceeds ${config.maxUploadBytes} bytes`);
+      const { session, rpcs } = await authorized(scope, params.id, Action.writeFiles);
+      const transferId = ctx.deps.newId();
+      const name = transferObjectName(session.workspaceId, session.id, transferId);
+      const key = newSealKey();
+      try {
+        const body = sealed(Readable.fromWeb(boundedBody(req, config.maxUploadBytes) as NodeWebReadableStream<Uint8Array>), key, transferRef(name));
+        await (await transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
+        const reply = await callRpc(ctx.deps.nc, rpcs.write, { ...target(session), path: query.path, mode: query.mode, transferId, sealKey: key.toString("base64") }, rpcOpts);
+        // Each write is a fact (one audit event, fixed fields only: no path, no content) before the client is told.
+        await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "file.write" }, { timeoutMs: config.rpcTimeoutMs });
+        return { status: 200, body: reply };
+      } finally {
+        await removeQuietly(name);
+      }
+    }),
+
+    ctx.serve(HttpApi.deleteFile, async ({ caller: { scope }, params, query }) => {
+      const { session, rpcs } = await authorized(scope, params.id, Action.writeFiles);
+      const reply = await callRpc(ctx.deps.nc, rpcs.delete, { ...target(session), path: query.path, recursive: query.recursive }, rpcOpts);
+      await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "file.delete" }, { timeoutMs: config.rpcTimeoutMs });
+      return { status: 200, body: reply };
+    }),
+
     ctx.serve(HttpApi.listFiles, async ({ caller: { scope }, params, query }) => {
       const { session, rpcs } = await authorized(scope, params.id, Action.readFiles);
       return { status: 200, body: await callRpc(ctx.deps.nc, rpcs.list, { ...target(session), path: query.path ?? "", depth: query.depth }, rpcOpts) };

@@ -6,10 +6,10 @@
  * regular file another user owns is not the session's (a hard link it made to
  * someone else's file) and is neither read nor listed.
  */
-import { closeSync, createReadStream, lstatSync, readdirSync, type Stats } from "node:fs";
+import { closeSync, createReadStream, lstatSync, readdirSync, rmdirSync, unlinkSync, type Stats } from "node:fs";
 import { Readable } from "node:stream";
-import { resolveInside, UnsafePathError, type DirFd, type FileOwner } from "@paddock/archive";
-import { MAX_LIST_ENTRIES, type FileEntry, type FileList } from "@paddock/contracts";
+import { resolveInside, UnsafePathError, writeFresh, type DirFd, type FileOwner } from "@paddock/archive";
+import { ConflictError, MAX_LIST_ENTRIES, type FileEntry, type FileList } from "@paddock/contracts";
 
 /** An open regular file under the workspace and its size, read as a stream of exactly that many bytes. */
 export async function openFileInside(workspace: string, segments: readonly string[], owner: FileOwner | undefined): Promise<{ stream: Readable; size: number }> {
@@ -106,4 +106,71 @@ function typeOf(stat: Stats): FileEntry["type"] | undefined {
 
 function entryOf(path: string, type: FileEntry["type"], stat: Stats): FileEntry {
   return { path, type, size: stat.size, mode: stat.mode & 0o7777, mtime: Math.floor(stat.mtimeMs) };
+}
+
+/**
+ * Writes one file whole at segments (its parents made, given to owner), as a
+ * new inode renamed over what was there: a file or a link is replaced, never
+ * written through; a directory there is refused. Answers its size.
+ */
+export async function writeFileInside(workspace: string, segments: readonly string[], source: AsyncIterable<Uint8Array>, opts: { mode: number; owner: FileOwner | undefined; maxBytes: number }): Promise<number> {
+  const name = segments.at(-1);
+  if (name === undefined) throw new UnsafePathError("path is the workspace itself");
+  const parent = await resolveInside(workspace, segments.slice(0, -1), { create: true, owner: opts.owner });
+  try {
+    if (parent.kind !== "directory") throw new UnsafePathError("path is not a directory");
+    if (lstatOrGone(parent.dir.at(name))?.isDirectory()) throw new UnsafePathError("path is a directory");
+    return await writeFresh(parent.dir, name, source, opts);
+  } finally {
+    parent.close();
+  }
+}
+
+/** How deep a recursive delete goes (deeper is refused, nothing of it removed past the bound). */
+const MAX_DELETE_DEPTH = 256;
+
+/**
+ * Removes what is at segments: a file or link (never followed), an empty
+ * directory, or with recursive a directory and everything in it, each
+ * directory entered by descriptor (O_NOFOLLOW): a directory swapped for a
+ * link meanwhile is not entered, and its removal then fails.
+ */
+export async function deleteInside(workspace: string, segments: readonly string[], recursive: boolean): Promise<void> {
+  const name = segments.at(-1);
+  if (name === undefined) throw new UnsafePathError("path is the workspace itself");
+  const parent = await resolveInside(workspace, segments.slice(0, -1), { create: false });
+  try {
+    if (parent.kind !== "directory") throw new UnsafePathError("path not found", true);
+    const stat = lstatOrGone(parent.dir.at(name));
+    if (!stat) throw new UnsafePathError("path not found", true);
+    if (!stat.isDirectory()) return unlinkSync(parent.dir.at(name));
+    if (recursive) removeTree(parent.dir, name, 1);
+    else removeEmptyDir(parent.dir, name);
+  } finally {
+    parent.close();
+  }
+}
+
+function removeEmptyDir(dir: DirFd, name: string): void {
+  try {
+    rmdirSync(dir.at(name));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOTEMPTY") throw new ConflictError("directory is not empty (recursive=true removes it and everything in it)");
+    throw err;
+  }
+}
+
+function removeTree(dir: DirFd, name: string, level: number): void {
+  if (level > MAX_DELETE_DEPTH) throw new UnsafePathError(`directory is nested deeper than ${MAX_DELETE_DEPTH} levels`);
+  const child = dir.child(name);
+  try {
+    for (const entry of readdirSync(child.self())) {
+      const stat = lstatOrGone(child.at(entry));
+      if (stat?.isDirectory()) removeTree(child, entry, level + 1);
+      else if (stat) unlinkSync(child.at(entry));
+    }
+  } finally {
+    child.close();
+  }
+  rmdirSync(dir.at(name));
 }

@@ -14,8 +14,6 @@ import {
   transferRef,
   UnavailableError,
   workspaceRpcs,
-  type FileList,
-  type FileReadReply,
   type WorkspaceDiffReply,
   type WorkspacePullReply,
   type WorkspacePushReply,
@@ -25,7 +23,7 @@ import type { Logger } from "@paddock/logging";
 import { extractArchive, packInside } from "./archive.ts";
 import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "../errors.ts";
 import { workspaceDiff } from "./git-diff.ts";
-import { listInside, openFileInside } from "./files.ts";
+import { serveFileOps } from "./file-ops.ts";
 import type { SandboxUser } from "../sandbox/backend.ts";
 
 /** Bounds of the workspace operations (push, diff). */
@@ -167,26 +165,6 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
         });
       }),
     opts),
-    serveRpc(deps.nc, rpcs.read, (req) =>
-      translate(async (): Promise<FileReadReply> => {
-        const runtime = held(req);
-        const segments = relativeSegments(req.path);
-        return runtime.workspaceTask(async (workspace, user) => {
-          const { stream, size } = await openFileInside(workspace, segments, user);
-          const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
-          const body = sealed(stream, sealKeyFrom(req.sealKey), transferRef(name));
-          await (await transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
-          return { size };
-        });
-      }),
-    opts),
-    serveRpc(deps.nc, rpcs.list, (req) =>
-      translate(async (): Promise<FileList> => {
-        const runtime = held(req);
-        const segments = relativeSegments(req.path);
-        return runtime.workspaceTask((workspace, user) => listInside(workspace, segments, req.depth, user));
-      }),
-    opts),
     serveRpc(deps.nc, rpcs.diff, (req) =>
       translate(async (): Promise<WorkspaceDiffReply> => {
         const runtime = held(req);
@@ -201,6 +179,7 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
         );
       }),
     opts),
+    ...serveFileOps({ nc: deps.nc, rpcs, held, transfers, maxBytes: limits.maxBytes, serve: opts, log: deps.log, translate }),
   ];
   return {
     stop: () => {
@@ -210,7 +189,7 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
 }
 
 /** The runner's own errors as the public vocabulary (everything else stays internal, with no detail). */
-async function translate<T>(fn: () => Promise<T>): Promise<T> {
+export async function translate<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (err) {

@@ -9,6 +9,7 @@ import {
   type PendingOp,
   type Scope,
   type Session,
+  type TransferDirection,
 } from "@paddock/contracts";
 import type { SchedulerContext } from "../context.ts";
 import { transition, withFact, writeSession } from "../state/writes.ts";
@@ -154,8 +155,8 @@ export async function restartApp(ctx: SchedulerContext, scope: Scope, sessionId:
   return (await waitSettled(ctx, after, requestId)) ?? after;
 }
 
-/** A workspace push or pull happened: one revision commits it (and so one audit event). */
-export async function recordTransfer(ctx: SchedulerContext, scope: Scope, sessionId: string, direction: "push" | "pull"): Promise<Session> {
+/** A workspace push or pull, or a file written or removed, happened: one revision commits it (and so one audit event). */
+export async function recordTransfer(ctx: SchedulerContext, scope: Scope, sessionId: string, direction: TransferDirection): Promise<Session> {
   const { after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => withFact(ctx, s, direction, scope.actor.id));
   return after;
 }

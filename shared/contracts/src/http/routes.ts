@@ -7,7 +7,7 @@ import { Id } from "../ids.ts";
 import { Checkpoint, CreateSessionBody, Session, SessionStateSchema } from "../session.ts";
 import { AttachQuery, ServerFrame } from "../terminal.ts";
 import { AttachTicket, AttachTicketBody, CreatedToken, CreateTokenBody, TokenInfo, TokenList } from "../tokens.ts";
-import { FileList, MAX_LIST_DEPTH, WorkspaceDiffReply, WorkspacePath, WorkspacePushReply } from "../workspace.ts";
+import { FileDeleteReply, FileList, FileWriteReply, MAX_LIST_DEPTH, WorkspaceDiffReply, WorkspacePath, WorkspacePushReply } from "../workspace.ts";
 import { EmptyBody, httpRoute, json, jsonBody, NoQuery, pathParamNames, pathPattern, type HttpRoute } from "./route.ts";
 import { QueryBool, QueryCursor, QueryDepth, QueryLimit, QueryLimitValue, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
 import { DEFAULT_PAGE_LIMIT } from "../api.ts";
@@ -37,8 +37,23 @@ export const LogQuery = z.object({ app: Id.optional(), since: QuerySeq }).strict
 /** `?path=`: workspace-relative, the workspace itself when absent. */
 export const WorkspaceQuery = z.object({ path: WorkspacePath.optional() }).strict();
 
-/** `?path=` of a file: required, and a file, not the workspace itself. */
-export const FileQuery = z.object({ path: WorkspacePath.refine((p) => p.split("/").some((s) => s !== "" && s !== "."), "must name a file in the workspace") }).strict();
+/** A path naming something in the workspace, not the workspace itself. */
+const FilePath = WorkspacePath.refine((p) => p.split("/").some((s) => s !== "" && s !== "."), "must name a file in the workspace");
+/** `?path=` of a file: required. */
+export const FileQuery = z.object({ path: FilePath }).strict();
+/** `?path=&mode=` of a write: mode in octal (`644`, `0755`), 644 when absent. */
+export const FileWriteQuery = z
+  .object({
+    path: FilePath,
+    mode: z
+      .string()
+      .regex(/^0?[0-7]{3}$/, "must be octal permission bits, e.g. 644")
+      .transform((m) => parseInt(m, 8))
+      .default(0o644),
+  })
+  .strict();
+/** `?path=&recursive=` of a delete: a directory needs recursive=true unless it is empty. */
+export const FileDeleteQuery = z.object({ path: FilePath, recursive: QueryBool }).strict();
 /** `?path=&depth=` of a listing: the workspace itself when path is absent. */
 export const FileListQuery = z.object({ path: WorkspacePath.optional(), depth: QueryDepth }).strict();
 /** Content type of a file's raw bytes. */
@@ -202,6 +217,25 @@ export const HttpApi = {
     params: SessionParams,
     query: FileQuery,
     responses: [{ kind: "bytes", status: [200], contentType: FILE_CONTENT_TYPE }],
+    errors: ["forbidden", "not_found", "conflict"],
+  }),
+  writeFile: httpRoute({
+    method: "PUT",
+    path: "/v1/sessions/:id/files",
+    summary: "Write one file of the live session's workspace from the raw body (parents made; ?mode= octal, 644 by default); replaces a file or link at the path.",
+    params: SessionParams,
+    query: FileWriteQuery,
+    body: { kind: "bytes", contentType: FILE_CONTENT_TYPE },
+    responses: [json(FileWriteReply)],
+    errors: ["forbidden", "not_found", "conflict", "too_large"],
+  }),
+  deleteFile: httpRoute({
+    method: "DELETE",
+    path: "/v1/sessions/:id/files",
+    summary: "Remove a file, link or empty directory of the live session's workspace (?recursive=true: a directory and everything in it).",
+    params: SessionParams,
+    query: FileDeleteQuery,
+    responses: [json(FileDeleteReply)],
     errors: ["forbidden", "not_found", "conflict"],
   }),
   listFiles: httpRoute({

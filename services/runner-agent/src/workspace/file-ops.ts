@@ -1,0 +1,84 @@
+/**
+ * The files routes' operations on the runner (issue 24 item 3): read, list,
+ * write and delete one path of a held session's workspace, each inside the
+ * session's workspace task (after its earlier commands, while its sandbox is
+ * live) and through files.ts's descriptor-held paths. Bytes move through
+ * object store `transfers`, sealed, as push and pull move archives.
+ */
+import { Readable } from "node:stream";
+import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
+import type { ObjectStore } from "@nats-io/obj";
+import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import { FileTooLargeError, relativeSegments, SealError, sealed, sealKeyFrom, unsealed, type FileOwner } from "@paddock/archive";
+import { serveRpc, type BusMetrics } from "@paddock/bus";
+import { InvalidError, NotFoundError, TooLargeError, transferObjectName, transferRef, type FileDeleteReply, type FileList, type FileReadReply, type FileWriteReply, type workspaceRpcs } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+import { deleteInside, listInside, openFileInside, writeFileInside } from "./files.ts";
+
+interface Target {
+  sessionId: string;
+  workspaceId: string;
+  placementGeneration: number;
+}
+
+export interface FileOpsContext {
+  nc: NatsConnection;
+  rpcs: ReturnType<typeof workspaceRpcs>;
+  /** The held session a request names (a conflict for another placement). */
+  held: (t: Target) => { workspaceTask<T>(fn: (workspace: string, user: FileOwner | undefined) => Promise<T>): Promise<T> };
+  transfers: () => Promise<ObjectStore>;
+  /** The largest file a write may make. */
+  maxBytes: number;
+  serve: { queue: string; metrics: BusMetrics; log: Logger };
+  log: Logger;
+  /** The runner's errors as the public vocabulary. */
+  translate: <T>(fn: () => Promise<T>) => Promise<T>;
+}
+
+export function serveFileOps(c: FileOpsContext): Subscription[] {
+  const { nc, rpcs, translate } = c;
+  const onWorkspace = <T>(req: Target & { path: string }, fn: (workspace: string, segments: string[], user: FileOwner | undefined) => Promise<T>): Promise<T> =>
+    translate(() => {
+      const runtime = c.held(req);
+      const segments = relativeSegments(req.path);
+      return runtime.workspaceTask((workspace, user) => fn(workspace, segments, user));
+    });
+  return [
+    serveRpc(nc, rpcs.read, (req) =>
+      onWorkspace(req, async (workspace, segments, user): Promise<FileReadReply> => {
+        const { stream, size } = await openFileInside(workspace, segments, user);
+        const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
+        const body = sealed(stream, sealKeyFrom(req.sealKey), transferRef(name));
+        await (await c.transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
+        return { size };
+      }),
+    c.serve),
+    serveRpc(nc, rpcs.list, (req) => onWorkspace(req, (workspace, segments, user): Promise<FileList> => listInside(workspace, segments, req.depth, user)), c.serve),
+    serveRpc(nc, rpcs.write, (req) =>
+      onWorkspace(req, async (workspace, segments, user): Promise<FileWriteReply> => {
+        const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
+        const got = await (await c.transfers()).get(name);
+        if (!got) throw new NotFoundError("transfer");
+        const source = unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(req.sealKey), transferRef(name));
+        let size: number;
+        try {
+          size = await writeFileInside(workspace, segments, source, { mode: req.mode, owner: user, maxBytes: c.maxBytes });
+        } catch (err) {
+          if (err instanceof SealError) throw new InvalidError("file does not open with its transfer key", { cause: err });
+          if (err instanceof FileTooLargeError) throw new TooLargeError(err.message, { cause: err });
+          throw err;
+        }
+        if (await got.error) throw new InvalidError("file is corrupt in the transfer store");
+        c.log.info({ sessionId: req.sessionId, bytes: size }, "file written");
+        return { path: segments.join("/"), size };
+      }),
+    c.serve),
+    serveRpc(nc, rpcs.delete, (req) =>
+      onWorkspace(req, async (workspace, segments): Promise<FileDeleteReply> => {
+        await deleteInside(workspace, segments, req.recursive);
+        c.log.info({ sessionId: req.sessionId, recursive: req.recursive }, "file removed");
+        return { path: segments.join("/") };
+      }),
+    c.serve),
+  ];
+}
