@@ -178,6 +178,16 @@ describe("PUT and DELETE /v1/sessions/:id/files", () => {
     await waitForAuditEvents(nc, "default", sessionId, (e) => e.filter((x) => x.action === "file.delete").length >= 4);
   });
 
+  it("a warm-suspended session is read and listed without waking it, and not written (409)", async () => {
+    expect((await api(stack.url, stack.token, "POST", `/v1/sessions/${sessionId}/suspend`, { warm: true })).status).toBe(200);
+    expect((await readFile("empty")).status).toBe(200);
+    expect((await list("")).status).toBe(200);
+    expect((await writeFile("path=late.txt", "x")).status).toBe(409);
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${sessionId}/files?path=empty`)).status).toBe(409);
+    expect((await api(stack.url, stack.token, "GET", `/v1/sessions/${sessionId}`)).body).toMatchObject({ state: "suspended_warm" });
+    expect((await api(stack.url, stack.token, "POST", `/v1/sessions/${sessionId}/resume`)).status).toBe(200);
+  });
+
   it("answers 409 once the session has no live sandbox", async () => {
     expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${sessionId}`)).status).toBe(200);
     expect((await list("")).status).toBe(409);

@@ -86,6 +86,11 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
     return { session, rpcs: workspaceRpcs(poolId, runnerId) };
   };
 
+  /** Writes need a running session: a warm-suspended one is read (without waking it), not written. */
+  const writable = (session: Session) => {
+    if (session.state !== "running") throw new ConflictError(`session is ${session.state}: resume it to write its files`);
+  };
+
   const target = (session: Session) => ({ sessionId: session.id, workspaceId: session.workspaceId, placementGeneration: session.placementGeneration });
 
   /** The object's bytes, unsealed, as the response's body; a response that cannot be whole is cut, never ended. */
@@ -169,6 +174,7 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
       const declared = req.headers["content-length"];
       if (declared !== undefined && Number(declared) > config.maxUploadBytes) throw new TooLargeError(`upload exceeds ${config.maxUploadBytes} bytes`);
       const { session, rpcs } = await authorized(scope, params.id, Action.writeFiles);
+      writable(session);
       const transferId = ctx.deps.newId();
       const name = transferObjectName(session.workspaceId, session.id, transferId);
       const key = newSealKey();
@@ -186,6 +192,7 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
 
     ctx.serve(HttpApi.deleteFile, async ({ caller: { scope }, params, query }) => {
       const { session, rpcs } = await authorized(scope, params.id, Action.writeFiles);
+      writable(session);
       const reply = await callRpc(ctx.deps.nc, rpcs.delete, { ...target(session), path: query.path, recursive: query.recursive }, rpcOpts);
       await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "file.delete" }, { timeoutMs: config.rpcTimeoutMs });
       return { status: 200, body: reply };
