@@ -8,6 +8,7 @@ import { eventsCommand, getCommand, lsCommand, rmCommand } from "./commands/reco
 import { runnerCommand, runnersCommand } from "./commands/runners.ts";
 import { tokenCommand } from "./commands/tokens.ts";
 import { cpCommand, diffCommand } from "./commands/workspace.ts";
+import { filesCommand } from "./commands/files.ts";
 import { loadCliConfig } from "./config.ts";
 import { ApiError, ExitCode, UsageError, type CliIo } from "./io.ts";
 
@@ -29,6 +30,7 @@ export const commands: readonly Command[] = [
   runnerCommand,
   eventsCommand,
   cpCommand,
+  filesCommand,
   diffCommand,
   tokenCommand,
 ];

@@ -13,6 +13,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { seedMember, seedToken } from "@paddock/gateway/auth";
 import type { FileList } from "@paddock/contracts";
 import { startStack, type Stack } from "@paddock/testing";
+import { expectUsageError, runCli, startCli } from "../../cli/src/testing/run-cli.ts";
 import { api, stackClient, waitForAuditEvents } from "./helpers.ts";
 
 const MEMBER_TOKEN = "tok_files_member_0123456789ab";
@@ -176,6 +177,36 @@ describe("PUT and DELETE /v1/sessions/:id/files", () => {
     expect((await del("path=src&recursive=true")).status).toBe(200);
     expect(((await list("")).body as FileList).entries.map((e) => e.path)).toEqual(["big.bin", "bin.dat", "empty", "link"]);
     await waitForAuditEvents(nc, "default", sessionId, (e) => e.filter((x) => x.action === "file.delete").length >= 4);
+  });
+
+  it("the CLI: files put (a file, stdin), cat, ls, rm; bad invocations are usage errors that ask nothing", async () => {
+    const cli = { PADDOCK_URL: stack.url, PADDOCK_TOKEN: stack.token };
+    const local = join(stack.dataDir, "upload.txt");
+    writeFileSync(local, "from the laptop\n");
+    expect(await runCli(["files", "put", `${sessionId}:cli/up.txt`, local, "--mode", "600"], cli)).toMatchObject({ code: 0, stdout: "" });
+    const piped = startCli(["files", "put", `${sessionId}:cli/piped.bin`], cli);
+    piped.stdin.end(Buffer.from([0, 1, 2, 255]));
+    expect(await piped.code).toBe(0);
+    expect((await readFile("cli/piped.bin")).bytes).toEqual(Buffer.from([0, 1, 2, 255]));
+    expect(await runCli(["files", "cat", `${sessionId}:cli/up.txt`], cli)).toEqual({ code: 0, stdout: "from the laptop\n", stderr: "" });
+    const ls = await runCli(["files", "ls", `${sessionId}:cli`], cli);
+    expect(ls.stdout).toBe(`file    0644            4  cli/piped.bin\nfile    0600           16  cli/up.txt\n`);
+    expect(JSON.parse((await runCli(["files", "ls", sessionId, "--depth", "2", "--json"], cli)).stdout)).toMatchObject({ truncated: false });
+    expect(await runCli(["files", "rm", `${sessionId}:cli`], cli)).toMatchObject({ code: 1 });
+    expect(await runCli(["files", "rm", `${sessionId}:cli`, "-r"], cli)).toMatchObject({ code: 0 });
+    expect((await readFile("cli/up.txt")).status).toBe(404);
+    expect(await runCli(["files", "cat", `${sessionId}:nope`], cli)).toMatchObject({ code: 1 });
+    for (const [argv, reason] of [
+      [["files"], /expected a subcommand/],
+      [["files", "mv"], /unknown subcommand/],
+      [["files", "cat", `${sessionId}:`], /name a file/],
+      [["files", "cat", `${sessionId}:../x`], /must not contain \.\./],
+      [["files", "cat", "not an id:x"], /expected ID:PATH/],
+      [["files", "put", `${sessionId}:x`, local, "--mode", "999"], /--mode must be octal/],
+      [["files", "put"], /expected ID:PATH LOCAL/],
+      [["files", "ls", sessionId, "--depth", "x"], /--depth must be a number/],
+      [["files", "rm", `${sessionId}:x`, "--force"], /--force/],
+    ] as const) await expectUsageError(argv, reason, cli);
   });
 
   it("a warm-suspended session is read and listed without waking it, and not written (409)", async () => {
