@@ -76,6 +76,20 @@ describe("GET /v1/sessions/:id/files", () => {
     expect((await readFile("src/a.txt", MEMBER_TOKEN)).status).toBe(200);
   });
 
+  it("answers one range of a Range header with 206, a range past the end with 416, and anything else whole", async () => {
+    const whole = (await readFile("bin.dat")).bytes;
+    const ranged = async (range: string) => {
+      const res = await fetch(`${stack.url}/v1/sessions/${sessionId}/files?path=bin.dat`, { headers: { authorization: `Bearer ${stack.token}`, range } });
+      return { status: res.status, bytes: Buffer.from(await res.arrayBuffer()), contentRange: res.headers.get("content-range") };
+    };
+    expect(await ranged("bytes=0-99")).toEqual({ status: 206, bytes: whole.subarray(0, 100), contentRange: "bytes 0-99/300000" });
+    expect(await ranged("bytes=-10")).toEqual({ status: 206, bytes: whole.subarray(299_990), contentRange: "bytes 299990-299999/300000" });
+    expect(await ranged("bytes=299995-")).toMatchObject({ status: 206, bytes: whole.subarray(299_995) });
+    expect(await ranged("bytes=299000-999999")).toMatchObject({ status: 206, contentRange: "bytes 299000-299999/300000" });
+    expect(await ranged("bytes=300000-")).toMatchObject({ status: 416, contentRange: "bytes */300000" });
+    for (const ignored of ["bytes=5-2", "bytes=0-1,5-6", "lines=0-5", "bytes=x-"]) expect(await ranged(ignored)).toMatchObject({ status: 200, bytes: whole });
+  });
+
   it("refuses what is not a file of the session's in its workspace: 404 missing, 400 otherwise, and never blocks on a FIFO", async () => {
     const refused: Array<[string, number]> = [
       ["nope.txt", 404],

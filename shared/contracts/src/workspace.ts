@@ -102,12 +102,27 @@ export type WorkspaceDiffReply = z.infer<typeof WorkspaceDiffReply>;
  * One file's bytes (GET /v1/sessions/:id/files): the runner stores the file,
  * sealed, under the transfer's object name, as a pull does its archive.
  */
-export const FileReadRequest = z.object({ ...Target, path: WorkspacePath, transferId: Id, ...TransferKey }).strict();
+/**
+ * A byte range of an HTTP `Range: bytes=` header, before the file's size is
+ * known: `first-[last]` (both inclusive), or the last `suffix` bytes.
+ */
+export const ByteRange = z.union([
+  z.object({ first: z.number().int().nonnegative(), last: z.number().int().nonnegative().optional() }).strict(),
+  z.object({ suffix: z.number().int().positive() }).strict(),
+]);
+export type ByteRange = z.infer<typeof ByteRange>;
+
+export const FileReadRequest = z.object({ ...Target, path: WorkspacePath, transferId: Id, ...TransferKey, range: ByteRange.optional() }).strict();
 export type FileReadRequest = z.infer<typeof FileReadRequest>;
 export const FileReadReply = z
   .object({
-    /** The file's size: what the object holds once unsealed. */
+    /** The whole file's size. */
     size: z.number().int().nonnegative(),
+    /** The bytes the object holds once unsealed (inclusive; end < start for none): the whole file, or the range asked for. */
+    start: z.number().int().nonnegative(),
+    end: z.number().int().min(-1),
+    /** True when the range asked for starts past the end of the file (nothing was stored). */
+    unsatisfiable: z.boolean(),
   })
   .strict();
 export type FileReadReply = z.infer<typeof FileReadReply>;

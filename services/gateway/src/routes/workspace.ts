@@ -8,6 +8,7 @@ import { callRpc } from "@paddock/bus";
 import {
   Api,
   ARCHIVE_CONTENT_TYPE,
+  type ByteRange,
   ConflictError,
   FILE_CONTENT_TYPE,
   HttpApi,
@@ -23,6 +24,20 @@ import {
 import { Action } from "../auth/auth.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
 import type { Route } from "../http/http.ts";
+
+/**
+ * The one range of a `Range: bytes=` header (`first-last`, `first-`, `-suffix`);
+ * undefined for none, several, or one that does not parse: the whole file is
+ * answered then, as RFC 9110 lets a server do.
+ */
+export function parseByteRange(header: string | undefined): ByteRange | undefined {
+  const m = header === undefined ? null : /^bytes=(\d{0,15})-(\d{0,15})$/.exec(header.trim());
+  if (!m) return undefined;
+  const [, first = "", last = ""] = m;
+  if (first === "") return last === "" || Number(last) === 0 ? undefined : { suffix: Number(last) };
+  if (last !== "" && Number(last) < Number(first)) return undefined;
+  return { first: Number(first), ...(last !== "" ? { last: Number(last) } : {}) };
+}
 
 /** States in which the session has a sandbox on a runner to read or write. */
 const LIVE: ReadonlySet<Session["state"]> = new Set(["running", "suspended_warm"]);
@@ -154,16 +169,24 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
       }
     }),
 
-    ctx.serve(HttpApi.readFile, async ({ caller: { scope }, params, query, res }) => {
+    ctx.serve(HttpApi.readFile, async ({ caller: { scope }, params, query, req, res }) => {
       const { session, rpcs } = await authorized(scope, params.id, Action.readFiles);
+      const range = parseByteRange(req.headers.range);
       const transferId = ctx.deps.newId();
       const name = transferObjectName(session.workspaceId, session.id, transferId);
       const key = newSealKey();
       try {
-        const { size } = await callRpc(ctx.deps.nc, rpcs.read, { ...target(session), path: query.path, transferId, sealKey: key.toString("base64") }, rpcOpts);
+        const read = await callRpc(ctx.deps.nc, rpcs.read, { ...target(session), path: query.path, transferId, sealKey: key.toString("base64"), ...(range ? { range } : {}) }, rpcOpts);
+        if (read.unsatisfiable) {
+          res.writeHead(416, { "content-type": "application/json", "content-range": `bytes */${read.size}` });
+          res.end(JSON.stringify({ error: { code: "invalid", message: `the range starts past the end of the file (${read.size} bytes)` } }));
+          return;
+        }
         const got = await (await transfers()).get(name);
         if (!got) throw new UnavailableError("the runner's copy of the file is gone; retry");
-        res.writeHead(200, { "content-type": FILE_CONTENT_TYPE, "content-length": String(size), "cache-control": "no-store" });
+        const length = read.end - read.start + 1;
+        const partial = range ? { "content-range": `bytes ${read.start}-${read.end}/${read.size}` } : {};
+        res.writeHead(range ? 206 : 200, { "content-type": FILE_CONTENT_TYPE, "content-length": String(length), "accept-ranges": "bytes", "cache-control": "no-store", ...partial });
         await streamUnsealed(got, key, name, res, session.id);
       } finally {
         await removeQuietly(name);

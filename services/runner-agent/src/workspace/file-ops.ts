@@ -46,11 +46,12 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
   return [
     serveRpc(nc, rpcs.read, (req) =>
       onWorkspace(req, async (workspace, segments, user): Promise<FileReadReply> => {
-        const { stream, size } = await openFileInside(workspace, segments, user);
+        const { stream, size, part } = await openFileInside(workspace, segments, user, req.range);
+        if (part === undefined) return { size, start: 0, end: -1, unsatisfiable: true };
         const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
         const body = sealed(stream, sealKeyFrom(req.sealKey), transferRef(name));
         await (await c.transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
-        return { size };
+        return { size, start: part.start, end: part.end, unsatisfiable: false };
       }),
     c.serve),
     serveRpc(nc, rpcs.list, (req) => onWorkspace(req, (workspace, segments, user): Promise<FileList> => listInside(workspace, segments, req.depth, user)), c.serve),

@@ -9,10 +9,27 @@
 import { closeSync, createReadStream, lstatSync, readdirSync, rmdirSync, unlinkSync, type Stats } from "node:fs";
 import { Readable } from "node:stream";
 import { resolveInside, UnsafePathError, writeFresh, type DirFd, type FileOwner } from "@paddock/archive";
-import { ConflictError, MAX_LIST_ENTRIES, type FileEntry, type FileList } from "@paddock/contracts";
+import { ConflictError, MAX_LIST_ENTRIES, type ByteRange, type FileEntry, type FileList } from "@paddock/contracts";
 
-/** An open regular file under the workspace and its size, read as a stream of exactly that many bytes. */
-export async function openFileInside(workspace: string, segments: readonly string[], owner: FileOwner | undefined): Promise<{ stream: Readable; size: number }> {
+/** Which bytes of a file of size a range asks for (inclusive; undefined when it starts past the end). */
+export function rangeOf(size: number, range: ByteRange | undefined): { start: number; end: number } | undefined {
+  if (range === undefined) return { start: 0, end: size - 1 };
+  if ("suffix" in range) return { start: Math.max(0, size - range.suffix), end: size - 1 };
+  if (range.first >= size) return undefined;
+  return { start: range.first, end: Math.min(range.last ?? size - 1, size - 1) };
+}
+
+/**
+ * An open regular file under the workspace: its size, and a stream of exactly
+ * the bytes the range asks for (all of it without one) as the file was when
+ * opened; `part` undefined (and nothing read) when the range starts past its end.
+ */
+export async function openFileInside(
+  workspace: string,
+  segments: readonly string[],
+  owner: FileOwner | undefined,
+  range?: ByteRange,
+): Promise<{ stream: Readable; size: number; part: { start: number; end: number } | undefined }> {
   const target = await resolveInside(workspace, segments, { create: false });
   try {
     if (target.kind === "directory" || target.name === undefined) throw new UnsafePathError("path is a directory");
@@ -25,12 +42,13 @@ export async function openFileInside(workspace: string, segments: readonly strin
       if (stat.isDirectory()) throw new UnsafePathError("path is a directory");
       throw stat.isFile() ? new UnsafePathError("path not found", true) : new UnsafePathError("path is not a regular file");
     }
-    if (stat.size === 0) {
+    const part = rangeOf(stat.size, range);
+    if (part === undefined || part.end < part.start) {
       closeSync(fd);
-      return { stream: Readable.from([]), size: 0 };
+      return { stream: Readable.from([]), size: stat.size, part };
     }
-    // Exactly the size stat saw: a file that grows meanwhile is answered as it was (the client was told this length).
-    return { stream: createReadStream("", { fd, start: 0, end: stat.size - 1, autoClose: true }), size: stat.size };
+    // Exactly the bytes stat saw: a file that grows meanwhile is answered as it was (the client was told this length).
+    return { stream: createReadStream("", { fd, start: part.start, end: part.end, autoClose: true }), size: stat.size, part };
   } finally {
     target.close();
   }

@@ -213,10 +213,10 @@ export const HttpApi = {
   readFile: httpRoute({
     method: "GET",
     path: "/v1/sessions/:id/files",
-    summary: "One file of the live session's workspace, raw bytes (404 missing, 400 a directory or a path through a symlink).",
+    summary: "One file of the live session's workspace, raw bytes (404 missing, 400 a directory or a path through a symlink); a `Range: bytes=` header answers 206 with that part (416 past the end).",
     params: SessionParams,
     query: FileQuery,
-    responses: [{ kind: "bytes", status: [200], contentType: FILE_CONTENT_TYPE }],
+    responses: [{ kind: "bytes", status: [200, 206], contentType: FILE_CONTENT_TYPE }],
     errors: ["forbidden", "not_found", "conflict"],
   }),
   writeFile: httpRoute({
