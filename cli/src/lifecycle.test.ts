@@ -17,6 +17,10 @@ describe("bad usage exits 2 without a server", () => {
     [["create", "--parent"], /--parent needs a value/],
     [["create", "--one-shot=yes"], /takes no value/],
     [["create", "--idempotency-key", ""], /idempotencyKey/],
+    [["create", "--timeout-ms", "5", "--", "x"], /--timeout-ms applies only with --wait/],
+    [["create", "--wait", "--timeout-ms", "soon", "--", "x"], /--timeout-ms must be a number of ms/],
+    [["create", "--wait", "--timeout-ms", "300001", "--", "x"], /--timeout-ms must be a number of ms/],
+    [["create", "--wait=yes", "--", "x"], /takes no value/],
     [["suspend"], /expected ID/],
     [["suspend", "a", "b"], /expected ID/],
     [["suspend", "a", "--cold"], /unknown flag --cold/],
@@ -59,6 +63,11 @@ describe("against the fake gateway", () => {
     const again = await runCli(["create", "--idempotency-key", "k1", "--json", "--", "other"], env);
     expect(JSON.parse(again.stdout)).toMatchObject({ id: "s1", name: "job", oneShot: true, mode: "watch", parentId: "p1" });
     expect(gw.attaches).toEqual([]);
+  });
+
+  it("create --wait asks the gateway to answer once the session runs (?wait=running, with --timeout-ms)", async () => {
+    expect(await runCli(["create", "--wait", "--timeout-ms", "5000", "--", "x"], env)).toEqual({ code: 0, stdout: "s1\n", stderr: "" });
+    expect(gw.requests.filter((r) => r.method === "POST").map((r) => r.path)).toEqual(["/v1/sessions?wait=running&timeoutMs=5000"]);
   });
 
   it("create without a command sends an empty spec (the environment's, or a shell)", async () => {

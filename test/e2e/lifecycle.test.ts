@@ -12,6 +12,7 @@ import { Objm } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { AuditEvent, Session } from "@paddock/contracts";
 import { startService, startStack, untilSession, type Stack } from "@paddock/testing";
+import { runCli } from "../../cli/src/testing/run-cli.ts";
 import { api, sessionOf, stackClient, waitForAuditEvents } from "./helpers.ts";
 
 let stack: Stack;
@@ -110,6 +111,17 @@ describe("waiting for a state, without polling", () => {
     expect(gone.body).toMatchObject({ state: "destroyed", waited: { outcome: "reached" } });
     const never = await api(stack.url, stack.token, "GET", `/v1/sessions/${id}?waitFor=running&timeoutMs=60000`);
     expect(never.body).toMatchObject({ state: "destroyed", waited: { state: "running", outcome: "unreachable" } });
+  });
+
+  it("paddock create --wait exits 0 once the session runs, and 1 when it fails instead", async () => {
+    const cli = { PADDOCK_URL: stack.url, PADDOCK_TOKEN: stack.token };
+    const ok = await runCli(["create", "--wait", "--timeout-ms", "60000", "--", "sleep", "600"], cli);
+    expect(ok).toMatchObject({ code: 0, stderr: "" });
+    expect((await getSession(ok.stdout.trim())).state).toBe("running");
+    const env = await post("/v1/environments", { name: "broken-setup", setup: "exit 7" });
+    const failed = await runCli(["create", "--wait", "--env", (env.body as { id: string }).id, "--", "true"], cli);
+    expect(failed.code).toBe(1);
+    expect(failed.stderr).toMatch(/^paddock create: session \S+ is failed: it will not run\n$/);
   });
 });
 

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from "node:timers/promises";
-import { CreateSessionBody, describeZodError, HttpApi, SessionMode, type Session } from "@paddock/contracts";
+import { CreateSessionBody, describeZodError, HttpApi, MAX_WAIT_MS, SessionMode, type Session } from "@paddock/contracts";
 import { apiOf, parseCommand, positionals, type Command, type Ctx } from "../command.ts";
 import { json } from "../format.ts";
 import { ApiError, ExitCode, UsageError, write } from "../io.ts";
@@ -31,6 +31,15 @@ async function printSession(ctx: Ctx, session: Session, asJson: boolean | undefi
   await write(ctx.io.stdout, asJson ? json(session) : `${session.id} ${session.state}\n`);
 }
 
+/** `?wait=running&timeoutMs=` of `create --wait [--timeout-ms N]`; a UsageError for a bad or lone --timeout-ms. */
+function waitQuery(wait: boolean, timeoutMs: string | undefined): { wait?: "running"; timeoutMs?: string } {
+  if (timeoutMs !== undefined && !wait) throw new UsageError("paddock create: --timeout-ms applies only with --wait");
+  if (timeoutMs !== undefined && !(/^\d{1,6}$/.test(timeoutMs) && Number(timeoutMs) <= MAX_WAIT_MS)) {
+    throw new UsageError(`paddock create: --timeout-ms must be a number of ms from 0 to ${MAX_WAIT_MS}, got ${JSON.stringify(timeoutMs)}`);
+  }
+  return wait ? { wait: "running", ...(timeoutMs !== undefined ? { timeoutMs } : {}) } : {};
+}
+
 export const createCommand: Command = {
   name: "create",
   summary: "create a session without attaching",
@@ -46,6 +55,8 @@ session runs its environment's command, or a login shell.
   --parent ID            a child of session ID
   --mode run|watch       watch sessions are suspended when nobody is attached
   --idempotency-key K    a retry with the same key answers the same session
+  --wait                 answer once the session runs; exit 1 if it cannot or
+                         --timeout-ms (default 30000, at most 300000) passes
   --json                 print the session record
 `,
   async run(ctx, argv) {
@@ -56,6 +67,8 @@ session runs its environment's command, or a login shell.
       parent: { type: "string" },
       mode: { type: "string" },
       "idempotency-key": { type: "string" },
+      wait: { type: "boolean" },
+      "timeout-ms": { type: "string" },
       json: { type: "boolean" },
     });
     if (!args) return ExitCode.ok;
@@ -78,9 +91,13 @@ session runs its environment's command, or a login shell.
       spec: cmd ? { cmd } : {},
     });
     if (!body.success) throw new UsageError(`paddock create: ${describeZodError(body.error)}`);
-    const session = await apiOf(ctx).call(HttpApi.createSession, { body: body.data });
+    const query = waitQuery(flags.wait === true, flags["timeout-ms"]);
+    const session = await apiOf(ctx).call(HttpApi.createSession, { body: body.data, query });
     await write(ctx.io.stdout, flags.json ? json(session) : `${session.id}\n`);
-    return ExitCode.ok;
+    if (query.wait === undefined || session.state === "running") return ExitCode.ok;
+    const why = session.waited?.outcome === "timeout" ? "timed out waiting for it to run" : "it will not run";
+    await write(ctx.io.stderr, `paddock create: session ${session.id} is ${session.state}: ${why}\n`);
+    return ExitCode.failure;
   },
 };
 
