@@ -52,3 +52,41 @@ export function positionals(cmd: Pick<Command, "name">, got: readonly string[], 
 export function notice(ctx: Ctx, text: string, raw = false): void {
   ctx.io.stderr.write(raw ? `\r\n[paddock] ${text}\r\n` : `[paddock] ${text}\n`);
 }
+
+/** "a, b or c": a list of subcommand names for a message. */
+function orList(names: readonly string[]): string {
+  return names.length < 2 ? (names[0] ?? "") : `${names.slice(0, -1).join(", ")} or ${names.at(-1) ?? ""}`;
+}
+
+/**
+ * A command made of subcommands (`paddock NAME SUB ...`): its help lists them,
+ * and a missing or unknown one is a usage error naming what there is.
+ */
+export function commandGroup(group: { name: string; summary: string; subcommands: readonly Command[]; usage?: string; footer?: string }): Command {
+  const subName = (c: Command) => c.name.slice(group.name.length + 1);
+  const names = group.subcommands.map(subName);
+  const width = Math.max(...names.map((n) => n.length));
+  const help = `usage: ${group.usage ?? `paddock ${group.name} SUBCOMMAND [ARGS...]`}
+
+Subcommands:
+${group.subcommands.map((c) => `  ${subName(c).padEnd(width)}  ${c.summary}`).join("\n")}
+
+${group.footer ?? `Run 'paddock ${group.name} SUBCOMMAND --help' for its flags.`}
+`;
+  return {
+    name: group.name,
+    summary: group.summary,
+    help,
+    async run(ctx, argv) {
+      const [sub, ...rest] = argv;
+      if (sub === "--help" || sub === "-h") {
+        ctx.io.stdout.write(help);
+        return 0;
+      }
+      if (sub === undefined) throw new UsageError(`paddock ${group.name}: expected a subcommand: ${orList(names)}`);
+      const command = group.subcommands.find((c) => c.name === `${group.name} ${sub}`);
+      if (!command) throw new UsageError(`paddock ${group.name}: unknown subcommand ${JSON.stringify(sub)}`);
+      return command.run(ctx, rest);
+    },
+  };
+}

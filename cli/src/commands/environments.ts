@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { CreateEnvironmentBody, describeZodError, HttpApi, UpdateEnvironmentBody } from "@paddock/contracts";
 import type { FlagValues } from "../args.ts";
-import { apiOf, parseCommand, positionals, type Command } from "../command.ts";
+import { apiOf, commandGroup, parseCommand, positionals, type Command } from "../command.ts";
 import { environmentsTable, json, keyValues } from "../format.ts";
 import { ApiError, ExitCode, UsageError, write } from "../io.ts";
 
@@ -177,27 +177,8 @@ a live session uses cannot be deleted (conflict). Exits 1 if any deletion failed
 
 const subcommands: readonly Command[] = [createSub, lsSub, getSub, updateSub, rmSub];
 
-const envHelp = `usage: paddock env SUBCOMMAND [ARGS...]
-
-Subcommands:
-${subcommands.map((c) => `  ${c.name.slice(4).padEnd(6)}  ${c.summary}`).join("\n")}
-
-Run 'paddock env SUBCOMMAND --help' for its flags.
-`;
-
-export const envCommand: Command = {
+export const envCommand: Command = commandGroup({
   name: "env",
   summary: "manage environments (create, ls, get, update, rm)",
-  help: envHelp,
-  async run(ctx, argv) {
-    const [sub, ...rest] = argv;
-    if (sub === "--help" || sub === "-h") {
-      await write(ctx.io.stdout, envHelp);
-      return ExitCode.ok;
-    }
-    if (sub === undefined) throw new UsageError("paddock env: expected a subcommand: create, ls, get, update or rm");
-    const command = subcommands.find((c) => c.name === `env ${sub}`);
-    if (!command) throw new UsageError(`paddock env: unknown subcommand ${JSON.stringify(sub)}`);
-    return command.run(ctx, rest);
-  },
-};
+  subcommands,
+});

@@ -4,7 +4,7 @@ import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { FileWriteReply, HttpApi, WorkspacePath } from "@paddock/contracts";
-import { apiOf, parseCommand, positionals, type Command } from "../command.ts";
+import { apiOf, commandGroup, parseCommand, positionals, type Command } from "../command.ts";
 import { json } from "../format.ts";
 import { ApiError, ExitCode, UsageError, write } from "../io.ts";
 import { parseRemote, type RemoteRef } from "./workspace.ts";
@@ -118,27 +118,8 @@ with -r a directory and everything in it.
 
 const subcommands: readonly Command[] = [lsSub, catSub, putSub, rmSub];
 
-const filesHelp = `usage: paddock files SUBCOMMAND [ARGS...]
-
-Subcommands:
-${subcommands.map((c) => `  ${c.name.slice(6).padEnd(4)}  ${c.summary}`).join("\n")}
-
-Run 'paddock files SUBCOMMAND --help' for its flags.
-`;
-
-export const filesCommand: Command = {
+export const filesCommand: Command = commandGroup({
   name: "files",
   summary: "read, write, list and remove files of a session (ls, cat, put, rm)",
-  help: filesHelp,
-  async run(ctx, argv) {
-    const [sub, ...rest] = argv;
-    if (sub === "--help" || sub === "-h") {
-      await write(ctx.io.stdout, filesHelp);
-      return ExitCode.ok;
-    }
-    if (sub === undefined) throw new UsageError("paddock files: expected a subcommand: ls, cat, put or rm");
-    const command = subcommands.find((c) => c.name === `files ${sub}`);
-    if (!command) throw new UsageError(`paddock files: unknown subcommand ${JSON.stringify(sub)}`);
-    return command.run(ctx, rest);
-  },
-};
+  subcommands,
+});

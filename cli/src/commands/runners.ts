@@ -1,7 +1,7 @@
 import { HttpApi } from "@paddock/contracts";
-import { apiOf, parseCommand, positionals, type Command } from "../command.ts";
+import { apiOf, commandGroup, parseCommand, positionals, type Command } from "../command.ts";
 import { json, keyValues, runnersTable } from "../format.ts";
-import { ExitCode, UsageError, write } from "../io.ts";
+import { ExitCode, write } from "../io.ts";
 
 /** The contract route of each state change. */
 const STATE_ROUTES = { drain: HttpApi.drainRunner, cordon: HttpApi.cordonRunner, uncordon: HttpApi.uncordonRunner } as const;
@@ -75,27 +75,10 @@ Prints the runner record as key: value lines, or as JSON with --json.
 
 const subcommands: readonly Command[] = [drainSub, cordonSub, uncordonSub, getSub];
 
-const runnerHelp = `usage: paddock runner SUBCOMMAND ID [--json]
-
-Subcommands:
-${subcommands.map((c) => `  ${c.name.slice(7).padEnd(8)}  ${c.summary}`).join("\n")}
-
-Run 'paddock runner SUBCOMMAND --help' for its flags; 'paddock runners' lists them.
-`;
-
-export const runnerCommand: Command = {
+export const runnerCommand: Command = commandGroup({
   name: "runner",
   summary: "administer one runner (drain, cordon, uncordon, get)",
-  help: runnerHelp,
-  async run(ctx, argv) {
-    const [sub, ...rest] = argv;
-    if (sub === "--help" || sub === "-h") {
-      await write(ctx.io.stdout, runnerHelp);
-      return ExitCode.ok;
-    }
-    if (sub === undefined) throw new UsageError("paddock runner: expected a subcommand: drain, cordon, uncordon or get");
-    const command = subcommands.find((c) => c.name === `runner ${sub}`);
-    if (!command) throw new UsageError(`paddock runner: unknown subcommand ${JSON.stringify(sub)}`);
-    return command.run(ctx, rest);
-  },
-};
+  subcommands,
+  usage: "paddock runner SUBCOMMAND ID [--json]",
+  footer: "Run 'paddock runner SUBCOMMAND --help' for its flags; 'paddock runners' lists them.",
+});

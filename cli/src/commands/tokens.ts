@@ -1,5 +1,5 @@
 import { HttpApi, MAX_TOKEN_LIFETIME_MS, type TokenInfo } from "@paddock/contracts";
-import { apiOf, parseCommand, positionals, type Command } from "../command.ts";
+import { apiOf, commandGroup, parseCommand, positionals, type Command } from "../command.ts";
 import { json, table, time } from "../format.ts";
 import { ExitCode, UsageError, write } from "../io.ts";
 
@@ -85,27 +85,8 @@ and terminals opened with it are closed. Prints the id.
 
 const subcommands: readonly Command[] = [createSub, lsSub, revokeSub];
 
-const tokenHelp = `usage: paddock token SUBCOMMAND [ARGS...]
-
-Subcommands:
-${subcommands.map((c) => `  ${c.name.slice(6).padEnd(6)}  ${c.summary}`).join("\n")}
-
-Run 'paddock token SUBCOMMAND --help' for its flags.
-`;
-
-export const tokenCommand: Command = {
+export const tokenCommand: Command = commandGroup({
   name: "token",
   summary: "manage API tokens (create, ls, revoke)",
-  help: tokenHelp,
-  async run(ctx, argv) {
-    const [sub, ...rest] = argv;
-    if (sub === "--help" || sub === "-h") {
-      await write(ctx.io.stdout, tokenHelp);
-      return ExitCode.ok;
-    }
-    if (sub === undefined) throw new UsageError("paddock token: expected a subcommand: create, ls or revoke");
-    const command = subcommands.find((c) => c.name === `token ${sub}`);
-    if (!command) throw new UsageError(`paddock token: unknown subcommand ${JSON.stringify(sub)}`);
-    return command.run(ctx, rest);
-  },
-};
+  subcommands,
+});

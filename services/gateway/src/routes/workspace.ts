@@ -19,6 +19,7 @@ import {
   UnavailableError,
   workspaceRpcs,
   type Scope,
+  type TransferDirection,
   type Session,
 } from "@paddock/contracts";
 import { Action } from "../auth/auth.ts";
@@ -38,6 +39,9 @@ export function parseByteRange(header: string | undefined): ByteRange | undefine
   if (last !== "" && Number(last) < Number(first)) return undefined;
   return { first: Number(first), ...(last !== "" ? { last: Number(last) } : {}) };
 }
+
+/** Files up to this size are read whole in the gateway before the answer starts (larger ones stream). */
+const WHOLE_READ_MAX_BYTES = 4 * 1024 * 1024;
 
 /** States in which the session has a sandbox on a runner to read or write. */
 const LIVE: ReadonlySet<Session["state"]> = new Set(["running", "suspended_warm"]);
@@ -130,25 +134,60 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
     }
   };
 
+  /** A body announced larger than an upload may be is refused before anything is read. */
+  const refuseDeclaredTooLarge = (req: IncomingMessage) => {
+    const declared = req.headers["content-length"];
+    if (declared !== undefined && Number(declared) > config.maxUploadBytes) throw new TooLargeError(`upload exceeds ${config.maxUploadBytes} bytes`);
+  };
+
+  /** The request body (bounded) sealed into a transfer object for the session, handed to act; the object is removed after. */
+  const uploaded = async <T>(req: IncomingMessage, session: Session, act: (transfer: { transferId: string; sealKey: string }) => Promise<T>): Promise<T> => {
+    const transferId = ctx.deps.newId();
+    const name = transferObjectName(session.workspaceId, session.id, transferId);
+    const key = newSealKey();
+    try {
+      const body = sealed(Readable.fromWeb(boundedBody(req, config.maxUploadBytes) as NodeWebReadableStream<Uint8Array>), key, transferRef(name));
+      await (await transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
+      return await act({ transferId, sealKey: key.toString("base64") });
+    } finally {
+      await removeQuietly(name);
+    }
+  };
+
+  /** The object's bytes, unsealed and checked whole (length and digest); one more read after a failed one, then 503. */
+  const readWhole = async (name: string, key: Buffer, length: number): Promise<Buffer> => {
+    let last: unknown;
+    for (let attempt = 0; attempt < 2; attempt++) {
+      try {
+        const got = await (await transfers()).get(name);
+        if (!got) throw new UnavailableError("the runner's copy of the file is gone; retry");
+        const parts: Buffer[] = [];
+        for await (const part of unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), key, transferRef(name))) parts.push(part as Buffer);
+        const bytes = Buffer.concat(parts);
+        const failed = await got.error;
+        if (!failed && bytes.length === length) return bytes;
+        last = failed ?? new Error(`read ${bytes.length} of ${length} bytes`);
+      } catch (err) {
+        if (err instanceof UnavailableError) throw err;
+        last = err;
+      }
+      ctx.deps.log.warn({ err: last, object: name, attempt }, "transfer object read failed");
+    }
+    throw new UnavailableError("the file could not be read from the transfer store; retry", { cause: last });
+  };
+
+  /** A workspace fact committed on the record (one audit event) before the client is told. */
+  const recordFact = (scope: Scope, sessionId: string, direction: TransferDirection) =>
+    callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId, direction }, { timeoutMs: config.rpcTimeoutMs });
+
   return [
     ctx.serve(HttpApi.pushWorkspace, async ({ caller: { scope }, params, query, req }) => {
-      const path = query.path ?? "";
-      const declared = req.headers["content-length"];
-      if (declared !== undefined && Number(declared) > config.maxUploadBytes) throw new TooLargeError(`upload exceeds ${config.maxUploadBytes} bytes`);
+      refuseDeclaredTooLarge(req);
       const { session, rpcs } = await authorized(scope, params.id, Action.pushWorkspace);
-      const transferId = ctx.deps.newId();
-      const name = transferObjectName(session.workspaceId, session.id, transferId);
-      const key = newSealKey();
-      try {
-        const body = sealed(Readable.fromWeb(boundedBody(req, config.maxUploadBytes) as NodeWebReadableStream<Uint8Array>), key, transferRef(name));
-        await (await transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
-        const reply = await callRpc(ctx.deps.nc, rpcs.push, { ...target(session), path, transferId, sealKey: key.toString("base64") }, rpcOpts);
-        // The push is a fact: committed on the record (one audit event) before the client is told.
-        await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "push" }, { timeoutMs: config.rpcTimeoutMs });
-        return { status: 200, body: reply };
-      } finally {
-        await removeQuietly(name);
-      }
+      const reply = await uploaded(req, session, (transfer) => callRpc(ctx.deps.nc, rpcs.push, { ...target(session), path: query.path ?? "", ...transfer }, rpcOpts));
+      // The push is a fact: committed on the record (one audit event) before the client is told.
+      await recordFact(scope, session.id, "push");
+      return { status: 200, body: reply };
     }),
 
     ctx.serve(HttpApi.pullWorkspace, async ({ caller: { scope }, params, query, res }) => {
@@ -161,7 +200,7 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
         const { size } = await callRpc(ctx.deps.nc, rpcs.pull, { ...target(session), path, transferId, sealKey: key.toString("base64") }, rpcOpts);
         const got = await (await transfers()).get(name);
         if (!got) throw new UnavailableError("the runner's archive is gone; retry");
-        await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "pull" }, { timeoutMs: config.rpcTimeoutMs });
+        await recordFact(scope, session.id, "pull");
         res.writeHead(200, { "content-type": ARCHIVE_CONTENT_TYPE, "content-length": String(size), "cache-control": "no-store" });
         await streamUnsealed(got, key, name, res, session.id);
       } finally {
@@ -182,11 +221,19 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
           res.end(JSON.stringify({ error: { code: "invalid", message: `the range starts past the end of the file (${read.size} bytes)` } }));
           return;
         }
-        const got = await (await transfers()).get(name);
-        if (!got) throw new UnavailableError("the runner's copy of the file is gone; retry");
         const length = read.end - read.start + 1;
         const partial = range ? { "content-range": `bytes ${read.start}-${read.end}/${read.size}` } : {};
-        res.writeHead(range ? 206 : 200, { "content-type": FILE_CONTENT_TYPE, "content-length": String(length), "accept-ranges": "bytes", "cache-control": "no-store", ...partial });
+        const head = { "content-type": FILE_CONTENT_TYPE, "content-length": String(length), "accept-ranges": "bytes", "cache-control": "no-store", ...partial };
+        // A small file is read whole before the answer starts: a failed read of the object is retried, or a clean 503, never a cut body.
+        if (length <= WHOLE_READ_MAX_BYTES) {
+          const bytes = await readWhole(name, key, length);
+          res.writeHead(range ? 206 : 200, head);
+          res.end(bytes);
+          return;
+        }
+        const got = await (await transfers()).get(name);
+        if (!got) throw new UnavailableError("the runner's copy of the file is gone; retry");
+        res.writeHead(range ? 206 : 200, head);
         await streamUnsealed(got, key, name, res, session.id);
       } finally {
         await removeQuietly(name);
@@ -194,30 +241,20 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
     }),
 
     ctx.serve(HttpApi.writeFile, async ({ caller: { scope }, params, query, req }) => {
-      const declared = req.headers["content-length"];
-      if (declared !== undefined && Number(declared) > config.maxUploadBytes) throw new TooLargeError(`upload exceeds ${config.maxUploadBytes} bytes`);
+      refuseDeclaredTooLarge(req);
       const { session, rpcs } = await authorized(scope, params.id, Action.writeFiles);
       writable(session);
-      const transferId = ctx.deps.newId();
-      const name = transferObjectName(session.workspaceId, session.id, transferId);
-      const key = newSealKey();
-      try {
-        const body = sealed(Readable.fromWeb(boundedBody(req, config.maxUploadBytes) as NodeWebReadableStream<Uint8Array>), key, transferRef(name));
-        await (await transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
-        const reply = await callRpc(ctx.deps.nc, rpcs.write, { ...target(session), path: query.path, mode: query.mode, transferId, sealKey: key.toString("base64") }, rpcOpts);
-        // Each write is a fact (one audit event, fixed fields only: no path, no content) before the client is told.
-        await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "file.write" }, { timeoutMs: config.rpcTimeoutMs });
-        return { status: 200, body: reply };
-      } finally {
-        await removeQuietly(name);
-      }
+      const reply = await uploaded(req, session, (transfer) => callRpc(ctx.deps.nc, rpcs.write, { ...target(session), path: query.path, mode: query.mode, ...transfer }, rpcOpts));
+      // Each write is a fact (one audit event, fixed fields only: no path, no content) before the client is told.
+      await recordFact(scope, session.id, "file.write");
+      return { status: 200, body: reply };
     }),
 
     ctx.serve(HttpApi.deleteFile, async ({ caller: { scope }, params, query }) => {
       const { session, rpcs } = await authorized(scope, params.id, Action.writeFiles);
       writable(session);
       const reply = await callRpc(ctx.deps.nc, rpcs.delete, { ...target(session), path: query.path, recursive: query.recursive }, rpcOpts);
-      await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: session.id, direction: "file.delete" }, { timeoutMs: config.rpcTimeoutMs });
+      await recordFact(scope, session.id, "file.delete");
       return { status: 200, body: reply };
     }),
 

@@ -1,3 +1,4 @@
 export * from "./route.ts";
 export * from "./query.ts";
 export * from "./routes.ts";
+export * from "./files.ts";

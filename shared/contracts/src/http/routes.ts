@@ -9,7 +9,8 @@ import { AttachQuery, ServerFrame } from "../terminal.ts";
 import { AttachTicket, AttachTicketBody, CreatedToken, CreateTokenBody, TokenInfo, TokenList } from "../tokens.ts";
 import { FileDeleteReply, FileList, FileWriteReply, MAX_LIST_DEPTH, WorkspaceDiffReply, WorkspacePath, WorkspacePushReply } from "../workspace.ts";
 import { EmptyBody, httpRoute, json, jsonBody, NoQuery, pathParamNames, pathPattern, type HttpRoute } from "./route.ts";
-import { QueryBool, QueryCursor, QueryDepth, QueryLimit, QueryLimitValue, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
+import { QueryBool, QueryCursor, QueryLimit, QueryLimitValue, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
+import { FILE_CONTENT_TYPE, FileDeleteQuery, FileListQuery, FileQuery, FileWriteQuery } from "./files.ts";
 import { DEFAULT_PAGE_LIMIT } from "../api.ts";
 
 /** Content type of a streamed list: one JSON document per line. */
@@ -36,28 +37,6 @@ export const EventsQuery = z
 export const LogQuery = z.object({ app: Id.optional(), since: QuerySeq }).strict();
 /** `?path=`: workspace-relative, the workspace itself when absent. */
 export const WorkspaceQuery = z.object({ path: WorkspacePath.optional() }).strict();
-
-/** A path naming something in the workspace, not the workspace itself. */
-const FilePath = WorkspacePath.refine((p) => p.split("/").some((s) => s !== "" && s !== "."), "must name a file in the workspace");
-/** `?path=` of a file: required. */
-export const FileQuery = z.object({ path: FilePath }).strict();
-/** `?path=&mode=` of a write: mode in octal (`644`, `0755`), 644 when absent. */
-export const FileWriteQuery = z
-  .object({
-    path: FilePath,
-    mode: z
-      .string()
-      .regex(/^0?[0-7]{3}$/, "must be octal permission bits, e.g. 644")
-      .transform((m) => parseInt(m, 8))
-      .default(0o644),
-  })
-  .strict();
-/** `?path=&recursive=` of a delete: a directory needs recursive=true unless it is empty. */
-export const FileDeleteQuery = z.object({ path: FilePath, recursive: QueryBool }).strict();
-/** `?path=&depth=` of a listing: the workspace itself when path is absent. */
-export const FileListQuery = z.object({ path: WorkspacePath.optional(), depth: QueryDepth }).strict();
-/** Content type of a file's raw bytes. */
-export const FILE_CONTENT_TYPE = "application/octet-stream";
 
 /** Body of POST /v1/sessions/:id/suspend: `warm` is required, nothing else is allowed. */
 export const SuspendBody = z.object({ warm: z.boolean() }).strict();
