@@ -320,6 +320,8 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     const burn = 'i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; times > /tmp/times; read t < /tmp/times; echo "burnt $t."';
     await start(sessionId, { apps: [{ name: "main", cmd: ["sh", "-c", "exec sleep 600"] }, { name: "burner", cmd: ["sh", "-c", burn], tty: false }] });
     await fact(sessionId, "app", (f) => f.app === "burner" && f.durationMs !== undefined);
+    // Its output and its end travel apart (TERM stream, facts): the line may come after the fact.
+    await term.waitFor(() => /burnt \S+ \S+\./.test(term.text()));
     const [user, sys] = [...(/burnt (\S+) (\S+)\./.exec(term.text()) ?? [])].slice(1).map(shellSeconds);
     const burnt = (user ?? 0) + (sys ?? 0);
     expect(burnt).toBeGreaterThan(0.1);
