@@ -99,8 +99,7 @@ export class SessionRuntime {
    * removed) or was aborted (the destroy cleans up).
    */
   async boot(): Promise<boolean> {
-    const cmd = this.cmd;
-    const trigger: RunTrigger = cmd.trigger;
+    const { cmd } = this;
     const credentials = askCredentials(this.deps, cmd, this.held);
     try {
       const sandbox = await this.deps.sandbox.create({ sessionId: this.held.sessionId, dir: this.dir, image: cmd.spec.image });
@@ -110,7 +109,7 @@ export class SessionRuntime {
         cmd,
         held: this.held,
         sandbox,
-        credentials,
+        credentials, // asked for before the create: the round trip overlaps it
         signal: this.abort.signal,
         startEgress: (host, port) => this.egress.start(this.cmd.spec.egressAllow ?? [], host, port, this.deps, this.ids(), () => this.phase === "ending"),
         emit: (body, key) => this.emit(body, key),
@@ -126,7 +125,7 @@ export class SessionRuntime {
         // A cold resume or a takeover numbers the app's generations on from the record's.
         slot.generation = cmd.appGenerations?.[spec.name] ?? 0;
         this.slots.set(spec.name, slot);
-        const started = await slot.start(trigger);
+        const started = await slot.start(cmd.trigger);
         if (!started.ok) throw new BootError(started.run.reason ?? `app ${spec.name}: could not start`);
         starts.push([slot, started]);
       }
@@ -144,7 +143,7 @@ export class SessionRuntime {
       this.watcher?.started();
       void this.emit(this.facts.runningFact);
       for (const [slot, started] of starts) void this.facts.reportRun(slot, started.run);
-      this.deps.log.info({ ...this.ids(), apps: this.slots.size, mode: this.mode, trigger }, "session started");
+      this.deps.log.info({ ...this.ids(), apps: this.slots.size, mode: this.mode, trigger: cmd.trigger }, "session started");
       return true;
     } catch (err) {
       if (this.abort.signal.aborted) return false;
@@ -361,8 +360,7 @@ export class SessionRuntime {
 
   /** Removes the sandbox (its directory, and what the backend held for it); just the directory when none was made. */
   private async removeSandbox(): Promise<void> {
-    if (this.sandbox) await this.sandbox.destroy();
-    else await this.deps.sandbox.removeDir(this.dir);
+    await (this.sandbox ? this.sandbox.destroy() : this.deps.sandbox.removeDir(this.dir));
   }
 
   private detach(): void {

@@ -2,7 +2,7 @@
  * Shared scaffolding for this service's tests: a stand-in scheduler answering
  * registration, fact and terminal collectors that resolve on messages.
  */
-import { mkdtempSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { mkdtempSync, readFileSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -39,6 +39,7 @@ import { makeRunner, startNatsServer, type NatsServerHandle } from "@paddock/tes
 import { createRunnerAgent, type AgentConfig, type RunnerAgent, type RunnerAgentDeps } from "../agent.ts";
 import { createRunnerMetrics, type RunnerMetrics } from "../metrics.ts";
 import { PROCESS_SANDBOX, type SandboxSettings } from "../sandbox-choice.ts";
+import { pidsOfUid } from "../sandbox/bwrap/uid-allocator.ts";
 
 /** What test agents run sessions in: bwrap, a runner's default (a host where it does not work fails loudly). */
 export const TEST_SANDBOX: SandboxSettings = { ...PROCESS_SANDBOX, backend: "bwrap" };
@@ -351,22 +352,22 @@ export function agentTestServer(): { readonly nc: NatsConnection; agents: TestAg
  */
 export function hostPidOf(t: TestAgent, sessionId: string, insidePid: number, cmdlineHas = ""): number {
   const uid = statSync(join(t.config.dataDir, "sessions", sessionId)).uid;
-  const found: number[] = [];
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    let status: string;
-    try {
-      status = readFileSync(`/proc/${name}/status`, "utf8");
-    } catch {
-      continue;
-    }
-    const nspid = /^NSpid:\s+(.*)$/m.exec(status)?.[1]?.trim().split(/\s+/).map(Number) ?? [];
-    const realUid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]);
-    if (realUid !== uid || nspid.at(-1) !== insidePid || (uid === process.getuid?.() && nspid.length > 1)) continue;
-    if (cmdlineHas === "" || cmdlineOf(name).includes(cmdlineHas)) found.push(Number(name));
-  }
+  const found = pidsOfUid(uid, { live: true }).filter((pid) => {
+    const nspid = nsPidsOf(pid);
+    if (nspid.at(-1) !== insidePid || (uid === process.getuid?.() && nspid.length > 1)) return false;
+    return cmdlineHas === "" || cmdlineOf(String(pid)).includes(cmdlineHas);
+  });
   if (found.length !== 1) throw new Error(`session ${sessionId}'s pid ${insidePid} is ${found.length === 0 ? "no process" : `several processes (${found.join(", ")})`} of uid ${uid}`);
   return found[0]!;
+}
+
+/** A process's pids, outermost namespace first (empty once it is gone). */
+function nsPidsOf(pid: number): number[] {
+  try {
+    return /^NSpid:\s+(.*)$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]?.trim().split(/\s+/).map(Number) ?? [];
+  } catch {
+    return [];
+  }
 }
 
 function cmdlineOf(pid: string): string {

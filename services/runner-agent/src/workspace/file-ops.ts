@@ -11,15 +11,12 @@ import type { ObjectStore } from "@nats-io/obj";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { FileTooLargeError, relativeSegments, SealError, sealed, sealKeyFrom, unsealed, type FileOwner } from "@paddock/archive";
 import { serveRpc, type BusMetrics } from "@paddock/bus";
-import { InvalidError, NotFoundError, TooLargeError, transferObjectName, transferRef, type FileDeleteReply, type FileList, type FileReadReply, type FileWriteReply, type workspaceRpcs } from "@paddock/contracts";
+import { InvalidError, NotFoundError, TooLargeError, transferObjectName, transferRef, type FileDeleteReply, type FileList, type FileReadReply, type FileReadRequest, type FileWriteReply, type workspaceRpcs } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { deleteInside, listInside, openFileInside, writeFileInside } from "./files.ts";
 
-interface Target {
-  sessionId: string;
-  workspaceId: string;
-  placementGeneration: number;
-}
+/** Which placement of which session a request is for (every workspace request names one). */
+type Target = Pick<FileReadRequest, "sessionId" | "workspaceId" | "placementGeneration">;
 
 export interface FileOpsContext {
   nc: NatsConnection;
