@@ -96,12 +96,19 @@ export default {
       to: { path: "^services/runner-agent/src/", pathNot: "^services/runner-agent/src/(workspace/|sandbox/[^/]+$|errors\\.ts$|metrics\\.ts$)" },
     },
     {
+      name: "runner-agent-exec",
+      severity: "error",
+      comment: "exec/ imports only the sandbox's seam (sandbox/*.ts, not a backend): see exec/README.md.",
+      from: { path: "^services/runner-agent/src/exec/", pathNot: "\\.test\\.ts$" },
+      to: { path: "^services/runner-agent/src/", pathNot: "^services/runner-agent/src/(exec/|sandbox/[^/]+$|errors\\.ts$|metrics\\.ts$)" },
+    },
+    {
       name: "runner-agent-sessions",
       severity: "error",
       comment:
-        "sessions/ composes fleet/, the sandbox's seam (sandbox/*.ts, never a backend: agent.ts picks one), terminal/ and workspace/, and nothing at the root but the leaves: see sessions/README.md.",
+        "sessions/ composes fleet/, the sandbox's seam (sandbox/*.ts, never a backend: agent.ts picks one), terminal/, workspace/ and exec/, and nothing at the root but the leaves: see sessions/README.md.",
       from: { path: "^services/runner-agent/src/sessions/", pathNot: "\\.test\\.ts$" },
-      to: { path: "^services/runner-agent/src/", pathNot: "^services/runner-agent/src/((sessions|fleet|terminal|workspace)/|sandbox/[^/]+$|errors\\.ts$|metrics\\.ts$)" },
+      to: { path: "^services/runner-agent/src/", pathNot: "^services/runner-agent/src/((sessions|fleet|terminal|workspace|exec)/|sandbox/[^/]+$|errors\\.ts$|metrics\\.ts$)" },
     },
     // scheduler folders
     schedulerFolder("state", []),

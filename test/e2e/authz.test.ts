@@ -272,6 +272,7 @@ const ROUTES: RouteCase[] = [
   sessionCase("POST /v1/sessions/:id/attach-ticket (controller)", "control", 201, (p, id) => call(p, "POST", `/v1/sessions/${id}/attach-ticket`, { mode: "controller" })),
   sessionCase("GET /v1/sessions/:id/log", "read", 200, (p, id) => call(p, "GET", `/v1/sessions/${id}/log`)),
   sessionCase("GET /v1/sessions/:id/diff", "read", 200, (p, id) => call(p, "GET", `/v1/sessions/${id}/diff`)),
+  sessionCase("GET /v1/sessions/:id/repos", "read", 200, (p, id) => call(p, "GET", `/v1/sessions/${id}/repos`)),
   sessionCase("GET /v1/sessions/:id/workspace", "read", 200, (p, id) => call(p, "GET", `/v1/sessions/${id}/workspace`)),
   sessionCase("PUT /v1/sessions/:id/workspace", "control", 200, (p, id) => putArchive(p, id), freshSession),
   sessionCase("WS /v1/sessions/:id/terminal (viewer)", "read", 101, terminalCell("viewer")),

@@ -14,6 +14,7 @@ import { sessionRoutes } from "./routes/sessions.ts";
 import { tokenRoutes } from "./auth/tokens.ts";
 import { TerminalHub, TERMINAL_ROUTE } from "./terminal/terminal.ts";
 import { workspaceRoutes } from "./routes/workspace.ts";
+import { execRoutes } from "./routes/exec.ts";
 
 export interface Gateway {
   /** Binds the public API; resolves with the bound port (useful with port 0). */
@@ -36,7 +37,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const ctx = new GatewayContext(deps);
   const terminals = new TerminalHub(ctx);
   // Followed events live by their token and access like terminal sockets: one guard for both.
-  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx), ...tokenRoutes(ctx), ...secretRoutes(ctx)];
+  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx), ...execRoutes(ctx), ...tokenRoutes(ctx), ...secretRoutes(ctx)];
   const { log, metrics, nc } = deps;
   let listening = false;
   const isReady = () => listening && !nc.isClosed();

@@ -38,6 +38,8 @@ export type AgentConfig = Pick<
   workspace?: WorkspaceLimits;
   /** Terminal log coalescing and screen checkpoints; defaults when absent. */
   terminal?: TerminalSettings;
+  /** How long an attached exec's reader may stay silent before the command is killed; EXEC_READER_TIMEOUT_MS when absent. */
+  execReaderTimeoutMs?: number;
   /** How checkpoints are packed; gzip when absent. */
   checkpointCompression?: CheckpointCompression;
   /** Stream replicas (`PADDOCK_REPLICAS`); 1 when absent (a single server). */

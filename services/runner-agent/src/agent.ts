@@ -1,3 +1,4 @@
+import type { Subscription } from "@nats-io/transport-node";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
@@ -19,7 +20,8 @@ import { chooseSandbox, PROCESS_SANDBOX } from "./sandbox-choice.ts";
 import { RegistrationConfirmation } from "./fleet/confirmation.ts";
 import { noSecrets } from "./sessions/secrets.ts";
 import { SessionManager } from "./sessions/sessions.ts";
-import { serveWorkspaceOps, type WorkspaceOps } from "./workspace/workspace-ops.ts";
+import { serveWorkspaceOps, translate, type WorkspaceOps } from "./workspace/workspace-ops.ts";
+import { serveExecOps } from "./exec/exec-ops.ts";
 import { ActivityReporter, DEFAULT_ACTIVITY_MS } from "./fleet/activity.ts";
 import { DEFAULT_SETTLE_MS } from "./sessions/watch-reload.ts";
 
@@ -45,6 +47,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
   let ready = false;
   let consumer: ConsumerHandle | undefined;
   let workspaceOps: WorkspaceOps | undefined;
+  let execOps: Subscription[] = [];
   let lease: LeaseRenewer | undefined;
   let runners: KV | undefined;
   let statusWatch: AsyncIterator<unknown> | undefined;
@@ -239,6 +242,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       watch: { debounceMs: config.watchDebounceMs, maxReloads: config.watchMaxReloads, windowMs: config.watchWindowMs, settleMs: config.watchSettleMs ?? DEFAULT_SETTLE_MS },
       activity,
       ...(config.terminal ? { terminal: config.terminal } : {}),
+      ...(config.execReaderTimeoutMs !== undefined ? { exec: { readerTimeoutMs: config.execReaderTimeoutMs } } : {}),
     });
     await mkdir(config.dataDir, { recursive: true });
     await backend.prepare(sessions.sessionsDir());
@@ -273,6 +277,16 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       metrics,
       log,
     });
+    execOps = serveExecOps({
+      nc,
+      poolId: config.poolId,
+      runnerId: config.runnerId,
+      session: (id) => requireSessions().get(id),
+      serving: confirmed,
+      translate,
+      metrics,
+      log,
+    });
     consumer = await consumeTyped(js, {
       stream: Streams.dispatch,
       consumer: dispatchConsumer.name,
@@ -292,6 +306,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
   const stop = async () => {
     ready = false;
     workspaceOps?.stop();
+    for (const sub of execOps) sub.unsubscribe();
     void statusWatch?.return?.();
     await consumer?.stop();
     // Bounded: with the bus gone, writers and facts would retry forever.

@@ -27,6 +27,8 @@ export interface ProvisionOptions {
   termMaxAgeMs?: number;
   /** Bytes of screen checkpoints kept in all (one per app; the oldest go first). */
   screensMaxBytes?: number;
+  /** Bytes of exec'd processes' output kept in all (the oldest go first). */
+  execMaxBytes?: number;
   /** Per-key TTL marker lifetime of the runner lease bucket. */
   leaseMarkerTtlMs?: number;
   /** A runner provisioning: also its own checkpoint and environment-snapshot stores. */
@@ -65,6 +67,18 @@ export function streamConfigs(opts: ProvisionOptions): Array<Partial<StreamConfi
       max_bytes: opts.screensMaxBytes ?? 1024 * 1024 * 1024,
       // The body is bounded by the runner; headers and JSON framing fit in the slack.
       max_msg_size: MAX_SCREEN_CHECKPOINT_BYTES + 16 * 1024,
+    },
+    {
+      ...base,
+      name: Streams.exec,
+      subjects: [Subjects.execAll],
+      // 4,096 chunks of at most 32 KiB: 128 MiB of one process's output. An attached reader holds
+      // the runner to a window far below it; a background process's oldest output goes first.
+      max_msgs_per_subject: 4_096,
+      max_age: DAY_MS * NS_PER_MS,
+      max_bytes: opts.execMaxBytes ?? 8 * 1024 * 1024 * 1024,
+      // A runner retrying a publish whose ack it lost sends the same message id.
+      duplicate_window: 60_000 * NS_PER_MS,
     },
     {
       ...base,

@@ -24,6 +24,8 @@ export const AuditAction = {
   /** A file written or removed through the files routes (no path, no content: fixed fields only). */
   "file.write": "file.write",
   "file.delete": "file.delete",
+  /** A command exec'd in the session (no command text, no output: fixed fields only). */
+  exec: "exec",
   update: "update",
   recycle: "recycle",
   restart: "restart",

@@ -3,13 +3,14 @@ import { EpochMs, Id } from "./ids.ts";
 import { refuseNulAndDeepNesting } from "./body.ts";
 import { ImageRef } from "./image-ref.ts";
 import { mergeRequirements, Requirements } from "./requirements.ts";
-import { Checkpoint, SealKey, SessionFact } from "./session.ts";
+import { Checkpoint, SealKey, SecretName, SessionFact } from "./session.ts";
 
 /** One declared attachment of an environment; opaque to the control model. */
 export const Connector = z.object({ type: z.string().min(1).max(64), raw: z.unknown() }).strict();
 
 /** A secret's name; values live in a secret store and never in a record. */
-export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "secret names are env-var style");
+// Defined beside RepoRef, which names one too (this file imports session.ts, not the reverse).
+export { SecretName } from "./session.ts";
 const Host = z.string().min(1).max(253);
 const Script = z.string().max(64 * 1024);
 

@@ -11,6 +11,7 @@ export * from "./environment.ts";
 export * from "./image-ref.ts";
 export * from "./requirements.ts";
 export * from "./workspace.ts";
+export * from "./exec.ts";
 export * from "./tokens.ts";
 export * from "./fleet-rpc.ts";
 export * from "./body.ts";

@@ -9,6 +9,8 @@ export const Streams = {
   audit: "AUDIT",
   /** Screen checkpoints: the latest serialized screen of each app as its runner's emulator saw it (one per subject). */
   screens: "SCREENS",
+  /** Exec'd processes' output (exec.ts): one subject per process, ending with its exit. */
+  exec: "EXEC",
 } as const;
 
 export const Buckets = {
@@ -103,6 +105,13 @@ export const Subjects = {
    */
   claim: (sessionId: string, app: string) => `paddock.claim.${sessionId}.${app}`,
   claimAll: "paddock.claim.>",
+  /** One exec'd process's output as its runner writes it (runner in the subject, as for `term`). */
+  exec: (poolId: string, runnerId: string, sessionId: string, execId: string) => `paddock.exec.${poolId}.${runnerId}.${sessionId}.${execId}`,
+  /** Filter: one exec'd process's output whichever runner wrote it. */
+  execOf: (sessionId: string, execId: string) => `paddock.exec.*.*.${sessionId}.${execId}`,
+  /** Filter: every exec log one runner may write (its NATS permission). */
+  execOfRunner: (poolId: string, runnerId: string) => `paddock.exec.${poolId}.${runnerId}.>`,
+  execAll: "paddock.exec.>",
   audit: (workspaceId: string, kind: string, id: string) => `paddock.audit.${workspaceId}.${kind}.${id}`,
   auditWorkspace: (workspaceId: string) => `paddock.audit.${workspaceId}.>`,
   auditAll: "paddock.audit.>",
@@ -144,6 +153,8 @@ export const Headers = {
    * of its log ("<cols>x<rows>", see formatTerminalSize): a marker, not output.
    */
   terminalSize: "Paddock-Terminal-Size",
+  /** Set on the last message of an exec's output: its body is the exit (`ExecExit`). */
+  execExit: "Paddock-Exec-Exit",
 } as const;
 
 export const QueueGroups = { scheduler: "scheduler" } as const;

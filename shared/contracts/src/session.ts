@@ -63,14 +63,24 @@ export function canReach(from: SessionState, to: SessionState): boolean {
   return false;
 }
 
+/** A workspace secret's name (env-var style): environments reference them, a repository may authenticate with one. */
+export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "secret names are env-var style");
+
+/** A repository cloned into the workspace before the session's command starts (docs/workspace.md, Repositories). */
 export const RepoRef = z
   .object({
-    /** Clone URL of the repository. */
+    /** Clone URL of the repository (https, http, git, ssh or file; never with a credential in it: use secretRef). */
     url: z.string().min(1).max(2048),
     /** Branch, tag or commit to check out; the default branch when absent. */
     ref: z.string().min(1).max(256).optional(),
-    /** Directory under the workspace to clone into. */
+    /** Directory under the workspace to clone into; the URL's last component without `.git` when absent. */
     path: z.string().min(1).max(256).optional(),
+    /**
+     * A secret of the session's environment (one of its secretRefs) holding
+     * a token for an HTTP(S) URL: given to git as an Authorization header
+     * through its environment only, never written anywhere.
+     */
+    secretRef: SecretName.optional(),
   })
   .strict();
 export type RepoRef = z.infer<typeof RepoRef>;

@@ -173,15 +173,48 @@ export type FileDeleteRequest = z.infer<typeof FileDeleteRequest>;
 export const FileDeleteReply = z.object({ path: z.string().max(MAX_WORKSPACE_PATH) }).strict();
 export type FileDeleteReply = z.infer<typeof FileDeleteReply>;
 
-export const WorkspaceOps = ["push", "pull", "diff", "read", "list", "write", "delete"] as const;
+/** The repositories of a session's workspace (GET /v1/sessions/:id/repos). */
+export const WorkspaceReposRequest = z.object(Target).strict();
+export type WorkspaceReposRequest = z.infer<typeof WorkspaceReposRequest>;
+export const RepoStatus = z
+  .object({
+    /** The repository's directory, relative to the workspace ("." for the workspace itself). */
+    path: z.string().max(MAX_WORKSPACE_PATH),
+    /** The branch HEAD is on; null when HEAD is detached (a tag or a commit was checked out) or unreadable. */
+    branch: z.string().max(256).nullable(),
+    /** The commit HEAD names; null before the first commit. */
+    head: z.string().regex(/^(?:[0-9a-f]{40}|[0-9a-f]{64})$/).nullable(),
+    /** Changes to tracked files, staged or not, or untracked files not ignored. */
+    dirty: z.boolean(),
+    /** Why the state is incomplete (git failed); absent when it is whole. */
+    error: z.string().max(512).optional(),
+  })
+  .strict();
+export type RepoStatus = z.infer<typeof RepoStatus>;
+/** Also the body of `GET /v1/sessions/:id/repos`. */
+export const WorkspaceReposReply = z
+  .object({
+    repos: z.array(RepoStatus).max(256),
+    /** True when repositories were left out (past the runner's bound). */
+    truncated: z.boolean(),
+  })
+  .strict();
+export type WorkspaceReposReply = z.infer<typeof WorkspaceReposReply>;
+
+export const WorkspaceOps = ["push", "pull", "diff", "read", "list", "write", "delete", "repos"] as const;
 export type WorkspaceOp = (typeof WorkspaceOps)[number];
 /** The workspace facts a session's record counts (recordTransfer), each one audit event: archive transfers and file writes. */
-export const TransferDirection = z.enum(["push", "pull", "file.write", "file.delete"]);
+export const TransferDirection = z.enum(["push", "pull", "file.write", "file.delete", "exec"]);
 export type TransferDirection = z.infer<typeof TransferDirection>;
+
+/** The subject a runner serves one of its session operations on (workspace, exec): `op` is one subject token. */
+export function runnerOpSubject(poolId: string, runnerId: string, op: string): string {
+  return `paddock.workspace.${poolId}.${runnerId}.${op}`;
+}
 
 /** The subject a runner serves one workspace operation on. */
 export function workspaceSubject(poolId: string, runnerId: string, op: WorkspaceOp): string {
-  return `paddock.workspace.${poolId}.${runnerId}.${op}`;
+  return runnerOpSubject(poolId, runnerId, op);
 }
 
 /** The object (store `transfers`) a transfer's archive lives in while it moves. */
@@ -204,5 +237,6 @@ export function workspaceRpcs(poolId: string, runnerId: string) {
     list: { subject: workspaceSubject(poolId, runnerId, "list"), request: FileListRequest, result: FileList },
     write: { subject: workspaceSubject(poolId, runnerId, "write"), request: FileWriteRequest, result: FileWriteReply },
     delete: { subject: workspaceSubject(poolId, runnerId, "delete"), request: FileDeleteRequest, result: FileDeleteReply },
+    repos: { subject: workspaceSubject(poolId, runnerId, "repos"), request: WorkspaceReposRequest, result: WorkspaceReposReply },
   } satisfies Record<WorkspaceOp, Rpc<z.ZodType, z.ZodType>>;
 }

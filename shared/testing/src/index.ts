@@ -11,3 +11,4 @@ export * from "./late-bound.ts";
 export * from "./registry.ts";
 export * from "./escape-battery.ts";
 export * from "./stack-secrets.ts";
+export * from "./git-server.ts";

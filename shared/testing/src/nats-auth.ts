@@ -168,6 +168,7 @@ export function gatewayPermissions(): Permissions {
         ...kvReadWrite(Buckets.secrets),
         ...streamRead(Streams.term),
         ...streamRead(Streams.audit),
+        ...streamRead(Streams.exec),
         // Screen checkpoints: the latest per subject, by direct get only.
         `${API}.DIRECT.GET.${Streams.screens}.>`,
         "paddock.api.v1.>",
@@ -223,6 +224,8 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal, peers: 
         // Terminal logs: only under its own pool/runner tokens, and it reads back only those (last chunk per subject).
         Subjects.termOfRunner(poolId, runnerId),
         `${API}.DIRECT.GET.${Streams.term}.${Subjects.termOfRunner(poolId, runnerId)}`,
+        // Exec'd processes' output: only under its own pool/runner tokens (written, never read back).
+        Subjects.execOfRunner(poolId, runnerId),
         // Screen checkpoints of its own apps only (written, never read back).
         Subjects.screenOfRunner(poolId, runnerId),
         // Activity reports (idle policy) under its own pool/runner only.

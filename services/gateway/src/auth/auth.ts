@@ -112,6 +112,10 @@ export const Action = {
   readFiles: "session.files_read",
   /** Write or remove a file (PUT, DELETE /files): the creator or an admin, as a push. */
   writeFiles: "session.files_write",
+  /** Run a command in the sandbox, write an exec'd process's stdin or signal it: the creator or an admin (controller-level). */
+  exec: "session.exec",
+  /** List exec'd processes and read their output: any member (as the terminal log). */
+  readProcesses: "session.processes_read",
   readEvents: "events.read",
   listRunners: "runner.list",
   getRunner: "runner.get",
@@ -158,6 +162,7 @@ const ownerActions: ReadonlySet<Action> = new Set([
   Action.restartApp,
   Action.pushWorkspace,
   Action.writeFiles,
+  Action.exec,
   Action.revokeToken,
 ]);
 

@@ -247,3 +247,16 @@ async function readBodyText(req: IncomingMessage, maxBytes: number): Promise<str
   });
   return Buffer.concat(chunks).toString("utf8");
 }
+
+/** Resolves once the response can take more (drain), or is gone (close). */
+export function drainOrClose(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off("drain", done);
+      res.off("close", done);
+      resolve();
+    };
+    res.once("drain", done);
+    res.once("close", done);
+  });
+}

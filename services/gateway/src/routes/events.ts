@@ -4,7 +4,7 @@ import { decodeJson, PULL_OPTIONS } from "@paddock/bus";
 import { AuditEvent, HttpApi, LOG_CURSOR_HEADER, NDJSON, NotFoundError, PaddockError, Streams, Subjects, type Scope } from "@paddock/contracts";
 import { Action, type Principal } from "../auth/auth.ts";
 import { resolveApp, sessionResource, workspaceResource, type GatewayContext } from "../context.ts";
-import type { Route } from "../http/http.ts";
+import { drainOrClose, type Route } from "../http/http.ts";
 import type { Reauthorize, StreamGuard } from "../auth/revocation.ts";
 import { ChunkVerdict, exitCodeOf, judgeChunk, lastSeqOf, readRange } from "../terminal/termlog.ts";
 
@@ -12,18 +12,6 @@ import { ChunkVerdict, exitCodeOf, judgeChunk, lastSeqOf, readRange } from "../t
 function unlessGone(err: unknown): undefined {
   if (err instanceof PaddockError && err.code === "not_found") return undefined;
   throw err;
-}
-
-function drainOrClose(res: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off("drain", done);
-      res.off("close", done);
-      resolve();
-    };
-    res.once("drain", done);
-    res.once("close", done);
-  });
 }
 
 export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {

@@ -80,7 +80,7 @@ export function boundedBody(req: IncomingMessage, max: number): ReadableStream<U
 }
 
 /**
- * PUT and GET /v1/sessions/:id/workspace?path= and GET /v1/sessions/:id/diff,
+ * PUT and GET /v1/sessions/:id/workspace?path=, GET /v1/sessions/:id/diff and /repos,
  * carried out by the runner that holds the session. Archives pass through
  * object store `transfers` in chunks; the gateway deletes each object it
  * made once the transfer is over. Each: authenticate → validate → fetch the
@@ -266,6 +266,12 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
     ctx.serve(HttpApi.readDiff, async ({ caller: { scope }, params }) => {
       const { session, rpcs } = await authorized(scope, params.id, Action.readDiff);
       return { status: 200, body: await callRpc(ctx.deps.nc, rpcs.diff, target(session), rpcOpts) };
+    }),
+
+    // Branch, head and dirtiness of each repository: read like the diff, by any member.
+    ctx.serve(HttpApi.listRepos, async ({ caller: { scope }, params }) => {
+      const { session, rpcs } = await authorized(scope, params.id, Action.readDiff);
+      return { status: 200, body: await callRpc(ctx.deps.nc, rpcs.repos, target(session), rpcOpts) };
     }),
   ];
 }

@@ -32,6 +32,26 @@ export interface SandboxScript {
   signal?: AbortSignal;
 }
 
+/** A command run to its end in the sandbox (an argv, no shell), like a script: no PTY, stdin closed, stdout discarded. */
+export interface SandboxCommand {
+  argv: readonly string[];
+  env: Record<string, string>;
+  timeoutMs: number;
+  signal?: AbortSignal;
+}
+
+/** How a command ended; `not_found`: its executable is not in the session's root (image or host) on its PATH. */
+export type CommandOutcome = ScriptOutcome | { kind: "not_found" };
+
+/** The most of a command's stderr kept (its last bytes): enough for an error's tail, bounded whatever it prints. */
+export const COMMAND_STDERR_TAIL_BYTES = 4096;
+
+export interface CommandResult {
+  outcome: CommandOutcome;
+  /** The last COMMAND_STDERR_TAIL_BYTES of its stderr, as UTF-8 (never logged here: it may hold what the command was given). */
+  stderrTail: string;
+}
+
 export interface SandboxApp {
   app: AppSpec;
   env: Record<string, string>;
@@ -39,6 +59,8 @@ export interface SandboxApp {
   onData: (bytes: Uint8Array, stream?: OutputStream) => void;
   /** The PTY's size (INITIAL_TERMINAL_SIZE when absent): a restart keeps the size its terminal log is at. */
   size?: TerminalSize | undefined;
+  /** The working directory relative to the workspace (checked to be one by the caller); the workspace when absent. */
+  cwd?: string | undefined;
 }
 
 /** A host user (a bwrap session's own uid and gid). */
@@ -83,6 +105,8 @@ export interface Sandbox {
   startApp(opts: SandboxApp): AppProcess;
   /** Runs a setup or init script (`/bin/sh -c`), its output discarded. */
   runScript(opts: SandboxScript): Promise<ScriptOutcome>;
+  /** Runs an argv to its end as the session's processes run (its user, root, network, egress), keeping its stderr's tail. */
+  runCommand(opts: SandboxCommand): Promise<CommandResult>;
   /**
    * Warm suspend: stops every process of the session (apps' processes and
    * whatever left their process group), or lets them go on.

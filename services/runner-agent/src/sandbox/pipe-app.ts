@@ -71,6 +71,12 @@ export function spawnPiped(opts: SpawnPipedOptions): AppProcess {
         else s.resume();
       }
     },
+    signal,
+    endInput: () =>
+      input.whenBelow(0, () => {
+        input.close();
+        if (stdin.writable) stdin.end();
+      }),
     freeze: () => signal("SIGSTOP"),
     thaw: () => signal("SIGCONT"),
     terminate: (graceMs) => terminateGroup(signal, exited, graceMs),

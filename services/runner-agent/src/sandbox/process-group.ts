@@ -22,6 +22,10 @@ export interface AppProcess {
   resize(cols: number, rows: number): void;
   /** Pauses or resumes reading the PTY (terminal log backpressure). */
   setPaused(paused: boolean): void;
+  /** Closes stdin (a pipe's end: the program reads EOF) once what is queued was written; nothing on a PTY. */
+  endInput(): void;
+  /** Sends sig to the whole process group (its tree, through a sandbox); nothing once it exited. */
+  signal(sig: NodeJS.Signals): void;
   /** SIGSTOP / SIGCONT to the whole process group (warm suspend). */
   freeze(): void;
   thaw(): void;
@@ -80,6 +84,8 @@ export function withSandboxExits(app: AppProcess): AppProcess {
     input: app.input,
     resize: (cols, rows) => app.resize(cols, rows),
     setPaused: (paused) => app.setPaused(paused),
+    signal: (sig) => app.signal(sig),
+    endInput: () => app.endInput(),
     freeze: () => app.freeze(),
     thaw: () => app.thaw(),
     terminate: async (graceMs) => exitThroughSandbox(await app.terminate(graceMs)),

@@ -45,6 +45,9 @@ export function wrapPty(name: string, pty: IPty, onData: (bytes: Uint8Array) => 
       if (alive) pty.resize(cols, rows);
     },
     setPaused: (paused) => (paused ? pty.pause() : pty.resume()),
+    signal,
+    // A terminal has no end of input short of closing it; an exec'd process (the only caller) is piped.
+    endInput: () => undefined,
     freeze: () => signal("SIGSTOP"),
     thaw: () => signal("SIGCONT"),
     terminate: (graceMs) => terminateGroup(signal, exited, graceMs),

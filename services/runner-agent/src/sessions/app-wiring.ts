@@ -1,5 +1,5 @@
-import { encoderOf } from "@paddock/bus";
-import { Subjects, type AppSpec, type DispatchCommand } from "@paddock/contracts";
+import { callRpc, encoderOf } from "@paddock/bus";
+import { FleetRpc, Subjects, type AppSpec, type DispatchCommand } from "@paddock/contracts";
 import { AppSlot, type AppSlotDeps } from "./app-slot.ts";
 import { ScreenTracker } from "../terminal/screen-tracker.ts";
 import type { SessionRuntimeDeps } from "./session-deps.ts";
@@ -17,6 +17,17 @@ export interface AppWiring {
   onEnded: AppSlotDeps["onEnded"];
   /** Output of this app was committed (the runner's activity report). */
   onOutput?: () => void;
+}
+
+/** The wiring of a placement's apps: the record decides whether it is still current, output marks the session active. */
+export function placementWiring(deps: SessionRuntimeDeps, held: HeldSession, onEnded: AppSlotDeps["onEnded"]): AppWiring {
+  return {
+    deps,
+    held,
+    isCurrentPlacement: async () => (await callRpc(deps.nc, FleetRpc.placementCheck, { ...deps.runner, ...held })).current,
+    onEnded,
+    onOutput: () => deps.activity?.touch(held.sessionId),
+  };
 }
 
 /**

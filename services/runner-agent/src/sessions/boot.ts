@@ -26,6 +26,8 @@ export interface BootOptions {
   initEnv: Record<string, string>;
   checkpoints: CheckpointStore;
   signal: AbortSignal;
+  /** Runs once the workspace holds the environment's files (snapshot or setup), before init: the session's repositories. */
+  beforeInit?: () => Promise<void>;
 }
 
 export interface BootResult {
@@ -62,6 +64,7 @@ export async function bootEnvironment(opts: BootOptions): Promise<BootResult> {
       result.snapshotError = err instanceof CheckpointError ? err.message : "snapshot failed";
     }
   }
+  await opts.beforeInit?.();
   if (env.init !== undefined && env.init !== "") {
     const timeoutSec = env.initTimeoutSec ?? DEFAULT_INIT_TIMEOUT_SEC;
     const outcome = await opts.sandbox.runScript({ script: env.init, env: opts.initEnv, timeoutMs: timeoutSec * 1000, signal: opts.signal });

@@ -9,6 +9,7 @@ import type { RunnerMetrics } from "../metrics.ts";
 import type { InputAdmission } from "../terminal/input.ts";
 import type { SecretResolver } from "./secrets.ts";
 import type { SandboxBackend } from "../sandbox/backend.ts";
+import { CommandRefusedError } from "../errors.ts";
 
 export type StartCommand = Extract<DispatchCommand, { type: "start" }>;
 
@@ -45,9 +46,24 @@ export interface SessionRuntimeDeps {
   activity?: { touch(sessionId: string): void };
   /** How often a session's CPU and memory are sampled for its usage. */
   usageSampleMs?: number;
+  /** Exec'd processes: an attached one whose reader stays silent this long has lost it and is killed. */
+  exec?: { readerTimeoutMs: number } | undefined;
   /** Terminal log coalescing and screen checkpoints (defaultTerminalSettings when absent). */
   terminal?: TerminalSettings;
 }
 
 /** booting → running ⇄ frozen; running → exited (run mode); any → ending (destroy, cold suspend, shutdown). */
 export type Phase = "booting" | "running" | "frozen" | "exited" | "ending";
+
+const refusals: Record<Phase, string> = {
+  booting: "session is starting",
+  running: "session is running",
+  frozen: "session is suspended",
+  exited: "session has exited",
+  ending: "session is ending",
+};
+
+/** Refuses a command the session's phase does not allow (CommandRefusedError saying what the session is doing). */
+export function requirePhase(phase: Phase, ...allowed: Phase[]): void {
+  if (!allowed.includes(phase)) throw new CommandRefusedError(refusals[phase]);
+}

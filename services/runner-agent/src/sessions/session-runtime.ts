@@ -1,14 +1,15 @@
 import { join } from "node:path";
 import type { Subscription } from "@nats-io/transport-node";
-import { appsOf, FleetRpc, type HeldSession, type RunTrigger, type SessionState, type Usage } from "@paddock/contracts";
-import { callRpc } from "@paddock/bus";
+import { appsOf, type HeldSession, type RunTrigger, type SessionState, type Usage } from "@paddock/contracts";
 import type { AppSlot, GenerationEnd, GenerationStart } from "./app-slot.ts";
 import type { SavedCheckpoint } from "../workspace/checkpoint.ts";
 import { BootError, CommandRefusedError, RunnerError } from "../errors.ts";
 import type { FactBody } from "../fleet/facts.ts";
 import { ControllerGate, subscribeInput } from "../terminal/input.ts";
-import { buildAppSlot, type AppWiring } from "./app-wiring.ts";
-import type { Phase, SessionRuntimeDeps, StartCommand } from "./session-deps.ts";
+import { buildAppSlot, placementWiring } from "./app-wiring.ts";
+import { requirePhase, type Phase, type SessionRuntimeDeps, type StartCommand } from "./session-deps.ts";
+import { createSessionExecs } from "./session-exec.ts";
+import type { SessionExecs } from "../exec/session-execs.ts";
 import { askCredentials, prepareSandbox, saveCheckpoint, SessionEgress } from "./session-sandbox.ts";
 import { SessionFacts } from "./session-facts.ts";
 import { UsageMeter } from "../sandbox/usage.ts";
@@ -52,6 +53,8 @@ export class SessionRuntime {
   private readonly facts: SessionFacts;
   /** What the apps run in (the runner's backend), from boot until the placement ends. */
   private sandbox: Sandbox | undefined;
+  /** Processes exec'd in the sandbox (exec/), from running until the placement ends. */
+  private execs: SessionExecs | undefined;
 
   constructor(
     private readonly deps: SessionRuntimeDeps,
@@ -78,7 +81,7 @@ export class SessionRuntime {
 
   /** The apps running now. */
   private apps(): AppProcess[] {
-    return [...this.slots.values()].flatMap((slot) => (slot.proc ? [slot.proc] : []));
+    return [...[...this.slots.values()].flatMap((slot) => (slot.proc ? [slot.proc] : [])), ...(this.execs?.procs() ?? [])];
   }
 
   /** Runs fn after every earlier command of this session. */
@@ -116,8 +119,9 @@ export class SessionRuntime {
         logFields: this.ids(),
       });
       if (this.abort.signal.aborted) return false;
+      this.execs = createSessionExecs(this.deps, this.held, sandbox, appEnv);
       const starts: Array<[AppSlot, GenerationStart]> = [];
-      const wiring = this.wiring();
+      const wiring = placementWiring(this.deps, this.held, (slot, end) => this.onAppEnded(slot, end));
       // Watching before the apps start: what they write as they start is told from a user's change.
       if (this.mode === "watch") this.watcher = this.watchWorkspace();
       for (const spec of appsOf(cmd.spec, sandbox.image?.command)) {
@@ -227,6 +231,19 @@ export class SessionRuntime {
     });
   }
 
+  /** Runs fn on the session's exec'd processes after every earlier command, while it runs; refused otherwise. */
+  execTask<T>(fn: (execs: SessionExecs) => Promise<T>): Promise<T> {
+    return this.run(async () => {
+      this.require("running");
+      return fn(this.execs as SessionExecs);
+    });
+  }
+
+  /** The exec'd processes now (listing, signals, input and credit do not wait for earlier commands). */
+  get execTable(): SessionExecs | undefined {
+    return this.execs;
+  }
+
   /** After a push: a running watch session reloads (debounced with the watcher, rate limited); false otherwise. */
   requestReload(): boolean {
     if (this.mode !== "watch" || this.phase !== "running") return false;
@@ -260,6 +277,7 @@ export class SessionRuntime {
     this.phase = "ending";
     this.detach();
     this.abortWriters();
+    await this.execs?.discardAll();
     await this.killAll();
     await this.removeSandbox();
     this.deps.log.info(this.ids(), "session discarded after re-registration");
@@ -354,6 +372,7 @@ export class SessionRuntime {
   }
 
   private async killAll(): Promise<void> {
+    await this.execs?.endAll();
     await Promise.all([...this.slots.values()].map((s) => s.stop()));
     await this.sandbox?.killLeftovers();
   }
@@ -372,26 +391,7 @@ export class SessionRuntime {
   }
 
   private require(...phases: Phase[]): void {
-    if (phases.includes(this.phase)) return;
-    const reasons: Record<Phase, string> = {
-      booting: "session is starting",
-      running: "session is running",
-      frozen: "session is suspended",
-      exited: "session has exited",
-      ending: "session is ending",
-    };
-    throw new CommandRefusedError(reasons[this.phase]);
-  }
-
-  private wiring(): AppWiring {
-    return {
-      deps: this.deps,
-      held: this.held,
-      // Asks the record (through the scheduler) whether this placement is still the session's current one.
-      isCurrentPlacement: async () => (await callRpc(this.deps.nc, FleetRpc.placementCheck, { ...this.deps.runner, ...this.held })).current,
-      onEnded: (slot, end) => this.onAppEnded(slot, end),
-      onOutput: () => this.deps.activity?.touch(this.held.sessionId),
-    };
+    requirePhase(this.phase, ...phases);
   }
 
   private ids() {

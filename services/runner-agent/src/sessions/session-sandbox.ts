@@ -7,6 +7,7 @@
 import type { HeldSession } from "@paddock/contracts";
 import { bootEnvironment } from "./boot.ts";
 import { checkpointObjectName, type SavedCheckpoint } from "../workspace/checkpoint.ts";
+import { cloneRepos } from "../workspace/repos.ts";
 import { egressEnv, egressRefusals, startEgressProxy, type EgressProxy } from "../sandbox/egress.ts";
 import type { Sandbox, SandboxUser } from "../sandbox/backend.ts";
 import { BootError, CheckpointError, CommandRefusedError } from "../errors.ts";
@@ -60,6 +61,13 @@ export async function prepareSandbox(p: SandboxPrep): Promise<Record<string, str
   const appEnv = { ...base, ...secrets, ...tokenEnv(cmd, sessionToken, reach.gatewayUrl) };
   const proxyEnv = reach.noProxy.length > 0 ? { ...egress.env, NO_PROXY: reach.noProxy.join(","), no_proxy: reach.noProxy.join(",") } : egress.env;
   Object.assign(appEnv, proxyEnv);
+  // The spec's repositories, cloned by git inside the sandbox (decision 0048); a cold resume restored them with the rest.
+  const repos = cmd.restore === undefined ? (cmd.spec.repos ?? []) : [];
+  const cloneRepositories = async () => {
+    if (repos.length === 0) return;
+    const done = await cloneRepos({ sandbox, repos, env: { ...base, ...proxyEnv }, secrets, signal: p.signal });
+    deps.log.info({ ...p.logFields, cloned: done.cloned.length, skipped: done.skipped.length }, "repositories cloned");
+  };
   if (env) {
     const built = await bootEnvironment({
       environment: env,
@@ -70,10 +78,11 @@ export async function prepareSandbox(p: SandboxPrep): Promise<Record<string, str
       initEnv: appEnv,
       checkpoints: deps.checkpoints,
       signal: p.signal,
+      beforeInit: cloneRepositories,
     });
     if (built.snapshot) void p.emit({ type: "env_snapshot", ...built.snapshot }, `${built.snapshot.environmentId}-${built.snapshot.setupHash}`);
     if (built.snapshotError) deps.log.warn({ ...p.logFields, reason: built.snapshotError }, "environment snapshot not stored");
-  }
+  } else await cloneRepositories();
   return appEnv;
 }
 

@@ -102,6 +102,23 @@ export function headCommit(repoDir: string): string | undefined {
   }
 }
 
+/** The branch HEAD is on in repoDir/.git (`refs/heads/<branch>`), read without git; undefined when detached or unreadable. */
+export function headBranch(repoDir: string): string | undefined {
+  let repo: DirFd | undefined;
+  let git: DirFd | undefined;
+  try {
+    repo = DirFd.open(repoDir, { follow: false });
+    git = repo.child(".git");
+    const symbolic = /^ref: refs\/heads\/(\S+)$/.exec(readSmall(git, "HEAD", MAX_REF_FILE_BYTES)?.trim() ?? "");
+    return symbolic?.[1];
+  } catch {
+    return undefined;
+  } finally {
+    git?.close();
+    repo?.close();
+  }
+}
+
 export interface IsolatedGitDir {
   /** GIT_DIR for git. */
   path: string;

@@ -24,6 +24,7 @@ import { extractArchive, packInside } from "./archive.ts";
 import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "../errors.ts";
 import { workspaceDiff } from "./git-diff.ts";
 import { serveFileOps } from "./file-ops.ts";
+import { serveReposOp } from "./repos-op.ts";
 import type { SandboxUser } from "../sandbox/backend.ts";
 
 /** Bounds of the workspace operations (push, diff). */
@@ -180,6 +181,7 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
       }),
     opts),
     ...serveFileOps({ nc: deps.nc, rpcs, held, transfers, maxBytes: limits.maxBytes, serve: opts, log: deps.log, translate }),
+    serveReposOp({ nc: deps.nc, rpcs, held, bounds: { maxRepos: limits.diffMaxRepos, pathEnv: deps.childPath }, serve: opts, translate }),
   ];
   return {
     stop: () => {

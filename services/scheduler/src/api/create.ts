@@ -37,6 +37,7 @@ function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody,
   const at = ctx.now();
   const id = ctx.newId("ses");
   const spec = layerSpec(env, body.spec, body.repos);
+  checkRepoSecrets(env, spec);
   const requirements = requirementsOf(env, spec);
   return {
     id,
@@ -60,6 +61,18 @@ function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody,
     updatedAt: at,
     lastFact: { eventId: ctx.newId("evt"), action: "create", actorId: scope.actor.id, at },
   };
+}
+
+/**
+ * A repository's secretRef must be one of its environment's secretRefs: an
+ * admin chose those for every session of it, and a runner is given no other.
+ */
+function checkRepoSecrets(env: Environment | undefined, spec: Session["spec"]): void {
+  for (const [i, repo] of (spec.repos ?? []).entries()) {
+    if (repo.secretRef !== undefined && !(env?.secretRefs ?? []).includes(repo.secretRef)) {
+      throw new InvalidError(`repos[${i}].secretRef: ${repo.secretRef} is not one of the environment's secretRefs`);
+    }
+  }
 }
 
 /**

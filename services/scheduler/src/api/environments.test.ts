@@ -116,6 +116,20 @@ describe("CRUD over the bus", () => {
   });
 });
 
+describe("repositories' secrets", () => {
+  it("refuses a repository's secretRef that is not one of the environment's secretRefs", async () => {
+    await startReplica();
+    const { environment: env } = await create(alice, { name: "repos-secret", secretRefs: ["GIT_TOKEN"] });
+    const repo = (secretRef: string) => ({ url: "https://example.com/r.git", secretRef });
+    const ok = await callRpc(nc, Api.createSession, { scope: alice, body: { environmentId: env.id, spec: { cmd: ["true"] }, repos: [repo("GIT_TOKEN")] } });
+    expect(ok.session.spec.repos).toEqual([repo("GIT_TOKEN")]);
+    const refused = { code: "invalid", message: "repos[0].secretRef: OTHER is not one of the environment's secretRefs" };
+    await expect(callRpc(nc, Api.createSession, { scope: alice, body: { environmentId: env.id, spec: { cmd: ["true"] }, repos: [repo("OTHER")] } })).rejects.toMatchObject(refused);
+    // A scratch session has no secrets to give.
+    await expect(callRpc(nc, Api.createSession, { scope: alice, body: { spec: { cmd: ["true"], repos: [repo("GIT_TOKEN")] } } })).rejects.toMatchObject({ code: "invalid" });
+  });
+});
+
 describe("list", () => {
   it("pages in stable (name, id) order, each environment exactly once", async () => {
     await startReplica();

@@ -27,7 +27,7 @@ import { LimitKind, type SandboxLimits } from "./limits.ts";
 import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
 import { createSandboxNetworks, type SandboxNetworks } from "./network.ts";
 import { findTool, type BwrapCapability } from "./probe.ts";
-import { runScript, startApp, startRelay, type AppStart } from "./sandbox-apps.ts";
+import { runCommand, runScript, startApp, startRelay, type AppStart } from "./sandbox-apps.ts";
 import { killUids, untilUidGone } from "./session-processes.ts";
 import { signalSession } from "./spawn.ts";
 import { claimHeld, createUidAllocator, DEFAULT_UID_CLAIM_DIR, UidRangeError } from "./uid-allocator.ts";
@@ -341,6 +341,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
         onStart: (start) => p.emit({ type: "app_start", ...start }),
       }),
     runScript: (opts) => runScript(opts, p.spec, p.tools),
+    runCommand: (opts) => runCommand(opts, p.spec, p.tools, { workspace: { host: workspace, inside: INSIDE_WORKSPACE }, rootfs: p.root?.rootfs }),
     freeze: (apps) => apps.forEach((app) => app.freeze()),
     thaw: (apps) => apps.forEach((app) => app.thaw()),
     killLeftovers: killAll,

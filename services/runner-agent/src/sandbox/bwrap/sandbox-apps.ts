@@ -10,10 +10,11 @@ import { join } from "node:path";
 import { spawn as spawnPty } from "@lydell/node-pty";
 import { INITIAL_TERMINAL_SIZE } from "@paddock/contracts";
 import { SpawnError } from "../../errors.ts";
-import type { SandboxApp, SandboxScript, ScriptOutcome } from "../backend.ts";
+import type { CommandResult, SandboxApp, SandboxCommand, SandboxScript, ScriptOutcome } from "../backend.ts";
 import { resolveExecutable } from "../executable.ts";
 import { spawnPiped } from "../pipe-app.ts";
-import { exitThroughSandbox, withSandboxExits, type AppProcess } from "../process-group.ts";
+import { exitThroughSandbox, OutputStream, withSandboxExits, type AppProcess } from "../process-group.ts";
+import { OutputTail } from "../output-tail.ts";
 import { wrapPty } from "../pty-app.ts";
 import { imageCommandExists } from "./image-root.ts";
 import { openEnvFile, type EnvFile } from "./launch-env.ts";
@@ -62,7 +63,8 @@ export function startApp(opts: SandboxApp, ctx: AppContext): AppProcess {
   } else waiter?.dispose(coldReason);
   ctx.onStart({ start: "cold", reason: coldReason });
   // A terminal's TERM, as node-pty would set it: nothing of the spawn's own environment reaches the app (launch.ts).
-  const spec = ctx.spec(opts.app.cmd, tty ? { ...opts.env, TERM: PTY_SPAWN.name } : opts.env, tty);
+  const base = ctx.spec(opts.app.cmd, tty ? { ...opts.env, TERM: PTY_SPAWN.name } : opts.env, tty);
+  const spec = opts.cwd ? { ...base, cwd: join(workspace.inside, opts.cwd) } : base;
   return withEnvFile(spec, `app ${opts.app.name}: could not start ${command.slice(0, 128)}`, (envFrom) => {
     const launch = sandboxLaunch(spec, ctx.tools, envFrom);
     if (!tty) return withSandboxExits(spawnPiped({ name: opts.app.name, file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: opts.onData, signal: signalTree }));
@@ -91,15 +93,42 @@ function withEnvFile(spec: SandboxSpec, failure: string, start: (envFrom: string
 }
 
 export function runScript(opts: SandboxScript, spec: SpecOf, tools: BwrapTools): Promise<ScriptOutcome> {
+  return runToEnd(["/bin/sh", "-c", opts.script], opts, spec, tools, undefined);
+}
+
+/**
+ * Runs an argv in the sandbox like a script (Sandbox.runCommand), keeping its
+ * stderr's tail; its executable is looked for first where startApp looks
+ * (the image's root or the host's, on the session's PATH), so a missing one
+ * is `not_found` rather than bwrap's exec error.
+ */
+export async function runCommand(opts: SandboxCommand, spec: SpecOf, tools: BwrapTools, where: Pick<AppContext, "workspace" | "rootfs">): Promise<CommandResult> {
+  const [command] = opts.argv;
+  if (command === undefined || !commandExists(command, opts.env.PATH ?? "", where)) return { outcome: { kind: "not_found" }, stderrTail: "" };
+  const tail = new OutputTail();
+  const outcome = await runToEnd(opts.argv, opts, spec, tools, tail);
+  return { outcome, stderrTail: tail.text() };
+}
+
+function commandExists(command: string, path: string, { workspace, rootfs }: Pick<AppContext, "workspace" | "rootfs">): boolean {
+  const inWorkspace = command === workspace.inside || command.startsWith(`${workspace.inside}/`);
+  const onHost = inWorkspace ? join(workspace.host, command.slice(workspace.inside.length)) : command;
+  return rootfs && !inWorkspace ? imageCommandExists(rootfs, command, path) : resolveExecutable(onHost, workspace.host, path) !== undefined;
+}
+
+/** Output discarded (never logged: it may print secrets), as the process backend's; stderr's tail kept when asked for. */
+function runToEnd(argv: readonly string[], opts: Omit<SandboxScript, "script">, spec: SpecOf, tools: BwrapTools, stderr: OutputTail | undefined): Promise<ScriptOutcome> {
   if (opts.signal?.aborted) return Promise.resolve({ kind: "aborted" });
-  const scriptSpec = spec(["/bin/sh", "-c", opts.script], opts.env, false);
+  const scriptSpec = spec(argv, opts.env, false);
   let cause: "timeout" | "aborted" | undefined;
   let proc: AppProcess;
   try {
     proc = withEnvFile(scriptSpec, "script: could not start", (envFrom) => {
       const launch = sandboxLaunch(scriptSpec, tools, envFrom);
-      // Output discarded (never logged: it may print secrets), as the process backend's.
-      return spawnPiped({ name: "script", file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData: () => undefined, signal: signalTree });
+      const onData = (bytes: Uint8Array, stream: OutputStream) => {
+        if (stream === OutputStream.stderr) stderr?.push(bytes);
+      };
+      return spawnPiped({ name: "script", file: launch.file, args: launch.args, cwd: "/", env: launch.env, onData, signal: signalTree });
     });
   } catch {
     return Promise.resolve({ kind: "spawn_error" });

@@ -14,7 +14,7 @@ import type { AppProcess } from "../process-group.ts";
 import { removeDirSoon } from "../remove-dir.ts";
 import { prepareSessionsDir } from "../sessions-dir.ts";
 import { spawnApp } from "./app-process.ts";
-import { runScript } from "./script.ts";
+import { runCommand, runScript } from "./script.ts";
 
 export function createProcessBackend(deps: SandboxBackendDeps): SandboxBackend {
   const { log } = deps;
@@ -44,8 +44,9 @@ function processSandbox(dir: string, log: Logger): Sandbox {
     insideWorkspace: workspace,
     adopt: () => Promise.resolve(),
     reach: (gatewayUrl) => Promise.resolve({ egressHost: "127.0.0.1", egressPort: 0, gatewayUrl, noProxy: [], allow: () => Promise.resolve() }),
-    startApp: (opts) => spawnApp({ ...opts, cwd: workspace }),
+    startApp: (opts) => spawnApp({ ...opts, cwd: opts.cwd ? join(workspace, opts.cwd) : workspace }),
     runScript: (opts) => runScript({ ...opts, cwd: workspace }),
+    runCommand: (opts) => runCommand({ ...opts, cwd: workspace }),
     freeze: (apps) => eachApp(apps, (app) => app.freeze()),
     thaw: (apps) => eachApp(apps, (app) => app.thaw()),
     // A process that left its app's group (setsid, a daemon) still works in the sandbox: it goes too.

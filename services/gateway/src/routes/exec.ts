@@ -1,0 +1,227 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { callRpc } from "@paddock/bus";
+import {
+  Api,
+  ConflictError,
+  DEFAULT_EXEC_TIMEOUT_MS,
+  EXEC_OUTPUT_CAP_BYTES,
+  execRpcs,
+  HttpApi,
+  MAX_EXEC_STDIN_BYTES,
+  NDJSON,
+  Streams,
+  Subjects,
+  TooLargeError,
+  type ExecBody,
+  type ExecEncoding,
+  ExecExit,
+  Headers,
+  type ExecFrame,
+  type ExecResult,
+  type Scope,
+} from "@paddock/contracts";
+import { Action } from "../auth/auth.ts";
+import { realEvery, sessionResource, type GatewayContext } from "../context.ts";
+import { drainOrClose, type Route } from "../http/http.ts";
+import { readRange } from "../terminal/termlog.ts";
+import { ExecOutput, type ExecOutputItem } from "./exec-output.ts";
+
+/** Frames one cursor read answers at most (the next read goes on from its cursor). */
+const MAX_READ_FRAMES = 256;
+
+/** Output bytes as a frame's text: UTF-8 decoded per stream (a sequence split across chunks is kept whole), or base64. */
+class FrameText {
+  private readonly decoders = { stdout: new TextDecoder("utf-8"), stderr: new TextDecoder("utf-8") };
+  constructor(readonly encoding: ExecEncoding) {}
+  text(stream: "stdout" | "stderr", bytes: Uint8Array): string {
+    return this.encoding === "base64" ? Buffer.from(bytes).toString("base64") : this.decoders[stream].decode(bytes, { stream: true });
+  }
+  rest(stream: "stdout" | "stderr"): string {
+    return this.encoding === "base64" ? "" : this.decoders[stream].decode();
+  }
+}
+
+function frameOf(item: ExecOutputItem, text: FrameText): ExecFrame {
+  if (item.kind === "chunk") return item.stream === "stdout" ? { stdout: text.text("stdout", item.bytes) } : { stderr: text.text("stderr", item.bytes) };
+  if (item.kind === "exit") return { exit: item.exit };
+  return { error: { code: "unavailable", message: item.reason } };
+}
+
+function wantsNdjson(req: IncomingMessage): boolean {
+  return (req.headers.accept ?? "").split(",").some((t) => t.trim().split(";")[0] === NDJSON);
+}
+
+/**
+ * POST /v1/sessions/:id/exec and the background processes' routes, carried
+ * out by the runner that holds the session (exec.ts in the contracts). The
+ * exec route reads the process's EXEC log while it runs, crediting the
+ * runner as it forwards; a client that leaves before the exit takes the
+ * command with it (SIGKILL to its process group).
+ */
+export function execRoutes(ctx: GatewayContext): Route[] {
+  const { config } = ctx.deps;
+  const rpcOpts = { timeoutMs: config.workspaceRpcTimeoutMs };
+  const every = ctx.deps.every ?? realEvery;
+
+  const held = async (scope: Scope, sessionId: string, action: Action) => {
+    const session = await ctx.getSession(scope, sessionId);
+    await ctx.authorizer.authorize(scope, action, sessionResource(session));
+    if ((session.state !== "running" && session.state !== "suspended_warm") || !session.poolId || !session.runnerId) {
+      throw new ConflictError(`session is ${session.state}: it has no live sandbox`);
+    }
+    const runner = { poolId: session.poolId, runnerId: session.runnerId };
+    return { session, runner, rpcs: execRpcs(runner.poolId, runner.runnerId), target: { sessionId: session.id, workspaceId: session.workspaceId, placementGeneration: session.placementGeneration } };
+  };
+
+  const start = async (scope: Scope, sessionId: string, body: ExecBody) => {
+    const h = await held(scope, sessionId, Action.exec);
+    if (h.session.state !== "running") throw new ConflictError(`session is ${h.session.state}: resume it to exec`);
+    const execId = ctx.deps.newId();
+    const stdin = body.stdin === undefined ? "" : body.encoding === "base64" ? body.stdin : Buffer.from(body.stdin, "utf8").toString("base64");
+    const background = body.background === true;
+    const timeoutMs = body.timeoutMs ?? (background ? undefined : DEFAULT_EXEC_TIMEOUT_MS);
+    const request = { ...h.target, execId, cmd: body.cmd, cwd: body.cwd ?? "", env: body.env ?? {}, stdin, keepStdinOpen: background && body.stdin === undefined, attached: !background, ...(timeoutMs !== undefined ? { timeoutMs } : {}) };
+    // The reader is made while the runner starts the process: its log is kept from the first byte either way.
+    const opening = background ? undefined : ExecOutput.open({ nc: ctx.deps.nc, every, ...h.runner, sessionId: h.session.id, execId, attached: true });
+    try {
+      await callRpc(ctx.deps.nc, h.rpcs.start, request, rpcOpts);
+    } catch (err) {
+      void opening?.then((o) => o.close(), () => undefined);
+      throw err;
+    }
+    // One audit event per exec, fixed fields only (no command, no output), once it runs.
+    await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: h.session.id, direction: "exec" }, { timeoutMs: config.rpcTimeoutMs });
+    const kill = () => void callRpc(ctx.deps.nc, h.rpcs.signal, { ...h.target, execId, signal: "SIGKILL" }, rpcOpts).catch(() => undefined);
+    return { execId, output: await opening, kill };
+  };
+
+  /** Streams frames as the output comes; a client gone before the exit kills the command. */
+  const streamFrames = async (output: ExecOutput, res: ServerResponse, text: FrameText, kill: () => void) => {
+    let ended = false;
+    const onClose = () => {
+      if (!ended) kill();
+      void output.close();
+    };
+    res.once("close", onClose);
+    res.writeHead(200, { "content-type": NDJSON, "cache-control": "no-store", "x-content-type-options": "nosniff" });
+    res.flushHeaders();
+    for await (const item of output.items()) {
+      if (res.destroyed) break;
+      if (item.kind !== "chunk") {
+        for (const stream of ["stdout", "stderr"] as const) {
+          const rest = text.rest(stream);
+          if (rest) res.write(JSON.stringify(stream === "stdout" ? { stdout: rest } : { stderr: rest }) + "\n");
+        }
+        ended = true;
+      }
+      if (!res.write(JSON.stringify(frameOf(item, text)) + "\n")) await drainOrClose(res);
+      if (item.kind === "chunk") output.take(item.bytes.byteLength);
+    }
+    res.off("close", onClose);
+    if (!res.destroyed) res.end();
+  };
+
+  /** Gathers stdout and stderr up to the cap each (the rest is read, credited and dropped) until the exit. */
+  const buffered = async (output: ExecOutput, req: IncomingMessage, execId: string, encoding: ExecEncoding, kill: () => void): Promise<ExecResult> => {
+    const parts = { stdout: [] as Uint8Array[], stderr: [] as Uint8Array[] };
+    const sizes = { stdout: 0, stderr: 0 };
+    let truncated = false;
+    let exit: ExecExit | undefined;
+    let lost: string | undefined;
+    const onClose = () => {
+      if (exit === undefined) kill();
+      void output.close();
+    };
+    req.socket.once("close", onClose);
+    try {
+      for await (const item of output.items()) {
+        if (item.kind === "exit") exit = item.exit;
+        else if (item.kind === "lost") lost = item.reason;
+        else {
+          const room = EXEC_OUTPUT_CAP_BYTES - sizes[item.stream];
+          if (item.bytes.byteLength > room) truncated = true;
+          if (room > 0) parts[item.stream].push(item.bytes.subarray(0, room));
+          sizes[item.stream] += Math.min(room, item.bytes.byteLength);
+          output.take(item.bytes.byteLength);
+        }
+      }
+    } finally {
+      req.socket.off("close", onClose);
+    }
+    if (!exit) throw new ConflictError(lost ?? "the exec ended without an exit");
+    const text = (stream: "stdout" | "stderr") => {
+      const bytes = Buffer.concat(parts[stream]);
+      return encoding === "base64" ? bytes.toString("base64") : bytes.toString("utf8");
+    };
+    return { id: execId, ...exit, stdout: text("stdout"), stderr: text("stderr"), truncated, encoding };
+  };
+
+  return [
+    ctx.serve(HttpApi.exec, async ({ caller: { scope }, params, body: readBody, req, res }) => {
+      const body = await readBody();
+      const { execId, output, kill } = await start(scope, params.id, body);
+      if (!output) return { status: 202, body: { id: execId } };
+      const encoding = body.encoding ?? "utf8";
+      if (wantsNdjson(req)) {
+        await streamFrames(output, res, new FrameText(encoding), kill);
+        return;
+      }
+      return { status: 200, body: await buffered(output, req, execId, encoding, kill) };
+    }),
+
+    ctx.serve(HttpApi.listProcesses, async ({ caller: { scope }, params }) => {
+      const h = await held(scope, params.id, Action.readProcesses);
+      return { status: 200, body: await callRpc(ctx.deps.nc, h.rpcs.list, h.target, rpcOpts) };
+    }),
+
+    ctx.serve(HttpApi.readProcessOutput, async ({ caller: { scope }, params, query, req, res }) => {
+      const h = await held(scope, params.id, Action.readProcesses);
+      const text = new FrameText(query.encoding ?? "utf8");
+      if (wantsNdjson(req)) {
+        const output = await ExecOutput.open({ nc: ctx.deps.nc, every, ...h.runner, sessionId: h.session.id, execId: params.processId, attached: false, fromSeq: query.since + 1 });
+        await streamFrames(output, res, text, () => undefined);
+        return;
+      }
+      const frames: ExecFrame[] = [];
+      let cursor = query.since;
+      let ended = false;
+      const subject = Subjects.exec(h.runner.poolId, h.runner.runnerId, h.session.id, params.processId);
+      for await (const m of readRange(await ctx.jsm(), Streams.exec, subject, query.since + 1)) {
+        if (frames.length === MAX_READ_FRAMES) break;
+        cursor = m.seq;
+        const exit = m.header?.get(Headers.execExit);
+        const parsed = exit ? ExecExit.safeParse(m.json()) : undefined;
+        const item: ExecOutputItem = parsed
+          ? parsed.success ? { kind: "exit", exit: parsed.data } : { kind: "lost", reason: "the process's exit did not parse" }
+          : { kind: "chunk", stream: m.header?.get(Headers.stream) === "stderr" ? "stderr" : "stdout", bytes: m.data };
+        frames.push(frameOf(item, text));
+        if (exit) {
+          ended = true;
+          break;
+        }
+      }
+      return { status: 200, body: { frames, cursor: String(cursor), ended, encoding: text.encoding } };
+    }),
+
+    ctx.serve(HttpApi.writeProcessStdin, async ({ caller: { scope }, params, query, req }) => {
+      const declared = Number(req.headers["content-length"] ?? 0);
+      if (declared > MAX_EXEC_STDIN_BYTES) throw new TooLargeError(`stdin exceeds ${MAX_EXEC_STDIN_BYTES} bytes`);
+      const h = await held(scope, params.id, Action.exec);
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const chunk of req as AsyncIterable<Buffer>) {
+        size += chunk.length;
+        if (size > MAX_EXEC_STDIN_BYTES) throw new TooLargeError(`stdin exceeds ${MAX_EXEC_STDIN_BYTES} bytes`);
+        chunks.push(chunk);
+      }
+      const data = Buffer.concat(chunks).toString("base64");
+      return { status: 200, body: await callRpc(ctx.deps.nc, h.rpcs.input, { ...h.target, execId: params.processId, data, eof: query.eof }, rpcOpts) };
+    }),
+
+    ctx.serve(HttpApi.signalProcess, async ({ caller: { scope }, params, body: readBody }) => {
+      const { signal } = await readBody();
+      const h = await held(scope, params.id, Action.exec);
+      return { status: 200, body: await callRpc(ctx.deps.nc, h.rpcs.signal, { ...h.target, execId: params.processId, signal }, rpcOpts) };
+    }),
+  ];
+}

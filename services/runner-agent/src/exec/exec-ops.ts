@@ -1,0 +1,93 @@
+import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import { serveRpc, type BusMetrics } from "@paddock/bus";
+import { ConflictError, ExecCredit, execCreditSubject, type ExecCreditReply, execRpcs, UnavailableError, type HeldSession } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+import type { SessionExecs } from "./session-execs.ts";
+
+/**
+ * A held session as exec reaches it (a SessionRuntime is one): declared here
+ * so that exec/ never imports sessions/.
+ */
+export interface HeldExecs {
+  readonly held: HeldSession;
+  /** Runs fn after every earlier command of the session, while it runs; refused otherwise. */
+  execTask<T>(fn: (execs: SessionExecs) => Promise<T>): Promise<T>;
+  /** The exec'd processes now; undefined before the session ran. */
+  readonly execTable: SessionExecs | undefined;
+}
+
+export interface ExecOpsDeps {
+  nc: NatsConnection;
+  poolId: string;
+  runnerId: string;
+  session: (sessionId: string) => HeldExecs | undefined;
+  /** False while the runner is fenced: it must not act on sessions it may no longer hold. */
+  serving: () => boolean;
+  /** The runner's errors as the public vocabulary (workspace-ops' translate). */
+  translate: <T>(fn: () => Promise<T>) => Promise<T>;
+  metrics: BusMetrics;
+  log: Logger;
+}
+
+interface Target {
+  sessionId: string;
+  workspaceId: string;
+  placementGeneration: number;
+}
+
+/**
+ * Serves exec for the sessions this runner holds: start, signal, stdin and
+ * listing on request/reply, and readers' credit on a plain subject (a lost
+ * credit is made good by the next one). Each request names the placement
+ * generation it was made for; another one is a conflict, never acted on.
+ */
+export function serveExecOps(deps: ExecOpsDeps): Subscription[] {
+  const rpcs = execRpcs(deps.poolId, deps.runnerId);
+  const held = (t: Target): HeldExecs => {
+    if (!deps.serving()) throw new UnavailableError("runner is re-registering; retry");
+    const runtime = deps.session(t.sessionId);
+    if (!runtime || runtime.held.workspaceId !== t.workspaceId) throw new ConflictError("session has no live sandbox on this runner");
+    if (runtime.held.placementGeneration !== t.placementGeneration) throw new ConflictError("session is held at another placement generation");
+    return runtime;
+  };
+  const table = (t: Target): SessionExecs => {
+    const execs = held(t).execTable;
+    if (!execs) throw new ConflictError("session is not running");
+    return execs;
+  };
+  const opts = { queue: `exec-${deps.runnerId}`, metrics: deps.metrics, log: deps.log };
+  const { translate } = deps;
+  const credits = deps.nc.subscribe(execCreditSubject(deps.poolId, deps.runnerId), {
+    callback: (err, msg) => {
+      if (err) return;
+      let credit: ExecCredit;
+      try {
+        credit = ExecCredit.parse(msg.json());
+      } catch {
+        deps.metrics.invalidMessages.inc({ subject: execCreditSubject(deps.poolId, deps.runnerId) });
+        return;
+      }
+      const known = deps.session(credit.sessionId)?.execTable?.credit(credit.execId, credit.bytes) ?? false;
+      if (msg.reply) msg.respond(JSON.stringify({ known } satisfies ExecCreditReply));
+    },
+  });
+  return [
+    credits,
+    serveRpc(
+      deps.nc,
+      rpcs.start,
+      (req) =>
+        translate(() =>
+          held(req).execTask(async (execs) => {
+            const proc = await execs.start(req);
+            deps.log.info({ sessionId: req.sessionId, execId: req.execId, attached: req.attached }, "exec started");
+            return { execId: proc.id, startedAt: proc.startedAt };
+          }),
+        ),
+      opts,
+    ),
+    serveRpc(deps.nc, rpcs.signal, (req) => translate(async () => ({ delivered: table(req).get(req.execId).signal(req.signal) })), opts),
+    serveRpc(deps.nc, rpcs.input, (req) => translate(async () => ({ written: table(req).get(req.execId).write(Buffer.from(req.data, "base64"), req.eof) })), opts),
+    serveRpc(deps.nc, rpcs.list, (req) => translate(async () => table(req).list()), opts),
+  ];
+}

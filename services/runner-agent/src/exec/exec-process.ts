@@ -1,0 +1,146 @@
+import type { ExecExit, ExecProcessInfo, ExecSignal, ExecStartRequest } from "@paddock/contracts";
+import type { Sandbox } from "../sandbox/backend.ts";
+import type { AppProcess } from "../sandbox/process-group.ts";
+import type { ExecLog } from "./exec-log.ts";
+
+/** Time a process is given between SIGTERM and SIGKILL when its session ends. */
+const END_GRACE_MS = 2_000;
+
+export interface ExecProcessDeps {
+  sandbox: Sandbox;
+  /** The session's own environment (its apps'); the request's variables go over it. */
+  env: Readonly<Record<string, string>>;
+  /** Builds the process's log; setPaused reaches the process once it started. */
+  log: (setPaused: (paused: boolean) => void) => ExecLog;
+  now: () => number;
+  /** An attached process whose reader stayed silent this long has lost it. */
+  readerTimeoutMs: number;
+  /** Timers (injected: tests drive them). */
+  setTimer: (fn: () => void, ms: number) => { cancel(): void };
+}
+
+/**
+ * One exec'd command in a session's sandbox: a process without a PTY (the
+ * session's uid, namespaces, limits and egress, as its apps), its output on
+ * its log, stdin from the request (then closed, unless a background process
+ * keeps it open), a timeout that kills its whole process group and says so,
+ * and, while a reader is attached, a watch on the reader's credit: a reader
+ * that went silent (the client left, its gateway died) takes the command with it.
+ */
+export class ExecProcess {
+  readonly id: string;
+  readonly startedAt: number;
+  readonly ended: Promise<ExecExit>;
+  private readonly proc: AppProcess;
+  private readonly log: ExecLog;
+  private exit: ExecExit | undefined;
+  private timedOut = false;
+  private lastHeardAt: number;
+  private readonly timers: Array<{ cancel(): void }> = [];
+
+  constructor(
+    private readonly deps: ExecProcessDeps,
+    private readonly req: ExecStartRequest,
+  ) {
+    this.id = req.execId;
+    this.startedAt = deps.now();
+    this.lastHeardAt = this.startedAt;
+    let proc: AppProcess | undefined;
+    let pausedEarly = false;
+    this.log = deps.log((paused) => (proc ? proc.setPaused(paused) : (pausedEarly = paused)));
+    const env = { ...deps.env, ...req.env };
+    proc = deps.sandbox.startApp({ app: { name: "exec", cmd: req.cmd, tty: false }, env, cwd: req.cwd, onData: (bytes, stream) => this.log.append(bytes, stream ?? "stdout") });
+    if (pausedEarly) proc.setPaused(true);
+    this.proc = proc;
+    if (req.stdin.length > 0) proc.input.push(Buffer.from(req.stdin, "base64"));
+    if (!req.keepStdinOpen) this.closeStdinWhenWritten();
+    if (req.timeoutMs !== undefined) this.timers.push(deps.setTimer(() => this.kill(true), req.timeoutMs));
+    if (req.attached) this.watchReader();
+    this.ended = this.finish();
+  }
+
+  get running(): boolean {
+    return this.exit === undefined;
+  }
+
+  info(): ExecProcessInfo {
+    return { id: this.id, cmd: [...this.req.cmd], startedAt: this.startedAt, background: !this.req.attached, ...(this.exit ? { exit: this.exit } : {}) };
+  }
+
+  /** The reader's credit (ExecCredit): also proof it is still there. */
+  credit(bytes: number): void {
+    this.lastHeardAt = this.deps.now();
+    this.log.credit(bytes);
+  }
+
+  /** Sends sig to the whole process group; false once it ended. */
+  signal(sig: ExecSignal): boolean {
+    if (!this.running) return false;
+    if (sig === "SIGSTOP") this.proc.freeze();
+    else if (sig === "SIGCONT") this.proc.thaw();
+    else this.proc.signal(sig);
+    return true;
+  }
+
+  /** Queues bytes for stdin (then closes it on eof); answers how many were taken (0 once stdin closed). */
+  write(bytes: Uint8Array, eof: boolean): number {
+    const input = this.proc.input;
+    if (input.closed) return 0;
+    const taken = bytes.byteLength > 0 && input.push(bytes) ? bytes.byteLength : 0;
+    if (eof) this.closeStdinWhenWritten();
+    return taken;
+  }
+
+  /** Kills the whole group (the timeout, a lost reader): SIGKILL at once. */
+  kill(timedOut = false): void {
+    if (!this.running) return;
+    if (timedOut) this.timedOut = true;
+    this.proc.signal("SIGKILL");
+  }
+
+  /** The session ends: SIGTERM, then SIGKILL after a grace; resolves with its exit. */
+  async terminate(): Promise<ExecExit> {
+    if (this.running) await this.proc.terminate(END_GRACE_MS);
+    return this.ended;
+  }
+
+  /** The session's apps' freeze and thaw reach exec'd processes too (warm suspend). */
+  get appProcess(): AppProcess {
+    return this.proc;
+  }
+
+  /** Stops publishing (the runner lost the placement): no exit is written. */
+  abortLog(): void {
+    this.log.abort();
+  }
+
+  private closeStdinWhenWritten(): void {
+    this.proc.endInput();
+  }
+
+  private watchReader(): void {
+    const check = () => {
+      if (!this.running) return;
+      if (this.deps.now() - this.lastHeardAt >= this.deps.readerTimeoutMs) {
+        this.kill();
+        return;
+      }
+      this.timers.push(this.deps.setTimer(check, Math.max(1, this.deps.readerTimeoutMs / 4)));
+    };
+    this.timers.push(this.deps.setTimer(check, Math.max(1, this.deps.readerTimeoutMs / 4)));
+  }
+
+  private async finish(): Promise<ExecExit> {
+    const ended = await this.proc.exited;
+    for (const t of this.timers) t.cancel();
+    const exit: ExecExit = {
+      exitCode: ended.exitCode,
+      signal: ended.signal ?? null,
+      durationMs: Math.max(0, Math.round(this.deps.now() - this.startedAt)),
+      timedOut: this.timedOut,
+    };
+    this.exit = exit;
+    await this.log.finish(exit);
+    return exit;
+  }
+}
