@@ -18,6 +18,7 @@ import { fuzzNats, readBackInjected } from "./fuzz-nats.ts";
 import { fuzzWebSocket } from "./fuzz-ws.ts";
 import { floodAndPaste } from "./fuzz-flood.ts";
 import { sandboxCase } from "./fuzz-sandbox.ts";
+import { execCase } from "./fuzz-exec.ts";
 import type { Prng } from "./prng.ts";
 import { Anomalies, log, type ScenarioResult } from "./report.ts";
 import type { ChaosStack } from "./stack.ts";
@@ -34,6 +35,7 @@ export const BAD_INPUT_ANOMALIES = [
   "runner stalled by a paste",
   "sandbox escapes",
   "sandbox own work failed",
+  "exec processes left running",
 ] as const;
 
 const WS = "default";
@@ -105,6 +107,7 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
 
   // After the state comparison: these create sessions of their own.
   await floodAndPaste(ctx, prng.fork());
+  await execCase(ctx);
   await sandboxCase(ctx);
 
   for (const c of stack.crashes.slice(crashBase)) anomalies.add("services crashed", `${c.id} exited (${c.code ?? c.signal ?? "?"}) — repeat with --seed ${opts.seed} --only bad-input`);

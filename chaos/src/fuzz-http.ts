@@ -34,6 +34,8 @@ const BODY_SAMPLES: Partial<Record<HttpRouteName, Omit<BodySpec, "schema">>> = {
   updateEnvironment: { sample: { init: "true" }, osSample: ENVIRONMENT_OS_SAMPLE },
   putSecret: { sample: { value: "v" } },
   createToken: { sample: { label: "x" } },
+  exec: { sample: { cmd: ["true"], cwd: "", env: { A: "b" }, stdin: "x", timeoutMs: 1000 } },
+  signalProcess: { sample: { signal: "SIGTERM" } },
 };
 
 /** Plausible (and a few refused) values of each query parameter the contract names. */
@@ -51,6 +53,8 @@ const QUERY_VALUES: Record<string, string[]> = {
   waitFor: ["running", "suspended_cold", "failed", "nope", ""],
   timeoutMs: ["0", "25", "-1", "1.5", "300001", "x"],
   depth: ["1", "3", "0", "65", "x"],
+  eof: ["true", "false", "maybe"],
+  encoding: ["utf8", "base64", "hex", ""],
 };
 
 /** GETs that still change state: a workspace pull records a transfer in the audit. */

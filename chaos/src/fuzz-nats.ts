@@ -24,6 +24,9 @@ import {
   RunnerFact,
   Subjects,
   workspaceRpcs,
+  execRpcs,
+  execCreditSubject,
+  ExecCredit,
   type Rpc,
 } from "@paddock/contracts";
 import { api, Terminal, UpgradeRefused } from "./client.ts";
@@ -64,6 +67,7 @@ export async function fuzzNats(ctx: FuzzContext, count: number, p: Prng, only?: 
     ...Object.values(Api),
     ...Object.values(FleetRpc),
     ...ctx.stack.runnerIds.flatMap((r) => Object.values(workspaceRpcs(pool, r))),
+    ...ctx.stack.runnerIds.flatMap((r) => Object.values(execRpcs(pool, r))),
   ];
   const rpcSample = {
     scope,
@@ -143,6 +147,17 @@ export async function fuzzNats(ctx: FuzzContext, count: number, p: Prng, only?: 
         }
         const h = fuzzHeaders(entries);
         nc.publish(Subjects.input(pool, runner, running.id, p.pick(["main", "nope"])), data, { headers: h });
+      },
+    ],
+    [
+      4,
+      "nats exec credit",
+      async () => {
+        // A credit for a process nobody runs, or one that breaks ExecCredit: changes nothing, and a request is answered {known:false}.
+        const data = payload(p, ExecCredit, { sessionId: running.id, execId: `x${p.string(8)}`, bytes: p.int(0, 1 << 30) });
+        const subject = execCreditSubject(pool, p.pick(ctx.stack.runnerIds));
+        if (p.bool(0.7)) nc.publish(subject, data);
+        else await nc.request(subject, data, { timeout: 5_000 }).catch((err: unknown) => ctx.anomalies.add("requests never answered", `exec credit: ${String(err)}`));
       },
     ],
     [5, "nats presence", async () => nc.publish(Subjects.presence(running.id), payload(p, Presence, { sessionId: running.id, workspaceId: running.workspaceId, clients: 1 }))],

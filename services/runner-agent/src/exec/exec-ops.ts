@@ -65,6 +65,7 @@ export function serveExecOps(deps: ExecOpsDeps): Subscription[] {
         credit = ExecCredit.parse(msg.json());
       } catch {
         deps.metrics.invalidMessages.inc({ subject: execCreditSubject(deps.poolId, deps.runnerId) });
+        if (msg.reply) msg.respond(JSON.stringify({ known: false } satisfies ExecCreditReply));
         return;
       }
       const known = deps.session(credit.sessionId)?.execTable?.credit(credit.execId, credit.bytes) ?? false;
