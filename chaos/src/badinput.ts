@@ -16,6 +16,7 @@ import type { FuzzContext } from "./fuzz-context.ts";
 import { fuzzHttp, HTTP_ROUTES } from "./fuzz-http.ts";
 import { fuzzNats, readBackInjected } from "./fuzz-nats.ts";
 import { fuzzWebSocket } from "./fuzz-ws.ts";
+import { fuzzFilesWatch } from "./fuzz-files-watch.ts";
 import { floodAndPaste } from "./fuzz-flood.ts";
 import { sandboxCase } from "./fuzz-sandbox.ts";
 import { execCase } from "./fuzz-exec.ts";
@@ -94,6 +95,8 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
   await fuzzHttp(ctx, http, prng.fork());
   await fuzzWebSocket(ctx, ws, prng.fork(), controller);
   await fuzzNats(ctx, bus, prng.fork());
+  // Forked after the others, so the inputs of a seed from before this route are unchanged.
+  await fuzzFilesWatch(ctx, Math.max(5, Math.round(ws / 4)), prng.fork());
   await readBackInjected(ctx);
 
   // Let consumers work through what was injected, then compare.

@@ -26,6 +26,10 @@ function answerSchema(route: HttpRoute): z.ZodType {
 export interface RequestOptions {
   readonly query?: Query;
   readonly body?: unknown;
+  /** The media type asked for (JSON unless said): NDJSON for a route's streamed form. */
+  readonly accept?: string;
+  /** Aborting it ends the request (and a streamed answer) on the gateway's side too. */
+  readonly signal?: AbortSignal;
 }
 
 /** A client of the public HTTP API: every call goes through a route of the HTTP contract (HttpApi), and every JSON answer is parsed by that route's schema. */
@@ -52,9 +56,9 @@ export class ApiClient {
   }
 
   /** Calls a contract route whose answer is streamed (bytes, NDJSON); returns the successful response. */
-  async open<R extends HttpRoute>(route: R, input: CallInput<R> = {}): Promise<Response> {
+  async open<R extends HttpRoute>(route: R, input: CallInput<R> = {}, opts: Pick<RequestOptions, "accept" | "signal"> = {}): Promise<Response> {
     const { path, query } = target(route, input);
-    return this.send(route.method, path, { query, ...(input.body !== undefined ? { body: input.body } : {}) });
+    return this.send(route.method, path, { query, ...(input.body !== undefined ? { body: input.body } : {}), ...opts });
   }
 
   /** Sends a request and parses a JSON answer with schema. */
@@ -75,21 +79,21 @@ export class ApiClient {
   }
 
   /** Streams body to a contract route that takes raw bytes (its content type); an error answer is thrown. */
-  async uploadTo<R extends HttpRoute>(route: R, input: Omit<CallInput<R>, "body">, body: ReadableStream<Uint8Array>): Promise<Response> {
+  async uploadTo<R extends HttpRoute>(route: R, input: Omit<CallInput<R>, "body">, body: ReadableStream<Uint8Array>, signal?: AbortSignal): Promise<Response> {
     if (route.body.kind !== "bytes") throw new Error(`${route.method} ${route.path} takes no raw body`);
     const { path, query } = target(route, input);
-    return this.upload(route.method, path, body, { query, contentType: route.body.contentType });
+    return this.upload(route.method, path, body, { query, contentType: route.body.contentType, signal });
   }
 
   /**
    * Sends a streamed body (chunked; never held in memory) and returns the
    * successful response; an error answer is thrown as its ApiError.
    */
-  private async upload(method: string, path: string, body: ReadableStream<Uint8Array>, opts: { query?: Query; contentType?: string } = {}): Promise<Response> {
+  private async upload(method: string, path: string, body: ReadableStream<Uint8Array>, opts: { query?: Query; contentType?: string; signal?: AbortSignal | undefined } = {}): Promise<Response> {
     const headers = { authorization: this.authHeader, accept: "application/json", "content-type": opts.contentType ?? "application/octet-stream" };
     let res: Response;
     try {
-      res = await fetch(this.url(path, opts.query), { method, headers, body, duplex: "half" } as RequestInit);
+      res = await fetch(this.url(path, opts.query), { method, headers, body, duplex: "half", ...(opts.signal ? { signal: opts.signal } : {}) } as RequestInit);
     } catch (err) {
       throw unreachable(this.baseUrl, err);
     }
@@ -121,7 +125,7 @@ export class ApiClient {
   }
 
   private async send(method: string, path: string, opts: RequestOptions): Promise<Response> {
-    const headers: Record<string, string> = { authorization: this.authHeader, accept: "application/json" };
+    const headers: Record<string, string> = { authorization: this.authHeader, accept: opts.accept ?? "application/json" };
     let body: string | undefined;
     if (opts.body !== undefined) {
       headers["content-type"] = "application/json";
@@ -129,12 +133,57 @@ export class ApiClient {
     }
     let res: Response;
     try {
-      res = await fetch(this.url(path, opts.query), { method, headers, body });
+      res = await fetch(this.url(path, opts.query), { method, headers, body, ...(opts.signal ? { signal: opts.signal } : {}) });
     } catch (err) {
       throw unreachable(this.baseUrl, err);
     }
     if (!res.ok) throw await errorOf(res);
     return res;
+  }
+}
+
+/**
+ * The lines of an NDJSON answer, each parsed by schema, as they arrive. A
+ * line that is not JSON or not the schema's is an ApiError `internal`; the
+ * connection lost mid-stream is `unavailable` (what names it is `what`).
+ */
+export async function* ndjsonOf<S extends z.ZodType>(res: Response, schema: S, what: string): AsyncGenerator<z.infer<S>> {
+  if (!res.body) throw new ApiError("internal", `${what}: the gateway answered without a body`);
+  const decoder = new TextDecoder();
+  let buf = "";
+  const parse = (line: string): z.infer<S> => {
+    let data: unknown;
+    try {
+      data = JSON.parse(line);
+    } catch {
+      throw new ApiError("internal", `${what}: the stream carried a line that is not JSON`);
+    }
+    const parsed = schema.safeParse(data);
+    if (!parsed.success) throw new ApiError("internal", `${what}: unexpected line: ${describeZodError(parsed.error)}`);
+    return parsed.data;
+  };
+  const reader = res.body.getReader();
+  try {
+    for (;;) {
+      let chunk: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        chunk = await reader.read();
+      } catch {
+        throw new ApiError("unavailable", `${what}: the connection to the gateway was lost`);
+      }
+      if (chunk.done) break;
+      buf += decoder.decode(chunk.value, { stream: true });
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) !== -1) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        if (line.trim() !== "") yield parse(line);
+      }
+    }
+    if (buf.trim() !== "") yield parse(buf);
+  } finally {
+    // A consumer that stops early (an exit frame, an abort) releases the connection.
+    await reader.cancel().catch(() => undefined);
   }
 }
 

@@ -17,8 +17,8 @@ export interface CliIo {
   stdout: CliStdout;
   stderr: Writable & { isTTY?: boolean; columns?: number };
   env: CliEnv;
-  /** Where SIGWINCH is observed; absent in tests, which never resize. */
-  signals?: { on(signal: "SIGWINCH", fn: () => void): unknown; off(signal: "SIGWINCH", fn: () => void): unknown };
+  /** Where SIGWINCH (a resize) and SIGINT (Ctrl-C, which `exec` handles itself) are observed; absent in tests. */
+  signals?: { on(signal: "SIGWINCH" | "SIGINT", fn: () => void): unknown; off(signal: "SIGWINCH" | "SIGINT", fn: () => void): unknown };
 }
 
 export const ExitCode = { ok: 0, failure: 1, usage: 2 } as const;

@@ -7,7 +7,9 @@ import { createCommand, recycleCommand, restartCommand, resumeCommand, snapshotC
 import { eventsCommand, getCommand, lsCommand, rmCommand } from "./commands/records.ts";
 import { runnerCommand, runnersCommand } from "./commands/runners.ts";
 import { tokenCommand } from "./commands/tokens.ts";
-import { cpCommand, diffCommand } from "./commands/workspace.ts";
+import { diffCommand } from "./commands/workspace.ts";
+import { cpCommand } from "./commands/cp.ts";
+import { execCommand } from "./commands/exec.ts";
 import { filesCommand } from "./commands/files.ts";
 import { loadCliConfig } from "./config.ts";
 import { ApiError, ExitCode, UsageError, type CliIo } from "./io.ts";
@@ -29,6 +31,7 @@ export const commands: readonly Command[] = [
   runnersCommand,
   runnerCommand,
   eventsCommand,
+  execCommand,
   cpCommand,
   filesCommand,
   diffCommand,

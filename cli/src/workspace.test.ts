@@ -1,7 +1,8 @@
 /**
  * `paddock cp` and `paddock diff` against a minimal in-process stand-in for
- * the three workspace routes (it stores what is PUT and serves it back), plus
- * usage errors. The real stack is exercised in test/e2e/workspace.test.ts.
+ * the workspace routes (it stores what is PUT and serves it back, and lists
+ * the directories pushed to), plus usage errors. The real stack is exercised
+ * in test/e2e/workspace.test.ts and test/e2e/cp.test.ts.
  */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -18,6 +19,8 @@ let env: Record<string, string>;
 let stored = Buffer.alloc(0);
 let serve: Buffer | undefined;
 const requests: Array<{ method: string; url: string; contentType: string | undefined }> = [];
+/** The directories pushed to (and their parents): what files/list answers. */
+const dirs = new Set<string>();
 
 beforeAll(async () => {
   server = createServer((req, res) => {
@@ -32,6 +35,8 @@ beforeAll(async () => {
       req.on("data", (c: Buffer) => chunks.push(c));
       req.on("end", () => {
         stored = Buffer.concat(chunks);
+        const segments = (url.searchParams.get("path") ?? "").split("/").filter(Boolean);
+        for (let i = 1; i <= segments.length; i++) dirs.add(segments.slice(0, i).join("/"));
         res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ entries: 3, bytes: 10, reload: false }));
       });
       return;
@@ -39,6 +44,12 @@ beforeAll(async () => {
     if (req.method === "GET" && url.pathname === "/v1/sessions/s1/workspace") {
       const body = serve ?? stored;
       res.writeHead(200, { "content-type": "application/gzip", "content-length": String(body.length) }).end(body);
+      return;
+    }
+    if (req.method === "GET" && url.pathname === "/v1/sessions/s1/files/list") {
+      const parent = url.searchParams.get("path") ?? "";
+      const entries = [...dirs].filter((d) => d.split("/").slice(0, -1).join("/") === parent).map((path) => ({ path, type: "dir", size: 0, mode: 0o755, mtime: 0 }));
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ entries, truncated: false }));
       return;
     }
     if (req.method === "GET" && url.pathname === "/v1/sessions/s1/diff") {
@@ -82,7 +93,7 @@ describe("paddock cp", () => {
     const run = startCli(["cp", tree(), "s1:"], env);
     Object.assign(run.stderr, { isTTY: true, columns: 80 });
     expect(await run.code).toBe(0);
-    expect(run.stderr.text()).toMatch(/→ s1:\. \[#+-*\] +\d+%/);
+    expect(run.stderr.text()).toMatch(/→ s1:paddock-cp-\w+ \[#+-*\] +\d+%/);
     expect(run.stderr.text().endsWith("\n")).toBe(true);
   });
 

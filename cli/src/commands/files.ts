@@ -8,6 +8,7 @@ import { apiOf, commandGroup, parseCommand, positionals, type Command } from "..
 import { json } from "../format.ts";
 import { ApiError, ExitCode, UsageError, write } from "../io.ts";
 import { parseRemote, type RemoteRef } from "./workspace.ts";
+import { watchSubcommand } from "./files-watch.ts";
 
 /** `ID:PATH` naming something in the workspace (not the workspace itself unless allowed), or a UsageError. */
 function remoteOf(cmd: string, arg: string, opts: { root: boolean }): RemoteRef {
@@ -116,10 +117,10 @@ with -r a directory and everything in it.
   },
 };
 
-const subcommands: readonly Command[] = [lsSub, catSub, putSub, rmSub];
+const subcommands: readonly Command[] = [lsSub, catSub, putSub, rmSub, watchSubcommand(remoteOf)];
 
 export const filesCommand: Command = commandGroup({
   name: "files",
-  summary: "read, write, list and remove files of a session (ls, cat, put, rm)",
+  summary: "read, write, list, remove and watch files of a session (ls, cat, put, rm, watch)",
   subcommands,
 });

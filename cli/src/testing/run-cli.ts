@@ -18,6 +18,11 @@ export class Sink extends Writable {
     return Buffer.concat(this.chunks).toString("utf8");
   }
 
+  /** What was written, byte for byte. */
+  bytes(): Buffer {
+    return Buffer.concat(this.chunks);
+  }
+
   /** Resolves once the written text contains needle. */
   async waitFor(needle: string): Promise<void> {
     while (!this.text().includes(needle)) await new Promise<void>((r) => this.waiters.push(r));
@@ -56,8 +61,10 @@ export function startCli(argv: readonly string[], env: CliEnv = {}, opts: StartO
   return { stdout, stderr, stdin, code };
 }
 
-export async function runCli(argv: readonly string[], env: CliEnv = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+/** Runs the CLI to its end; with stdin, that is its whole stdin (then closed). */
+export async function runCli(argv: readonly string[], env: CliEnv = {}, stdin?: string | Buffer): Promise<{ code: number; stdout: string; stderr: string }> {
   const run = startCli(argv, env);
+  if (stdin !== undefined) run.stdin.end(stdin);
   const code = await run.code;
   return { code, stdout: run.stdout.text(), stderr: run.stderr.text() };
 }

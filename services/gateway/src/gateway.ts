@@ -15,6 +15,7 @@ import { tokenRoutes } from "./auth/tokens.ts";
 import { TerminalHub, TERMINAL_ROUTE } from "./terminal/terminal.ts";
 import { workspaceRoutes } from "./routes/workspace.ts";
 import { execRoutes } from "./routes/exec.ts";
+import { FILES_WATCH_ROUTE, FilesWatchHub } from "./routes/files-watch.ts";
 
 export interface Gateway {
   /** Binds the public API; resolves with the bound port (useful with port 0). */
@@ -36,6 +37,7 @@ export interface Gateway {
 export function createGateway(deps: GatewayDeps): Gateway {
   const ctx = new GatewayContext(deps);
   const terminals = new TerminalHub(ctx);
+  const fileWatches = new FilesWatchHub(ctx, terminals.guard);
   // Followed events live by their token and access like terminal sockets: one guard for both.
   const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx), ...execRoutes(ctx), ...tokenRoutes(ctx), ...secretRoutes(ctx)];
   const { log, metrics, nc } = deps;
@@ -107,6 +109,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   gate.attach(server);
   server.on("upgrade", (req, socket, head) => {
     if (gate.isRefused(req.socket)) socket.destroy();
+    else if (FilesWatchHub.matches(req)) fileWatches.handleUpgrade(req, socket, head);
     else terminals.handleUpgrade(req, socket, head);
   });
   server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
@@ -116,7 +119,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     else socket.destroy();
   });
 
-  const served = [...routes.map((r) => r.name), routeName(TERMINAL_ROUTE), ...Object.values(HealthRoutes).map(routeName)];
+  const served = [...routes.map((r) => r.name), routeName(TERMINAL_ROUTE), routeName(FILES_WATCH_ROUTE), ...Object.values(HealthRoutes).map(routeName)];
   return {
     server,
     terminals,
@@ -134,6 +137,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     close: async () => {
       listening = false;
       terminals.close();
+      fileWatches.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();

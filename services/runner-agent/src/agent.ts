@@ -273,6 +273,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       session: (id) => requireSessions().get(id),
       serving: confirmed,
       ...(config.workspace ? { limits: config.workspace } : {}),
+      now: deps.now,
       childPath: config.childPath,
       metrics,
       log,

@@ -20,6 +20,8 @@ import { runnerOpSubject, WorkspacePath } from "./workspace.ts";
 export const EXEC_OUTPUT_CAP_BYTES = 1024 * 1024;
 /** The most stdin bytes the exec body may carry (a background process takes more through its stdin route). */
 export const MAX_EXEC_STDIN_BYTES = 1024 * 1024;
+/** The most stdin bytes one bus message carries (base64 in JSON, under NATS's 1 MB payload): more goes in several. */
+export const EXEC_STDIN_PIECE_BYTES = 256 * 1024;
 /** A command's time when the body names none, and the longest it may name. */
 export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
 export const MAX_EXEC_TIMEOUT_MS = 24 * 60 * 60_000;
@@ -135,8 +137,8 @@ export const ExecStartRequest = z
     cmd: ExecCommand,
     cwd: WorkspacePath,
     env: ExecEnv,
-    /** Raw stdin bytes, base64; written then stdin is closed unless keepStdinOpen. */
-    stdin: z.string().max(2 * MAX_EXEC_STDIN_BYTES),
+    /** Raw stdin bytes, base64 (one piece; more follows as ExecInputRequests); written then stdin is closed unless keepStdinOpen. */
+    stdin: z.string().max(2 * EXEC_STDIN_PIECE_BYTES),
     keepStdinOpen: z.boolean(),
     /** Absent: no timeout (a background process). */
     timeoutMs: z.number().int().min(1).max(MAX_EXEC_TIMEOUT_MS).optional(),
@@ -152,7 +154,7 @@ export type ExecSignalRequest = z.infer<typeof ExecSignalRequest>;
 /** delivered: false when the process had already ended. */
 export const ExecSignalReply = z.object({ delivered: z.boolean() }).strict();
 
-export const ExecInputRequest = z.object({ ...Target, execId: Id, data: z.string().max(2 * MAX_EXEC_STDIN_BYTES), eof: z.boolean() }).strict();
+export const ExecInputRequest = z.object({ ...Target, execId: Id, data: z.string().max(2 * EXEC_STDIN_PIECE_BYTES), eof: z.boolean() }).strict();
 export type ExecInputRequest = z.infer<typeof ExecInputRequest>;
 export const ExecInputReply = z.object({ written: z.number().int().nonnegative() }).strict();
 
@@ -165,7 +167,8 @@ export type ExecList = z.infer<typeof ExecList>;
  * `bytes` of the exec's output in all. Sent as it forwards, and again every
  * EXEC_CREDIT_HEARTBEAT_MS while attached: a lost credit is made good by the
  * next, and an attached exec that hears nothing for EXEC_READER_TIMEOUT_MS
- * has lost its reader (the client went, or its gateway died) and is killed.
+ * has lost its reader (the client went, or its gateway died) and is killed
+ * (checked per period: a silence of one whole period, at most two, counts).
  */
 export const ExecCredit = z.object({ sessionId: Id, execId: Id, bytes: z.number().int().nonnegative() }).strict();
 export type ExecCredit = z.infer<typeof ExecCredit>;

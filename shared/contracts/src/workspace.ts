@@ -201,7 +201,68 @@ export const WorkspaceReposReply = z
   .strict();
 export type WorkspaceReposReply = z.infer<typeof WorkspaceReposReply>;
 
-export const WorkspaceOps = ["push", "pull", "diff", "read", "list", "write", "delete", "repos"] as const;
+/**
+ * A live watch of a workspace path (GET /v1/sessions/:id/files/watch). The
+ * gateway asks the runner holding the session to start one (`watch`), then
+ * renews it (`watch` with renew: true) every lease/3 while its socket is
+ * open; the runner stops a watch whose lease lapsed (a gateway that died
+ * leaves nothing behind) and one asked to (`unwatch`). Change batches go out
+ * over core NATS (never stored: a watch is live only) on
+ * `watchEventsSubject(pool, runner, watchId)`.
+ */
+export const FILE_WATCH_LEASE_MS = 15_000;
+/** Watches one session may have at once on its runner; more is `conflict`. */
+export const MAX_WATCHES_PER_SESSION = 16;
+/** Events (distinct paths) one watch holds before a batch goes out; past it the rest is dropped and the batch says overflow. */
+export const MAX_WATCH_PENDING = 1_000;
+/** Events per batch message (a batch of long paths still fits a NATS message). */
+export const MAX_WATCH_BATCH = 256;
+
+export const FileWatchRequest = z
+  .object({
+    ...Target,
+    /** Chosen by the gateway (one per socket); names the events subject. */
+    watchId: Id,
+    path: WorkspacePath,
+    /** Renew an existing watch: not_found when the runner no longer holds it (its lease lapsed, the runner restarted). */
+    renew: z.boolean(),
+    leaseMs: z.number().int().min(1_000).max(120_000),
+  })
+  .strict();
+export type FileWatchRequest = z.infer<typeof FileWatchRequest>;
+export const FileWatchReply = z.object({ watchId: Id }).strict();
+export type FileWatchReply = z.infer<typeof FileWatchReply>;
+export const FileUnwatchRequest = z.object({ ...Target, watchId: Id }).strict();
+export type FileUnwatchRequest = z.infer<typeof FileUnwatchRequest>;
+/** stopped: false when the runner did not hold it (already gone). */
+export const FileUnwatchReply = z.object({ stopped: z.boolean() }).strict();
+
+/** What happened to a path, as far as the runner could tell once the coalescing window ended (docs/workspace.md, Watching files). */
+export const FileChangeKind = z.enum(["create", "modify", "delete"]);
+export type FileChangeKind = z.infer<typeof FileChangeKind>;
+export const FileChange = z.object({ path: z.string().max(MAX_WORKSPACE_PATH * 2), kind: FileChangeKind }).strict();
+export type FileChange = z.infer<typeof FileChange>;
+/** Runner → gateway, one message per window (or per MAX_WATCH_BATCH events). */
+export const FileWatchBatch = z
+  .object({
+    watchId: Id,
+    changes: z.array(FileChange).max(MAX_WATCH_BATCH),
+    /** Events were dropped before this batch (past MAX_WATCH_PENDING, or directories past the runner's bound): re-list to resync. */
+    overflow: z.boolean(),
+    /** The watch stopped: the watched path or the session went away, or its lease lapsed. Nothing more comes. */
+    ended: z.boolean(),
+  })
+  .strict();
+export type FileWatchBatch = z.infer<typeof FileWatchBatch>;
+
+/** The subject a runner publishes one watch's batches on: under its own workspace subjects, so no other runner can publish there. */
+export function watchEventsSubject(poolId: string, runnerId: string, watchId: string): string {
+  return `paddock.workspace.${poolId}.${runnerId}.watched.${watchId}`;
+}
+/** Every runner's watch batches (the gateway's subscribe permission). */
+export const WATCH_EVENTS_ALL = "paddock.workspace.*.*.watched.>";
+
+export const WorkspaceOps = ["push", "pull", "diff", "read", "list", "write", "delete", "repos", "watch", "unwatch"] as const;
 export type WorkspaceOp = (typeof WorkspaceOps)[number];
 /** The workspace facts a session's record counts (recordTransfer), each one audit event: archive transfers and file writes. */
 export const TransferDirection = z.enum(["push", "pull", "file.write", "file.delete", "exec"]);
@@ -238,5 +299,7 @@ export function workspaceRpcs(poolId: string, runnerId: string) {
     write: { subject: workspaceSubject(poolId, runnerId, "write"), request: FileWriteRequest, result: FileWriteReply },
     delete: { subject: workspaceSubject(poolId, runnerId, "delete"), request: FileDeleteRequest, result: FileDeleteReply },
     repos: { subject: workspaceSubject(poolId, runnerId, "repos"), request: WorkspaceReposRequest, result: WorkspaceReposReply },
+    watch: { subject: workspaceSubject(poolId, runnerId, "watch"), request: FileWatchRequest, result: FileWatchReply },
+    unwatch: { subject: workspaceSubject(poolId, runnerId, "unwatch"), request: FileUnwatchRequest, result: FileUnwatchReply },
   } satisfies Record<WorkspaceOp, Rpc<z.ZodType, z.ZodType>>;
 }

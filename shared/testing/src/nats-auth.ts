@@ -8,7 +8,7 @@
  * for the derivation and for what subject permissions cannot scope).
  */
 import { connect, type ConnectionOptions, type NatsConnection } from "@nats-io/transport-node";
-import { Buckets, inboxPrefixOf, kvStreamName, ObjectStores, runnerNatsUser, runnerObjectStore, Streams, Subjects } from "@paddock/contracts";
+import { Buckets, inboxPrefixOf, kvStreamName, ObjectStores, runnerNatsUser, runnerObjectStore, Streams, Subjects, WATCH_EVENTS_ALL, watchEventsSubject } from "@paddock/contracts";
 
 export interface RunnerPrincipal {
   poolId: string;
@@ -180,7 +180,8 @@ export function gatewayPermissions(): Permissions {
         ...objectStore(ObjectStores.transfers),
       ],
     },
-    subscribe: { allow: [Subjects.claimAll, Subjects.auditAll, inbox(ControlPlaneUsers.gateway)] },
+    // File watch batches, from whichever runner holds the watched session (never stored).
+    subscribe: { allow: [Subjects.claimAll, Subjects.auditAll, WATCH_EVENTS_ALL, inbox(ControlPlaneUsers.gateway)] },
   };
 }
 
@@ -226,6 +227,8 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal, peers: 
         `${API}.DIRECT.GET.${Streams.term}.${Subjects.termOfRunner(poolId, runnerId)}`,
         // Exec'd processes' output: only under its own pool/runner tokens (written, never read back).
         Subjects.execOfRunner(poolId, runnerId),
+        // File watch batches under its own pool/runner tokens only (the gateway subscribes; core NATS, never stored).
+        watchEventsSubject(poolId, runnerId, ">"),
         // Screen checkpoints of its own apps only (written, never read back).
         Subjects.screenOfRunner(poolId, runnerId),
         // Activity reports (idle policy) under its own pool/runner only.

@@ -5,6 +5,7 @@ import {
   ConflictError,
   DEFAULT_EXEC_TIMEOUT_MS,
   EXEC_OUTPUT_CAP_BYTES,
+  EXEC_STDIN_PIECE_BYTES,
   execRpcs,
   HttpApi,
   MAX_EXEC_STDIN_BYTES,
@@ -19,12 +20,21 @@ import {
   type ExecFrame,
   type ExecResult,
   type Scope,
+  type Session,
 } from "@paddock/contracts";
 import { Action } from "../auth/auth.ts";
 import { realEvery, sessionResource, type GatewayContext } from "../context.ts";
 import { drainOrClose, type Route } from "../http/http.ts";
 import { readRange } from "../terminal/termlog.ts";
 import { ExecOutput, type ExecOutputItem } from "./exec-output.ts";
+
+/** The session's holder as an exec call reaches it. */
+interface Held {
+  session: Session;
+  runner: { poolId: string; runnerId: string };
+  rpcs: ReturnType<typeof execRpcs>;
+  target: { sessionId: string; workspaceId: string; placementGeneration: number };
+}
 
 /** Frames one cursor read answers at most (the next read goes on from its cursor). */
 const MAX_READ_FRAMES = 256;
@@ -63,7 +73,7 @@ export function execRoutes(ctx: GatewayContext): Route[] {
   const rpcOpts = { timeoutMs: config.workspaceRpcTimeoutMs };
   const every = ctx.deps.every ?? realEvery;
 
-  const held = async (scope: Scope, sessionId: string, action: Action) => {
+  const held = async (scope: Scope, sessionId: string, action: Action): Promise<Held> => {
     const session = await ctx.getSession(scope, sessionId);
     await ctx.authorizer.authorize(scope, action, sessionResource(session));
     if ((session.state !== "running" && session.state !== "suspended_warm") || !session.poolId || !session.runnerId) {
@@ -73,14 +83,30 @@ export function execRoutes(ctx: GatewayContext): Route[] {
     return { session, runner, rpcs: execRpcs(runner.poolId, runner.runnerId), target: { sessionId: session.id, workspaceId: session.workspaceId, placementGeneration: session.placementGeneration } };
   };
 
+  /** Writes bytes to a process's stdin in pieces one bus message carries; eof closes it after the last. */
+  const writeStdin = async (h: Held, execId: string, bytes: Buffer, eof: boolean): Promise<number> => {
+    let written = 0;
+    for (let at = 0; at < bytes.length || (at === 0 && eof); at += EXEC_STDIN_PIECE_BYTES) {
+      const piece = bytes.subarray(at, at + EXEC_STDIN_PIECE_BYTES);
+      const last = at + EXEC_STDIN_PIECE_BYTES >= bytes.length;
+      const reply = await callRpc(ctx.deps.nc, h.rpcs.input, { ...h.target, execId, data: piece.toString("base64"), eof: eof && last }, rpcOpts);
+      written += reply.written;
+      if (bytes.length === 0) break;
+    }
+    return written;
+  };
+
   const start = async (scope: Scope, sessionId: string, body: ExecBody) => {
     const h = await held(scope, sessionId, Action.exec);
     if (h.session.state !== "running") throw new ConflictError(`session is ${h.session.state}: resume it to exec`);
     const execId = ctx.deps.newId();
-    const stdin = body.stdin === undefined ? "" : body.encoding === "base64" ? body.stdin : Buffer.from(body.stdin, "utf8").toString("base64");
+    const stdin = body.stdin === undefined ? Buffer.alloc(0) : Buffer.from(body.stdin, body.encoding === "base64" ? "base64" : "utf8");
     const background = body.background === true;
     const timeoutMs = body.timeoutMs ?? (background ? undefined : DEFAULT_EXEC_TIMEOUT_MS);
-    const request = { ...h.target, execId, cmd: body.cmd, cwd: body.cwd ?? "", env: body.env ?? {}, stdin, keepStdinOpen: background && body.stdin === undefined, attached: !background, ...(timeoutMs !== undefined ? { timeoutMs } : {}) };
+    // Stdin past one message's piece follows the start in pieces (writeStdin), the last one closing it.
+    const inline = stdin.length <= EXEC_STDIN_PIECE_BYTES;
+    const keepStdinOpen = !inline || (background && body.stdin === undefined);
+    const request = { ...h.target, execId, cmd: body.cmd, cwd: body.cwd ?? "", env: body.env ?? {}, stdin: inline ? stdin.toString("base64") : "", keepStdinOpen, attached: !background, ...(timeoutMs !== undefined ? { timeoutMs } : {}) };
     // The reader is made while the runner starts the process: its log is kept from the first byte either way.
     const opening = background ? undefined : ExecOutput.open({ nc: ctx.deps.nc, every, ...h.runner, sessionId: h.session.id, execId, attached: true });
     try {
@@ -89,9 +115,18 @@ export function execRoutes(ctx: GatewayContext): Route[] {
       void opening?.then((o) => o.close(), () => undefined);
       throw err;
     }
-    // One audit event per exec, fixed fields only (no command, no output), once it runs.
-    await callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: h.session.id, direction: "exec" }, { timeoutMs: config.rpcTimeoutMs });
+    if (!inline) await writeStdin(h, execId, stdin, true);
+    // One audit event per exec, fixed fields only (no command, no output), once it runs: committed while it
+    // runs, and before any answer (a failure to commit is the answer; the command is killed then).
+    const audited = callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: h.session.id, direction: "exec" }, { timeoutMs: config.rpcTimeoutMs });
     const kill = () => void callRpc(ctx.deps.nc, h.rpcs.signal, { ...h.target, execId, signal: "SIGKILL" }, rpcOpts).catch(() => undefined);
+    try {
+      await audited;
+    } catch (err) {
+      kill();
+      void opening?.then((o) => o.close(), () => undefined);
+      throw err;
+    }
     return { execId, output: await opening, kill };
   };
 
@@ -214,8 +249,7 @@ export function execRoutes(ctx: GatewayContext): Route[] {
         if (size > MAX_EXEC_STDIN_BYTES) throw new TooLargeError(`stdin exceeds ${MAX_EXEC_STDIN_BYTES} bytes`);
         chunks.push(chunk);
       }
-      const data = Buffer.concat(chunks).toString("base64");
-      return { status: 200, body: await callRpc(ctx.deps.nc, h.rpcs.input, { ...h.target, execId: params.processId, data, eof: query.eof }, rpcOpts) };
+      return { status: 200, body: { written: await writeStdin(h, params.processId, Buffer.concat(chunks), query.eof) } };
     }),
 
     ctx.serve(HttpApi.signalProcess, async ({ caller: { scope }, params, body: readBody }) => {

@@ -22,6 +22,8 @@ export interface ExecLogOptions {
   /** Waits before a failed publish is retried (attempt counts from 0). */
   retryDelay?: (attempt: number) => Promise<void>;
   onPublishError?: (err: unknown) => void;
+  /** The log stopped a window ahead of its reader's credit (what the tests wait on). */
+  onWaitingForCredit?: () => void;
 }
 
 interface Queued {
@@ -119,7 +121,10 @@ export class ExecLog {
   private async drain(): Promise<void> {
     while (this.queue.length > 0 && !this.closed) {
       if (this.overWindow) {
-        await new Promise<void>((resolve) => (this.wakeCredit = resolve));
+        await new Promise<void>((resolve) => {
+          this.wakeCredit = resolve;
+          this.opts.onWaitingForCredit?.();
+        });
         continue;
       }
       const { stream, bytes } = this.take();

@@ -1,8 +1,10 @@
-import type { ExecExit, ExecProcessInfo, ExecSignal, ExecStartRequest } from "@paddock/contracts";
+import { ConflictError, type ExecExit, type ExecProcessInfo, type ExecSignal, type ExecStartRequest } from "@paddock/contracts";
 import type { Sandbox } from "../sandbox/backend.ts";
 import type { AppProcess } from "../sandbox/process-group.ts";
 import type { ExecLog } from "./exec-log.ts";
 
+/** Stdin bytes queued for a process (not yet read by it) past which a write is refused. */
+const STDIN_QUEUE_MAX_BYTES = 4 * 1024 * 1024;
 /** Time a process is given between SIGTERM and SIGKILL when its session ends. */
 const END_GRACE_MS = 2_000;
 
@@ -35,7 +37,8 @@ export class ExecProcess {
   private readonly log: ExecLog;
   private exit: ExecExit | undefined;
   private timedOut = false;
-  private lastHeardAt: number;
+  /** The reader was heard (credit) since the last check: starts heard, the start request being its first word. */
+  private heard = true;
   private readonly timers: Array<{ cancel(): void }> = [];
 
   constructor(
@@ -44,7 +47,6 @@ export class ExecProcess {
   ) {
     this.id = req.execId;
     this.startedAt = deps.now();
-    this.lastHeardAt = this.startedAt;
     let proc: AppProcess | undefined;
     let pausedEarly = false;
     this.log = deps.log((paused) => (proc ? proc.setPaused(paused) : (pausedEarly = paused)));
@@ -69,7 +71,7 @@ export class ExecProcess {
 
   /** The reader's credit (ExecCredit): also proof it is still there. */
   credit(bytes: number): void {
-    this.lastHeardAt = this.deps.now();
+    this.heard = true;
     this.log.credit(bytes);
   }
 
@@ -86,6 +88,8 @@ export class ExecProcess {
   write(bytes: Uint8Array, eof: boolean): number {
     const input = this.proc.input;
     if (input.closed) return 0;
+    // Bounded: a process that does not read is told to the writer, who may retry, instead of growing the runner.
+    if (input.queuedBytes + bytes.byteLength > STDIN_QUEUE_MAX_BYTES) throw new ConflictError(`the process is not reading its stdin (${input.queuedBytes} bytes wait)`);
     const taken = bytes.byteLength > 0 && input.push(bytes) ? bytes.byteLength : 0;
     if (eof) this.closeStdinWhenWritten();
     return taken;
@@ -118,16 +122,21 @@ export class ExecProcess {
     this.proc.endInput();
   }
 
+  /**
+   * Checks every readerTimeoutMs that the reader was heard since the last check
+   * (ticks, not the clock: a reader silent for one whole period, up to two, has gone).
+   */
   private watchReader(): void {
     const check = () => {
       if (!this.running) return;
-      if (this.deps.now() - this.lastHeardAt >= this.deps.readerTimeoutMs) {
+      if (!this.heard) {
         this.kill();
         return;
       }
-      this.timers.push(this.deps.setTimer(check, Math.max(1, this.deps.readerTimeoutMs / 4)));
+      this.heard = false;
+      this.timers.push(this.deps.setTimer(check, this.deps.readerTimeoutMs));
     };
-    this.timers.push(this.deps.setTimer(check, Math.max(1, this.deps.readerTimeoutMs / 4)));
+    this.timers.push(this.deps.setTimer(check, this.deps.readerTimeoutMs));
   }
 
   private async finish(): Promise<ExecExit> {

@@ -1,5 +1,6 @@
-import { readFileSync, watch, type FSWatcher } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { watchTree } from "../workspace/tree-watch.ts";
 
 /** A workspace file of ignore patterns (its own changes never reload either). */
 export const IGNORE_FILE = ".paddockignore";
@@ -70,25 +71,26 @@ export interface WorkspaceWatcher {
   close(): void;
 }
 
+/** Directories one reload watcher watches at most (each is an inotify watch, a per-user kernel budget). */
+const MAX_RELOAD_WATCH_DIRS = 65_536;
+
 /**
  * Watches a workspace recursively and reports every change with its path
- * relative to the workspace (undefined when the platform does not say). A
- * watcher error (the directory went away) just ends watching.
+ * relative to the workspace (undefined when the platform does not say).
+ * Through the runner's one watcher (workspace/tree-watch.ts): no symlink is
+ * followed, and `.git` and `node_modules`, whose changes never reload, are
+ * not descended into. A watcher error (the directory went away) just ends watching.
  */
 export function watchWorkspace(dir: string, onChange: (relativePath: string | undefined) => void): WorkspaceWatcher {
-  let closed = false;
-  let fsw: FSWatcher | undefined;
-  const close = () => {
-    closed = true;
-    fsw?.close();
-  };
+  const ignored = new Set<string>(ALWAYS_IGNORED);
   try {
-    fsw = watch(dir, { recursive: true, persistent: false }, (_event, file) => {
-      if (!closed) onChange(typeof file === "string" ? file : undefined);
+    return watchTree(dir, "", {
+      maxDirs: MAX_RELOAD_WATCH_DIRS,
+      recursive: true,
+      skipDir: (path) => ignored.has(path.slice(path.lastIndexOf("/") + 1)),
+      onChange: (path) => onChange(path),
     });
-    fsw.on("error", close);
   } catch {
-    closed = true;
+    return { close: () => undefined };
   }
-  return { close };
 }

@@ -25,6 +25,7 @@ import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from
 import { workspaceDiff } from "./git-diff.ts";
 import { serveFileOps } from "./file-ops.ts";
 import { serveReposOp } from "./repos-op.ts";
+import { serveFileWatch, type FileWatchLimits } from "./file-watch.ts";
 import type { SandboxUser } from "../sandbox/backend.ts";
 
 /** Bounds of the workspace operations (push, diff). */
@@ -69,6 +70,10 @@ export interface WorkspaceOpsDeps {
   /** False while the runner is fenced: it must not act on sessions it may no longer hold. */
   serving: () => boolean;
   limits?: Partial<WorkspaceLimits>;
+  /** Bounds of the live file watches (file-watch.ts). */
+  watchLimits?: Partial<FileWatchLimits>;
+  /** The injected clock (file watch leases). */
+  now: () => number;
   childPath: string;
   metrics: BusMetrics;
   log: Logger;
@@ -82,6 +87,8 @@ interface Target {
 
 export interface WorkspaceOps {
   stop(): void;
+  /** File watches held now. */
+  readonly watchCount: number;
 }
 
 /**
@@ -113,7 +120,9 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
   };
 
   const opts = { queue: `workspace-${deps.runnerId}`, metrics: deps.metrics, log: deps.log };
+  const watches = serveFileWatch({ nc: deps.nc, poolId: deps.poolId, runnerId: deps.runnerId, rpcs, held, now: deps.now, ...(deps.watchLimits ? { limits: deps.watchLimits } : {}), serve: opts, log: deps.log, translate });
   const subs: Subscription[] = [
+    ...watches.subs,
     serveRpc(deps.nc, rpcs.push, (req) =>
       translate(async (): Promise<WorkspacePushReply> => {
         const runtime = held(req);
@@ -186,6 +195,10 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
   return {
     stop: () => {
       for (const s of subs) s.unsubscribe();
+      watches.stop();
+    },
+    get watchCount() {
+      return watches.count;
     },
   };
 }

@@ -10,7 +10,7 @@ import { AttachTicket, AttachTicketBody, CreatedToken, CreateTokenBody, TokenInf
 import { FileDeleteReply, FileList, FileWriteReply, MAX_LIST_DEPTH, WorkspaceDiffReply, WorkspacePath, WorkspacePushReply, WorkspaceReposReply } from "../workspace.ts";
 import { EmptyBody, httpRoute, json, jsonBody, NoQuery, pathParamNames, pathPattern, type HttpRoute } from "./route.ts";
 import { QueryBool, QueryCursor, QueryLimit, QueryLimitValue, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
-import { FILE_CONTENT_TYPE, FileDeleteQuery, FileListQuery, FileQuery, FileWriteQuery } from "./files.ts";
+import { FILE_CONTENT_TYPE, FileDeleteQuery, FileListQuery, FileQuery, FileWatchFrame, FileWatchQuery, FileWriteQuery } from "./files.ts";
 import { DEFAULT_PAGE_LIMIT } from "../api.ts";
 import { EXEC_OUTPUT_CAP_BYTES, ExecBody, ExecEncoding, ExecFrame, ExecInputReply, ExecList, ExecResult, ExecSignal, ExecSignalReply, ExecStarted, MAX_EXEC_STDIN_BYTES } from "../exec.ts";
 
@@ -232,6 +232,15 @@ export const HttpApi = {
     params: SessionParams,
     query: FileListQuery,
     responses: [json(FileList)],
+    errors: ["forbidden", "not_found", "conflict"],
+  }),
+  watchFiles: httpRoute({
+    method: "GET",
+    path: "/v1/sessions/:id/files/watch",
+    summary: "A WebSocket of change frames for ?path (default the workspace; a directory with everything under it, or one file) of the live session's workspace; `overflow` when events were dropped.",
+    params: SessionParams,
+    query: FileWatchQuery,
+    responses: [{ kind: "websocket", status: [101], schema: FileWatchFrame }],
     errors: ["forbidden", "not_found", "conflict"],
   }),
   exec: httpRoute({
