@@ -20,7 +20,7 @@ import { chooseSandbox, PROCESS_SANDBOX } from "./sandbox-choice.ts";
 import { RegistrationConfirmation } from "./fleet/confirmation.ts";
 import { noSecrets } from "./sessions/secrets.ts";
 import { SessionManager } from "./sessions/sessions.ts";
-import { serveWorkspaceOps, translate, type WorkspaceOps } from "./workspace/workspace-ops.ts";
+import { heldAt, serveWorkspaceOps, translate, type WorkspaceOps } from "./workspace/workspace-ops.ts";
 import { serveExecOps } from "./exec/exec-ops.ts";
 import { ActivityReporter, DEFAULT_ACTIVITY_MS } from "./fleet/activity.ts";
 import { DEFAULT_SETTLE_MS } from "./sessions/watch-reload.ts";
@@ -283,7 +283,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       poolId: config.poolId,
       runnerId: config.runnerId,
       session: (id) => requireSessions().get(id),
-      serving: confirmed,
+      held: (t) => heldAt((id) => requireSessions().get(id), confirmed, t),
       translate,
       metrics,
       log,

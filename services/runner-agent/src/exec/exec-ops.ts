@@ -1,6 +1,6 @@
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { serveRpc, type BusMetrics } from "@paddock/bus";
-import { ConflictError, ExecCredit, execCreditSubject, type ExecCreditReply, execRpcs, UnavailableError, type HeldSession } from "@paddock/contracts";
+import { ConflictError, ExecCredit, execCreditSubject, type ExecCreditReply, execRpcs, type HeldSession } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import type { SessionExecs } from "./session-execs.ts";
 
@@ -20,16 +20,17 @@ export interface ExecOpsDeps {
   nc: NatsConnection;
   poolId: string;
   runnerId: string;
+  /** A held session as it is now, for credit (no placement named: a credit for another one changes nothing). */
   session: (sessionId: string) => HeldExecs | undefined;
-  /** False while the runner is fenced: it must not act on sessions it may no longer hold. */
-  serving: () => boolean;
+  /** The held session a request names, at its placement generation (conflict otherwise; unavailable while fenced). */
+  held: (t: Target) => HeldExecs;
   /** The runner's errors as the public vocabulary (workspace-ops' translate). */
   translate: <T>(fn: () => Promise<T>) => Promise<T>;
   metrics: BusMetrics;
   log: Logger;
 }
 
-interface Target {
+export interface Target {
   sessionId: string;
   workspaceId: string;
   placementGeneration: number;
@@ -43,13 +44,7 @@ interface Target {
  */
 export function serveExecOps(deps: ExecOpsDeps): Subscription[] {
   const rpcs = execRpcs(deps.poolId, deps.runnerId);
-  const held = (t: Target): HeldExecs => {
-    if (!deps.serving()) throw new UnavailableError("runner is re-registering; retry");
-    const runtime = deps.session(t.sessionId);
-    if (!runtime || runtime.held.workspaceId !== t.workspaceId) throw new ConflictError("session has no live sandbox on this runner");
-    if (runtime.held.placementGeneration !== t.placementGeneration) throw new ConflictError("session is held at another placement generation");
-    return runtime;
-  };
+  const { held } = deps;
   const table = (t: Target): SessionExecs => {
     const execs = held(t).execTable;
     if (!execs) throw new ConflictError("session is not running");

@@ -85,6 +85,20 @@ interface Target {
   placementGeneration: number;
 }
 
+/**
+ * The held session a request names, for the placement generation it was made
+ * for; another one (an older placement, or one moved elsewhere) is a
+ * conflict, never acted on; a fenced runner answers unavailable. Shared by
+ * every request the runner serves for a session (workspace, exec).
+ */
+export function heldAt<H extends { held: HeldSession }>(find: (sessionId: string) => H | undefined, serving: () => boolean, t: Target): H {
+  if (!serving()) throw new UnavailableError("runner is re-registering; retry");
+  const runtime = find(t.sessionId);
+  if (!runtime || runtime.held.workspaceId !== t.workspaceId) throw new ConflictError("session has no live sandbox on this runner");
+  if (runtime.held.placementGeneration !== t.placementGeneration) throw new ConflictError("session is held at another placement generation");
+  return runtime;
+}
+
 export interface WorkspaceOps {
   stop(): void;
   /** File watches held now. */
@@ -111,13 +125,7 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
     return store;
   };
 
-  const held = (t: Target): HeldWorkspace => {
-    if (!deps.serving()) throw new UnavailableError("runner is re-registering; retry");
-    const runtime = deps.session(t.sessionId);
-    if (!runtime || runtime.held.workspaceId !== t.workspaceId) throw new ConflictError("session has no live sandbox on this runner");
-    if (runtime.held.placementGeneration !== t.placementGeneration) throw new ConflictError("session is held at another placement generation");
-    return runtime;
-  };
+  const held = (t: Target): HeldWorkspace => heldAt(deps.session, deps.serving, t);
 
   const opts = { queue: `workspace-${deps.runnerId}`, metrics: deps.metrics, log: deps.log };
   const watches = serveFileWatch({ nc: deps.nc, poolId: deps.poolId, runnerId: deps.runnerId, rpcs, held, now: deps.now, ...(deps.watchLimits ? { limits: deps.watchLimits } : {}), serve: opts, log: deps.log, translate });

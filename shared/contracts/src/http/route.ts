@@ -58,6 +58,9 @@ export type BodyInput<R extends HttpRoute> = R["body"] extends { kind: "json"; s
 export type ParamsOf<R extends HttpRoute> = z.infer<R["params"]>;
 export type QueryOf<R extends HttpRoute> = z.infer<R["query"]>;
 
+/** Content type of a streamed list: one JSON document per line. */
+export const NDJSON = "application/x-ndjson";
+
 /** An empty path-parameter set. */
 export const NoParams = z.object({}).strict();
 /** An empty query: routes that take none refuse unknown parameters. */
