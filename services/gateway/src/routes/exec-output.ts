@@ -39,9 +39,9 @@ export interface ExecOutputOptions {
  * One exec'd process's output as the gateway reads it: an ordered consumer
  * on its EXEC subject (the runner the record names, nobody else's), from
  * its start, until its exit. While attached, what the caller took is
- * credited back to the runner as it goes, and a heartbeat asks the runner
- * every EXEC_CREDIT_HEARTBEAT_MS whether it still holds the process: the
- * read ends `lost` when it does not, or does not answer.
+ * credited back to the runner as it goes; attached or not, a heartbeat asks
+ * the runner every EXEC_CREDIT_HEARTBEAT_MS whether it still holds the
+ * process: the read ends `lost` when it does not, or twice does not answer.
  */
 export class ExecOutput {
   private messages: ConsumerMessages | undefined;
@@ -62,7 +62,8 @@ export class ExecOutput {
       ...(opts.fromSeq ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: opts.fromSeq } : { deliver_policy: DeliverPolicy.All }),
     });
     out.messages = await consumer.consume(PULL_OPTIONS);
-    if (opts.attached) out.stopHeartbeat = opts.every(EXEC_CREDIT_HEARTBEAT_MS, () => void out.heartbeat());
+    // A follow read of a background process asks too: a runner that lost it would otherwise leave the read open forever.
+    out.stopHeartbeat = opts.every(EXEC_CREDIT_HEARTBEAT_MS, () => void out.heartbeat());
     return out;
   }
 
@@ -97,8 +98,9 @@ export class ExecOutput {
     await this.messages?.close();
   }
 
+  /** What this reader took; a reader that is not the attached one credits nothing (another reader's window is not its to widen). */
   private credit(): ExecCredit {
-    return { sessionId: this.opts.sessionId, execId: this.opts.execId, bytes: this.taken };
+    return { sessionId: this.opts.sessionId, execId: this.opts.execId, bytes: this.opts.attached ? this.taken : 0 };
   }
 
   private sendCredit(): void {
