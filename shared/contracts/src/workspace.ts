@@ -158,6 +158,37 @@ export const FileList = z
   .strict();
 export type FileList = z.infer<typeof FileList>;
 
+/**
+ * A listing as the runner answers it on the bus: one array per field of
+ * FileEntry, index by index. Checking five arrays of primitives costs a
+ * fraction of checking 10,000 objects (each end checks what crosses the
+ * bus); the gateway answers the FileList it stands for (`fileListOf`).
+ */
+export const FileListColumns = z
+  .object({
+    paths: z.array(FileEntry.shape.path).max(MAX_LIST_ENTRIES),
+    types: z.array(FileType).max(MAX_LIST_ENTRIES),
+    sizes: z.array(FileEntry.shape.size).max(MAX_LIST_ENTRIES),
+    modes: z.array(FileEntry.shape.mode).max(MAX_LIST_ENTRIES),
+    mtimes: z.array(FileEntry.shape.mtime).max(MAX_LIST_ENTRIES),
+    truncated: z.boolean(),
+  })
+  .strict()
+  .refine((c) => [c.types, c.sizes, c.modes, c.mtimes].every((a) => a.length === c.paths.length), "every column has one value per entry");
+export type FileListColumns = z.infer<typeof FileListColumns>;
+
+export function fileListColumns(list: FileList): FileListColumns {
+  const e = list.entries;
+  return { paths: e.map((x) => x.path), types: e.map((x) => x.type), sizes: e.map((x) => x.size), modes: e.map((x) => x.mode), mtimes: e.map((x) => x.mtime), truncated: list.truncated };
+}
+
+export function fileListOf(c: FileListColumns): FileList {
+  return {
+    entries: c.paths.map((path, i) => ({ path, type: c.types[i] as FileEntry["type"], size: c.sizes[i] as number, mode: c.modes[i] as number, mtime: c.mtimes[i] as number })),
+    truncated: c.truncated,
+  };
+}
+
 /** One file written whole from a transfer object (PUT /v1/sessions/:id/files): parents made, mode set, renamed over what was there. */
 export const FileWriteRequest = z
   .object({ ...Target, path: WorkspacePath, transferId: Id, ...TransferKey, mode: z.number().int().min(0).max(0o7777) })
@@ -295,7 +326,7 @@ export function workspaceRpcs(poolId: string, runnerId: string) {
     pull: { subject: workspaceSubject(poolId, runnerId, "pull"), request: WorkspacePullRequest, result: WorkspacePullReply },
     diff: { subject: workspaceSubject(poolId, runnerId, "diff"), request: WorkspaceDiffRequest, result: WorkspaceDiffReply },
     read: { subject: workspaceSubject(poolId, runnerId, "read"), request: FileReadRequest, result: FileReadReply },
-    list: { subject: workspaceSubject(poolId, runnerId, "list"), request: FileListRequest, result: FileList },
+    list: { subject: workspaceSubject(poolId, runnerId, "list"), request: FileListRequest, result: FileListColumns },
     write: { subject: workspaceSubject(poolId, runnerId, "write"), request: FileWriteRequest, result: FileWriteReply },
     delete: { subject: workspaceSubject(poolId, runnerId, "delete"), request: FileDeleteRequest, result: FileDeleteReply },
     repos: { subject: workspaceSubject(poolId, runnerId, "repos"), request: WorkspaceReposRequest, result: WorkspaceReposReply },

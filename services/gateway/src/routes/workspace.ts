@@ -11,6 +11,7 @@ import {
   type ByteRange,
   ConflictError,
   FILE_CONTENT_TYPE,
+  fileListOf,
   HttpApi,
   ObjectStores,
   TooLargeError,
@@ -260,7 +261,7 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
 
     ctx.serve(HttpApi.listFiles, async ({ caller: { scope }, params, query }) => {
       const { session, rpcs } = await authorized(scope, params.id, Action.readFiles);
-      return { status: 200, body: await callRpc(ctx.deps.nc, rpcs.list, { ...target(session), path: query.path ?? "", depth: query.depth }, rpcOpts) };
+      return { status: 200, body: fileListOf(await callRpc(ctx.deps.nc, rpcs.list, { ...target(session), path: query.path ?? "", depth: query.depth }, rpcOpts)) };
     }),
 
     ctx.serve(HttpApi.readDiff, async ({ caller: { scope }, params }) => {

@@ -22,6 +22,8 @@ export interface ExecLogOptions {
   /** Waits before a failed publish is retried (attempt counts from 0). */
   retryDelay?: (attempt: number) => Promise<void>;
   onPublishError?: (err: unknown) => void;
+  /** A chunk of output was committed. */
+  onPublished?: (() => void) | undefined;
   /** The log stopped a window ahead of its reader's credit (what the tests wait on). */
   onWaitingForCredit?: () => void;
 }
@@ -132,6 +134,7 @@ export class ExecLog {
       h.set(Headers.stream, stream);
       await this.publish(bytes, h);
       if (this.aborted) return;
+      this.opts.onPublished?.();
       this.published += bytes.byteLength;
       this.updatePaused();
     }

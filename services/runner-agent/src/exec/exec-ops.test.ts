@@ -1,16 +1,16 @@
 /**
  * The runner's exec requests on a real agent (sessions on bwrap): a reader
  * that goes silent takes its command with it, processes end with their
- * sandbox (their exits written), requests for another placement or an
+ * sandbox (their exits written), an exec is the session's activity, requests for another placement or an
  * unknown process are refused, and credit for a process nobody runs changes
  * nothing.
  */
 import { describe, expect, it } from "vitest";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { callRpc } from "@paddock/bus";
-import { ExecCreditReply, execCreditSubject, ExecExit, execRpcs, Headers, PaddockError, Streams, Subjects, type DispatchCommand, type ExecStartRequest } from "@paddock/contracts";
+import { ExecCreditReply, execCreditSubject, ExecExit, execRpcs, Headers, PaddockError, RunnerActivity, Streams, Subjects, type DispatchCommand, type ExecStartRequest } from "@paddock/contracts";
 import type { AgentConfig } from "../agent-types.ts";
-import { agentTestServer, collectFacts, dispatchTo, fakeScheduler, testAgent } from "../testing/test-support.ts";
+import { agentTestServer, collectFacts, Collector, dispatchTo, fakeScheduler, testAgent } from "../testing/test-support.ts";
 
 const env = agentTestServer();
 let n = 0;
@@ -65,6 +65,18 @@ describe("exec on the runner", () => {
     await dispatchTo(env.nc, s.t, { type: "destroy", sessionId: s.sessionId, workspaceId: WS, runnerGeneration: s.t.agent.generation, placementGeneration: 1 } as DispatchCommand);
     const exit = await s.exitOf("bg");
     expect(exit.exitCode === 9 || exit.signal !== null).toBe(true);
+  });
+
+  it("counts an exec as the session's activity (the idle policy's input)", async () => {
+    const s = await running({ activityMs: 50 });
+    const reports = new Collector<RunnerActivity>();
+    const sub = env.nc.subscribe(Subjects.activity(s.t.config.poolId, s.t.config.runnerId), {
+      callback: (_err, msg) => reports.push(RunnerActivity.parse(msg.json())),
+    });
+    await s.start("busy", { cmd: ["sh", "-c", "echo working"] });
+    await reports.waitFor((r) => r.sessions.includes(s.sessionId));
+    expect((await s.exitOf("busy")).exitCode).toBe(0);
+    sub.unsubscribe();
   });
 
   it("refuses another placement, an unknown process, a duplicate id, a cwd outside, and a command that is not there", async () => {

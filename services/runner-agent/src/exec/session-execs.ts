@@ -22,6 +22,8 @@ export interface SessionExecsDeps {
   readerTimeoutMs: number;
   setTimer: (fn: () => void, ms: number) => { cancel(): void };
   log: Logger;
+  /** An exec started or its output was committed: the session is in use (the runner's activity report, the idle policy's input). */
+  onActivity?: () => void;
   /** Is cwd (workspace-relative) a directory of the workspace, reached without a symlink? */
   isWorkspaceDir: (cwd: string) => Promise<boolean>;
 }
@@ -61,6 +63,7 @@ export class SessionExecs {
               idPrefix: `${d.sessionId}.${req.execId}.${d.placementGeneration}`,
               attached: req.attached,
               setPaused,
+              onPublished: d.onActivity,
               onPublishError: (err) => d.log.warn({ err, sessionId: d.sessionId, execId: req.execId }, "exec output publish failed; retrying"),
             }),
         },
@@ -72,6 +75,7 @@ export class SessionExecs {
       throw err;
     }
     this.byId.set(proc.id, proc);
+    d.onActivity?.();
     void proc.ended.then(() => this.retire(proc));
     return proc;
   }

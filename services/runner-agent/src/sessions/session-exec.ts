@@ -20,6 +20,7 @@ export function createSessionExecs(deps: SessionRuntimeDeps, held: HeldSession, 
       return { cancel: () => clearTimeout(t) };
     },
     log: deps.log,
+    onActivity: () => deps.activity?.touch(held.sessionId),
     isWorkspaceDir: async (cwd) => {
       try {
         const target = await resolveInside(sandbox.workspace, relativeSegments(cwd), { create: false });

@@ -11,7 +11,7 @@ import type { ObjectStore } from "@nats-io/obj";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { FileTooLargeError, relativeSegments, SealError, sealed, sealKeyFrom, unsealed, type FileOwner } from "@paddock/archive";
 import { serveRpc, type BusMetrics } from "@paddock/bus";
-import { InvalidError, NotFoundError, TooLargeError, transferObjectName, transferRef, type FileDeleteReply, type FileList, type FileReadReply, type FileReadRequest, type FileWriteReply, type workspaceRpcs } from "@paddock/contracts";
+import { InvalidError, NotFoundError, TooLargeError, transferObjectName, transferRef, fileListColumns, type FileDeleteReply, type FileListColumns, type FileReadReply, type FileReadRequest, type FileWriteReply, type workspaceRpcs } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { deleteInside, listInside, openFileInside, writeFileInside } from "./files.ts";
 
@@ -51,7 +51,7 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
         return { size, start: part.start, end: part.end, unsatisfiable: false };
       }),
     c.serve),
-    serveRpc(nc, rpcs.list, (req) => onWorkspace(req, (workspace, segments, user): Promise<FileList> => listInside(workspace, segments, req.depth, user)), c.serve),
+    serveRpc(nc, rpcs.list, (req) => onWorkspace(req, async (workspace, segments, user): Promise<FileListColumns> => fileListColumns(await listInside(workspace, segments, req.depth, user))), c.serve),
     serveRpc(nc, rpcs.write, (req) =>
       onWorkspace(req, async (workspace, segments, user): Promise<FileWriteReply> => {
         const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
