@@ -22,6 +22,7 @@ export function isolatedExample(): string {
     "# (`nats server passwd`) or nkeys in production.",
     'listen: "0.0.0.0:4222"',
     'jetstream { store_dir: "/data/jetstream" }',
+    "max_payload: 4194304",
     "",
   ].join("\n");
   return header + natsAuthConfig({ runners: [{ poolId: "default", runnerId: "runner-1" }], passwords: {}, passwordVariables: true });

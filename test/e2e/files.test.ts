@@ -18,6 +18,7 @@ import { api, stackClient, waitForAuditEvents } from "./helpers.ts";
 
 const MEMBER_TOKEN = "tok_files_member_0123456789ab";
 const MAX_UPLOAD = 1024 * 1024;
+const INLINE = 100_000;
 let stack: Stack;
 let nc: NatsConnection;
 let sessionId: string;
@@ -43,7 +44,8 @@ const onHost = (path: string) => join(stack.dataDir, "runner-1", "sessions", ses
 const list = (query: string) => api(stack.url, stack.token, "GET", `/v1/sessions/${sessionId}/files/list${query}`);
 
 beforeAll(async () => {
-  stack = await startStack({ env: { gateway: { PADDOCK_MAX_UPLOAD_BYTES: String(MAX_UPLOAD) } } });
+  // Both ways a file crosses the bus: up to INLINE bytes inside the messages, past it (bin.dat, 300 kB) through a transfer object.
+  stack = await startStack({ env: { gateway: { PADDOCK_MAX_UPLOAD_BYTES: String(MAX_UPLOAD), PADDOCK_FILES_INLINE_MAX_BYTES: String(INLINE) } } });
   nc = await connect({ servers: stack.nats.url });
   await seedToken(nc, MEMBER_TOKEN, { workspaceId: "default", actor: { id: "mia", kind: "user" }, createdAt: 1 });
   await seedMember(nc, { workspaceId: "default", actorId: "mia", role: "member" });

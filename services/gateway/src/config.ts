@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
 import { SecretsKeySetting } from "@paddock/bus";
-import { Id } from "@paddock/contracts";
+import { Id, MAX_INLINE_FILE_BYTES } from "@paddock/contracts";
 
 const bytes = z.coerce.number().int().positive();
 
@@ -23,6 +23,8 @@ export const GatewayEnv = z.object({
   PADDOCK_RPC_TIMEOUT_MS: envSchemas.positiveMs.default(5_000),
   /** Largest gzipped tar a workspace PUT may send; more is 413 too_large (reading stops). */
   PADDOCK_MAX_UPLOAD_BYTES: bytes.default(1024 * 1024 * 1024),
+  /** Files up to this size cross the bus inline (one message each way) rather than through a transfer object; bounded by the server's max_payload too; 0: never. */
+  PADDOCK_FILES_INLINE_MAX_BYTES: z.coerce.number().int().nonnegative().max(MAX_INLINE_FILE_BYTES).default(MAX_INLINE_FILE_BYTES),
   /** Timeout of a workspace push, pull or diff on the runner (it extracts or packs the whole archive). */
   PADDOCK_WORKSPACE_RPC_TIMEOUT_MS: envSchemas.positiveMs.default(120_000),
   /** Presence heartbeat period per session while terminal clients are attached here. */
@@ -68,6 +70,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
     rpcTimeoutMs: e.PADDOCK_RPC_TIMEOUT_MS,
     presenceIntervalMs: e.PADDOCK_PRESENCE_INTERVAL_MS,
     maxUploadBytes: e.PADDOCK_MAX_UPLOAD_BYTES,
+    filesInlineMaxBytes: e.PADDOCK_FILES_INLINE_MAX_BYTES,
     workspaceRpcTimeoutMs: e.PADDOCK_WORKSPACE_RPC_TIMEOUT_MS,
     allowedOrigins: e.PADDOCK_ALLOWED_ORIGINS,
     wsInputFramesPerSecond: e.PADDOCK_WS_INPUT_FRAMES_PER_SECOND,

@@ -112,7 +112,35 @@ export const ByteRange = z.union([
 ]);
 export type ByteRange = z.infer<typeof ByteRange>;
 
-export const FileReadRequest = z.object({ ...Target, path: WorkspacePath, transferId: Id, ...TransferKey, range: ByteRange.optional() }).strict();
+/**
+ * The most bytes of one file that cross the bus inside the request or reply
+ * itself (base64) rather than through a `transfers` object: the object's
+ * chunked publishes and ordered read cost tens of ms, one message a few. The
+ * gateway uses less when the server's max_payload is smaller (inlineBytesFor).
+ */
+export const MAX_INLINE_FILE_BYTES = 2 * 1024 * 1024;
+/** Room in a message for everything but the inline bytes (JSON fields, headers). */
+const INLINE_MESSAGE_SLACK = 16 * 1024;
+
+/** How many bytes of a file fit inline under a server's max_payload (0: none). */
+export function inlineBytesFor(maxPayload: number): number {
+  return Math.max(0, Math.min(MAX_INLINE_FILE_BYTES, Math.floor(((maxPayload - INLINE_MESSAGE_SLACK) * 3) / 4)));
+}
+
+/** Inline file bytes, base64. */
+const InlineBytes = z.string().max(Math.ceil(MAX_INLINE_FILE_BYTES / 3) * 4);
+
+export const FileReadRequest = z
+  .object({
+    ...Target,
+    path: WorkspacePath,
+    transferId: Id,
+    ...TransferKey,
+    range: ByteRange.optional(),
+    /** When the bytes to answer are at most this many, they come back inline (`FileReadReply.inline`) and no object is stored. */
+    inlineMaxBytes: z.number().int().nonnegative().max(MAX_INLINE_FILE_BYTES).optional(),
+  })
+  .strict();
 export type FileReadRequest = z.infer<typeof FileReadRequest>;
 export const FileReadReply = z
   .object({
@@ -123,6 +151,8 @@ export const FileReadReply = z
     end: z.number().int().min(-1),
     /** True when the range asked for starts past the end of the file (nothing was stored). */
     unsatisfiable: z.boolean(),
+    /** The bytes themselves (base64) when they fit the request's inlineMaxBytes: then no object was stored. */
+    inline: InlineBytes.optional(),
   })
   .strict();
 export type FileReadReply = z.infer<typeof FileReadReply>;
@@ -191,8 +221,18 @@ export function fileListOf(c: FileListColumns): FileList {
 
 /** One file written whole from a transfer object (PUT /v1/sessions/:id/files): parents made, mode set, renamed over what was there. */
 export const FileWriteRequest = z
-  .object({ ...Target, path: WorkspacePath, transferId: Id, ...TransferKey, mode: z.number().int().min(0).max(0o7777) })
-  .strict();
+  .object({
+    ...Target,
+    path: WorkspacePath,
+    mode: z.number().int().min(0).max(0o7777),
+    /** The bytes through a transfer object (sealed under sealKey)… */
+    transferId: Id.optional(),
+    sealKey: SealKey.optional(),
+    /** …or inline (base64), for a file that fits one message. */
+    inline: InlineBytes.optional(),
+  })
+  .strict()
+  .refine((r) => (r.inline !== undefined) !== (r.transferId !== undefined && r.sealKey !== undefined), "either inline bytes or a transfer object with its key");
 export type FileWriteRequest = z.infer<typeof FileWriteRequest>;
 /** Also the body of `PUT /v1/sessions/:id/files`. */
 export const FileWriteReply = z.object({ path: z.string().max(MAX_WORKSPACE_PATH), size: z.number().int().nonnegative() }).strict();

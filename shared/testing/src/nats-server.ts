@@ -37,6 +37,9 @@ export interface NatsServerOptions {
   onSpawn?: (child: ChildProcess) => void;
 }
 
+/** The servers' max_payload (deploy/nats/*.conf say the same): 4 MiB. */
+export const NATS_MAX_PAYLOAD = 4 * 1024 * 1024;
+
 /**
  * Starts a real nats-server with JetStream on a random port and its own store
  * dir. The port is learned from the server's ports file, written once it
@@ -51,6 +54,8 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
     [
       `listen: "127.0.0.1:${opts.port ?? -1}"`,
       `jetstream { store_dir: ${JSON.stringify(storeDir)} }`,
+      // One file of up to 2 MiB crosses the bus in one message (MAX_INLINE_FILE_BYTES, base64): the default 1 MB is too small for it.
+      `max_payload: ${NATS_MAX_PAYLOAD}`,
       `ports_file_dir: ${JSON.stringify(portsDir)}`,
       opts.extraConfig ?? "",
     ].join("\n"),

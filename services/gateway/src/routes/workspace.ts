@@ -12,6 +12,7 @@ import {
   ConflictError,
   FILE_CONTENT_TYPE,
   fileListOf,
+  inlineBytesFor,
   HttpApi,
   ObjectStores,
   TooLargeError,
@@ -177,6 +178,16 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
     throw new UnavailableError("the file could not be read from the transfer store; retry", { cause: last });
   };
 
+  /** The most bytes of a file that go inline: the configured bound, and what the server's max_payload lets one message carry. */
+  const inlineLimit = () => Math.min(config.filesInlineMaxBytes, inlineBytesFor(ctx.deps.nc.info?.max_payload ?? 0));
+
+  /** The request body whole (its length declared, at most max): the HTTP parser ends it at the declared length. */
+  const wholeBody = async (req: IncomingMessage, max: number): Promise<Buffer> => {
+    const parts: Buffer[] = [];
+    for await (const part of boundedBody(req, max) as unknown as AsyncIterable<Uint8Array>) parts.push(Buffer.from(part));
+    return Buffer.concat(parts);
+  };
+
   /** A workspace fact committed on the record (one audit event) before the client is told. */
   const recordFact = (scope: Scope, sessionId: string, direction: TransferDirection) =>
     callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId, direction }, { timeoutMs: config.rpcTimeoutMs });
@@ -215,8 +226,12 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
       const transferId = ctx.deps.newId();
       const name = transferObjectName(session.workspaceId, session.id, transferId);
       const key = newSealKey();
+      // Nothing to remove afterwards when the runner stored no object (inline bytes, or none at all).
+      let stored = true;
       try {
-        const read = await callRpc(ctx.deps.nc, rpcs.read, { ...target(session), path: query.path, transferId, sealKey: key.toString("base64"), ...(range ? { range } : {}) }, rpcOpts);
+        const inlineMaxBytes = inlineLimit();
+        const read = await callRpc(ctx.deps.nc, rpcs.read, { ...target(session), path: query.path, transferId, sealKey: key.toString("base64"), inlineMaxBytes, ...(range ? { range } : {}) }, rpcOpts);
+        stored = read.inline === undefined && !read.unsatisfiable;
         if (read.unsatisfiable) {
           res.writeHead(416, { "content-type": "application/json", "content-range": `bytes */${read.size}` });
           res.end(JSON.stringify({ error: { code: "invalid", message: `the range starts past the end of the file (${read.size} bytes)` } }));
@@ -225,6 +240,13 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
         const length = read.end - read.start + 1;
         const partial = range ? { "content-range": `bytes ${read.start}-${read.end}/${read.size}` } : {};
         const head = { "content-type": FILE_CONTENT_TYPE, "content-length": String(length), "accept-ranges": "bytes", "cache-control": "no-store", ...partial };
+        if (read.inline !== undefined) {
+          const bytes = Buffer.from(read.inline, "base64");
+          if (bytes.length !== length) throw new UnavailableError(`the runner answered ${bytes.length} of ${length} bytes; retry`);
+          res.writeHead(range ? 206 : 200, head);
+          res.end(bytes);
+          return;
+        }
         // A small file is read whole before the answer starts: a failed read of the object is retried, or a clean 503, never a cut body.
         if (length <= WHOLE_READ_MAX_BYTES) {
           const bytes = await readWhole(name, key, length);
@@ -237,7 +259,7 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
         res.writeHead(range ? 206 : 200, head);
         await streamUnsealed(got, key, name, res, session.id);
       } finally {
-        await removeQuietly(name);
+        if (stored) await removeQuietly(name);
       }
     }),
 
@@ -245,7 +267,10 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
       refuseDeclaredTooLarge(req);
       const { session, rpcs } = await authorized(scope, params.id, Action.writeFiles);
       writable(session);
-      const reply = await uploaded(req, session, (transfer) => callRpc(ctx.deps.nc, rpcs.write, { ...target(session), path: query.path, mode: query.mode, ...transfer }, rpcOpts));
+      const write = (bytes: { inline: string } | { transferId: string; sealKey: string }) => callRpc(ctx.deps.nc, rpcs.write, { ...target(session), path: query.path, mode: query.mode, ...bytes }, rpcOpts);
+      const declared = req.headers["content-length"] === undefined ? undefined : Number(req.headers["content-length"]);
+      // A body that fits one message goes inline; a larger one, or one of unknown length, through a transfer object.
+      const reply = declared !== undefined && declared <= inlineLimit() ? await write({ inline: (await wholeBody(req, declared)).toString("base64") }) : await uploaded(req, session, write);
       // Each write is a fact (one audit event, fixed fields only: no path, no content) before the client is told.
       await recordFact(scope, session.id, "file.write");
       return { status: 200, body: reply };

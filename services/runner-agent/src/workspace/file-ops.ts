@@ -11,7 +11,7 @@ import type { ObjectStore } from "@nats-io/obj";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { FileTooLargeError, relativeSegments, SealError, sealed, sealKeyFrom, unsealed, type FileOwner } from "@paddock/archive";
 import { serveRpc, type BusMetrics } from "@paddock/bus";
-import { InvalidError, NotFoundError, TooLargeError, transferObjectName, transferRef, fileListColumns, type FileDeleteReply, type FileListColumns, type FileReadReply, type FileReadRequest, type FileWriteReply, type workspaceRpcs } from "@paddock/contracts";
+import { InvalidError, NotFoundError, TooLargeError, transferObjectName, transferRef, fileListColumns, type FileDeleteReply, type FileListColumns, type FileReadReply, type FileReadRequest, type FileWriteReply, type FileWriteRequest, type workspaceRpcs } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { deleteInside, listInside, openFileInside, writeFileInside } from "./files.ts";
 
@@ -34,6 +34,20 @@ export interface FileOpsContext {
 
 export function serveFileOps(c: FileOpsContext): Subscription[] {
   const { nc, rpcs, translate } = c;
+  /** A write's bytes: inline, or the transfer object unsealed (done() says whether the object was whole). */
+  const writeSource = async (req: FileWriteRequest): Promise<{ source: AsyncIterable<Uint8Array>; done: () => Promise<void> }> => {
+    if (req.inline !== undefined) return { source: Readable.from([Buffer.from(req.inline, "base64")]), done: () => Promise.resolve() };
+    const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId as string);
+    const got = await (await c.transfers()).get(name);
+    if (!got) throw new NotFoundError("transfer");
+    const source = unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(req.sealKey as string), transferRef(name));
+    return {
+      source,
+      done: async () => {
+        if (await got.error) throw new InvalidError("file is corrupt in the transfer store");
+      },
+    };
+  };
   const onWorkspace = <T>(req: Target & { path: string }, fn: (workspace: string, segments: string[], user: FileOwner | undefined) => Promise<T>): Promise<T> =>
     translate(() => {
       const runtime = c.held(req);
@@ -44,7 +58,15 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
     serveRpc(nc, rpcs.read, (req) =>
       onWorkspace(req, async (workspace, segments, user): Promise<FileReadReply> => {
         const { stream, size, part } = await openFileInside(workspace, segments, user, req.range);
-        if (part === undefined) return { size, start: 0, end: -1, unsatisfiable: true };
+        if (part === undefined) {
+          stream.destroy();
+          return { size, start: 0, end: -1, unsatisfiable: true };
+        }
+        // Small enough for the reply itself: no object, no second read.
+        if (part.end - part.start + 1 <= (req.inlineMaxBytes ?? 0)) {
+          const bytes = await bytesOf(stream);
+          return { size, start: part.start, end: part.end, unsatisfiable: false, inline: bytes.toString("base64") };
+        }
         const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
         const body = sealed(stream, sealKeyFrom(req.sealKey), transferRef(name));
         await (await c.transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
@@ -54,10 +76,7 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
     serveRpc(nc, rpcs.list, (req) => onWorkspace(req, async (workspace, segments, user): Promise<FileListColumns> => fileListColumns(await listInside(workspace, segments, req.depth, user))), c.serve),
     serveRpc(nc, rpcs.write, (req) =>
       onWorkspace(req, async (workspace, segments, user): Promise<FileWriteReply> => {
-        const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
-        const got = await (await c.transfers()).get(name);
-        if (!got) throw new NotFoundError("transfer");
-        const source = unsealed(Readable.fromWeb(got.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(req.sealKey), transferRef(name));
+        const { source, done } = await writeSource(req);
         let size: number;
         try {
           size = await writeFileInside(workspace, segments, source, { mode: req.mode, owner: user, maxBytes: c.maxBytes });
@@ -66,7 +85,7 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
           if (err instanceof FileTooLargeError) throw new TooLargeError(err.message, { cause: err });
           throw err;
         }
-        if (await got.error) throw new InvalidError("file is corrupt in the transfer store");
+        await done();
         c.log.info({ sessionId: req.sessionId, bytes: size }, "file written");
         return { path: segments.join("/"), size };
       }),
@@ -79,4 +98,10 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
       }),
     c.serve),
   ];
+}
+
+async function bytesOf(stream: AsyncIterable<Uint8Array>): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const part of stream) parts.push(Buffer.from(part));
+  return Buffer.concat(parts);
 }
