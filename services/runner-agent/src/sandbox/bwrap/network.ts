@@ -166,10 +166,19 @@ function assertPort(p: number): void {
   if (!Number.isInteger(p) || p <= 0 || p > 65_535) throw new SandboxNetworkError(`not a port: ${p}`);
 }
 
-async function removeLeftoverNamespaces(nsPrefix: string, ip: (args: string[], input?: string) => Promise<string>): Promise<void> {
-  const names = await readdir(NETNS_DIR).catch(() => [] as string[]);
-  const leftovers = names.filter((n) => n.startsWith(nsPrefix));
-  if (leftovers.length > 0) await ip(["-force", "-b", "-"], leftovers.map((n) => `netns del ${n}`).join("\n"));
+/** Removes the namespaces a previous runner process left (named with nsPrefix). */
+export async function removeLeftoverNamespaces(nsPrefix: string, ip: (args: string[], input?: string) => Promise<string>): Promise<void> {
+  const leftovers = async () => (await readdir(NETNS_DIR).catch(() => [] as string[])).filter((n) => n.startsWith(nsPrefix));
+  const found = await leftovers();
+  if (found.length === 0) return;
+  try {
+    // -force: every line is tried, whatever an earlier one answered.
+    await ip(["-force", "-b", "-"], found.map((n) => `netns del ${n}`).join("\n"));
+  } catch (err) {
+    // A namespace gone between the listing and its deletion (a previous runner process still ending removed it)
+    // fails the batch: only one that is still there is an error.
+    if ((await leftovers()).some((n) => found.includes(n))) throw err;
+  }
 }
 
 async function runTool(file: string, args: string[], input?: string): Promise<string> {
