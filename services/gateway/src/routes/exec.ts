@@ -127,7 +127,13 @@ export function execRoutes(ctx: GatewayContext): Route[] {
       void opening?.then((o) => o.close(), () => undefined);
       throw err;
     }
-    return { execId, output: await opening, kill };
+    try {
+      return { execId, output: await opening, kill };
+    } catch (err) {
+      // No reader: the command would wait for credit until its reader timeout; it goes now.
+      kill();
+      throw err;
+    }
   };
 
   /** Streams frames as the output comes; a client gone before the exit kills the command. */
