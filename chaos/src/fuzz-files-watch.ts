@@ -10,6 +10,7 @@ import WebSocket from "ws";
 import { countStatus, excerpt, nextInput, type FuzzContext } from "./fuzz-context.ts";
 import { badId, encode, nastyString } from "./fuzz-values.ts";
 import type { Prng } from "./prng.ts";
+import { upgradeDefects } from "./fuzz-ws.ts";
 
 interface Upgrade {
   url: string;
@@ -36,16 +37,7 @@ function upgradeRequest(ctx: FuzzContext, p: Prng): Upgrade {
     // A nasty string may be a fine relative path (then 404 or 101): only the fixed ones are sure defects.
     if (BAD_PATHS.includes(bad)) defect("path");
   }
-  if (chosen.has("query")) (q.push(`zz${p.string(3)}=1`), defect("query"));
-  if (chosen.has("token-in-url")) (q.push(`${p.pick(["token", "access_token"])}=${ctx.stack.token}`), defect("token-in-url"));
-  if (chosen.has("ticket")) (q.push(`ticket=${p.pick([`pdt_${p.string(43)}`, "x", "pdt_"])}`), defect("ticket"));
-  if (chosen.has("auth")) {
-    const a = p.pick([undefined, `Bearer ${p.string(30)}`, "Basic eDp4", `Bearer ${ctx.stack.token}x`]);
-    if (a === undefined) delete headers.authorization;
-    else headers.authorization = a;
-    defect("auth");
-  }
-  if (chosen.has("origin")) (headers.origin = p.pick(["http://evil.example", "null", "https://x.y"]), defect("origin"));
+  upgradeDefects(ctx, p, { chosen, q, headers, defect });
   return { url: `${ctx.stack.url.replace(/^http/, "ws")}/v1/sessions/${id}/files/watch?${q.join("&")}`, headers, defects };
 }
 

@@ -35,16 +35,7 @@ function upgradeRequest(ctx: FuzzContext, p: Prng): Upgrade {
   const kinds = ["query", "token-in-url", "ticket", "auth", "origin", "since"];
   const chosen = new Set(kinds.filter(() => p.bool(0.25)));
   if (controller && chosen.size === 0 && defects.length === 0) chosen.add(p.pick(kinds));
-  if (chosen.has("query")) (q.push(`zz${p.string(3)}=1`), defect("query"));
-  if (chosen.has("token-in-url")) (q.push(`${p.pick(["token", "access_token"])}=${ctx.stack.token}`), defect("token-in-url"));
-  if (chosen.has("ticket")) (q.push(`ticket=${p.pick([`pdt_${p.string(43)}`, "x", "pdt_"])}`), defect("ticket"));
-  if (chosen.has("auth")) {
-    const a = p.pick([undefined, `Bearer ${p.string(30)}`, "Basic eDp4", `Bearer ${ctx.stack.token}x`]);
-    if (a === undefined) delete headers.authorization;
-    else headers.authorization = a;
-    defect("auth");
-  }
-  if (chosen.has("origin")) (headers.origin = p.pick(["http://evil.example", "null", "https://x.y"]), defect("origin"));
+  upgradeDefects(ctx, p, { chosen, q, headers, defect });
   if (chosen.has("since")) (q.push(`since=${encode(p.pick(["-1", "x", "9".repeat(16), ""]))}`), defect("since"));
   const path = p.bool(0.05) ? `/v1/sessions/${id}/terminal/${p.string(3)}` : `/v1/sessions/${id}/terminal`;
   return { url: `${ctx.stack.url.replace(/^http/, "ws")}${path}?${q.join("&")}`, headers, controller, defects };
@@ -174,4 +165,28 @@ export async function fuzzWebSocket(ctx: FuzzContext, count: number, p: Prng, co
   }
   await new Promise((r) => setTimeout(r, 200));
   checkController("the last frame");
+}
+
+/**
+ * The defects every authenticated upgrade can carry (an unknown query
+ * parameter, a token in the URL, a bad ticket, bad or no credentials, a
+ * foreign origin), applied for the kinds chosen; shared by the terminal and
+ * the files-watch upgrades.
+ */
+export function upgradeDefects(
+  ctx: FuzzContext,
+  p: Prng,
+  u: { chosen: ReadonlySet<string>; q: string[]; headers: Record<string, string>; defect: (name: string) => void },
+): void {
+  const { chosen, q, headers, defect } = u;
+  if (chosen.has("query")) (q.push(`zz${p.string(3)}=1`), defect("query"));
+  if (chosen.has("token-in-url")) (q.push(`${p.pick(["token", "access_token"])}=${ctx.stack.token}`), defect("token-in-url"));
+  if (chosen.has("ticket")) (q.push(`ticket=${p.pick([`pdt_${p.string(43)}`, "x", "pdt_"])}`), defect("ticket"));
+  if (chosen.has("auth")) {
+    const a = p.pick([undefined, `Bearer ${p.string(30)}`, "Basic eDp4", `Bearer ${ctx.stack.token}x`]);
+    if (a === undefined) delete headers.authorization;
+    else headers.authorization = a;
+    defect("auth");
+  }
+  if (chosen.has("origin")) (headers.origin = p.pick(["http://evil.example", "null", "https://x.y"]), defect("origin"));
 }
