@@ -161,6 +161,44 @@ describe("exec, streamed", () => {
   });
 });
 
+describe("exec and a revoked token", () => {
+  it("cuts the stream and kills the command when the token it was started with is revoked", async () => {
+    const minted = await api(stack.url, stack.token, "POST", "/v1/tokens", { label: "exec-revoked" });
+    expect(minted.status).toBe(201);
+    const { id: tokenId, token } = minted.body as { id: string; token: string };
+    const res = await fetch(`${stack.url}/v1/sessions/${sessionId}/exec`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json", accept: "application/x-ndjson" },
+      body: JSON.stringify({ cmd: ["sh", "-c", "echo started; exec sleep 304"] }),
+    });
+    expect(res.status).toBe(200);
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    let seen = "";
+    while (!seen.includes("started")) {
+      const { value, done } = await reader.read();
+      if (done) throw new Error("the stream ended before the command started");
+      seen += Buffer.from(value).toString("utf8");
+    }
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/tokens/${tokenId}`)).status).toBe(200);
+    // Cut, never ended: the read fails (or ends) without an exit frame.
+    let rest = "";
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        rest += Buffer.from(value).toString("utf8");
+      }
+    } catch {
+      // the connection was destroyed
+    }
+    expect(rest).not.toContain('"exit"');
+    for (;;) {
+      const ps = await exec({ cmd: ["sh", "-c", "ps -eo args | grep -c '^sleep 304' || true"] });
+      if (ps.body.stdout.trim() === "0") break;
+    }
+  });
+});
+
 describe("background processes", () => {
   it("start without waiting, take stdin, are read from a cursor exactly once, and take signals", async () => {
     const started = await fetch(`${stack.url}/v1/sessions/${sessionId}/exec`, { method: "POST", headers: { authorization: `Bearer ${stack.token}`, "content-type": "application/json" }, body: JSON.stringify({ cmd: ["sh", "-c", "while read l; do echo got:$l; done; echo eof; exec sleep 302"], background: true }) });

@@ -38,8 +38,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const ctx = new GatewayContext(deps);
   const terminals = new TerminalHub(ctx);
   const fileWatches = new FilesWatchHub(ctx, terminals.guard);
-  // Followed events live by their token and access like terminal sockets: one guard for both.
-  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx), ...execRoutes(ctx), ...tokenRoutes(ctx), ...secretRoutes(ctx)];
+  // Followed events and exec streams live by their token and access like terminal sockets: one guard for all.
+  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx), ...execRoutes(ctx, terminals.guard), ...tokenRoutes(ctx), ...secretRoutes(ctx)];
   const { log, metrics, nc } = deps;
   let listening = false;
   const isReady = () => listening && !nc.isClosed();

@@ -22,7 +22,8 @@ import {
   type Scope,
   type Session,
 } from "@paddock/contracts";
-import { Action } from "../auth/auth.ts";
+import { Action, type Principal } from "../auth/auth.ts";
+import type { StreamGuard } from "../auth/revocation.ts";
 import { realEvery, sessionResource, type GatewayContext } from "../context.ts";
 import { drainOrClose, type Route } from "../http/http.ts";
 import { readRange } from "../terminal/termlog.ts";
@@ -68,7 +69,7 @@ function wantsNdjson(req: IncomingMessage): boolean {
  * runner as it forwards; a client that leaves before the exit takes the
  * command with it (SIGKILL to its process group).
  */
-export function execRoutes(ctx: GatewayContext): Route[] {
+export function execRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
   const { config } = ctx.deps;
   const rpcOpts = { timeoutMs: config.workspaceRpcTimeoutMs };
   const every = ctx.deps.every ?? realEvery;
@@ -128,11 +129,33 @@ export function execRoutes(ctx: GatewayContext): Route[] {
       throw err;
     }
     try {
-      return { execId, output: await opening, kill };
+      return { execId, output: await opening, kill, session: h.session };
     } catch (err) {
       // No reader: the command would wait for credit until its reader timeout; it goes now.
       kill();
       throw err;
+    }
+  };
+
+  /**
+   * Runs fn while the caller's token and membership hold: revoked or removed
+   * meanwhile, the answer is cut (never ended: the client must not take it as
+   * complete) and the command, when it is this call's, killed.
+   */
+  const guarded = async <T>(principal: Principal, session: Session, action: Action, res: ServerResponse, kill: (() => void) | undefined, fn: () => Promise<T>): Promise<T> => {
+    await guard.ready();
+    const stream = {
+      tokenHash: principal.tokenHash,
+      revoke: () => {
+        kill?.();
+        res.destroy();
+      },
+    };
+    guard.add(stream, principal, (scope) => ctx.authorizer.authorize(scope, action, sessionResource(session)));
+    try {
+      return await fn();
+    } finally {
+      guard.remove(stream);
     }
   };
 
@@ -198,16 +221,18 @@ export function execRoutes(ctx: GatewayContext): Route[] {
   };
 
   return [
-    ctx.serve(HttpApi.exec, async ({ caller: { scope }, params, body: readBody, req, res }) => {
+    ctx.serve(HttpApi.exec, async ({ caller, params, body: readBody, req, res }) => {
       const body = await readBody();
-      const { execId, output, kill } = await start(scope, params.id, body);
+      const { execId, output, kill, session } = await start(caller.scope, params.id, body);
       if (!output) return { status: 202, body: { id: execId } };
       const encoding = body.encoding ?? "utf8";
-      if (wantsNdjson(req)) {
-        await streamFrames(output, res, new FrameText(encoding), kill);
-        return;
-      }
-      return { status: 200, body: await buffered(output, req, execId, encoding, kill) };
+      return guarded(caller, session, Action.exec, res, kill, async () => {
+        if (wantsNdjson(req)) {
+          await streamFrames(output, res, new FrameText(encoding), kill);
+          return;
+        }
+        return { status: 200, body: await buffered(output, req, execId, encoding, kill) };
+      });
     }),
 
     ctx.serve(HttpApi.listProcesses, async ({ caller: { scope }, params }) => {
@@ -215,12 +240,12 @@ export function execRoutes(ctx: GatewayContext): Route[] {
       return { status: 200, body: await callRpc(ctx.deps.nc, h.rpcs.list, h.target, rpcOpts) };
     }),
 
-    ctx.serve(HttpApi.readProcessOutput, async ({ caller: { scope }, params, query, req, res }) => {
-      const h = await held(scope, params.id, Action.readProcesses);
+    ctx.serve(HttpApi.readProcessOutput, async ({ caller, params, query, req, res }) => {
+      const h = await held(caller.scope, params.id, Action.readProcesses);
       const text = new FrameText(query.encoding ?? "utf8");
       if (wantsNdjson(req)) {
         const output = await ExecOutput.open({ nc: ctx.deps.nc, every, ...h.runner, sessionId: h.session.id, execId: params.processId, attached: false, fromSeq: query.since + 1 });
-        await streamFrames(output, res, text, () => undefined);
+        await guarded(caller, h.session, Action.readProcesses, res, undefined, () => streamFrames(output, res, text, () => undefined));
         return;
       }
       const frames: ExecFrame[] = [];
