@@ -137,6 +137,26 @@ function ensureNats() {
   return bin;
 }
 
+// The exec init (decision 0050): a static binary every bwrap session's exec namespace runs as its pid 1,
+// built beside its source, where the runner looks by default. Without a C compiler the runner warns and
+// execs through a launch each; `npm test` needs it (its tests run it for real): .ci/run installs gcc.
+const INIT_SOURCE = join(root, "services", "runner-agent", "native", "paddock-init.c");
+const INIT_BINARY = join(root, "services", "runner-agent", "native", "paddock-init");
+
+function ensureInit(required) {
+  if (existsSync(INIT_BINARY) && statSync(INIT_BINARY).mtimeMs >= statSync(INIT_SOURCE).mtimeMs) return;
+  const cc = ["cc", "gcc"].find((c) => output(c, ["--version"]) !== undefined);
+  const why = cc === undefined ? "no C compiler (apt-get install gcc libc6-dev)" : undefined;
+  if (cc !== undefined) {
+    log("building the exec init (services/runner-agent/native/paddock-init)");
+    const r = spawnSync(cc, ["-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", INIT_BINARY, INIT_SOURCE], { stdio: "inherit" });
+    if (r.status === 0) return;
+  }
+  const message = `the exec init could not be built: ${why ?? "the compiler failed (a static build needs libc6-dev)"}`;
+  if (required) throw new Error(message);
+  log(`${message}; exec runs through a launch of its own`);
+}
+
 const COMMANDS = ["up", "test", "bench", "chaos"];
 const USAGE = `usage: node scripts/bootstrap.mjs <${COMMANDS.join("|")}> [flags...]
   installs what is missing (pnpm, node modules, nats-server) into the project, then runs the command;
@@ -156,6 +176,7 @@ function main() {
   const pnpm = ensurePnpm();
   ensureModules(pnpm);
   const natsServer = ensureNats();
+  ensureInit(command === "test");
   const env = { ...process.env, PADDOCK_NATS_SERVER: natsServer };
   // Node itself with tsx as a loader, not the tsx CLI: the CLI is a second
   // process that relays Ctrl-C, and SIGKILLs its child when the child does not

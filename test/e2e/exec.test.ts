@@ -240,6 +240,21 @@ describe("background processes", () => {
     expect((await api(stack.url, stack.token, "POST", `/v1/sessions/${sessionId}/processes/unknown1/signal`, { signal: "SIGKILL" })).status).toBe(404);
     expect((await api(stack.url, stack.token, "POST", `/v1/sessions/${sessionId}/processes/${id}/signal`, { signal: "SIGSEGV" })).status).toBe(400);
   });
+
+  it("share one pid namespace with every exec of the session: a later exec sees a background process and can kill it", async () => {
+    const started = await exec({ cmd: ["sh", "-c", "echo $$ > bg.pid; exec sleep 304"], background: true });
+    expect(started.status).toBe(202);
+    // Its pid file is there once a later exec can read it (each ask one exec: no clock).
+    let pid = "";
+    while (!/^\d+$/.test(pid)) pid = (await exec({ cmd: ["sh", "-c", "cat bg.pid 2>/dev/null || true"] })).body.stdout.trim();
+    const ps = await exec({ cmd: ["ps", "-o", "pid=,args=", "-p", pid] });
+    expect(ps.body.stdout.trim()).toMatch(new RegExp(`^${pid} +sleep 304$`));
+    expect((await exec({ cmd: ["kill", "-KILL", pid] })).body.exitCode).toBe(0);
+    const listed = async () => ((await api(stack.url, stack.token, "GET", `/v1/sessions/${sessionId}/processes`)).body as { processes: Array<{ id: string; exit?: { signal: string | null } }> }).processes.find((p) => p.id === started.body.id);
+    let entry = await listed();
+    while (entry?.exit === undefined) entry = await listed();
+    expect(entry.exit.signal).toBe("SIGKILL");
+  });
 });
 
 describe("exec and a warm suspend", () => {

@@ -1,5 +1,6 @@
 import { cpus, totalmem } from "node:os";
 import { dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import { z } from "zod";
 import { Id } from "@paddock/contracts";
 import { commonConfig, commonEnv, ConfigError, envSchemas, FILE_SECRET_SETTINGS, parseEnv } from "@paddock/config";
@@ -9,6 +10,9 @@ import { DEFAULT_COALESCE_MS, type TerminalSettings } from "./terminal/term-opti
 import { ImagesConfig } from "./images/config.ts";
 import { CheckpointCompression } from "./workspace/checkpoint.ts";
 import type { WorkspaceLimits } from "./workspace/workspace-ops.ts";
+
+/** Where the bootstrap builds the exec init: beside its source. */
+export const DEFAULT_INIT_PATH = fileURLToPath(new URL("../native/paddock-init", import.meta.url));
 
 const commaList = z
   .string()
@@ -125,6 +129,12 @@ const RunnerEnv = z
      * observation dir. Whatever is in them is every session's; never the data
      * dir or a credential file's directory.
      */
+    /**
+     * bwrap: the exec init (native/paddock-init.c built static: \`npm test\`,
+     * \`npm run up\` build it there). Absent: every exec is a launch of its
+     * own (tens of ms, and its own pid namespace), with a warning at start.
+     */
+    PADDOCK_SANDBOX_INIT: z.string().startsWith("/").default(DEFAULT_INIT_PATH),
     PADDOCK_SANDBOX_SHARED_DIRS: z
       .string()
       .optional()
@@ -203,6 +213,8 @@ export function loadConfig(env: Record<string, string | undefined>) {
       // Where the runner's credential files live (a deployment's secrets dir, \`npm run up\`'s data dir): no session sees them.
       hide: credentialDirs,
       shared: sharedDirs(e.PADDOCK_SANDBOX_SHARED_DIRS, [e.PADDOCK_RUNNER_DATA_DIR, ...credentialDirs]),
+      // Optional to the backend: settings built elsewhere (tests, the process fallback) may go without.
+      init: e.PADDOCK_SANDBOX_INIT as string | undefined,
       uidFirst: e.PADDOCK_SANDBOX_UID_FIRST,
       uidCount: e.PADDOCK_SANDBOX_UID_COUNT,
       netInstance: e.PADDOCK_SANDBOX_NET_INSTANCE,

@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { ConfigError } from "@paddock/config";
 import { startService } from "@paddock/testing";
 import { useNatsServer } from "@paddock/testing/vitest";
-import { loadConfig } from "./config.ts";
+import { DEFAULT_INIT_PATH, loadConfig } from "./config.ts";
 import { fakeScheduler } from "./testing/test-support.ts";
 import { DEFAULT_SANDBOX_LIMITS } from "./sandbox/bwrap/limits.ts";
 
@@ -45,9 +45,11 @@ describe("config", () => {
 
   it("runs sessions in bwrap where it works (auto) unless PADDOCK_SANDBOX says bwrap or process; refuses anything else", () => {
     const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
-    expect(loadConfig(base).sandbox).toEqual({ backend: "auto", hide: [], shared: [], uidFirst: 200_000, uidCount: 1_024, netInstance: undefined, netPrefix: undefined, limits: DEFAULT_SANDBOX_LIMITS });
+    expect(loadConfig(base).sandbox).toEqual({ backend: "auto", hide: [], shared: [], uidFirst: 200_000, uidCount: 1_024, netInstance: undefined, netPrefix: undefined, limits: DEFAULT_SANDBOX_LIMITS, init: DEFAULT_INIT_PATH });
+    expect(DEFAULT_INIT_PATH).toMatch(/\/services\/runner-agent\/native\/paddock-init$/);
+    expect(loadConfig({ ...base, PADDOCK_SANDBOX_INIT: "/opt/paddock/paddock-init" }).sandbox.init).toBe("/opt/paddock/paddock-init");
     const set = { PADDOCK_SANDBOX: "bwrap", PADDOCK_SANDBOX_UID_FIRST: "300000", PADDOCK_SANDBOX_UID_COUNT: "64", PADDOCK_SANDBOX_PROCESSES: "256", PADDOCK_SANDBOX_NET_INSTANCE: "ab1", PADDOCK_SANDBOX_NET_PREFIX: "10.50" };
-    expect(loadConfig({ ...base, ...set }).sandbox).toEqual({ backend: "bwrap", hide: [], shared: [], uidFirst: 300_000, uidCount: 64, netInstance: "ab1", netPrefix: [10, 50], limits: { ...DEFAULT_SANDBOX_LIMITS, rlimits: { ...DEFAULT_SANDBOX_LIMITS.rlimits, processes: 256 } } });
+    expect(loadConfig({ ...base, ...set }).sandbox).toEqual({ backend: "bwrap", hide: [], shared: [], uidFirst: 300_000, uidCount: 64, netInstance: "ab1", netPrefix: [10, 50], limits: { ...DEFAULT_SANDBOX_LIMITS, rlimits: { ...DEFAULT_SANDBOX_LIMITS.rlimits, processes: 256 } }, init: DEFAULT_INIT_PATH });
     expect(loadConfig({ ...base, PADDOCK_SANDBOX: "process" }).sandbox.backend).toBe("process");
     // The dirs of the credential files it is given by path are what its sessions never see (besides its data dir).
     const credsDir = mkdtempSync(join(tmpdir(), "paddock-creds-"));
@@ -76,6 +78,8 @@ describe("config", () => {
       ["PADDOCK_SANDBOX_NET_PREFIX", "10.300"],
       ["PADDOCK_SANDBOX_NET_PREFIX", "10.0.0"],
       ["PADDOCK_SANDBOX_NET_PREFIX", "ten.x"],
+      ["PADDOCK_SANDBOX_INIT", "paddock-init"],
+      ["PADDOCK_SANDBOX_INIT", ""],
     ] as const) {
       expect(() => loadConfig({ ...base, [key]: bad }), `${key}=${bad}`).toThrow(ConfigError);
     }

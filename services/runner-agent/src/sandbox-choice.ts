@@ -19,7 +19,7 @@ import { RunnerError, RunnerErrorCode } from "./errors.ts";
 export type SandboxSettings = RunnerConfig["sandbox"];
 
 /** The process backend's settings (no isolation: development only), and the base of tests' bwrap settings. */
-export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", hide: [], shared: [], uidFirst: 200_000, uidCount: 1_024, netInstance: undefined, netPrefix: undefined, limits: DEFAULT_SANDBOX_LIMITS };
+export const PROCESS_SANDBOX: SandboxSettings = { backend: "process", hide: [], shared: [], uidFirst: 200_000, uidCount: 1_024, netInstance: undefined, netPrefix: undefined, limits: DEFAULT_SANDBOX_LIMITS, init: undefined };
 
 export class SandboxUnavailableError extends RunnerError {
   constructor(message: string) {
@@ -74,6 +74,17 @@ function statOrUndefined(path: string) {
   }
 }
 
+/** The exec init when session uids can run it (bwrap binds it as theirs); undefined, with a warning, when not. */
+function usableInit(path: string | undefined, log: Logger): string | undefined {
+  if (path === undefined) return undefined;
+  const stat = statOrUndefined(path);
+  const blocked = stat ? untraversableAncestor(path) : undefined;
+  const why = !stat ? "not built (npm test / npm run up build it; or cc -static -O2 -o it native/paddock-init.c)" : !stat.isFile() || (stat.mode & 0o005) !== 0o005 ? "not a file others may read and run" : blocked ? `session uids cannot pass ${blocked}` : undefined;
+  if (why === undefined) return path;
+  log.warn({ path, why }, "no exec init: every exec starts a sandbox of its own (slower, and exec'd commands do not see each other)");
+  return undefined;
+}
+
 export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logger; childPath: string; dataDir?: string; images?: SandboxImages; onBwrapEvent?: (event: BwrapEvent) => void }): Promise<SandboxBackend> {
   const { log } = deps;
   if (settings.backend !== SandboxKind.process) {
@@ -82,7 +93,7 @@ export async function chooseSandbox(settings: SandboxSettings, deps: { log: Logg
       ? { works: false as const, tools: undefined, reason: `session uids cannot pass ${blocked} (no search permission for others) on the way to the data dir: use a data dir below passable directories, or chmod o+x ${blocked}` }
       : await probeAsClaimedUid(settings, deps.childPath);
     if (cap.works && cap.tools) {
-      const backend = createBwrapBackend({ ...deps, cap, tools: cap.tools, settings, onEvent: deps.onBwrapEvent });
+      const backend = createBwrapBackend({ ...deps, cap, tools: cap.tools, settings: { ...settings, init: usableInit(settings.init, log) }, onEvent: deps.onBwrapEvent });
       // What each session is held to: rlimits always; memory, cpu and pids where the host offers cgroups (v2 delegated or v1 writable).
       const enforced = backend.limits.map((l) => `limits:${l}`);
       const limits = { ...settings.limits.rlimits, ...(backend.limits.includes(LimitKind.cgroup) ? settings.limits.cgroup : {}) };

@@ -22,6 +22,10 @@ export const EXEC_OUTPUT_CAP_BYTES = 1024 * 1024;
 export const MAX_EXEC_STDIN_BYTES = 1024 * 1024;
 /** The most stdin bytes one bus message carries (base64 in JSON, under NATS's 1 MB payload): more goes in several. */
 export const EXEC_STDIN_PIECE_BYTES = 256 * 1024;
+/** Output (stdout and stderr together) a start's answer carries inline at most: base64 of it fits any NATS payload limit. */
+export const EXEC_INLINE_MAX_BYTES = 256 * 1024;
+/** The longest a runner holds a start's answer for its command to end (inlineWaitMs). */
+export const EXEC_INLINE_MAX_WAIT_MS = 5_000;
 /** A command's time when the body names none, and the longest it may name. */
 export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
 export const MAX_EXEC_TIMEOUT_MS = 24 * 60 * 60_000;
@@ -144,10 +148,21 @@ export const ExecStartRequest = z
     timeoutMs: z.number().int().min(1).max(MAX_EXEC_TIMEOUT_MS).optional(),
     /** A reader grants credit (ExecCredit) and the output waits for it; a background process's output goes to its log at the log's pace. */
     attached: z.boolean(),
+    /**
+     * A buffered caller's shortcut: the runner holds its answer until the
+     * command ends, for up to waitMs, and answers its whole output with it
+     * (`done`) when that came to at most EXEC_INLINE_MAX_BYTES. Otherwise
+     * (longer, or more output) it answers without, and the caller reads the
+     * log as any reader does. The log is written either way.
+     */
+    inlineWaitMs: z.number().int().min(1).max(EXEC_INLINE_MAX_WAIT_MS).optional(),
   })
   .strict();
 export type ExecStartRequest = z.infer<typeof ExecStartRequest>;
-export const ExecStartReply = z.object({ execId: Id, startedAt: z.number().int() }).strict();
+/** A command that ended within a start's inlineWaitMs: its exit and all of its output, base64. */
+export const ExecDone = z.object({ exit: ExecExit, stdout: z.base64().max(Math.ceil(EXEC_INLINE_MAX_BYTES / 3) * 4), stderr: z.base64().max(Math.ceil(EXEC_INLINE_MAX_BYTES / 3) * 4) }).strict();
+export type ExecDone = z.infer<typeof ExecDone>;
+export const ExecStartReply = z.object({ execId: Id, startedAt: z.number().int(), done: ExecDone.optional() }).strict();
 
 export const ExecSignalRequest = z.object({ ...Target, execId: Id, signal: ExecSignal }).strict();
 export type ExecSignalRequest = z.infer<typeof ExecSignalRequest>;

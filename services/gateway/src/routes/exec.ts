@@ -14,6 +14,7 @@ import {
   Subjects,
   TooLargeError,
   type ExecBody,
+  type ExecDone,
   type ExecEncoding,
   ExecExit,
   Headers,
@@ -37,6 +38,13 @@ interface Held {
   target: { sessionId: string; workspaceId: string; placementGeneration: number };
 }
 
+/**
+ * How long a buffered exec's start waits for the command to end and answer
+ * inline (ExecStartRequest.inlineWaitMs): past it the answer comes through
+ * the log as for any longer command, at the cost of one reader made then.
+ */
+const EXEC_INLINE_WAIT_MS = 500;
+
 /** Frames one cursor read answers at most (the next read goes on from its cursor). */
 const MAX_READ_FRAMES = 256;
 
@@ -56,6 +64,12 @@ function frameOf(item: ExecOutputItem, text: FrameText): ExecFrame {
   if (item.kind === "chunk") return item.stream === "stdout" ? { stdout: text.text("stdout", item.bytes) } : { stderr: text.text("stderr", item.bytes) };
   if (item.kind === "exit") return { exit: item.exit };
   return { error: { code: "unavailable", message: item.reason } };
+}
+
+/** The buffered answer of a command the runner answered inline (ExecDone: at most EXEC_INLINE_MAX_BYTES, under the cap). */
+function inlineResult(execId: string, done: ExecDone, encoding: ExecEncoding): ExecResult {
+  const text = (b64: string) => (encoding === "base64" ? b64 : Buffer.from(b64, "base64").toString("utf8"));
+  return { id: execId, ...done.exit, stdout: text(done.stdout), stderr: text(done.stderr), truncated: false, encoding };
 }
 
 function wantsNdjson(req: IncomingMessage): boolean {
@@ -97,39 +111,42 @@ export function execRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
     return written;
   };
 
-  const start = async (scope: Scope, sessionId: string, body: ExecBody) => {
+  /**
+   * Starts a command: `background` answers at once; `stream` reads its log
+   * from the start (the reader made while the runner starts it); `buffered`
+   * asks the runner to answer the whole result with the start when the
+   * command ends soon with little output (`done`), and reads the log only
+   * when it did not.
+   */
+  const start = async (scope: Scope, sessionId: string, body: ExecBody, mode: "background" | "stream" | "buffered") => {
     const h = await held(scope, sessionId, Action.exec);
     if (h.session.state !== "running") throw new ConflictError(`session is ${h.session.state}: resume it to exec`);
     const execId = ctx.deps.newId();
     const stdin = body.stdin === undefined ? Buffer.alloc(0) : Buffer.from(body.stdin, body.encoding === "base64" ? "base64" : "utf8");
-    const background = body.background === true;
+    const background = mode === "background";
     const timeoutMs = body.timeoutMs ?? (background ? undefined : DEFAULT_EXEC_TIMEOUT_MS);
     // Stdin past one message's piece follows the start in pieces (writeStdin), the last one closing it.
     const inline = stdin.length <= EXEC_STDIN_PIECE_BYTES;
     const keepStdinOpen = !inline || (background && body.stdin === undefined);
-    const request = { ...h.target, execId, cmd: body.cmd, cwd: body.cwd ?? "", env: body.env ?? {}, stdin: inline ? stdin.toString("base64") : "", keepStdinOpen, attached: !background, ...(timeoutMs !== undefined ? { timeoutMs } : {}) };
-    // The reader is made while the runner starts the process: its log is kept from the first byte either way.
-    const opening = background ? undefined : ExecOutput.open({ nc: ctx.deps.nc, every, ...h.runner, sessionId: h.session.id, execId, attached: true });
-    try {
-      await callRpc(ctx.deps.nc, h.rpcs.start, request, rpcOpts);
-    } catch (err) {
+    const inlineWaitMs = mode === "buffered" && inline ? Math.min(EXEC_INLINE_WAIT_MS, timeoutMs ?? EXEC_INLINE_WAIT_MS) : undefined;
+    const request = { ...h.target, execId, cmd: body.cmd, cwd: body.cwd ?? "", env: body.env ?? {}, stdin: inline ? stdin.toString("base64") : "", keepStdinOpen, attached: !background, ...(timeoutMs !== undefined ? { timeoutMs } : {}), ...(inlineWaitMs !== undefined ? { inlineWaitMs } : {}) };
+    const openOutput = () => ExecOutput.open({ nc: ctx.deps.nc, every, ...h.runner, sessionId: h.session.id, execId, attached: true });
+    let opening = mode === "stream" ? openOutput() : undefined;
+    const kill = () => void callRpc(ctx.deps.nc, h.rpcs.signal, { ...h.target, execId, signal: "SIGKILL" }, rpcOpts).catch(() => undefined);
+    // One audit event per exec call, fixed fields only (no command, no output), committed beside the start
+    // and before any answer: a failure to commit is the answer (the command, if it started, is killed).
+    const audited = callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: h.session.id, direction: "exec" }, { timeoutMs: config.rpcTimeoutMs });
+    const [started, audit] = await Promise.allSettled([callRpc(ctx.deps.nc, h.rpcs.start, request, { timeoutMs: rpcOpts.timeoutMs + (inlineWaitMs ?? 0) }), audited]);
+    if (started.status === "rejected" || audit.status === "rejected") {
+      if (started.status === "fulfilled" && started.value.done === undefined) kill();
       void opening?.then((o) => o.close(), () => undefined);
-      throw err;
+      throw started.status === "rejected" ? started.reason : audit.status === "rejected" ? audit.reason : undefined;
     }
     if (!inline) await writeStdin(h, execId, stdin, true);
-    // One audit event per exec, fixed fields only (no command, no output), once it runs: committed while it
-    // runs, and before any answer (a failure to commit is the answer; the command is killed then).
-    const audited = callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId: h.session.id, direction: "exec" }, { timeoutMs: config.rpcTimeoutMs });
-    const kill = () => void callRpc(ctx.deps.nc, h.rpcs.signal, { ...h.target, execId, signal: "SIGKILL" }, rpcOpts).catch(() => undefined);
+    const done = started.value.done;
+    if (mode === "buffered" && done === undefined) opening = openOutput();
     try {
-      await audited;
-    } catch (err) {
-      kill();
-      void opening?.then((o) => o.close(), () => undefined);
-      throw err;
-    }
-    try {
-      return { execId, output: await opening, kill, session: h.session };
+      return { execId, output: await opening, done, kill, session: h.session };
     } catch (err) {
       // No reader: the command would wait for credit until its reader timeout; it goes now.
       kill();
@@ -223,9 +240,17 @@ export function execRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
   return [
     ctx.serve(HttpApi.exec, async ({ caller, params, body: readBody, req, res }) => {
       const body = await readBody();
-      const { execId, output, kill, session } = await start(caller.scope, params.id, body);
-      if (!output) return { status: 202, body: { id: execId } };
+      const mode = body.background === true ? "background" : wantsNdjson(req) ? "stream" : "buffered";
+      const { execId, output, done, kill, session } = await start(caller.scope, params.id, body, mode);
       const encoding = body.encoding ?? "utf8";
+      if (done) return { status: 200, body: inlineResult(execId, done, encoding) };
+      if (!output) return { status: 202, body: { id: execId } };
+      // Gone while the command started: nothing will read it.
+      if (req.socket.destroyed) {
+        kill();
+        void output.close();
+        return;
+      }
       return guarded(caller, session, Action.exec, res, kill, async () => {
         if (wantsNdjson(req)) {
           await streamFrames(output, res, new FrameText(encoding), kill);

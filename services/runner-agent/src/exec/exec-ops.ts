@@ -73,13 +73,14 @@ export function serveExecOps(deps: ExecOpsDeps): Subscription[] {
       deps.nc,
       rpcs.start,
       (req) =>
-        translate(() =>
-          held(req).execTask(async (execs) => {
-            const proc = await execs.start(req);
-            deps.log.info({ sessionId: req.sessionId, execId: req.execId, attached: req.attached }, "exec started");
-            return { execId: proc.id, startedAt: proc.startedAt };
-          }),
-        ),
+        translate(async () => {
+          const proc = await held(req).execTask((execs) => execs.start(req));
+          // Debug only: an agent may exec thousands of times; each is an audit event already.
+          deps.log.debug({ sessionId: req.sessionId, execId: req.execId, attached: req.attached }, "exec started");
+          // Waited for outside the session's task: the session's other commands go on meanwhile.
+          const done = req.inlineWaitMs === undefined ? undefined : await proc.inlineDone(req.inlineWaitMs);
+          return { execId: proc.id, startedAt: proc.startedAt, ...(done ? { done } : {}) };
+        }),
       opts,
     ),
     serveRpc(deps.nc, rpcs.signal, (req) => translate(async () => ({ delivered: table(req).get(req.execId).signal(req.signal) })), opts),

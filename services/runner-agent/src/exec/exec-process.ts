@@ -1,4 +1,4 @@
-import { ConflictError, type ExecExit, type ExecProcessInfo, type ExecSignal, type ExecStartRequest } from "@paddock/contracts";
+import { ConflictError, EXEC_INLINE_MAX_BYTES, type ExecDone, type ExecExit, type ExecProcessInfo, type ExecSignal, type ExecStartRequest } from "@paddock/contracts";
 import type { Sandbox } from "../sandbox/backend.ts";
 import type { AppProcess } from "../sandbox/process-group.ts";
 import type { ExecLog } from "./exec-log.ts";
@@ -33,6 +33,9 @@ export class ExecProcess {
   readonly id: string;
   readonly startedAt: number;
   readonly ended: Promise<ExecExit>;
+  /** The exit as soon as it is known, before its log record is written (ended waits for that). */
+  private readonly exitKnown: Promise<ExecExit>;
+  private resolveExit!: (exit: ExecExit) => void;
   private readonly proc: AppProcess;
   private readonly log: ExecLog;
   private exit: ExecExit | undefined;
@@ -40,6 +43,8 @@ export class ExecProcess {
   /** The reader was heard (credit) since the last check: starts heard, the start request being its first word. */
   private heard = true;
   private readonly timers: Array<{ cancel(): void }> = [];
+  /** A buffered caller's copy of the output (req.inlineWaitMs), until it grows past EXEC_INLINE_MAX_BYTES. */
+  private inline: { parts: Record<"stdout" | "stderr", Uint8Array[]>; bytes: number } | undefined;
 
   constructor(
     private readonly deps: ExecProcessDeps,
@@ -51,14 +56,33 @@ export class ExecProcess {
     let pausedEarly = false;
     this.log = deps.log((paused) => (proc ? proc.setPaused(paused) : (pausedEarly = paused)));
     const env = { ...deps.env, ...req.env };
-    proc = deps.sandbox.startApp({ app: { name: "exec", cmd: req.cmd, tty: false }, env, cwd: req.cwd, onData: (bytes, stream) => this.log.append(bytes, stream ?? "stdout") });
+    if (req.inlineWaitMs !== undefined) this.inline = { parts: { stdout: [], stderr: [] }, bytes: 0 };
+    proc = deps.sandbox.startExec({ app: { name: "exec", cmd: req.cmd, tty: false }, env, cwd: req.cwd, onData: (bytes, stream) => this.output(bytes, stream ?? "stdout") });
     if (pausedEarly) proc.setPaused(true);
     this.proc = proc;
     if (req.stdin.length > 0) proc.input.push(Buffer.from(req.stdin, "base64"));
     if (!req.keepStdinOpen) this.closeStdinWhenWritten();
     if (req.timeoutMs !== undefined) this.timers.push(deps.setTimer(() => this.kill(true), req.timeoutMs));
     if (req.attached) this.watchReader();
+    this.exitKnown = new Promise((resolve) => (this.resolveExit = resolve));
     this.ended = this.finish();
+  }
+
+  /**
+   * The command's exit and whole output when it ends within waitMs and its
+   * output stayed within EXEC_INLINE_MAX_BYTES (a start's inline answer);
+   * undefined otherwise (the caller reads the log).
+   */
+  async inlineDone(waitMs: number): Promise<ExecDone | undefined> {
+    let timer: { cancel(): void } | undefined;
+    const late = new Promise<undefined>((resolve) => (timer = this.deps.setTimer(() => resolve(undefined), waitMs)));
+    const exit = await Promise.race([this.exitKnown, late]);
+    timer?.cancel();
+    const inline = this.inline;
+    this.inline = undefined;
+    if (exit === undefined || inline === undefined) return undefined;
+    const text = (stream: "stdout" | "stderr") => Buffer.concat(inline.parts[stream]).toString("base64");
+    return { exit, stdout: text("stdout"), stderr: text("stderr") };
   }
 
   get running(): boolean {
@@ -118,6 +142,17 @@ export class ExecProcess {
     this.log.abort();
   }
 
+  private output(bytes: Uint8Array, stream: "stdout" | "stderr"): void {
+    const inline = this.inline;
+    if (inline) {
+      inline.bytes += bytes.byteLength;
+      // Copied: the log may hold on to the chunk, the inline answer is built later.
+      if (inline.bytes <= EXEC_INLINE_MAX_BYTES) inline.parts[stream].push(Uint8Array.prototype.slice.call(bytes));
+      else this.inline = undefined;
+    }
+    this.log.append(bytes, stream);
+  }
+
   private closeStdinWhenWritten(): void {
     this.proc.endInput();
   }
@@ -149,6 +184,7 @@ export class ExecProcess {
       timedOut: this.timedOut,
     };
     this.exit = exit;
+    this.resolveExit(exit);
     await this.log.finish(exit);
     return exit;
   }

@@ -103,6 +103,12 @@ export interface Sandbox {
   reach(gatewayUrl: string | undefined): Promise<SandboxReach>;
   /** Starts an app (PTY, or pipes when `tty: false`); throws SpawnError with a fact-safe reason. */
   startApp(opts: SandboxApp): AppProcess;
+  /**
+   * Starts an exec'd command (pipes, never a PTY) as the session's processes
+   * run: on bwrap a fork of the session's exec init (exec-holder.ts) where
+   * the runner has one, else a piped app. Throws SpawnError as startApp.
+   */
+  startExec(opts: SandboxApp): AppProcess;
   /** Runs a setup or init script (`/bin/sh -c`), its output discarded. */
   runScript(opts: SandboxScript): Promise<ScriptOutcome>;
   /** Runs an argv to its end as the session's processes run (its user, root, network, egress), keeping its stderr's tail. */

@@ -4,6 +4,7 @@
  * with `process` and once with `bwrap` (namespaced, a uid of its own, a
  * network of its own). What differs between them is asserted per backend.
  */
+import { DEFAULT_INIT_PATH } from "../config.ts";
 import { execFileSync } from "node:child_process";
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -64,7 +65,7 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     t = testAgent(nc, {
       dataDir,
       capabilities: [],
-      sandbox: { backend, hide: [], shared: [], uidFirst: ids.firstUid, uidCount: UID_COUNT, netInstance: ids.instance, netPrefix: ids.prefix, limits: LIMITS },
+      sandbox: { backend, hide: [], shared: [], uidFirst: ids.firstUid, uidCount: UID_COUNT, netInstance: ids.instance, netPrefix: ids.prefix, limits: LIMITS, init: DEFAULT_INIT_PATH },
     });
     agents.push(t);
     facts = collectFacts(nc, t.config.poolId, t.config.runnerId);

@@ -6,6 +6,7 @@
  * file, a FIFO, a git object store pointing at a host repository, a workspace
  * swapped for a link) never makes it read, write or chown outside.
  */
+import { DEFAULT_INIT_PATH } from "../config.ts";
 import { execFileSync } from "node:child_process";
 import { chmodSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -47,7 +48,7 @@ beforeAll(async () => {
   hostSecret = join(dataDir, "host-secret");
   writeFileSync(hostSecret, HOST_SECRET, { mode: 0o600 });
   const scheduler = fakeScheduler(nats.nc, 0);
-  t = testAgent(nats.nc, { dataDir, capabilities: [], sandbox: { backend: "bwrap", hide: [], shared: [], uidFirst: ids.firstUid, uidCount: 16, netInstance: ids.instance, netPrefix: ids.prefix, limits: DEFAULT_SANDBOX_LIMITS } });
+  t = testAgent(nats.nc, { dataDir, capabilities: [], sandbox: { backend: "bwrap", hide: [], shared: [], uidFirst: ids.firstUid, uidCount: 16, netInstance: ids.instance, netPrefix: ids.prefix, limits: DEFAULT_SANDBOX_LIMITS, init: DEFAULT_INIT_PATH } });
   facts = collectFacts(nats.nc, t.config.poolId, t.config.runnerId);
   await t.agent.start();
   scheduler.sub.unsubscribe();

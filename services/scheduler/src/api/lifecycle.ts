@@ -3,6 +3,7 @@ import {
   ConflictError,
   isTerminal,
   NotFoundError,
+  sessionKey,
   UnavailableError,
   type AuditAction,
   type Checkpoint,
@@ -18,17 +19,33 @@ import { deleteSession, getSession } from "./queries.ts";
 import { sendCommand } from "../fleet/slots.ts";
 import { CasConflictError, type Versioned } from "../state/store.ts";
 
-/** Applies `change` to the current record by CAS, retrying lost races; change may throw a typed error. */
+/**
+ * Applies `change` to the current record by CAS, retrying lost races; change
+ * may throw a typed error. The first try starts from the local view's copy
+ * (one KV read fewer): a stale one loses the CAS, and any answer other than
+ * a write (an error, no change) is decided again on a fresh read, so the
+ * view's lag never shows in what the caller is told.
+ */
 async function mutateSession(
   ctx: SchedulerContext,
   scope: Scope,
   sessionId: string,
   change: (current: Versioned<Session>) => Session | undefined,
 ): Promise<{ before: Session; after: Session }> {
-  for (;;) {
-    const current = await getSession(ctx, scope, sessionId);
-    const next = change(current);
-    if (next === undefined) return { before: current.value, after: current.value };
+  for (let attempt = 0; ; attempt++) {
+    const viewed = attempt === 0 ? ctx.sessionView.get(sessionKey(scope.workspaceId, sessionId)) : undefined;
+    const current = viewed ?? (await getSession(ctx, scope, sessionId));
+    let next: Session | undefined;
+    try {
+      next = change(current);
+    } catch (err) {
+      if (viewed) continue;
+      throw err;
+    }
+    if (next === undefined) {
+      if (viewed) continue;
+      return { before: current.value, after: current.value };
+    }
     try {
       await writeSession(ctx, current, next);
       return { before: current.value, after: next };

@@ -27,7 +27,8 @@ import { LimitKind, type SandboxLimits } from "./limits.ts";
 import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
 import { createSandboxNetworks, type SandboxNetworks } from "./network.ts";
 import { findTool, type BwrapCapability } from "./probe.ts";
-import { runCommand, runScript, startApp, startRelay, type AppStart } from "./sandbox-apps.ts";
+import { ExecHolder, INIT_INSIDE } from "./exec-holder.ts";
+import { runCommand, runScript, startApp, startExec, startRelay, type AppStart } from "./sandbox-apps.ts";
 import { killUids, untilUidGone } from "./session-processes.ts";
 import { signalSession } from "./spawn.ts";
 import { claimHeld, createUidAllocator, DEFAULT_UID_CLAIM_DIR, UidRangeError } from "./uid-allocator.ts";
@@ -72,6 +73,8 @@ export interface BwrapBackendOptions {
     netPrefix?: readonly [number, number] | undefined;
     limits: SandboxLimits;
     warmPool?: number | undefined;
+    /** The exec init binary (native/paddock-init.c, static); without it every exec is a launch of its own. */
+    init?: string | undefined;
   };
   /** Where sessions naming an image get its root; without it such sessions are refused. */
   images?: SandboxImages | undefined;
@@ -196,7 +199,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
         throw err;
       }
       const coldReason = root ? "image" : warm ? "no warm sandbox ready" : "no warm pool";
-      const sandbox = bwrapSandbox({ log, tools, hold: h, waiter: taken?.waiter, coldReason, pool, root, cgroups, spec: specOf(h, root), emit, release: async () => {
+      const sandbox = bwrapSandbox({ log, tools, hold: h, waiter: taken?.waiter, coldReason, pool, root, cgroups, spec: specOf(h, root), init: settings.init, emit, release: async () => {
         await release(h);
         root?.release();
         sandboxes.delete(sandbox);
@@ -233,6 +236,8 @@ interface SandboxParts {
   root: ImageRoot | undefined;
   cgroups: SessionCgroups | undefined;
   spec: SpecOf;
+  /** The exec init's host path (settings.init). */
+  init: string | undefined;
   emit: (event: BwrapEvent) => void;
   /** Gives back the hold and the image (after everything of the session was killed). */
   release: () => Promise<void>;
@@ -293,6 +298,10 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
     waiter = undefined;
     return w;
   };
+  const init = p.init;
+  // The session's exec namespace, started by its first exec (exec-holder.ts).
+  const holder = init ? new ExecHolder({ log: p.log, launch: () => sandboxLaunch({ ...p.spec([INIT_INSIDE], {}, false, [{ host: init, path: INIT_INSIDE }]), asPid1: true }, p.tools) }) : undefined;
+  const where = { workspace: { host: workspace, inside: INSIDE_WORKSPACE }, rootfs: p.root?.rootfs };
   const killAll = async () => {
     signalSession(uid, "SIGKILL");
     await untilUidGone(uid, p.log);
@@ -340,10 +349,17 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
         coldReason: p.waiter ? "not the sandbox's first app" : p.coldReason,
         onStart: (start) => p.emit({ type: "app_start", ...start }),
       }),
+    startExec: (opts) => (holder ? startExec(opts, holder, where) : startApp({ ...opts, app: { ...opts.app, tty: false } }, { ...where, spec: p.spec, tools: p.tools, takeWaiter: () => undefined, coldReason: "exec", onStart: () => undefined })),
     runScript: (opts) => runScript(opts, p.spec, p.tools),
-    runCommand: (opts) => runCommand(opts, p.spec, p.tools, { workspace: { host: workspace, inside: INSIDE_WORKSPACE }, rootfs: p.root?.rootfs }),
-    freeze: (apps) => apps.forEach((app) => app.freeze()),
-    thaw: (apps) => apps.forEach((app) => app.thaw()),
+    runCommand: (opts) => runCommand(opts, p.spec, p.tools, where),
+    freeze: (apps) => {
+      apps.forEach((app) => app.freeze());
+      holder?.freeze();
+    },
+    thaw: (apps) => {
+      holder?.thaw();
+      apps.forEach((app) => app.thaw());
+    },
     killLeftovers: killAll,
     // Every process of the uid is the session's, also one that left its app's group or session (a piped app's sandbox starts a new one);
     // its cgroups, where it has them, count CPU time exactly (exited processes too).
@@ -352,6 +368,8 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
       if (destroyed) return;
       destroyed = true;
       takeWaiter()?.dispose("session ended");
+      // Its init kills the namespace as its stdin closes; the uid's sweep in release is the backstop.
+      void holder?.close();
       relay?.close();
       await p.release();
     },

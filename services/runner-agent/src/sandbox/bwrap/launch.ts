@@ -118,6 +118,8 @@ export interface SandboxSpec {
    * session (see launchArgv).
    */
   tty: boolean;
+  /** The command is the pid namespace's pid 1 (bwrap --as-pid-1: no reaper of bwrap's own): the exec init (exec-holder.ts). */
+  asPid1?: boolean | undefined;
 }
 
 export interface SandboxLaunch {
@@ -192,6 +194,7 @@ export function bwrapArgs(spec: SandboxSpec): string[] {
   const args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent"];
   if (!spec.netnsPath) args.push("--unshare-net");
   if (!spec.tty) args.push("--new-session");
+  if (spec.asPid1) args.push("--as-pid-1");
   args.push("--hostname", "paddock");
   // An image's root is read-only from the start: /home is a tmpfs so bwrap can make the workspace's and home's mount points in it.
   const hidden = spec.root.kind === "host" ? [...HOST_HIDDEN, ...spec.hide] : [...IMAGE_TMPFS];

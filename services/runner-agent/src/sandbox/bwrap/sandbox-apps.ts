@@ -16,6 +16,7 @@ import { spawnPiped } from "../pipe-app.ts";
 import { exitThroughSandbox, OutputStream, withSandboxExits, type AppProcess } from "../process-group.ts";
 import { OutputTail } from "../output-tail.ts";
 import { wrapPty } from "../pty-app.ts";
+import type { ExecHolder } from "./exec-holder.ts";
 import { imageCommandExists } from "./image-root.ts";
 import { openEnvFile, type EnvFile } from "./launch-env.ts";
 import { sandboxLaunch, type BwrapTools, type SandboxSpec } from "./launch.ts";
@@ -72,6 +73,18 @@ export function startApp(opts: SandboxApp, ctx: AppContext): AppProcess {
     const pty = spawnPty(launch.file, launch.args, { ...PTY_SPAWN, cols: size.cols, rows: size.rows, env: launch.env, encoding: null });
     return withSandboxExits(wrapPty(opts.app.name, pty, opts.onData, signalTree));
   });
+}
+
+/**
+ * An exec'd command as a fork of the session's exec init (exec-holder.ts),
+ * found first where startApp looks; its cwd and PWD are the workspace's
+ * subdirectory opts.cwd (checked by the caller), as bwrap's chdir gives apps.
+ */
+export function startExec(opts: SandboxApp, holder: ExecHolder, where: Pick<AppContext, "workspace" | "rootfs">): AppProcess {
+  const [command] = opts.app.cmd;
+  if (command === undefined || !commandExists(command, opts.env.PATH ?? "", where)) throw new SpawnError(`app ${opts.app.name}: command not found: ${(command ?? "").slice(0, 128)}`);
+  const cwd = opts.cwd ? join(where.workspace.inside, opts.cwd) : where.workspace.inside;
+  return holder.start({ name: opts.app.name, argv: opts.app.cmd, env: { ...opts.env, PWD: cwd }, cwd, onData: (bytes, stream) => opts.onData(bytes, stream) });
 }
 
 /** Starts a process with spec's environment in a file (launch-env.ts), freed once the process ended or failed to start. */

@@ -45,6 +45,7 @@ function processSandbox(dir: string, log: Logger): Sandbox {
     adopt: () => Promise.resolve(),
     reach: (gatewayUrl) => Promise.resolve({ egressHost: "127.0.0.1", egressPort: 0, gatewayUrl, noProxy: [], allow: () => Promise.resolve() }),
     startApp: (opts) => spawnApp({ ...opts, cwd: opts.cwd ? join(workspace, opts.cwd) : workspace }),
+    startExec: (opts) => spawnApp({ ...opts, app: { ...opts.app, tty: false }, cwd: opts.cwd ? join(workspace, opts.cwd) : workspace }),
     runScript: (opts) => runScript({ ...opts, cwd: workspace }),
     runCommand: (opts) => runCommand({ ...opts, cwd: workspace }),
     freeze: (apps) => eachApp(apps, (app) => app.freeze()),
