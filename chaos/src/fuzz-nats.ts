@@ -27,6 +27,8 @@ import {
   execRpcs,
   execCreditSubject,
   ExecCredit,
+  packWithBytes,
+  unpackWithBytes,
   type Rpc,
 } from "@paddock/contracts";
 import { api, Terminal, UpgradeRefused } from "./client.ts";
@@ -99,11 +101,19 @@ export async function fuzzNats(ctx: FuzzContext, count: number, p: Prng, only?: 
       "nats request/reply",
       async (n) => {
         const rpc = p.pick(rpcs);
-        const data = payload(p, rpc.request, rpcSample);
+        const json = payload(p, rpc.request, rpcSample);
+        // A withBytes rpc's messages are its JSON packed with bytes (some bytes, or a frame that is not one at all).
+        const data = rpc.withBytes ? (p.bool(0.8) ? packWithBytes(json, p.bytes(p.int(0, 64))) : p.bytes(p.int(0, 3))) : json;
         const what = `input #${n} ${rpc.subject} ${excerpt(Buffer.from(data), 100)}`;
         let text: string;
         try {
-          text = new TextDecoder().decode((await nc.request(rpc.subject, data, { timeout: 5_000 })).data);
+          const answer = (await nc.request(rpc.subject, data, { timeout: 5_000 })).data;
+          const unpacked = rpc.withBytes ? unpackWithBytes(answer) : { json: answer };
+          if (!unpacked) {
+            ctx.anomalies.add("malformed replies", `${what}: not packed`);
+            return;
+          }
+          text = new TextDecoder().decode(unpacked.json);
         } catch (err) {
           ctx.anomalies.add("requests never answered", `${what}: ${err instanceof Error ? err.message : String(err)}`);
           return;

@@ -2,11 +2,12 @@ import { describe, expect, it } from "vitest";
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { z } from "zod";
-import { Buckets, InvalidError, NotFoundError, Streams, UnavailableError, type Rpc } from "@paddock/contracts";
+import { Buckets, InvalidError, NotFoundError, packWithBytes, Streams, UnavailableError, unpackWithBytes, type Rpc } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
 import { useNatsServer } from "@paddock/testing/vitest";
 import {
   callRpc,
+  callRpcWithBytes,
   connectBus,
   consumeTyped,
   createBusMetrics,
@@ -18,6 +19,7 @@ import {
   provision,
   readLatestFromLeader,
   serveRpc,
+  serveRpcWithBytes,
   SettledFloor,
   streamConfigs,
 } from "./index.ts";
@@ -94,6 +96,36 @@ describe("rpc", () => {
     expect(noAnswer).toBeInstanceOf(UnavailableError);
     // The client's own error stays as the cause, for logs.
     expect((noAnswer as Error).cause).toBeInstanceOf(Error);
+  });
+
+  it("carries raw bytes after the JSON both ways for a withBytes rpc, and answers a message that is not packed invalid", async () => {
+    const Reverse = { subject: "paddock.test.reverse", request: z.object({ tag: z.string() }).strict(), result: z.object({ tag: z.string(), got: z.number() }).strict(), withBytes: true as const };
+    const metrics = createBusMetrics();
+    const sub = serveRpcWithBytes(
+      nats.nc,
+      Reverse,
+      async ({ tag }, bytes) => {
+        if (tag === "refuse") throw new InvalidError("refused");
+        return { result: { tag, got: bytes.byteLength }, bytes: Uint8Array.from(bytes).reverse() };
+      },
+      { queue: "test", metrics, log: silentLogger() },
+    );
+    const bytes = Uint8Array.from({ length: 300_000 }, (_, i) => (i * 31) & 0xff);
+    const answer = await callRpcWithBytes(nats.nc, Reverse, { tag: "a" }, bytes);
+    expect(answer.result).toEqual({ tag: "a", got: 300_000 });
+    expect(Buffer.from(answer.bytes).equals(Buffer.from(Uint8Array.from(bytes).reverse()))).toBe(true);
+    expect((await callRpcWithBytes(nats.nc, Reverse, { tag: "" }, new Uint8Array(0))).bytes.byteLength).toBe(0);
+    await expect(callRpcWithBytes(nats.nc, Reverse, { tag: "refuse" }, bytes)).rejects.toMatchObject({ code: "invalid" });
+    // Foreign clients: plain JSON, a length past the end, three bytes; each answered invalid, packed, counted.
+    for (const data of [new TextEncoder().encode('{"tag":"x"}'), Uint8Array.of(255, 255, 0, 0, 123), Uint8Array.of(1, 2, 3)]) {
+      const packed = unpackWithBytes((await nats.nc.request(Reverse.subject, data)).data);
+      expect(JSON.parse(new TextDecoder().decode(packed?.json))).toMatchObject({ ok: false, error: { code: "invalid" } });
+    }
+    expect((await metrics.invalidMessages.get()).values[0]?.value).toBe(3);
+    // JSON that breaks the request's schema, packed: invalid too.
+    const bad = unpackWithBytes((await nats.nc.request(Reverse.subject, packWithBytes(new TextEncoder().encode('{"tag":1}'), Uint8Array.of(1)))).data);
+    expect(JSON.parse(new TextDecoder().decode(bad?.json))).toMatchObject({ ok: false, error: { code: "invalid" } });
+    sub.unsubscribe();
   });
 
   it("a request that cannot be encoded is the caller's invalid, not a retryable unavailable, and is never sent", async () => {

@@ -2,7 +2,9 @@ import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node"
 import type { z } from "zod";
 import {
   errorFromBody,
+  packWithBytes,
   PaddockError,
+  unpackWithBytes,
   QueueGroups,
   replyEnvelope,
   UnavailableError,
@@ -109,5 +111,74 @@ export async function callRpc<R extends Rpc<z.ZodType, z.ZodType>>(
   if (!decoded.ok) throw new UnavailableError(`malformed reply from ${rpc.subject}`);
   const env = decoded.value as { ok: true; result: z.infer<R["result"]> } | { ok: false; error: never };
   if (env.ok) return env.result;
+  throw errorFromBody(env.error);
+}
+
+/** What a withBytes handler answers: its result and the bytes that follow it (none when absent). */
+export interface WithBytes<T> {
+  result: T;
+  bytes?: Uint8Array | undefined;
+}
+
+export type RpcBytesHandler<R extends Rpc<z.ZodType, z.ZodType>> = (request: z.infer<R["request"]>, bytes: Uint8Array, meta: RpcMeta) => Promise<WithBytes<z.input<R["result"]>>>;
+
+function replyPackedError(msg: Msg, err: PaddockError): void {
+  msg.respond(packWithBytes(encoder.encode(JSON.stringify({ ok: false, error: err.toBody() })), new Uint8Array(0)));
+}
+
+/**
+ * serveRpc for a withBytes rpc: the request's JSON is checked as serveRpc
+ * checks it and the bytes after it are handed over as they are; the reply
+ * is packed the same way (an error's with no bytes).
+ */
+export function serveRpcWithBytes<R extends Rpc<z.ZodType, z.ZodType>>(nc: NatsConnection, rpc: R, handler: RpcBytesHandler<R>, opts: ServeRpcOptions): Subscription {
+  const envelope = replyEnvelope(rpc.result);
+  const encode = encoderOf(nc);
+  return nc.subscribe(rpc.subject, {
+    queue: opts.queue ?? QueueGroups.scheduler,
+    callback: (err, msg) => {
+      if (err) {
+        opts.log.error({ err, subject: rpc.subject }, "subscription error");
+        return;
+      }
+      const packed = unpackWithBytes(msg.data);
+      const decoded = packed ? decodeJson(rpc.request, packed.json) : { ok: false as const, reason: "not a message with bytes (a u32 length, JSON, bytes)" };
+      if (!packed || !decoded.ok) {
+        opts.metrics.invalidMessages.inc({ subject: rpc.subject });
+        replyPackedError(msg, new PaddockError("invalid", decoded.ok ? "malformed" : decoded.reason));
+        return;
+      }
+      handler(decoded.value as z.infer<R["request"]>, packed.bytes, { reply: msg.reply }).then(
+        ({ result, bytes }) => msg.respond(packWithBytes(encode(envelope, { ok: true, result }), bytes ?? new Uint8Array(0))),
+        (handlerErr: unknown) => {
+          const mapped = toPaddockError(handlerErr);
+          if (mapped.code === "internal") opts.log.error({ err: handlerErr, subject: rpc.subject }, "rpc handler failed");
+          replyPackedError(msg, mapped);
+        },
+      );
+    },
+  });
+}
+
+/** callRpc for a withBytes rpc: bytes go after the request's JSON, and come back after the result's. */
+export async function callRpcWithBytes<R extends Rpc<z.ZodType, z.ZodType>>(
+  nc: NatsConnection,
+  rpc: R,
+  request: z.input<R["request"]>,
+  bytes: Uint8Array,
+  opts: { timeoutMs?: number } = {},
+): Promise<{ result: z.infer<R["result"]>; bytes: Uint8Array }> {
+  const data = packWithBytes(encoderOf(nc)(rpc.request, request), bytes);
+  let reply: Msg;
+  try {
+    reply = await nc.request(rpc.subject, data, { timeout: opts.timeoutMs ?? 5_000 });
+  } catch (err) {
+    throw new UnavailableError(`no answer from ${rpc.subject}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  }
+  const packed = unpackWithBytes(reply.data);
+  const decoded = packed ? decodeJson(envelopeOf(rpc.result), packed.json) : undefined;
+  if (!packed || !decoded?.ok) throw new UnavailableError(`malformed reply from ${rpc.subject}`);
+  const env = decoded.value as { ok: true; result: z.infer<R["result"]> } | { ok: false; error: never };
+  if (env.ok) return { result: env.result, bytes: packed.bytes };
   throw errorFromBody(env.error);
 }

@@ -11,6 +11,7 @@ import type { Rpc } from "./rpc.ts";
 import { TransferDirection } from "./workspace.ts";
 
 export type { Rpc } from "./rpc.ts";
+export { packWithBytes, unpackWithBytes } from "./rpc.ts";
 
 function rpc<Req extends z.ZodType, Res extends z.ZodType>(
   resource: string,

@@ -114,9 +114,10 @@ export type ByteRange = z.infer<typeof ByteRange>;
 
 /**
  * The most bytes of one file that cross the bus inside the request or reply
- * itself (base64) rather than through a `transfers` object: the object's
- * chunked publishes and ordered read cost tens of ms, one message a few. The
- * gateway uses less when the server's max_payload is smaller (inlineBytesFor).
+ * itself (raw, after its JSON: the read and write rpcs are withBytes) rather
+ * than through a `transfers` object: the object's chunked publishes and
+ * ordered read cost tens of ms, one message a few. The gateway uses less when
+ * the server's max_payload is smaller (inlineBytesFor).
  */
 export const MAX_INLINE_FILE_BYTES = 2 * 1024 * 1024;
 /** Room in a message for everything but the inline bytes (JSON fields, headers). */
@@ -124,11 +125,8 @@ const INLINE_MESSAGE_SLACK = 16 * 1024;
 
 /** How many bytes of a file fit inline under a server's max_payload (0: none). */
 export function inlineBytesFor(maxPayload: number): number {
-  return Math.max(0, Math.min(MAX_INLINE_FILE_BYTES, Math.floor(((maxPayload - INLINE_MESSAGE_SLACK) * 3) / 4)));
+  return Math.max(0, Math.min(MAX_INLINE_FILE_BYTES, maxPayload - INLINE_MESSAGE_SLACK));
 }
-
-/** Inline file bytes, base64. */
-const InlineBytes = z.string().max(Math.ceil(MAX_INLINE_FILE_BYTES / 3) * 4);
 
 export const FileReadRequest = z
   .object({
@@ -151,8 +149,8 @@ export const FileReadReply = z
     end: z.number().int().min(-1),
     /** True when the range asked for starts past the end of the file (nothing was stored). */
     unsatisfiable: z.boolean(),
-    /** The bytes themselves (base64) when they fit the request's inlineMaxBytes: then no object was stored. */
-    inline: InlineBytes.optional(),
+    /** True when the bytes themselves follow the reply (they fit the request's inlineMaxBytes): then no object was stored. */
+    inline: z.boolean().optional(),
   })
   .strict();
 export type FileReadReply = z.infer<typeof FileReadReply>;
@@ -228,11 +226,11 @@ export const FileWriteRequest = z
     /** The bytes through a transfer object (sealed under sealKey)… */
     transferId: Id.optional(),
     sealKey: SealKey.optional(),
-    /** …or inline (base64), for a file that fits one message. */
-    inline: InlineBytes.optional(),
+    /** …or inline: the bytes follow the request (a file that fits one message). */
+    inline: z.literal(true).optional(),
   })
   .strict()
-  .refine((r) => (r.inline !== undefined) !== (r.transferId !== undefined && r.sealKey !== undefined), "either inline bytes or a transfer object with its key");
+  .refine((r) => (r.inline === true) !== (r.transferId !== undefined && r.sealKey !== undefined), "either inline bytes or a transfer object with its key");
 export type FileWriteRequest = z.infer<typeof FileWriteRequest>;
 /** Also the body of `PUT /v1/sessions/:id/files`. */
 export const FileWriteReply = z.object({ path: z.string().max(MAX_WORKSPACE_PATH), size: z.number().int().nonnegative() }).strict();
@@ -365,9 +363,9 @@ export function workspaceRpcs(poolId: string, runnerId: string) {
     push: { subject: workspaceSubject(poolId, runnerId, "push"), request: WorkspacePushRequest, result: WorkspacePushReply },
     pull: { subject: workspaceSubject(poolId, runnerId, "pull"), request: WorkspacePullRequest, result: WorkspacePullReply },
     diff: { subject: workspaceSubject(poolId, runnerId, "diff"), request: WorkspaceDiffRequest, result: WorkspaceDiffReply },
-    read: { subject: workspaceSubject(poolId, runnerId, "read"), request: FileReadRequest, result: FileReadReply },
+    read: { subject: workspaceSubject(poolId, runnerId, "read"), request: FileReadRequest, result: FileReadReply, withBytes: true },
     list: { subject: workspaceSubject(poolId, runnerId, "list"), request: FileListRequest, result: FileListColumns },
-    write: { subject: workspaceSubject(poolId, runnerId, "write"), request: FileWriteRequest, result: FileWriteReply },
+    write: { subject: workspaceSubject(poolId, runnerId, "write"), request: FileWriteRequest, result: FileWriteReply, withBytes: true },
     delete: { subject: workspaceSubject(poolId, runnerId, "delete"), request: FileDeleteRequest, result: FileDeleteReply },
     repos: { subject: workspaceSubject(poolId, runnerId, "repos"), request: WorkspaceReposRequest, result: WorkspaceReposReply },
     watch: { subject: workspaceSubject(poolId, runnerId, "watch"), request: FileWatchRequest, result: FileWatchReply },

@@ -4,7 +4,7 @@ import { pipeline } from "node:stream/promises";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { Objm, type ObjectResult, type ObjectStore } from "@nats-io/obj";
 import { newSealKey, SealError, sealed, unsealed } from "@paddock/archive";
-import { callRpc } from "@paddock/bus";
+import { callRpc, callRpcWithBytes } from "@paddock/bus";
 import {
   Api,
   ARCHIVE_CONTENT_TYPE,
@@ -230,8 +230,9 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
       let stored = true;
       try {
         const inlineMaxBytes = inlineLimit();
-        const read = await callRpc(ctx.deps.nc, rpcs.read, { ...target(session), path: query.path, transferId, sealKey: key.toString("base64"), inlineMaxBytes, ...(range ? { range } : {}) }, rpcOpts);
-        stored = read.inline === undefined && !read.unsatisfiable;
+        const answer = await callRpcWithBytes(ctx.deps.nc, rpcs.read, { ...target(session), path: query.path, transferId, sealKey: key.toString("base64"), inlineMaxBytes, ...(range ? { range } : {}) }, new Uint8Array(0), rpcOpts);
+        const read = answer.result;
+        stored = read.inline !== true && !read.unsatisfiable;
         if (read.unsatisfiable) {
           res.writeHead(416, { "content-type": "application/json", "content-range": `bytes */${read.size}` });
           res.end(JSON.stringify({ error: { code: "invalid", message: `the range starts past the end of the file (${read.size} bytes)` } }));
@@ -240,9 +241,9 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
         const length = read.end - read.start + 1;
         const partial = range ? { "content-range": `bytes ${read.start}-${read.end}/${read.size}` } : {};
         const head = { "content-type": FILE_CONTENT_TYPE, "content-length": String(length), "accept-ranges": "bytes", "cache-control": "no-store", ...partial };
-        if (read.inline !== undefined) {
-          const bytes = Buffer.from(read.inline, "base64");
-          if (bytes.length !== length) throw new UnavailableError(`the runner answered ${bytes.length} of ${length} bytes; retry`);
+        if (read.inline === true) {
+          const bytes = answer.bytes;
+          if (bytes.byteLength !== length) throw new UnavailableError(`the runner answered ${bytes.byteLength} of ${length} bytes; retry`);
           res.writeHead(range ? 206 : 200, head);
           res.end(bytes);
           return;
@@ -267,10 +268,13 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
       refuseDeclaredTooLarge(req);
       const { session, rpcs } = await authorized(scope, params.id, Action.writeFiles);
       writable(session);
-      const write = (bytes: { inline: string } | { transferId: string; sealKey: string }) => callRpc(ctx.deps.nc, rpcs.write, { ...target(session), path: query.path, mode: query.mode, ...bytes }, rpcOpts);
+      const write = async (bytes: { inline: Uint8Array } | { transferId: string; sealKey: string }) => {
+        const request = { ...target(session), path: query.path, mode: query.mode, ...("inline" in bytes ? { inline: true as const } : bytes) };
+        return (await callRpcWithBytes(ctx.deps.nc, rpcs.write, request, "inline" in bytes ? bytes.inline : new Uint8Array(0), rpcOpts)).result;
+      };
       const declared = req.headers["content-length"] === undefined ? undefined : Number(req.headers["content-length"]);
       // A body that fits one message goes inline; a larger one, or one of unknown length, through a transfer object.
-      const reply = declared !== undefined && declared <= inlineLimit() ? await write({ inline: (await wholeBody(req, declared)).toString("base64") }) : await uploaded(req, session, write);
+      const reply = declared !== undefined && declared <= inlineLimit() ? await write({ inline: await wholeBody(req, declared) }) : await uploaded(req, session, write);
       // Each write is a fact (one audit event, fixed fields only: no path, no content) before the client is told.
       await recordFact(scope, session.id, "file.write");
       return { status: 200, body: reply };

@@ -10,8 +10,8 @@ import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import type { ObjectStore } from "@nats-io/obj";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { FileTooLargeError, relativeSegments, SealError, sealed, sealKeyFrom, unsealed, type FileOwner } from "@paddock/archive";
-import { serveRpc, type BusMetrics } from "@paddock/bus";
-import { InvalidError, NotFoundError, TooLargeError, transferObjectName, transferRef, fileListColumns, type FileDeleteReply, type FileListColumns, type FileReadReply, type FileReadRequest, type FileWriteReply, type FileWriteRequest, type workspaceRpcs } from "@paddock/contracts";
+import { serveRpc, serveRpcWithBytes, type BusMetrics, type WithBytes } from "@paddock/bus";
+import { InvalidError, MAX_INLINE_FILE_BYTES, NotFoundError, TooLargeError, transferObjectName, transferRef, fileListColumns, type FileDeleteReply, type FileListColumns, type FileReadReply, type FileReadRequest, type FileWriteReply, type FileWriteRequest, type workspaceRpcs } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { deleteInside, listInside, openFileInside, writeFileInside } from "./files.ts";
 
@@ -35,8 +35,12 @@ export interface FileOpsContext {
 export function serveFileOps(c: FileOpsContext): Subscription[] {
   const { nc, rpcs, translate } = c;
   /** A write's bytes: inline, or the transfer object unsealed (done() says whether the object was whole). */
-  const writeSource = async (req: FileWriteRequest): Promise<{ source: AsyncIterable<Uint8Array>; done: () => Promise<void> }> => {
-    if (req.inline !== undefined) return { source: Readable.from([Buffer.from(req.inline, "base64")]), done: () => Promise.resolve() };
+  const writeSource = async (req: FileWriteRequest, inline: Uint8Array): Promise<{ source: AsyncIterable<Uint8Array>; done: () => Promise<void> }> => {
+    if (req.inline === true) {
+      if (inline.byteLength > MAX_INLINE_FILE_BYTES) throw new TooLargeError(`inline bytes past ${MAX_INLINE_FILE_BYTES}: send them through a transfer object`);
+      return { source: Readable.from([inline]), done: () => Promise.resolve() };
+    }
+    if (inline.byteLength > 0) throw new InvalidError("bytes after a write that names a transfer object");
     const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId as string);
     const got = await (await c.transfers()).get(name);
     if (!got) throw new NotFoundError("transfer");
@@ -55,28 +59,29 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
       return runtime.workspaceTask((workspace, user) => fn(workspace, segments, user));
     });
   return [
-    serveRpc(nc, rpcs.read, (req) =>
-      onWorkspace(req, async (workspace, segments, user): Promise<FileReadReply> => {
+    serveRpcWithBytes(nc, rpcs.read, (req, attached) =>
+      onWorkspace(req, async (workspace, segments, user): Promise<WithBytes<FileReadReply>> => {
+        if (attached.byteLength > 0) throw new InvalidError("bytes after a read request");
         const { stream, size, part } = await openFileInside(workspace, segments, user, req.range);
         if (part === undefined) {
           stream.destroy();
-          return { size, start: 0, end: -1, unsatisfiable: true };
+          return { result: { size, start: 0, end: -1, unsatisfiable: true } };
         }
         // Small enough for the reply itself: no object, no second read.
         if (part.end - part.start + 1 <= (req.inlineMaxBytes ?? 0)) {
           const bytes = await bytesOf(stream);
-          return { size, start: part.start, end: part.end, unsatisfiable: false, inline: bytes.toString("base64") };
+          return { result: { size, start: part.start, end: part.end, unsatisfiable: false, inline: true }, bytes };
         }
         const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
         const body = sealed(stream, sealKeyFrom(req.sealKey), transferRef(name));
         await (await c.transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
-        return { size, start: part.start, end: part.end, unsatisfiable: false };
+        return { result: { size, start: part.start, end: part.end, unsatisfiable: false } };
       }),
     c.serve),
     serveRpc(nc, rpcs.list, (req) => onWorkspace(req, async (workspace, segments, user): Promise<FileListColumns> => fileListColumns(await listInside(workspace, segments, req.depth, user))), c.serve),
-    serveRpc(nc, rpcs.write, (req) =>
-      onWorkspace(req, async (workspace, segments, user): Promise<FileWriteReply> => {
-        const { source, done } = await writeSource(req);
+    serveRpcWithBytes(nc, rpcs.write, (req, attached) =>
+      onWorkspace(req, async (workspace, segments, user): Promise<WithBytes<FileWriteReply>> => {
+        const { source, done } = await writeSource(req, attached);
         let size: number;
         try {
           size = await writeFileInside(workspace, segments, source, { mode: req.mode, owner: user, maxBytes: c.maxBytes });
@@ -87,7 +92,7 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
         }
         await done();
         c.log.info({ sessionId: req.sessionId, bytes: size }, "file written");
-        return { path: segments.join("/"), size };
+        return { result: { path: segments.join("/"), size } };
       }),
     c.serve),
     serveRpc(nc, rpcs.delete, (req) =>
