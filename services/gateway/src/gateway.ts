@@ -16,6 +16,7 @@ import { TerminalHub, TERMINAL_ROUTE } from "./terminal/terminal.ts";
 import { workspaceRoutes } from "./routes/workspace.ts";
 import { execRoutes } from "./routes/exec.ts";
 import { FILES_WATCH_ROUTE, FilesWatchHub } from "./routes/files-watch.ts";
+import { matchPreview, PreviewProxy } from "./routes/preview.ts";
 
 export interface Gateway {
   /** Binds the public API; resolves with the bound port (useful with port 0). */
@@ -38,6 +39,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const ctx = new GatewayContext(deps);
   const terminals = new TerminalHub(ctx);
   const fileWatches = new FilesWatchHub(ctx, terminals.guard);
+  const previews = new PreviewProxy(ctx);
   // Followed events and exec streams live by their token and access like terminal sockets: one guard for all.
   const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx), ...execRoutes(ctx, terminals.guard), ...tokenRoutes(ctx), ...secretRoutes(ctx)];
   const { log, metrics, nc } = deps;
@@ -58,6 +60,12 @@ export function createGateway(deps: GatewayDeps): Gateway {
       if (url.pathname === HealthRoutes.readyz.path && method === HealthRoutes.readyz.method) {
         const ready = isReady();
         sendJson(res, ready ? 200 : 503, { status: ready ? "ready" : "not_ready" });
+        return;
+      }
+      const preview = matchPreview(req.url ?? "/");
+      if (preview) {
+        routeName = "preview";
+        await previews.handle(req, res, preview);
         return;
       }
       const match = matchRoute(routes, method, url.pathname);
@@ -108,7 +116,9 @@ export function createGateway(deps: GatewayDeps): Gateway {
   );
   gate.attach(server);
   server.on("upgrade", (req, socket, head) => {
+    const preview = matchPreview(req.url ?? "/");
     if (gate.isRefused(req.socket)) socket.destroy();
+    else if (preview) void previews.handleUpgrade(req, socket, head, preview);
     else if (FilesWatchHub.matches(req)) fileWatches.handleUpgrade(req, socket, head);
     else terminals.handleUpgrade(req, socket, head);
   });

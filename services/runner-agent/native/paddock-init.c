@@ -15,11 +15,18 @@
  *                 once what is queued was written
  *     'K' signal: u32 signal number, sent to the command's process group
  *     'Z' pause:  u8 1 stops reading the command's output, 0 resumes it
+ *     'T' tunnel: u32 port: a TCP connection to the port on the sandbox's
+ *                 loopback (127.0.0.1, then ::1), made from inside its
+ *                 network namespace as the session's user; its bytes go as a
+ *                 command's do (stdin frames in, stdout frames out), 'K'
+ *                 aborts it, its exit status is 0 once both directions ended
+ *                 or errno << 8 when it could not connect
  *   init -> runner
  *     'P' started: u32 pid (as the namespace sees it)
  *     'O' / 'E'    stdout / stderr bytes
  *     'W' written: u32 bytes of stdin the command was given
  *     'C' closed:  the command closed its stdin; what was queued is dropped
+ *     'D' drained: a tunnel's peer sent its last byte (or the connection broke)
  *     'X' exit:    i32 wait status; nothing of that id follows
  *
  * It trusts only its stdin (a pipe from the runner: the session cannot open
@@ -40,7 +47,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -67,6 +77,8 @@ struct exec {
   /* Bytes each output pipe held when the command exited: read those, then report the exit. */
   int left_out, left_err;
   struct buf in;
+  /* A tunnel (no process: pid 0, never signalled): the port, the address family tried, connect under way. */
+  int tunnel, port, family, connecting;
 };
 
 static struct exec execs[MAX_EXECS];
@@ -219,9 +231,81 @@ static void start(uint32_t id, char *p, size_t len) {
   send_u32('P', id, (uint32_t)pid);
 }
 
+/* Starts a nonblocking connect to the port on the loopback of family; the socket, or -1 (errno set). */
+static int connect_loopback(int family, int port) {
+  int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int r;
+  if (family == AF_INET) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = {htonl(INADDR_LOOPBACK)}};
+    r = connect(fd, (struct sockaddr *)&a, sizeof a);
+  } else {
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port), .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    r = connect(fd, (struct sockaddr *)&a, sizeof a);
+  }
+  if (r == 0 || errno == EINPROGRESS) return fd;
+  int e = errno;
+  close(fd);
+  errno = e;
+  return -1;
+}
+
+/* Points a tunnel at a connect to family's loopback; false (errno set) when it failed at once. */
+static int tunnel_try(struct exec *e, int family) {
+  int fd = connect_loopback(family, e->port);
+  if (fd < 0) return 0;
+  e->family = family;
+  e->fd_out = fd;
+  e->fd_in = dup(fd);
+  e->connecting = 1;
+  return e->fd_in >= 0;
+}
+
+static void tunnel_failed(struct exec *e, int err) {
+  close_fd(&e->fd_out);
+  close_fd(&e->fd_in);
+  e->connecting = 0;
+  e->exited = 1;
+  e->status = (err & 0xff) << 8;
+}
+
+static void tunnel(uint32_t id, char *p, uint32_t len) {
+  if (len != 4 || find(id) || nexecs == MAX_EXECS) die("bad tunnel");
+  uint32_t port = get_u32(p);
+  if (port == 0 || port > 65535) die("bad tunnel");
+  struct exec *e = &execs[nexecs++];
+  memset(e, 0, sizeof *e);
+  e->id = id;
+  e->tunnel = 1;
+  e->port = (int)port;
+  e->fd_err = -1;
+  e->fd_out = e->fd_in = -1;
+  if (!tunnel_try(e, AF_INET) && !tunnel_try(e, AF_INET6)) tunnel_failed(e, errno);
+}
+
+/* A tunnel's connect finished (its socket became writable): on to ::1 after a refusal on 127.0.0.1, or open. */
+static void tunnel_connected(struct exec *e) {
+  int err = 0;
+  socklen_t n = sizeof err;
+  if (getsockopt(e->fd_out, SOL_SOCKET, SO_ERROR, &err, &n) != 0) err = errno;
+  if (err == 0) {
+    e->connecting = 0;
+    send_u32('P', e->id, 0);
+    return;
+  }
+  close_fd(&e->fd_out);
+  close_fd(&e->fd_in);
+  if (e->family == AF_INET && tunnel_try(e, AF_INET6)) return;
+  tunnel_failed(e, e->family == AF_INET ? errno : err);
+}
+
 static void on_frame(char type, uint32_t id, char *p, uint32_t len) {
   if (type == 'S') {
     start(id, p, len);
+    return;
+  }
+  if (type == 'T') {
+    tunnel(id, p, len);
     return;
   }
   struct exec *e = find(id);
@@ -233,9 +317,15 @@ static void on_frame(char type, uint32_t id, char *p, uint32_t len) {
       memcpy(e->in.data + e->in.len, p, len);
       e->in.len += len;
     }
+  } else if (type == 'K' && len == 4 && e->tunnel) {
+    /* A tunnel has no process: any signal aborts it (never kill(-0), which is this process's own group). */
+    close_fd(&e->fd_out);
+    close_fd(&e->fd_in);
+    e->connecting = 0;
+    e->exited = 1;
   } else if (type == 'K' && len == 4) {
     int sig = (int)get_u32(p);
-    if (sig > 0 && sig < 65 && !e->exited) kill(-e->pid, sig);
+    if (sig > 0 && sig < 65 && !e->exited && e->pid > 0) kill(-e->pid, sig);
   } else if (type == 'Z' && len == 1) {
     e->paused = p[0] != 0;
   } else {
@@ -296,9 +386,17 @@ static void read_output(struct exec *e, int *fd, char type, int *left) {
     if (e->exited) *left -= (int)n;
   } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
     close_fd(fd);
+    /* A tunnel's peer is done sending (or the connection broke): the runner's end reads its end. */
+    if (e->tunnel) send_frame('D', e->id, NULL, 0);
   } else if (e->exited) {
     close_fd(fd);
   }
+}
+
+/* Closes what the runner writes into: a tunnel's write side is shut down first (a dup'ed socket's close alone sends no FIN). */
+static void end_input(struct exec *e) {
+  if (e->fd_in >= 0 && e->tunnel) shutdown(e->fd_in, SHUT_WR);
+  close_fd(&e->fd_in);
 }
 
 static void write_input(struct exec *e) {
@@ -313,7 +411,7 @@ static void write_input(struct exec *e) {
       send_frame('C', e->id, NULL, 0);
     }
   }
-  if (e->fd_in >= 0 && e->close_in && e->in.off == e->in.len) close_fd(&e->fd_in);
+  if (e->fd_in >= 0 && e->close_in && e->in.off == e->in.len) end_input(e);
 }
 
 static int pending_bytes(int fd) {
@@ -380,6 +478,10 @@ int main(void) {
     for (int i = 0; i < nexecs; i++) {
       struct exec *e = &execs[i];
       int may_read = reading && !e->paused;
+      if (e->connecting) {
+        fds[n] = (struct pollfd){.fd = e->fd_in, .events = POLLOUT}, owner[n] = e, kind[n++] = 4;
+        continue;
+      }
       if (e->fd_out >= 0 && may_read) fds[n] = (struct pollfd){.fd = e->fd_out, .events = POLLIN}, owner[n] = e, kind[n++] = 1;
       if (e->fd_err >= 0 && may_read) fds[n] = (struct pollfd){.fd = e->fd_err, .events = POLLIN}, owner[n] = e, kind[n++] = 2;
       if (e->fd_in >= 0 && e->in.len > e->in.off) fds[n] = (struct pollfd){.fd = e->fd_in, .events = POLLOUT}, owner[n] = e, kind[n++] = 3;
@@ -401,6 +503,7 @@ int main(void) {
       struct exec *e = owner[i];
       if (kind[i] == 1) read_output(e, &e->fd_out, 'O', &e->left_out);
       else if (kind[i] == 2) read_output(e, &e->fd_err, 'E', &e->left_err);
+      else if (kind[i] == 4) tunnel_connected(e);
       else write_input(e);
     }
     for (int i = 0; i < nexecs; i++) {
@@ -408,7 +511,9 @@ int main(void) {
       /* An exited command whose pipes held nothing more is done with them, polled or not. */
       if (e->exited && e->left_out == 0) close_fd(&e->fd_out);
       if (e->exited && e->left_err == 0) close_fd(&e->fd_err);
-      if (e->fd_in >= 0 && e->close_in && e->in.off == e->in.len) close_fd(&e->fd_in);
+      if (e->fd_in >= 0 && e->close_in && e->in.off == e->in.len) end_input(e);
+      /* A tunnel is done once both directions are. */
+      if (e->tunnel && !e->connecting && e->fd_out < 0 && e->fd_in < 0) e->exited = 1;
     }
     finish();
     write_control();

@@ -22,6 +22,7 @@ import { noSecrets } from "./sessions/secrets.ts";
 import { SessionManager } from "./sessions/sessions.ts";
 import { heldAt, serveWorkspaceOps, translate, type WorkspaceOps } from "./workspace/workspace-ops.ts";
 import { serveExecOps } from "./exec/exec-ops.ts";
+import { serveTunnels } from "./ports/tunnels.ts";
 import { ActivityReporter, DEFAULT_ACTIVITY_MS } from "./fleet/activity.ts";
 import { DEFAULT_SETTLE_MS } from "./sessions/watch-reload.ts";
 
@@ -48,6 +49,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
   let consumer: ConsumerHandle | undefined;
   let workspaceOps: WorkspaceOps | undefined;
   let execOps: Subscription[] = [];
+  let tunnels: ReturnType<typeof serveTunnels> | undefined;
   let lease: LeaseRenewer | undefined;
   let runners: KV | undefined;
   let statusWatch: AsyncIterator<unknown> | undefined;
@@ -278,6 +280,19 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       metrics,
       log,
     });
+    tunnels = serveTunnels({
+      nc,
+      poolId: config.poolId,
+      runnerId: config.runnerId,
+      held: (t) => heldAt((id) => requireSessions().get(id), confirmed, t),
+      translate,
+      every: (ms, fn) => {
+        const t = setInterval(fn, ms);
+        return () => clearInterval(t);
+      },
+      metrics,
+      log,
+    });
     execOps = serveExecOps({
       nc,
       poolId: config.poolId,
@@ -308,6 +323,8 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     ready = false;
     workspaceOps?.stop();
     for (const sub of execOps) sub.unsubscribe();
+    for (const sub of tunnels?.subs ?? []) sub.unsubscribe();
+    tunnels?.stop();
     void statusWatch?.return?.();
     await consumer?.stop();
     // Bounded: with the bus gone, writers and facts would retry forever.

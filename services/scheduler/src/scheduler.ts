@@ -24,7 +24,7 @@ import { createSession } from "./api/create.ts";
 import { applyRunnerFact } from "./facts/facts.ts";
 import { registerRunner, registrationRefusal, setRunnerState } from "./fleet/runners.ts";
 import { createPlacer, type Placer } from "./placement/placement.ts";
-import { attachSession, deleteSession, getSession, listRunners, listSessions } from "./api/queries.ts";
+import { attachSession, deleteSession, getSession, listRunners, listSessions, previewTarget } from "./api/queries.ts";
 import { RunnerRecords, SessionRecords } from "./state/store.ts";
 import { KvView } from "./state/view.ts";
 import { recordTransfer, recycleSession, restartApp, resumeSession, snapshotSession, suspendSession } from "./api/lifecycle.ts";
@@ -187,6 +187,7 @@ function serveApi(ctx: SchedulerContext): Subscription[] {
     serveRpc(ctx.nc, Api.resumeSession, async (req) => ({ session: await resumeSession(ctx, req.scope, req.sessionId) }), opts),
     serveRpc(ctx.nc, Api.snapshotSession, (req) => snapshotSession(ctx, req.scope, req.sessionId), opts),
     serveRpc(ctx.nc, Api.recycleSession, (req) => recycleSession(ctx, req.scope, req.sessionId), opts),
+    serveRpc(ctx.nc, Api.previewTarget, (req) => previewTarget(ctx, req.sessionId, req.port), opts),
     serveRpc(ctx.nc, Api.recordTransfer, async (req) => ({ session: await recordTransfer(ctx, req.scope, req.sessionId, req.direction) }), opts),
     serveRpc(ctx.nc, Api.restartApp, async (req) => ({ session: await restartApp(ctx, req.scope, req.sessionId, req.app) }), opts),
   ];

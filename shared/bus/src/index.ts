@@ -8,5 +8,6 @@ export * from "./metrics.ts";
 export * from "./provision.ts";
 export * from "./redelivery.ts";
 export * from "./rpc.ts";
+export * from "./tunnel.ts";
 export * from "./secret-box.ts";
 export * from "./leader-read.ts";

@@ -8,6 +8,7 @@ import { Checkpoint, CreateSessionBody, Session } from "./session.ts";
 import { AttachMode } from "./terminal.ts";
 import { Subjects } from "./names.ts";
 import type { Rpc } from "./rpc.ts";
+import { PortNumber } from "./ports.ts";
 import { TransferDirection } from "./workspace.ts";
 
 export type { Rpc } from "./rpc.ts";
@@ -103,6 +104,18 @@ export const Api = {
     z.object({ released: Session, session: Session }).strict(),
   ),
   /** Commits that the workspace was pushed or pulled (the audit fact of a transfer). */
+  /**
+   * A preview's target (docs/ports.md): the session a preview URL names, by
+   * id alone (a public port has no caller to scope it), when it declares the
+   * port; not_found otherwise. Only the gateway calls it, and it answers a
+   * private port's caller only after authorizing them on the record.
+   */
+  previewTarget: rpc(
+    "sessions",
+    "preview_target",
+    z.object({ sessionId: Id, port: PortNumber }).strict(),
+    z.object({ session: Session, public: z.boolean() }).strict(),
+  ),
   recordTransfer: rpc(
     "sessions",
     "record_transfer",

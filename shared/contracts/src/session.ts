@@ -2,6 +2,7 @@ import { z } from "zod";
 import { refuseNulAndDeepNesting } from "./body.ts";
 import { ImageRef } from "./image-ref.ts";
 import { EpochMs, Generation, Id } from "./ids.ts";
+import { declaredPorts, MAX_PORTS, PortList, SessionPort } from "./ports.ts";
 import { Requirements } from "./requirements.ts";
 import { RunRef, RunTrigger, Usage } from "./audit.ts";
 
@@ -91,6 +92,8 @@ export const AppSpec = z
     cmd: z.array(z.string().max(4096)).min(1).max(256),
     /** Whether the app runs in a PTY (default) or with plain stdout/stderr pipes. */
     tty: z.boolean().optional(),
+    /** The ports it serves, each reachable at its preview URL (docs/ports.md). */
+    ports: PortList.optional(),
   })
   .strict();
 export type AppSpec = z.infer<typeof AppSpec>;
@@ -99,7 +102,7 @@ export type AppSpec = z.infer<typeof AppSpec>;
  * The portable execution description. Unset means "inherit from the
  * environment"; an explicitly empty list means "none" (PortableSpec rules).
  */
-export const PortableSpec = z
+const PortableSpecObject = z
   .object({
     /** Checked against the reference grammar where a client sends it (CreateSessionBody); records keep what they hold. */
     image: z.string().min(1).max(512).optional(),
@@ -107,12 +110,26 @@ export const PortableSpec = z
     egressAllow: z.array(z.string().min(1).max(253)).max(256).optional(),
     repos: z.array(RepoRef).max(64).optional(),
     apps: z.array(AppSpec).min(1).max(16).optional(),
+    /** The ports of a session without apps (with apps, each app declares its own). */
+    ports: PortList.optional(),
   })
   .strict();
+
+/** Ports on apps or on the spec, never both; each port once. */
+function refusePortClashes(spec: z.infer<typeof PortableSpecObject>, ctx: z.RefinementCtx): void {
+  if (spec.apps !== undefined && spec.ports !== undefined) ctx.addIssue({ code: "custom", path: ["ports"], message: "a session with apps declares its ports on its apps" });
+  const seen = new Set<number>();
+  for (const { port } of declaredPorts(spec)) {
+    if (seen.has(port)) ctx.addIssue({ code: "custom", path: ["ports"], message: `port ${port} is declared twice` });
+    seen.add(port);
+  }
+}
+
+export const PortableSpec = PortableSpecObject.superRefine(refusePortClashes);
 export type PortableSpec = z.infer<typeof PortableSpec>;
 
 /** PortableSpec as a client sends it (CreateSessionBody): its image must be a reference a runner can pull. */
-export const PortableSpecBody = PortableSpec.extend({ image: ImageRef.optional() });
+export const PortableSpecBody = PortableSpecObject.extend({ image: ImageRef.optional() }).superRefine(refusePortClashes);
 export type PortableSpecBody = z.infer<typeof PortableSpecBody>;
 
 export const SessionMode = z.enum(["run", "watch"]);
@@ -277,6 +294,8 @@ export const Session = z
     apps: z.record(z.string(), AppRun).optional(),
     /** The last placement generation whose usage was recorded (a repeated report is not counted twice). */
     usageGeneration: Generation.optional(),
+    /** Its declared ports and their preview URLs (from the spec, at create). */
+    ports: z.array(SessionPort).max(16 * MAX_PORTS).optional(),
     /** When the session last became idle (no attached client); watch sessions suspend after idleMs. */
     idleSince: EpochMs.optional(),
     createdAt: EpochMs,

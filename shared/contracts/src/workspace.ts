@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { TunnelOpenReply, TunnelOpenRequest } from "./ports.ts";
 import { Generation, Id } from "./ids.ts";
 import type { Rpc } from "./rpc.ts";
 import { SealKey } from "./session.ts";
@@ -331,7 +332,7 @@ export function watchEventsSubject(poolId: string, runnerId: string, watchId: st
 /** Every runner's watch batches (the gateway's subscribe permission). */
 export const WATCH_EVENTS_ALL = "paddock.workspace.*.*.watched.>";
 
-export const WorkspaceOps = ["push", "pull", "diff", "read", "list", "write", "delete", "repos", "watch", "unwatch"] as const;
+export const WorkspaceOps = ["push", "pull", "diff", "read", "list", "write", "delete", "repos", "watch", "unwatch", "tunnel"] as const;
 export type WorkspaceOp = (typeof WorkspaceOps)[number];
 /** The workspace facts a session's record counts (recordTransfer), each one audit event: archive transfers and file writes. */
 export const TransferDirection = z.enum(["push", "pull", "file.write", "file.delete", "exec"]);
@@ -370,5 +371,6 @@ export function workspaceRpcs(poolId: string, runnerId: string) {
     repos: { subject: workspaceSubject(poolId, runnerId, "repos"), request: WorkspaceReposRequest, result: WorkspaceReposReply },
     watch: { subject: workspaceSubject(poolId, runnerId, "watch"), request: FileWatchRequest, result: FileWatchReply },
     unwatch: { subject: workspaceSubject(poolId, runnerId, "unwatch"), request: FileUnwatchRequest, result: FileUnwatchReply },
+    tunnel: { subject: workspaceSubject(poolId, runnerId, "tunnel"), request: TunnelOpenRequest, result: TunnelOpenReply },
   } satisfies Record<WorkspaceOp, Rpc<z.ZodType, z.ZodType>>;
 }

@@ -8,7 +8,7 @@
  * for the derivation and for what subject permissions cannot scope).
  */
 import { connect, type ConnectionOptions, type NatsConnection } from "@nats-io/transport-node";
-import { Buckets, inboxPrefixOf, kvStreamName, ObjectStores, runnerNatsUser, runnerObjectStore, Streams, Subjects, WATCH_EVENTS_ALL, watchEventsSubject } from "@paddock/contracts";
+import { Buckets, inboxPrefixOf, kvStreamName, ObjectStores, runnerNatsUser, runnerObjectStore, Streams, Subjects, TUNNEL_OUT_ALL, tunnelOutSubject, WATCH_EVENTS_ALL, watchEventsSubject } from "@paddock/contracts";
 
 export interface RunnerPrincipal {
   poolId: string;
@@ -181,7 +181,7 @@ export function gatewayPermissions(): Permissions {
       ],
     },
     // File watch batches, from whichever runner holds the watched session (never stored).
-    subscribe: { allow: [Subjects.claimAll, Subjects.auditAll, WATCH_EVENTS_ALL, inbox(ControlPlaneUsers.gateway)] },
+    subscribe: { allow: [Subjects.claimAll, Subjects.auditAll, WATCH_EVENTS_ALL, TUNNEL_OUT_ALL, inbox(ControlPlaneUsers.gateway)] },
   };
 }
 
@@ -229,6 +229,8 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal, peers: 
         Subjects.execOfRunner(poolId, runnerId),
         // File watch batches under its own pool/runner tokens only (the gateway subscribes; core NATS, never stored).
         watchEventsSubject(poolId, runnerId, ">"),
+        // Previews' tunnel output, under its own pool/runner tokens only (the gateway subscribes; core NATS).
+        tunnelOutSubject(poolId, runnerId, ">"),
         // Screen checkpoints of its own apps only (written, never read back).
         Subjects.screenOfRunner(poolId, runnerId),
         // Activity reports (idle policy) under its own pool/runner only.

@@ -116,6 +116,8 @@ export const Action = {
   exec: "session.exec",
   /** List exec'd processes and read their output: any member (as the terminal log). */
   readProcesses: "session.processes_read",
+  /** Reach a private port of the session (a preview): the creator or an admin, as exec (an app may run anything asked of it). */
+  preview: "session.preview",
   readEvents: "events.read",
   listRunners: "runner.list",
   getRunner: "runner.get",
@@ -163,6 +165,7 @@ const ownerActions: ReadonlySet<Action> = new Set([
   Action.pushWorkspace,
   Action.writeFiles,
   Action.exec,
+  Action.preview,
   Action.revokeToken,
 ]);
 

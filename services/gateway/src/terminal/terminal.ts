@@ -219,7 +219,7 @@ export class TerminalHub {
 }
 
 /** Answers a refused upgrade with a plain HTTP error response, before any WebSocket exists. */
-function rejectUpgrade(socket: Duplex, err: unknown): void {
+export function rejectUpgrade(socket: Duplex, err: unknown): void {
   if (socket.destroyed) return;
   const { status, body } = errorResponse(err);
   const text = JSON.stringify(body);

@@ -1,3 +1,4 @@
+import type { Duplex } from "node:stream";
 /**
  * The sandbox backend seam: what a session's lifecycle (`sessions/`) asks of
  * whatever its processes run in. `sessions/` talks to these interfaces only;
@@ -109,6 +110,13 @@ export interface Sandbox {
    * the runner has one, else a piped app. Throws SpawnError as startApp.
    */
   startExec(opts: SandboxApp): AppProcess;
+  /**
+   * A connection to a port on the session's own loopback (a preview,
+   * docs/ports.md): made from inside its network namespace on bwrap (by its
+   * exec init), on the host's loopback on the process backend.
+   * PortUnreachableError when nothing listens there.
+   */
+  connectPort(port: number): Promise<Duplex>;
   /** Runs a setup or init script (`/bin/sh -c`), its output discarded. */
   runScript(opts: SandboxScript): Promise<ScriptOutcome>;
   /** Runs an argv to its end as the session's processes run (its user, root, network, egress), keeping its stderr's tail. */

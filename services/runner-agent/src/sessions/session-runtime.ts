@@ -1,6 +1,7 @@
 import { join } from "node:path";
+import type { Duplex } from "node:stream";
 import type { Subscription } from "@nats-io/transport-node";
-import { appsOf, type HeldSession, type RunTrigger, type SessionState, type Usage } from "@paddock/contracts";
+import { appsOf, declaredPorts, NotFoundError, type HeldSession, type RunTrigger, type SessionState, type Usage } from "@paddock/contracts";
 import type { AppSlot, GenerationEnd, GenerationStart } from "./app-slot.ts";
 import type { SavedCheckpoint } from "../workspace/checkpoint.ts";
 import { BootError, CommandRefusedError, RunnerError } from "../errors.ts";
@@ -236,6 +237,15 @@ export class SessionRuntime {
     return this.run(async () => {
       this.require("running");
       return fn(this.execs as SessionExecs);
+    });
+  }
+
+  /** A connection to a declared port of the running session (a preview's tunnel); not_found for an undeclared one. */
+  connectPort(port: number): Promise<Duplex> {
+    return this.run(async () => {
+      this.require("running");
+      if (!declaredPorts(this.cmd.spec).some((p) => p.port === port)) throw new NotFoundError("port");
+      return (this.sandbox as Sandbox).connectPort(port);
     });
   }
 

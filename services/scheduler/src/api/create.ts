@@ -11,6 +11,7 @@ import {
   type CreateSessionBody,
   type Environment,
   type Scope,
+  sessionPorts,
 } from "@paddock/contracts";
 import { decodeJson, encoderOf, isWrongLastSequence } from "@paddock/bus";
 import type { SchedulerContext } from "../context.ts";
@@ -39,6 +40,7 @@ function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody,
   const spec = layerSpec(env, body.spec, body.repos);
   checkRepoSecrets(env, spec);
   const requirements = requirementsOf(env, spec);
+  const ports = sessionPorts(id, spec);
   return {
     id,
     workspaceId: scope.workspaceId,
@@ -48,6 +50,7 @@ function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody,
     ...(body.environmentId !== undefined ? { environmentId: body.environmentId } : {}),
     // Layered over the environment by the PortableSpec rules; requirements come from it (and image:oci for an image), never from the request.
     spec,
+    ...(ports.length > 0 ? { ports } : {}),
     ...(env ? { setupHash: env.setupHash } : {}),
     ...(env || spec.image !== undefined ? { requirements } : {}),
     mode: body.mode ?? "run",

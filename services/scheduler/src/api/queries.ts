@@ -8,6 +8,7 @@ import {
   NotFoundError,
   occupiesSlot,
   runnerKey,
+  declaredPorts,
   sessionKey,
   type AttachMode,
   type Runner,
@@ -128,3 +129,17 @@ export async function attachSession(
   }
 }
 
+
+/**
+ * The session a preview URL names, read fresh, when it declares the port
+ * (docs/ports.md); not_found for an unknown session or an undeclared port
+ * alike. Found by id through the view's index: a public port's caller has no
+ * workspace to scope it by.
+ */
+export async function previewTarget(ctx: SchedulerContext, sessionId: string, port: number): Promise<{ session: Session; public: boolean }> {
+  const workspaceId = ctx.sessionIndex.workspaceOf(sessionId);
+  const found = workspaceId === undefined ? undefined : await ctx.sessions.get(sessionKey(workspaceId, sessionId));
+  const declared = found ? declaredPorts(found.value.spec).find((p) => p.port === port) : undefined;
+  if (!found || !declared) throw new NotFoundError("port");
+  return { session: found.value, public: declared.public };
+}

@@ -15,6 +15,8 @@ export class SessionIndex {
   /** `<workspace> <creator>` → records (a space is in no Id). */
   private readonly perCreator = new Map<string, number>();
   private readonly queuedByKey = new Map<string, Session>();
+  /** session id → its workspace (ids are unique across workspaces): a preview URL names a session by id alone. */
+  private readonly workspaceById = new Map<string, string>();
 
   /** The view's onEntry hook. */
   readonly onEntry = (key: string, prev: Session | undefined, next: Session | undefined): void => {
@@ -28,6 +30,8 @@ export class SessionIndex {
       if (before !== undefined) this.bump(this.perCreator, before, -1);
       if (after !== undefined) this.bump(this.perCreator, after, 1);
     }
+    if (next) this.workspaceById.set(next.id, next.workspaceId);
+    else if (prev) this.workspaceById.delete(prev.id);
     if (next?.state === "queued") this.queuedByKey.set(key, next);
     else this.queuedByKey.delete(key);
   };
@@ -46,6 +50,11 @@ export class SessionIndex {
   /** Records one creator holds in the workspace (any state). */
   countOf(workspaceId: string, creatorId: string): number {
     return this.perCreator.get(creatorKey(workspaceId, creatorId)) ?? 0;
+  }
+
+  /** The workspace of a session in the view. */
+  workspaceOf(sessionId: string): string | undefined {
+    return this.workspaceById.get(sessionId);
   }
 
   /** The queued sessions, as the view holds them. */

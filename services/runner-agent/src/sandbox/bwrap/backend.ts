@@ -28,6 +28,8 @@ import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
 import { createSandboxNetworks, type SandboxNetworks } from "./network.ts";
 import { findTool, type BwrapCapability } from "./probe.ts";
 import { ExecHolder, INIT_INSIDE } from "./exec-holder.ts";
+import { connectThroughInit } from "./init-port.ts";
+import { PortUnreachableError } from "@paddock/contracts";
 import { runCommand, runScript, startApp, startExec, startRelay, type AppStart } from "./sandbox-apps.ts";
 import { killUids, untilUidGone } from "./session-processes.ts";
 import { signalSession } from "./spawn.ts";
@@ -350,6 +352,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
         onStart: (start) => p.emit({ type: "app_start", ...start }),
       }),
     startExec: (opts) => (holder ? startExec(opts, holder, where) : startApp({ ...opts, app: { ...opts.app, tty: false } }, { ...where, spec: p.spec, tools: p.tools, takeWaiter: () => undefined, coldReason: "exec", onStart: () => undefined })),
+    connectPort: (port) => (holder ? connectThroughInit(holder, port) : Promise.reject(new PortUnreachableError("this runner has no exec init (PADDOCK_SANDBOX_INIT): its sessions' ports are out of reach"))),
     runScript: (opts) => runScript(opts, p.spec, p.tools),
     runCommand: (opts) => runCommand(opts, p.spec, p.tools, where),
     freeze: (apps) => {

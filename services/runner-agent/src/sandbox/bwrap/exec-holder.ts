@@ -40,6 +40,13 @@ export interface ExecStart {
   onData: (bytes: Uint8Array, stream: OutputStream) => void;
 }
 
+/** A connection to a port on the sandbox's loopback, made by the init (a tunnel: exec-holder's `connect`). */
+export interface HeldConnection {
+  /** Resolves true once connected, false when it could not (then `exited` says errno as its exit code). */
+  readonly connected: Promise<boolean>;
+  readonly process: AppProcess;
+}
+
 interface Running {
   onFrame(frame: InitFrame): void;
   /** The init died: the command is gone with it. */
@@ -70,6 +77,22 @@ export class ExecHolder {
     void proc.exited.then(() => this.running.delete(id));
     child.stdin.write(encodeFrame(ToInit.start, id, startPayload(opts.argv, opts.env, opts.cwd)));
     return proc;
+  }
+
+  /**
+   * Connects to port on the sandbox's loopback from inside (as the session's
+   * user, in its network namespace): its bytes are the returned process's
+   * stdin and stdout; onDrained when the peer sent its last byte.
+   */
+  connect(port: number, onData: (bytes: Uint8Array) => void, onDrained: () => void): HeldConnection {
+    if (this.closed) throw new SpawnError("tunnel: the sandbox is gone");
+    const child = this.child ?? this.spawnInit();
+    const id = this.nextId++;
+    const proc = new HeldCommand(id, `port ${port}`, (type, payload) => child.stdin.write(encodeFrame(type, id, payload)), (bytes) => onData(bytes), onDrained);
+    this.running.set(id, proc);
+    void proc.exited.then(() => this.running.delete(id));
+    child.stdin.write(encodeFrame(ToInit.tunnel, id, u32Payload(port)));
+    return { connected: proc.started, process: proc };
   }
 
   /** SIGSTOP / SIGCONT to every process of the namespace, the init too (warm suspend). */
@@ -131,7 +154,10 @@ const signalNumbers: Readonly<Record<string, number>> = osConstants.signals;
 class HeldCommand implements AppProcess {
   readonly exited: Promise<AppExit>;
   readonly input: InputQueue;
+  /** True once the init said it started (a command forked, a tunnel connected); false when it ended first. */
+  readonly started: Promise<boolean>;
   private resolveExit!: (exit: AppExit) => void;
+  private resolveStarted!: (started: boolean) => void;
   private done = false;
   private stdinOpen = true;
   private sent = 0;
@@ -143,8 +169,10 @@ class HeldCommand implements AppProcess {
     readonly name: string,
     private readonly send: (type: (typeof ToInit)[keyof typeof ToInit], payload?: Uint8Array) => void,
     private readonly onData: (bytes: Uint8Array, stream: OutputStream) => void,
+    private readonly onDrained: () => void = () => undefined,
   ) {
     this.exited = new Promise((resolve) => (this.resolveExit = resolve));
+    this.started = new Promise((resolve) => (this.resolveStarted = resolve));
     this.input = new InputQueue({ tryWrite: (bytes) => this.tryWrite(bytes) });
   }
 
@@ -158,6 +186,10 @@ class HeldCommand implements AppProcess {
     switch (frame.type) {
       case FromInit.started:
         this.innerPid = frame.payload.readUInt32LE(0);
+        this.resolveStarted(true);
+        break;
+      case FromInit.drained:
+        this.onDrained();
         break;
       case FromInit.stdout:
         this.onData(frame.payload, OutputStream.stdout);
@@ -229,6 +261,7 @@ class HeldCommand implements AppProcess {
     if (this.done) return;
     this.done = true;
     this.input.close();
+    this.resolveStarted(false);
     this.resolveExit(exit);
   }
 }

@@ -11,9 +11,9 @@ export const HEADER_BYTES = 9;
 export const MAX_FRAME_BYTES = 4 * 1024 * 1024;
 
 /** What the runner sends. */
-export const ToInit = { start: "S", stdin: "I", signal: "K", pause: "Z" } as const;
+export const ToInit = { start: "S", stdin: "I", signal: "K", pause: "Z", tunnel: "T" } as const;
 /** What the init sends. */
-export const FromInit = { started: "P", stdout: "O", stderr: "E", written: "W", stdinClosed: "C", exit: "X" } as const;
+export const FromInit = { started: "P", stdout: "O", stderr: "E", written: "W", stdinClosed: "C", drained: "D", exit: "X" } as const;
 export type FromInit = (typeof FromInit)[keyof typeof FromInit];
 
 export interface InitFrame {
@@ -57,7 +57,7 @@ export class InitProtocolError extends Error {
 }
 
 const KNOWN = new Set<string>(Object.values(FromInit));
-const FIXED_LENGTH: Partial<Record<string, number>> = { P: 4, W: 4, X: 4, C: 0 };
+const FIXED_LENGTH: Partial<Record<string, number>> = { P: 4, W: 4, X: 4, C: 0, D: 0 };
 
 /**
  * Reads the init's frames off its stdout as they arrive. The init runs as

@@ -14,6 +14,7 @@ import type { AppProcess } from "../process-group.ts";
 import { removeDirSoon } from "../remove-dir.ts";
 import { prepareSessionsDir } from "../sessions-dir.ts";
 import { spawnApp } from "./app-process.ts";
+import { connectHostLoopback } from "../port-connection.ts";
 import { runCommand, runScript } from "./script.ts";
 
 export function createProcessBackend(deps: SandboxBackendDeps): SandboxBackend {
@@ -45,6 +46,7 @@ function processSandbox(dir: string, log: Logger): Sandbox {
     adopt: () => Promise.resolve(),
     reach: (gatewayUrl) => Promise.resolve({ egressHost: "127.0.0.1", egressPort: 0, gatewayUrl, noProxy: [], allow: () => Promise.resolve() }),
     startApp: (opts) => spawnApp({ ...opts, cwd: opts.cwd ? join(workspace, opts.cwd) : workspace }),
+    connectPort: (port) => connectHostLoopback(port),
     startExec: (opts) => spawnApp({ ...opts, app: { ...opts.app, tty: false }, cwd: opts.cwd ? join(workspace, opts.cwd) : workspace }),
     runScript: (opts) => runScript({ ...opts, cwd: workspace }),
     runCommand: (opts) => runCommand({ ...opts, cwd: workspace }),

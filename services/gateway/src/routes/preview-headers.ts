@@ -1,0 +1,67 @@
+/**
+ * What of a preview's request reaches the session's app and what of its
+ * answer reaches the client (docs/ports.md). Hop-by-hop headers stay on
+ * their hop; the caller's bearer token never reaches the session (its app
+ * could replay it); the app sees itself addressed as `localhost:<port>`
+ * (dev servers refuse unknown hosts), with the original in X-Forwarded-*.
+ * Its answers run in an opaque origin (CSP sandbox) and its cookies are
+ * confined to its own preview path: the gateway's origin is the console's
+ * and the API's, and a page a session serves must reach neither.
+ */
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from "node:http";
+
+const HOP_BY_HOP = new Set(["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host", "authorization"]);
+
+/** The sandbox a preview's page runs in: scripts, forms and popups, never the gateway's origin. */
+export const PREVIEW_CSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads allow-pointer-lock";
+
+/** The request's headers as the app gets them; `upgrade` keeps the WebSocket handshake's own. */
+export function forwardRequestHeaders(headers: IncomingHttpHeaders, port: number, upgrade: boolean): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  // Hop-by-hop also means anything the Connection header names.
+  const named = new Set((headers.connection ?? "").split(",").map((h) => h.trim().toLowerCase()).filter((h) => h !== "upgrade"));
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || HOP_BY_HOP.has(name) || named.has(name) || name.startsWith("x-forwarded-")) continue;
+    out[name] = value;
+  }
+  out.host = `localhost:${port}`;
+  if (headers.host !== undefined) out["x-forwarded-host"] = headers.host;
+  out["x-forwarded-proto"] = "http";
+  if (upgrade) {
+    out.connection = "Upgrade";
+    if (headers.upgrade !== undefined) out.upgrade = headers.upgrade;
+  }
+  return out;
+}
+
+/** The app's answer headers as the client gets them: hop-by-hop dropped, cookies confined to prefix, the page sandboxed. */
+export function forwardResponseHeaders(rawHeaders: readonly string[], prefix: string): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i] ?? "";
+    const value = rawHeaders[i + 1] ?? "";
+    const lower = name.toLowerCase();
+    if (HOP_BY_HOP.has(lower) || lower === "content-security-policy") continue;
+    out.push([name, lower === "set-cookie" ? confineCookie(value, prefix) : value]);
+  }
+  out.push(["Content-Security-Policy", PREVIEW_CSP]);
+  return out;
+}
+
+/** A Set-Cookie value with its Domain dropped and its Path set to the preview's own prefix. */
+export function confineCookie(value: string, prefix: string): string {
+  const parts = value.split(";").map((p) => p.trim());
+  const kept = parts.filter((p, i) => i === 0 || !/^(domain|path)\s*=/i.test(p));
+  return [...kept, `Path=${prefix}`].join("; ");
+}
+
+/** The raw head of a WebSocket handshake as the app gets it (the tunnel carries bytes, not requests). */
+export function upgradeHead(method: string, path: string, headers: OutgoingHttpHeaders): string {
+  const lines = [`${method} ${path} HTTP/1.1`];
+  for (const [name, value] of Object.entries(headers)) {
+    for (const v of Array.isArray(value) ? value : [value]) {
+      if (v !== undefined) lines.push(`${name}: ${String(v).replace(/[\r\n]/g, "")}`);
+    }
+  }
+  return `${lines.join("\r\n")}\r\n\r\n`;
+}

@@ -1,0 +1,80 @@
+import type { Duplex } from "node:stream";
+import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import { serveRpc, TunnelStream, type BusMetrics } from "@paddock/bus";
+import { PortUnreachableError, TUNNEL_PING_MS, UnavailableError, tunnelInSubject, tunnelOutSubject, workspaceRpcs, type HeldSession } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+
+/** A held session as a preview reaches it (a SessionRuntime is one). */
+export interface HeldPorts {
+  readonly held: HeldSession;
+  /** A connection to a declared port of the running session; not_found for an undeclared one, unavailable when nothing listens. */
+  connectPort(port: number): Promise<Duplex>;
+}
+
+/** Tunnels one runner carries at once, past which an open is refused (429). */
+export const MAX_TUNNELS_PER_RUNNER = 1_024;
+
+export interface TunnelsDeps {
+  nc: NatsConnection;
+  poolId: string;
+  runnerId: string;
+  /** The held session a request names, at its placement generation (conflict otherwise). */
+  held: (t: { sessionId: string; workspaceId: string; placementGeneration: number }) => HeldPorts;
+  translate: <T>(fn: () => Promise<T>) => Promise<T>;
+  every: (ms: number, fn: () => void) => () => void;
+  metrics: BusMetrics;
+  log: Logger;
+}
+
+/**
+ * Serves the `tunnel` rpc: connects to the port (inside the session's
+ * network namespace on bwrap) and carries the connection over a tunnel whose
+ * input arrives on `tunnel-in.<id>` and whose output goes to `tunnel-out.<id>`
+ * under this runner's own subjects. Either side ending or breaking ends both.
+ */
+export function serveTunnels(deps: TunnelsDeps): { subs: Subscription[]; stop(): void } {
+  const tunnels = new Map<string, TunnelStream>();
+  const rpcs = workspaceRpcs(deps.poolId, deps.runnerId);
+  const input = deps.nc.subscribe(tunnelInSubject(deps.poolId, deps.runnerId, "*"), {
+    callback: (err, msg) => {
+      if (err) return;
+      const id = msg.subject.slice(msg.subject.lastIndexOf(".") + 1);
+      tunnels.get(id)?.receive(msg);
+    },
+  });
+  const open = serveRpc(
+    deps.nc,
+    rpcs.tunnel,
+    (req) =>
+      deps.translate(async () => {
+        if (tunnels.size >= MAX_TUNNELS_PER_RUNNER || tunnels.has(req.tunnelId)) throw new UnavailableError(`this runner carries ${tunnels.size} tunnels already; retry`);
+        let conn: Duplex;
+        try {
+          conn = await deps.held(req).connectPort(req.port);
+        } catch (err) {
+          if (err instanceof PortUnreachableError) return { tunnelId: req.tunnelId, connected: false };
+          throw err;
+        }
+        const tunnel = new TunnelStream({ nc: deps.nc, sendTo: tunnelOutSubject(deps.poolId, deps.runnerId, req.tunnelId), every: deps.every, pingMs: TUNNEL_PING_MS });
+        tunnels.set(req.tunnelId, tunnel);
+        const end = () => {
+          tunnels.delete(req.tunnelId);
+          tunnel.destroy();
+          conn.destroy();
+        };
+        conn.pipe(tunnel);
+        tunnel.pipe(conn);
+        for (const s of [conn, tunnel]) s.once("error", end).once("close", end);
+        deps.log.debug({ sessionId: req.sessionId, port: req.port }, "tunnel opened");
+        return { tunnelId: req.tunnelId, connected: true };
+      }),
+    { queue: `workspace-${deps.runnerId}`, metrics: deps.metrics, log: deps.log },
+  );
+  return {
+    subs: [input, open],
+    stop: () => {
+      for (const t of tunnels.values()) t.destroy();
+      tunnels.clear();
+    },
+  };
+}

@@ -1,0 +1,93 @@
+/**
+ * A connection to one of a session's ports as a Node Duplex, whatever made
+ * it: a socket on the host's loopback (process backend), or a tunnel the
+ * session's exec init opened inside its network namespace (bwrap).
+ */
+import { connect as netConnect, type Socket } from "node:net";
+import { Duplex } from "node:stream";
+import { PortUnreachableError } from "@paddock/contracts";
+import type { AppProcess } from "./process-group.ts";
+
+/** Bytes written to the init for the tunnel, waiting for the connection to take them, past which writes wait. */
+const QUEUED_MAX_BYTES = 512 * 1024;
+
+/** An init tunnel (exec-holder.ts `connect`) as a Duplex; `onData` and `onDrained` of the tunnel go to `feed`. */
+export class InitPortConnection extends Duplex {
+  private proc: AppProcess | undefined;
+  private readonly early: Array<Uint8Array | null> = [];
+
+  constructor() {
+    super({ allowHalfOpen: true });
+  }
+
+  /** The tunnel's bytes (null: its peer ended), in order; before attach they wait. */
+  feed(bytes: Uint8Array | null): void {
+    if (!this.proc) {
+      this.early.push(bytes);
+      return;
+    }
+    if (!this.push(bytes) && bytes !== null) this.proc.setPaused(true);
+  }
+
+  /** Binds the tunnel's process once it connected; it ending before both halves did is an error. */
+  attach(proc: AppProcess): void {
+    this.proc = proc;
+    for (const bytes of this.early.splice(0)) this.feed(bytes);
+    void proc.exited.then((exit) => {
+      if (!this.destroyed && !(this.readableEnded && this.writableFinished)) this.destroy(new PortUnreachableError(`the connection to the port ended (${exit.exitCode ?? exit.signal ?? "?"})`));
+    });
+  }
+
+  override _read(): void {
+    this.proc?.setPaused(false);
+  }
+
+  override _write(chunk: Buffer, _enc: BufferEncoding, callback: (err?: Error | null) => void): void {
+    const proc = this.proc;
+    if (!proc || proc.input.closed) {
+      callback(new PortUnreachableError("the connection to the port is closed"));
+      return;
+    }
+    proc.input.push(chunk);
+    // The init takes bytes as the port reads them: hold the writer while too many wait.
+    if (proc.input.queuedBytes <= QUEUED_MAX_BYTES) callback();
+    else proc.input.whenBelow(QUEUED_MAX_BYTES, () => callback());
+  }
+
+  override _final(callback: (err?: Error | null) => void): void {
+    this.proc?.endInput();
+    callback();
+  }
+
+  override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
+    // An abort (not both halves ended): the init closes the socket at once.
+    if (this.proc && !(this.readableEnded && this.writableFinished)) this.proc.signal("SIGKILL");
+    callback(err);
+  }
+}
+
+/**
+ * A loopback connection on the host (the process backend: sessions listen on
+ * the host's own loopback): 127.0.0.1, then ::1 (a server bound to
+ * `localhost` may listen on either).
+ */
+export async function connectHostLoopback(port: number): Promise<Duplex> {
+  const attempt = (host: string) =>
+    new Promise<Socket>((resolve, reject) => {
+      const socket = netConnect({ port, host, allowHalfOpen: true });
+      socket.once("connect", () => {
+        socket.off("error", reject);
+        resolve(socket);
+      });
+      socket.once("error", reject);
+    });
+  try {
+    return await attempt("127.0.0.1");
+  } catch {
+    try {
+      return await attempt("::1");
+    } catch {
+      throw new PortUnreachableError(`nothing listens on port ${port} in the session`);
+    }
+  }
+}

@@ -1,0 +1,90 @@
+import { z } from "zod";
+import { UnavailableError } from "./errors.ts";
+import { Id } from "./ids.ts";
+
+/**
+ * Ports and previews (issue 25, docs/ports.md): the ports a session declares,
+ * the preview URL of each, and the tunnel a gateway opens to one through the
+ * runner that holds the session. The tunnel's own frames are defined with
+ * its implementation (@paddock/bus tunnel.ts); what both ends agree on by
+ * name and number is here.
+ */
+
+export const PortNumber = z.number().int().min(1).max(65_535);
+
+/** Nothing listens on the port in the session (or it refused the connection): a preview answers 502. */
+export class PortUnreachableError extends UnavailableError {}
+
+/** A port an app (or a session without apps) serves: reachable at its preview URL; private unless `public`. */
+export const PortSpec = z
+  .object({
+    port: PortNumber,
+    /** Reachable without a token (anyone with the URL). Private by default: the bearer token or a preview ticket. */
+    public: z.boolean().optional(),
+  })
+  .strict();
+export type PortSpec = z.infer<typeof PortSpec>;
+
+/** Ports one app, or one session without apps, may declare. */
+export const MAX_PORTS = 32;
+export const PortList = z.array(PortSpec).max(MAX_PORTS);
+
+/** A declared port as the session record shows it: its app (absent for spec.ports) and its preview URL. */
+export const SessionPort = z
+  .object({
+    port: PortNumber,
+    public: z.boolean(),
+    app: Id.optional(),
+    /** Path-absolute: resolve it against the gateway's base URL (the same on every replica, and across resumes on other runners). */
+    url: z.string().max(256),
+  })
+  .strict();
+export type SessionPort = z.infer<typeof SessionPort>;
+
+/** The preview URL's path of a session's port (its prefix: everything below it goes to the app as its path). */
+export function previewPath(sessionId: string, port: number): string {
+  return `/v1/sessions/${sessionId}/ports/${port}/`;
+}
+
+/** What a tunnel carries at most per message, and how far a sender may run ahead of what its peer took (credit). */
+export const TUNNEL_CHUNK_BYTES = 64 * 1024;
+export const TUNNEL_WINDOW_BYTES = 1024 * 1024;
+/** How often each end of a tunnel pings; two periods without a word from the other end break it. */
+export const TUNNEL_PING_MS = 5_000;
+
+/** Opens a tunnel to a declared port of a held session: the runner connects, then bytes flow on the tunnel subjects. */
+export const TunnelOpenRequest = z
+  .object({
+    sessionId: Id,
+    workspaceId: Id,
+    placementGeneration: z.number().int().nonnegative(),
+    port: PortNumber,
+    /** Chosen by the gateway, unguessable: names both tunnel subjects. */
+    tunnelId: Id,
+  })
+  .strict();
+export type TunnelOpenRequest = z.infer<typeof TunnelOpenRequest>;
+/** Answered once the runner's connection to the port is made, or could not be (`connected: false`: nothing listens there). */
+export const TunnelOpenReply = z.object({ tunnelId: Id, connected: z.boolean() }).strict();
+
+/** Gateway → runner bytes of one tunnel (the runner subscribes to its own workspace subjects). */
+export function tunnelInSubject(poolId: string, runnerId: string, tunnelId: string): string {
+  return `paddock.workspace.${poolId}.${runnerId}.tunnel-in.${tunnelId}`;
+}
+/** Runner → gateway bytes of one tunnel: under the runner's own tokens, so no other runner can publish into it. */
+export function tunnelOutSubject(poolId: string, runnerId: string, tunnelId: string): string {
+  return `paddock.workspace.${poolId}.${runnerId}.tunnel-out.${tunnelId}`;
+}
+/** Every runner's tunnel output (the gateway's subscribe permission). */
+export const TUNNEL_OUT_ALL = "paddock.workspace.*.*.tunnel-out.>";
+
+/** The ports a layered spec declares, each once: its apps' (with the app's name), or spec.ports without apps. */
+export function declaredPorts(spec: { apps?: ReadonlyArray<{ name: string; ports?: readonly PortSpec[] | undefined }> | undefined; ports?: readonly PortSpec[] | undefined }): Array<{ port: number; public: boolean; app?: string }> {
+  if (spec.apps !== undefined) return spec.apps.flatMap((a) => (a.ports ?? []).map((p) => ({ port: p.port, public: p.public === true, app: a.name })));
+  return (spec.ports ?? []).map((p) => ({ port: p.port, public: p.public === true }));
+}
+
+/** The record's `ports`: every declared port with its preview URL. */
+export function sessionPorts(sessionId: string, spec: Parameters<typeof declaredPorts>[0]): SessionPort[] {
+  return declaredPorts(spec).map((p) => ({ ...p, url: previewPath(sessionId, p.port) }));
+}

@@ -1,0 +1,156 @@
+/**
+ * Previews through the real stack (issue 25 items 1, 2 and 6): a session's
+ * node app listening on its own loopback only, reached at
+ * /v1/sessions/:id/ports/:port/ through two gateway replicas: HTTP both ways
+ * (a streamed upload, a large download, server-sent events), a WebSocket
+ * echo, private and public ports, undeclared ports, nothing listening, and
+ * what of the request and the answer crosses (no bearer token to the app,
+ * the page sandboxed, its cookies confined to its preview path).
+ */
+import { createHash } from "node:crypto";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { seedMember, seedToken } from "@paddock/gateway/auth";
+import type { Session } from "@paddock/contracts";
+import { startService, startStack, type ServiceProcess, type Stack } from "@paddock/testing";
+import { stackClient, Terminal } from "./helpers.ts";
+
+const APP = fileURLToPath(new URL("./fixtures/preview-app.cjs", import.meta.url));
+const MEMBER_TOKEN = "tok_preview_member_0123456789";
+let stack: Stack;
+let nc: NatsConnection;
+let second: ServiceProcess;
+let secondUrl: string;
+let session: Session;
+
+const { createSession } = stackClient(() => stack);
+
+const auth = (token = stack.token) => ({ authorization: `Bearer ${token}` });
+const preview = (port: number, path = "/", base = stack.url) => `${base}/v1/sessions/${session.id}/ports/${port}${path}`;
+
+beforeAll(async () => {
+  stack = await startStack();
+  nc = await connect({ servers: stack.nats.url });
+  await seedToken(nc, MEMBER_TOKEN, { workspaceId: "default", actor: { id: "mia", kind: "user" }, createdAt: 1 });
+  await seedMember(nc, { workspaceId: "default", actorId: "mia", role: "member" });
+  second = await startService("gateway", { ...stack.commonEnv, PADDOCK_HTTP_PORT: "0", PADDOCK_DEV_TOKEN: stack.token });
+  secondUrl = `http://127.0.0.1:${String(second.ready.httpPort)}`;
+  session = await createSession({
+    spec: {
+      apps: [
+        { name: "web", cmd: ["node", APP, "8000", "8001"], tty: false, ports: [{ port: 8000 }, { port: 8001, public: true }] },
+        { name: "idle", cmd: ["sleep", "3600"], ports: [{ port: 8002 }] },
+      ],
+    },
+  });
+  const term = await Terminal.open(stack.url, stack.token, session.id, "since=all&app=web");
+  await term.until((t) => t.output().includes("LISTENING 8000") && t.output().includes("LISTENING 8001"));
+  term.ws.close();
+});
+afterAll(async () => {
+  await second?.stop();
+  await nc?.drain();
+  await stack?.stop();
+});
+
+describe("declared ports", () => {
+  it("are on the session record with their preview URLs", () => {
+    expect(session.ports).toEqual([
+      { port: 8000, public: false, app: "web", url: `/v1/sessions/${session.id}/ports/8000/` },
+      { port: 8001, public: true, app: "web", url: `/v1/sessions/${session.id}/ports/8001/` },
+      { port: 8002, public: false, app: "idle", url: `/v1/sessions/${session.id}/ports/8002/` },
+    ]);
+  });
+
+  it("refuse a port declared twice, or on the spec beside apps", async () => {
+    for (const spec of [
+      { apps: [{ name: "a", cmd: ["true"], ports: [{ port: 80 }] }, { name: "b", cmd: ["true"], ports: [{ port: 80 }] }] },
+      { apps: [{ name: "a", cmd: ["true"] }], ports: [{ port: 80 }] },
+      { cmd: ["true"], ports: [{ port: 0 }] },
+      { cmd: ["true"], ports: [{ port: 70_000 }] },
+    ]) {
+      const res = await fetch(`${stack.url}/v1/sessions`, { method: "POST", headers: { ...auth(), "content-type": "application/json" }, body: JSON.stringify({ spec }) });
+      expect(res.status, JSON.stringify(spec)).toBe(400);
+    }
+  });
+});
+
+describe("a preview", () => {
+  it("reaches an app listening on the session's own loopback, through either gateway replica", async () => {
+    for (const base of [stack.url, secondUrl]) {
+      const res = await fetch(preview(8000, "/", base), { headers: auth() });
+      expect(res.status).toBe(200);
+      expect(await res.text()).toBe("hello from port 8000\n");
+    }
+  });
+
+  it("needs the creator's or an admin's token for a private port, nothing for a public one", async () => {
+    expect((await fetch(preview(8000))).status).toBe(401);
+    expect((await fetch(preview(8000), { headers: auth("tok_nobody_at_all_0123456789") })).status).toBe(401);
+    expect((await fetch(preview(8000), { headers: auth(MEMBER_TOKEN) })).status).toBe(403);
+    const open = await fetch(preview(8001));
+    expect([open.status, await open.text()]).toEqual([200, "hello from port 8001\n"]);
+  });
+
+  it("refuses undeclared ports and unknown sessions alike (404), redirects a bare port to its slash, and says 502 when nothing listens", async () => {
+    expect((await fetch(preview(9999), { headers: auth() })).status).toBe(404);
+    expect((await fetch(`${stack.url}/v1/sessions/ses_nosuchsession0000/ports/8000/`, { headers: auth() })).status).toBe(404);
+    const bare = await fetch(preview(8000, "?a=1"), { headers: auth(), redirect: "manual" });
+    expect([bare.status, bare.headers.get("location")]).toEqual([308, `/v1/sessions/${session.id}/ports/8000/?a=1`]);
+    const nothing = await fetch(preview(8002), { headers: auth() });
+    expect(nothing.status).toBe(502);
+    expect(((await nothing.json()) as { error: { code: string } }).error.code).toBe("unavailable");
+  });
+
+  it("hands the app no token and itself as localhost; sandboxes its page and confines its cookies to its preview", async () => {
+    const res = await fetch(preview(8000, "/headers?x=1"), { headers: { ...auth(), "x-custom": "kept" } });
+    const seen = (await res.json()) as { headers: Record<string, string>; url: string };
+    expect(seen.url).toBe("/headers?x=1");
+    expect(seen.headers.authorization).toBeUndefined();
+    expect(seen.headers.host).toBe("localhost:8000");
+    expect(seen.headers["x-custom"]).toBe("kept");
+    expect(seen.headers["x-forwarded-host"]).toBe(new URL(stack.url).host);
+    expect(res.headers.get("content-security-policy")).toMatch(/^sandbox /);
+    expect(res.headers.get("set-cookie")).toBe(`sid=1; HttpOnly; Path=/v1/sessions/${session.id}/ports/8000/`);
+  });
+
+  it("streams an upload and a download whole, and server-sent events as they come", async () => {
+    const body = Buffer.alloc(5 * 1024 * 1024 + 3);
+    for (let i = 0; i < body.length; i++) body[i] = (i * 7) & 0xff;
+    const echoed = Buffer.from(await (await fetch(preview(8000, "/echo"), { method: "POST", headers: auth(), body })).arrayBuffer());
+    expect(echoed.equals(body)).toBe(true);
+
+    const big = await fetch(preview(8000, "/big?mb=24", secondUrl), { headers: auth() });
+    const got = Buffer.from(await big.arrayBuffer());
+    expect(got.length).toBe(24 * 1024 * 1024);
+    const want = createHash("sha256");
+    for (let i = 0; i < got.length; i += 65536) want.update(Buffer.from(Array.from({ length: Math.min(65536, got.length - i) }, (_, j) => (i + j) % 251)));
+    expect(createHash("sha256").update(got).digest("hex")).toBe(want.digest("hex"));
+
+    const sse = await fetch(preview(8000, "/sse"), { headers: auth() });
+    expect(sse.headers.get("content-type")).toBe("text/event-stream");
+    expect(await sse.text()).toBe("data: tick 0\n\ndata: tick 1\n\ndata: tick 2\n\n");
+  });
+
+  it("carries a WebSocket both ways", async () => {
+    const ws = new WebSocket(preview(8000, "/ws").replace(/^http/, "ws"), { headers: auth() });
+    await new Promise<void>((resolve, reject) => ws.once("open", () => resolve()).once("error", reject));
+    const replies: string[] = [];
+    const done = new Promise<void>((resolve) =>
+      ws.on("message", (data: Buffer) => {
+        replies.push(data.toString());
+        if (replies.length === 3) resolve();
+      }),
+    );
+    for (const text of ["one", "two", "x".repeat(1000)]) ws.send(text);
+    await done;
+    expect(replies).toEqual(["echo:one", "echo:two", `echo:${"x".repeat(1000)}`]);
+    ws.close();
+    // Refused before any upgrade: no token for a private port.
+    const refused = new WebSocket(preview(8000, "/ws").replace(/^http/, "ws"));
+    const status = await new Promise<number>((resolve) => refused.once("unexpected-response", (_req, res) => resolve(res.statusCode ?? 0)).once("error", () => resolve(-1)));
+    expect(status).toBe(401);
+  });
+});
