@@ -20,6 +20,7 @@ import { fuzzFilesWatch } from "./fuzz-files-watch.ts";
 import { floodAndPaste } from "./fuzz-flood.ts";
 import { sandboxCase } from "./fuzz-sandbox.ts";
 import { execCase } from "./fuzz-exec.ts";
+import { previewCase } from "./fuzz-preview.ts";
 import type { Prng } from "./prng.ts";
 import { Anomalies, log, type ScenarioResult } from "./report.ts";
 import type { ChaosStack } from "./stack.ts";
@@ -111,6 +112,7 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
   // After the state comparison: these create sessions of their own.
   await floodAndPaste(ctx, prng.fork());
   await execCase(ctx);
+  await previewCase(ctx);
   await sandboxCase(ctx);
 
   for (const c of stack.crashes.slice(crashBase)) anomalies.add("services crashed", `${c.id} exited (${c.code ?? c.signal ?? "?"}) — repeat with --seed ${opts.seed} --only bad-input`);

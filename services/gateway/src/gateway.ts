@@ -124,7 +124,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   });
   server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
     // Headers (or a request) not complete within the timeout: a slow client, told so.
-    const status = err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? "408 Request Timeout" : "400 Bad Request";
+    const status = err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? "408 Request Timeout" : err.code === "HPE_HEADER_OVERFLOW" ? "431 Request Header Fields Too Large" : "400 Bad Request";
     if (socket.writable) socket.end(`HTTP/1.1 ${status}\r\nConnection: close\r\n\r\n`);
     else socket.destroy();
   });
