@@ -234,14 +234,22 @@ describe("PUT and DELETE /v1/sessions/:id/files", () => {
     ] as const) await expectUsageError(argv, reason, cli);
   });
 
-  it("a warm-suspended session is read and listed without waking it, and not written (409)", async () => {
+  it("a warm-suspended session is read and listed without waking it; a write wakes it (wake on use) and is done", async () => {
     expect((await api(stack.url, stack.token, "POST", `/v1/sessions/${sessionId}/suspend`, { warm: true })).status).toBe(200);
     expect((await readFile("empty")).status).toBe(200);
     expect((await list("")).status).toBe(200);
-    expect((await writeFile("path=late.txt", "x")).status).toBe(409);
-    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${sessionId}/files?path=empty`)).status).toBe(409);
     expect((await api(stack.url, stack.token, "GET", `/v1/sessions/${sessionId}`)).body).toMatchObject({ state: "suspended_warm" });
-    expect((await api(stack.url, stack.token, "POST", `/v1/sessions/${sessionId}/resume`)).status).toBe(200);
+    expect((await writeFile("path=late.txt", "x")).status).toBe(200);
+    expect((await api(stack.url, stack.token, "GET", `/v1/sessions/${sessionId}`)).body).toMatchObject({ state: "running" });
+    expect((await readFile("late.txt")).bytes).toEqual(Buffer.from("x"));
+  });
+
+  it("a cold-suspended session is woken by a read (it has no sandbox to read from) and answers", async () => {
+    const suspended = await api(stack.url, stack.token, "POST", `/v1/sessions/${sessionId}/suspend?wait=suspended_cold&timeoutMs=60000`, { warm: false });
+    expect((suspended.body as { state: string }).state).toBe("suspended_cold");
+    const read = await readFile("late.txt");
+    expect([read.status, read.bytes.toString()]).toEqual([200, "x"]);
+    expect((await api(stack.url, stack.token, "GET", `/v1/sessions/${sessionId}`)).body).toMatchObject({ state: "running" });
   });
 
   it("answers 409 once the session has no live sandbox", async () => {

@@ -44,6 +44,7 @@ export function sessionEvent(s: Session): AuditEvent {
     placementGeneration: s.lastFact.usage ? (s.usageGeneration ?? s.placementGeneration) : s.placementGeneration,
     // A run fact names its app generation (app, generation, trigger, exit code, signal): never output or a reason.
     ...(s.lastFact.run ? { run: { ...s.lastFact.run } } : {}),
+    ...(s.lastFact.reason ? { reason: s.lastFact.reason } : {}),
   };
 }
 

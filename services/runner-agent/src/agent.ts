@@ -274,6 +274,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       runnerId: config.runnerId,
       session: (id) => requireSessions().get(id),
       serving: confirmed,
+      onActivity: (id) => activity.touch(id),
       ...(config.workspace ? { limits: config.workspace } : {}),
       now: deps.now,
       childPath: config.childPath,
@@ -286,6 +287,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       runnerId: config.runnerId,
       held: (t) => heldAt((id) => requireSessions().get(id), confirmed, t),
       translate,
+      onActivity: (id) => activity.touch(id),
       every: (ms, fn) => {
         const t = setInterval(fn, ms);
         return () => clearInterval(t);

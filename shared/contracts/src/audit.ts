@@ -95,6 +95,8 @@ export const AuditEvent = z
     placementGeneration: Generation,
     /** On `run.started`, `run.completed` and `run.failed` only: the app generation the event is about. */
     run: RunRef.optional(),
+    /** On a step the scheduler took by itself: why (`idle`, `lifetime`). */
+    reason: z.enum(["idle", "lifetime"]).optional(),
   })
   .strict();
 export type AuditEvent = z.infer<typeof AuditEvent>;

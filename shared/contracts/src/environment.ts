@@ -3,7 +3,7 @@ import { EpochMs, Id } from "./ids.ts";
 import { refuseNulAndDeepNesting } from "./body.ts";
 import { ImageRef } from "./image-ref.ts";
 import { mergeRequirements, Requirements } from "./requirements.ts";
-import { Checkpoint, SealKey, SecretName, SessionFact } from "./session.ts";
+import { Checkpoint, IdlePolicy, MaxLifetimeMs, SealKey, SecretName, SessionFact } from "./session.ts";
 
 /** One declared attachment of an environment; opaque to the control model. */
 export const Connector = z.object({ type: z.string().min(1).max(64), raw: z.unknown() }).strict();
@@ -29,6 +29,9 @@ export const Environment = z
     initTimeoutSec: z.number().int().positive().max(3600).optional(),
     setupTimeoutSec: z.number().int().positive().max(24 * 3600).optional(),
     egressAllow: z.array(Host).max(256),
+    /** Its sessions' idle policy and lifetime (each session may override them). */
+    idle: IdlePolicy.optional(),
+    maxLifetimeMs: MaxLifetimeMs.optional(),
     secretRefs: z.array(SecretName).max(128),
     connectors: z.array(Connector).max(32),
     requirements: Requirements,
@@ -55,6 +58,10 @@ const environmentFields = {
   secretRefs: z.array(SecretName).max(128).optional(),
   connectors: z.array(Connector).max(32).optional(),
   requirements: Requirements.partial().strict().optional(),
+  /** On PATCH, an empty object clears the policy. */
+  idle: IdlePolicy.optional(),
+  /** On PATCH, 0 clears it. */
+  maxLifetimeMs: z.union([z.literal(0), MaxLifetimeMs]).optional(),
 };
 
 /** Body of POST /v1/environments. */
@@ -97,6 +104,12 @@ export function applyEnvironmentPatch(current: Environment, body: UpdateEnvironm
   if (body.secretRefs !== undefined) next.secretRefs = [...body.secretRefs];
   if (body.connectors !== undefined) next.connectors = [...body.connectors];
   if (body.requirements !== undefined) next.requirements = mergeRequirements(current.requirements, body.requirements);
+  if (body.idle !== undefined) {
+    if (body.idle.warmAfterMs === undefined && body.idle.coldAfterMs === undefined) delete next.idle;
+    else next.idle = { ...body.idle };
+  }
+  if (body.maxLifetimeMs === 0) delete next.maxLifetimeMs;
+  else if (body.maxLifetimeMs !== undefined) next.maxLifetimeMs = body.maxLifetimeMs;
   return next;
 }
 

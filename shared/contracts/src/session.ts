@@ -64,6 +64,27 @@ export function canReach(from: SessionState, to: SessionState): boolean {
   return false;
 }
 
+/** The longest an idle or lifetime policy may name: 30 days. */
+export const MAX_POLICY_MS = 30 * 24 * 3_600_000;
+
+/**
+ * When a session with nothing going on suspends (docs/ports.md, Idle): warm
+ * after warmAfterMs without activity, cold after coldAfterMs (both counted
+ * from the last activity; a cold one not before the warm one's).
+ */
+export const IdlePolicy = z
+  .object({
+    warmAfterMs: z.number().int().min(1_000).max(MAX_POLICY_MS).optional(),
+    coldAfterMs: z.number().int().min(1_000).max(MAX_POLICY_MS).optional(),
+  })
+  .strict();
+export type IdlePolicy = z.infer<typeof IdlePolicy>;
+export const MaxLifetimeMs = z.number().int().min(1_000).max(MAX_POLICY_MS);
+
+/** Why the scheduler moved a session by itself: it was idle, or its lifetime ended. */
+export const PolicyReason = z.enum(["idle", "lifetime"]);
+export type PolicyReason = z.infer<typeof PolicyReason>;
+
 /** A workspace secret's name (env-var style): environments reference them, a repository may authenticate with one. */
 export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "secret names are env-var style");
 
@@ -143,6 +164,10 @@ export const CreateSessionBody = z
     repos: z.array(RepoRef).max(64).optional(),
     idempotencyKey: z.string().min(1).max(128).optional(),
     oneShot: z.boolean().optional(),
+    /** Over the environment's, field by field. */
+    idle: IdlePolicy.optional(),
+    /** Over the environment's: the session ends (destroyed) this long after its create. */
+    maxLifetimeMs: MaxLifetimeMs.optional(),
     parentId: Id.optional(),
     mode: SessionMode.optional(),
   })
@@ -186,6 +211,8 @@ export const SessionFact = z
     usage: Usage.optional(),
     /** On a run fact: the app generation it is about. */
     run: RunRef.optional(),
+    /** Why the scheduler took this step by itself (an idle suspend, the lifetime's end). */
+    reason: PolicyReason.optional(),
   })
   .strict();
 export type SessionFact = z.infer<typeof SessionFact>;
@@ -294,6 +321,11 @@ export const Session = z
     apps: z.record(z.string(), AppRun).optional(),
     /** The last placement generation whose usage was recorded (a repeated report is not counted twice). */
     usageGeneration: Generation.optional(),
+    /** Its idle policy and lifetime, the session's own over its environment's (at create). */
+    idle: IdlePolicy.optional(),
+    maxLifetimeMs: MaxLifetimeMs.optional(),
+    /** Why it is in its state when a policy put it there (idle, lifetime); cleared when it runs again. */
+    stateReason: PolicyReason.optional(),
     /** Its declared ports and their preview URLs (from the spec, at create). */
     ports: z.array(SessionPort).max(16 * MAX_PORTS).optional(),
     /** When the session last became idle (no attached client); watch sessions suspend after idleMs. */

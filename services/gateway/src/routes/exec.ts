@@ -29,6 +29,7 @@ import { realEvery, sessionResource, type GatewayContext } from "../context.ts";
 import { drainOrClose, type Route } from "../http/http.ts";
 import { readRange } from "../terminal/termlog.ts";
 import { ExecOutput, type ExecOutputItem } from "./exec-output.ts";
+import { wakeForUse } from "./wake.ts";
 
 /** The session's holder as an exec call reaches it. */
 interface Held {
@@ -88,9 +89,11 @@ export function execRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
   const rpcOpts = { timeoutMs: config.workspaceRpcTimeoutMs };
   const every = ctx.deps.every ?? realEvery;
 
-  const held = async (scope: Scope, sessionId: string, action: Action): Promise<Held> => {
-    const session = await ctx.getSession(scope, sessionId);
-    await ctx.authorizer.authorize(scope, action, sessionResource(session));
+  /** The session's holder for action; `wake`: a suspended session is resumed first (an exec wakes it). */
+  const held = async (scope: Scope, sessionId: string, action: Action, wake = false): Promise<Held> => {
+    const found = await ctx.getSession(scope, sessionId);
+    await ctx.authorizer.authorize(scope, action, sessionResource(found));
+    const session = wake ? await wakeForUse(ctx, scope, found) : found;
     if ((session.state !== "running" && session.state !== "suspended_warm") || !session.poolId || !session.runnerId) {
       throw new ConflictError(`session is ${session.state}: it has no live sandbox`);
     }
@@ -119,7 +122,7 @@ export function execRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
    * when it did not.
    */
   const start = async (scope: Scope, sessionId: string, body: ExecBody, mode: "background" | "stream" | "buffered") => {
-    const h = await held(scope, sessionId, Action.exec);
+    const h = await held(scope, sessionId, Action.exec, true);
     if (h.session.state !== "running") throw new ConflictError(`session is ${h.session.state}: resume it to exec`);
     const execId = ctx.deps.newId();
     const stdin = body.stdin === undefined ? Buffer.alloc(0) : Buffer.from(body.stdin, body.encoding === "base64" ? "base64" : "utf8");

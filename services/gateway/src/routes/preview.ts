@@ -10,15 +10,22 @@
 import { request as httpRequest, type IncomingMessage, type ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { callRpc, TunnelStream } from "@paddock/bus";
-import { Api, ConflictError, NotFoundError, PaddockError, previewPath, TUNNEL_PING_MS, tunnelInSubject, tunnelOutSubject, UnavailableError, workspaceRpcs, type Session } from "@paddock/contracts";
+import { Api, ConflictError, NotFoundError, PaddockError, previewPath, TUNNEL_PING_MS, tunnelInSubject, tunnelOutSubject, UnavailableError, workspaceRpcs, type Scope, type Session } from "@paddock/contracts";
 import { Action } from "../auth/auth.ts";
 import { realEvery, sessionResource, type GatewayContext } from "../context.ts";
 import { sendError, sendJson } from "../http/http.ts";
 import { rejectUpgrade } from "../terminal/terminal.ts";
 import { forwardRequestHeaders, forwardResponseHeaders, upgradeHead } from "./preview-headers.ts";
+import { wakeForUse } from "./wake.ts";
 
 /** The app's port did not answer (nothing listens, or the connection broke before an answer): 502. */
 export class BadGatewayError extends UnavailableError {}
+
+/** Who wakes a session for a public port's visitor (no principal of their own): recorded on the resume fact. */
+const PREVIEW_ACTOR = "preview";
+/** A session a request just woke: its port is asked this many times, this far apart, while its app starts. */
+const WOKEN_CONNECT_ATTEMPTS = 40;
+const WOKEN_CONNECT_RETRY_MS = 250;
 
 const PREVIEW = /^\/v1\/sessions\/([A-Za-z0-9_-]{1,64})\/ports\/(\d{1,5})(\/.*)?$/;
 
@@ -110,8 +117,24 @@ export class PreviewProxy {
   private async open(req: IncomingMessage, m: PreviewMatch): Promise<TunnelStream> {
     const { ctx } = this;
     const target = await callRpc(ctx.deps.nc, Api.previewTarget, { sessionId: m.sessionId, port: m.port }, { timeoutMs: ctx.deps.config.rpcTimeoutMs });
-    if (!target.public) await this.authorize(req, target.session);
-    const s = target.session;
+    const scope = target.public ? { workspaceId: target.session.workspaceId, actor: { id: PREVIEW_ACTOR, kind: "service" as const } } : await this.authorize(req, target.session);
+    // Wake on use: a suspended session runs again for the request (a public port's visitor wakes it too).
+    const s = await wakeForUse(ctx, scope, target.session, req.socket);
+    // Just woken, its app may still be starting: its port is asked again for a while before a 502.
+    const woken = s !== target.session;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.connect(s, m.port);
+      } catch (err) {
+        if (!woken || !(err instanceof BadGatewayError) || attempt >= WOKEN_CONNECT_ATTEMPTS || req.socket.destroyed) throw err;
+        await new Promise<void>((resolve) => ctx.after(WOKEN_CONNECT_RETRY_MS, resolve));
+      }
+    }
+  }
+
+  /** A tunnel to the port through the runner holding the running session s. */
+  private async connect(s: Session, port: number): Promise<TunnelStream> {
+    const { ctx } = this;
     if (s.state !== "running" || !s.poolId || !s.runnerId) throw new ConflictError(`session is ${s.state}: its ports answer while it runs`);
     const tunnelId = ctx.deps.newId();
     const tunnel = new TunnelStream({ nc: ctx.deps.nc, sendTo: tunnelInSubject(s.poolId, s.runnerId, tunnelId), every: ctx.deps.every ?? realEvery, pingMs: TUNNEL_PING_MS });
@@ -123,9 +146,9 @@ export class PreviewProxy {
     });
     tunnel.once("close", () => sub.unsubscribe());
     try {
-      const request = { sessionId: s.id, workspaceId: s.workspaceId, placementGeneration: s.placementGeneration, port: m.port, tunnelId };
+      const request = { sessionId: s.id, workspaceId: s.workspaceId, placementGeneration: s.placementGeneration, port, tunnelId };
       const opened = await callRpc(ctx.deps.nc, workspaceRpcs(s.poolId, s.runnerId).tunnel, request, { timeoutMs: ctx.deps.config.workspaceRpcTimeoutMs });
-      if (!opened.connected) throw new BadGatewayError(`nothing listens on port ${m.port} in the session`);
+      if (!opened.connected) throw new BadGatewayError(`nothing listens on port ${port} in the session`);
     } catch (err) {
       tunnel.destroy();
       throw err;
@@ -134,10 +157,11 @@ export class PreviewProxy {
   }
 
   /** A private port: the bearer token of a member allowed to act on the session (its creator or an admin). */
-  private async authorize(req: IncomingMessage, session: Session): Promise<void> {
+  private async authorize(req: IncomingMessage, session: Session): Promise<Scope> {
     const principal = await this.ctx.principal(req);
     // Another workspace's session is not there for this caller.
     if (principal.scope.workspaceId !== session.workspaceId) throw new NotFoundError("port");
     await this.ctx.authorizer.authorize(principal.scope, Action.preview, sessionResource(session));
+    return principal.scope;
   }
 }

@@ -1,4 +1,3 @@
-import type { ServerResponse } from "node:http";
 import { canReach, DEFAULT_WAIT_MS, Subjects, WaitOutcome, type Scope, type Session, type SessionState, type Waited } from "@paddock/contracts";
 import type { GatewayContext } from "../context.ts";
 
@@ -17,7 +16,13 @@ export interface WaitAsk {
  * so no commit between the read and the subscription goes unseen. A client
  * that goes away ends the wait (its answer is not sent).
  */
-export async function waitForState(ctx: GatewayContext, scope: Scope, session: Session, ask: WaitAsk, res: ServerResponse): Promise<Session & { waited?: Waited }> {
+/** What tells a wait its client went away: a response (or a socket) that closes. */
+export interface Closer {
+  once(event: "close", listener: () => void): unknown;
+  off(event: "close", listener: () => void): unknown;
+}
+
+export async function waitForState(ctx: GatewayContext, scope: Scope, session: Session, ask: WaitAsk, res?: Closer): Promise<Session & { waited?: Waited }> {
   const target = ask.state;
   if (target === undefined) return session;
   const { nc } = ctx.deps;
@@ -36,7 +41,7 @@ export async function waitForState(ctx: GatewayContext, scope: Scope, session: S
     wake();
   };
   // The response's close before it was sent: the client went away (a request's own close only says its body was read).
-  res.once("close", onClose);
+  res?.once("close", onClose);
   const cancelTimer = ctx.after(ask.timeoutMs ?? DEFAULT_WAIT_MS, () => {
     timedOut = true;
     wake();
@@ -61,7 +66,7 @@ export async function waitForState(ctx: GatewayContext, scope: Scope, session: S
     }
   } finally {
     cancelTimer();
-    res.off("close", onClose);
+    res?.off("close", onClose);
     sub.unsubscribe();
   }
 }

@@ -25,6 +25,7 @@ import {
   type Session,
 } from "@paddock/contracts";
 import { Action } from "../auth/auth.ts";
+import { wakeForUse } from "./wake.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
 import type { Route } from "../http/http.ts";
 
@@ -100,9 +101,15 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
   };
   const rpcOpts = { timeoutMs: config.workspaceRpcTimeoutMs };
 
-  const authorized = async (scope: Scope, sessionId: string, action: Action) => {
-    const session = await ctx.getSession(scope, sessionId);
-    await ctx.authorizer.authorize(scope, action, sessionResource(session));
+  /**
+   * The session, authorized for action, woken when the call needs it (wake on
+   * use: writes wake a warm or cold session, reads a cold one only; a warm
+   * one is read as it is, without waking it).
+   */
+  const authorized = async (scope: Scope, sessionId: string, action: Action, wake: "write" | "read") => {
+    const found = await ctx.getSession(scope, sessionId);
+    await ctx.authorizer.authorize(scope, action, sessionResource(found));
+    const session = wake === "write" || found.state === "suspended_cold" ? await wakeForUse(ctx, scope, found) : found;
     const { poolId, runnerId } = holder(session);
     return { session, rpcs: workspaceRpcs(poolId, runnerId) };
   };
@@ -195,7 +202,7 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
   return [
     ctx.serve(HttpApi.pushWorkspace, async ({ caller: { scope }, params, query, req }) => {
       refuseDeclaredTooLarge(req);
-      const { session, rpcs } = await authorized(scope, params.id, Action.pushWorkspace);
+      const { session, rpcs } = await authorized(scope, params.id, Action.pushWorkspace, "write");
       const reply = await uploaded(req, session, (transfer) => callRpc(ctx.deps.nc, rpcs.push, { ...target(session), path: query.path ?? "", ...transfer }, rpcOpts));
       // The push is a fact: committed on the record (one audit event) before the client is told.
       await recordFact(scope, session.id, "push");
@@ -204,7 +211,7 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
 
     ctx.serve(HttpApi.pullWorkspace, async ({ caller: { scope }, params, query, res }) => {
       const path = query.path ?? "";
-      const { session, rpcs } = await authorized(scope, params.id, Action.pullWorkspace);
+      const { session, rpcs } = await authorized(scope, params.id, Action.pullWorkspace, "read");
       const transferId = ctx.deps.newId();
       const name = transferObjectName(session.workspaceId, session.id, transferId);
       const key = newSealKey();
@@ -221,7 +228,7 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
     }),
 
     ctx.serve(HttpApi.readFile, async ({ caller: { scope }, params, query, req, res }) => {
-      const { session, rpcs } = await authorized(scope, params.id, Action.readFiles);
+      const { session, rpcs } = await authorized(scope, params.id, Action.readFiles, "read");
       const range = parseByteRange(req.headers.range);
       const transferId = ctx.deps.newId();
       const name = transferObjectName(session.workspaceId, session.id, transferId);
@@ -266,7 +273,7 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
 
     ctx.serve(HttpApi.writeFile, async ({ caller: { scope }, params, query, req }) => {
       refuseDeclaredTooLarge(req);
-      const { session, rpcs } = await authorized(scope, params.id, Action.writeFiles);
+      const { session, rpcs } = await authorized(scope, params.id, Action.writeFiles, "write");
       writable(session);
       const write = async (bytes: { inline: Uint8Array } | { transferId: string; sealKey: string }) => {
         const request = { ...target(session), path: query.path, mode: query.mode, ...("inline" in bytes ? { inline: true as const } : bytes) };
@@ -281,7 +288,7 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
     }),
 
     ctx.serve(HttpApi.deleteFile, async ({ caller: { scope }, params, query }) => {
-      const { session, rpcs } = await authorized(scope, params.id, Action.writeFiles);
+      const { session, rpcs } = await authorized(scope, params.id, Action.writeFiles, "write");
       writable(session);
       const reply = await callRpc(ctx.deps.nc, rpcs.delete, { ...target(session), path: query.path, recursive: query.recursive }, rpcOpts);
       await recordFact(scope, session.id, "file.delete");
@@ -289,18 +296,18 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
     }),
 
     ctx.serve(HttpApi.listFiles, async ({ caller: { scope }, params, query }) => {
-      const { session, rpcs } = await authorized(scope, params.id, Action.readFiles);
+      const { session, rpcs } = await authorized(scope, params.id, Action.readFiles, "read");
       return { status: 200, body: fileListOf(await callRpc(ctx.deps.nc, rpcs.list, { ...target(session), path: query.path ?? "", depth: query.depth }, rpcOpts)) };
     }),
 
     ctx.serve(HttpApi.readDiff, async ({ caller: { scope }, params }) => {
-      const { session, rpcs } = await authorized(scope, params.id, Action.readDiff);
+      const { session, rpcs } = await authorized(scope, params.id, Action.readDiff, "read");
       return { status: 200, body: await callRpc(ctx.deps.nc, rpcs.diff, target(session), rpcOpts) };
     }),
 
     // Branch, head and dirtiness of each repository: read like the diff, by any member.
     ctx.serve(HttpApi.listRepos, async ({ caller: { scope }, params }) => {
-      const { session, rpcs } = await authorized(scope, params.id, Action.readDiff);
+      const { session, rpcs } = await authorized(scope, params.id, Action.readDiff, "read");
       return { status: 200, body: await callRpc(ctx.deps.nc, rpcs.repos, target(session), rpcOpts) };
     }),
   ];

@@ -22,6 +22,8 @@ export interface TunnelsDeps {
   held: (t: { sessionId: string; workspaceId: string; placementGeneration: number }) => HeldPorts;
   translate: <T>(fn: () => Promise<T>) => Promise<T>;
   every: (ms: number, fn: () => void) => () => void;
+  /** A preview is the session's activity (the idle policy's input): told at the open and every ping period while it lasts. */
+  onActivity: (sessionId: string) => void;
   metrics: BusMetrics;
   log: Logger;
 }
@@ -57,7 +59,10 @@ export function serveTunnels(deps: TunnelsDeps): { subs: Subscription[]; stop():
         }
         const tunnel = new TunnelStream({ nc: deps.nc, sendTo: tunnelOutSubject(deps.poolId, deps.runnerId, req.tunnelId), every: deps.every, pingMs: TUNNEL_PING_MS });
         tunnels.set(req.tunnelId, tunnel);
+        deps.onActivity(req.sessionId);
+        const stopActivity = deps.every(TUNNEL_PING_MS, () => deps.onActivity(req.sessionId));
         const end = () => {
+          stopActivity();
           tunnels.delete(req.tunnelId);
           tunnel.destroy();
           conn.destroy();

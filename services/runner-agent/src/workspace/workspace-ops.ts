@@ -69,6 +69,8 @@ export interface WorkspaceOpsDeps {
   session: (sessionId: string) => HeldWorkspace | undefined;
   /** False while the runner is fenced: it must not act on sessions it may no longer hold. */
   serving: () => boolean;
+  /** A file call is the session's activity (the idle policy's input). */
+  onActivity?: (sessionId: string) => void;
   limits?: Partial<WorkspaceLimits>;
   /** Bounds of the live file watches (file-watch.ts). */
   watchLimits?: Partial<FileWatchLimits>;
@@ -197,7 +199,10 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
         );
       }),
     opts),
-    ...serveFileOps({ nc: deps.nc, rpcs, held, transfers, maxBytes: limits.maxBytes, serve: opts, log: deps.log, translate }),
+    ...serveFileOps({ nc: deps.nc, rpcs, held: (t) => {
+      deps.onActivity?.(t.sessionId);
+      return held(t);
+    }, transfers, maxBytes: limits.maxBytes, serve: opts, log: deps.log, translate }),
     serveReposOp({ nc: deps.nc, rpcs, held, bounds: { maxRepos: limits.diffMaxRepos, pathEnv: deps.childPath }, serve: opts, translate }),
   ];
   return {

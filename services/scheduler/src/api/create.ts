@@ -41,6 +41,9 @@ function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody,
   checkRepoSecrets(env, spec);
   const requirements = requirementsOf(env, spec);
   const ports = sessionPorts(id, spec);
+  // The session's own policy over its environment's, field by field.
+  const idle = { ...env?.idle, ...body.idle };
+  const maxLifetimeMs = body.maxLifetimeMs ?? env?.maxLifetimeMs;
   return {
     id,
     workspaceId: scope.workspaceId,
@@ -51,6 +54,8 @@ function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody,
     // Layered over the environment by the PortableSpec rules; requirements come from it (and image:oci for an image), never from the request.
     spec,
     ...(ports.length > 0 ? { ports } : {}),
+    ...(idle.warmAfterMs !== undefined || idle.coldAfterMs !== undefined ? { idle } : {}),
+    ...(maxLifetimeMs !== undefined ? { maxLifetimeMs } : {}),
     ...(env ? { setupHash: env.setupHash } : {}),
     ...(env || spec.image !== undefined ? { requirements } : {}),
     mode: body.mode ?? "run",

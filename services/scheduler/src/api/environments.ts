@@ -66,6 +66,8 @@ export function newEnvironment(ctx: Clock, scope: Scope, body: CreateEnvironment
   if (body.init !== undefined) env.init = body.init;
   if (body.initTimeoutSec !== undefined) env.initTimeoutSec = body.initTimeoutSec;
   if (body.setupTimeoutSec !== undefined) env.setupTimeoutSec = body.setupTimeoutSec;
+  if (body.idle !== undefined && (body.idle.warmAfterMs !== undefined || body.idle.coldAfterMs !== undefined)) env.idle = { ...body.idle };
+  if (body.maxLifetimeMs !== undefined && body.maxLifetimeMs > 0) env.maxLifetimeMs = body.maxLifetimeMs;
   return env;
 }
 

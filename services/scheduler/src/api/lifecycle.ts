@@ -8,6 +8,7 @@ import {
   type AuditAction,
   type Checkpoint,
   type PendingOp,
+  type PolicyReason,
   type Scope,
   type Session,
   type TransferDirection,
@@ -63,6 +64,11 @@ const pendingActions: Record<PendingOp["op"], AuditAction> = {
   restart_app: "restart",
 };
 
+/** A step a policy took (idle, lifetime): said on the fact (its audit event) and on the record. */
+export function withReason(s: Session, reason: PolicyReason | undefined): Session {
+  return reason === undefined ? s : { ...s, stateReason: reason, lastFact: { ...s.lastFact, reason } };
+}
+
 function withPending(ctx: SchedulerContext, s: Session, op: PendingOp["op"], actorId: string): Session {
   const next = withFact(ctx, s, pendingActions[op], actorId);
   next.pending = { op, requestId: ctx.newId("req"), requestedAt: ctx.now() };
@@ -87,7 +93,7 @@ async function waitSettled(ctx: SchedulerContext, s: Session, requestId: string)
  * freed. Answers once the runner confirmed (or with the pending record when it
  * is slow; the pending timeout then moves it on).
  */
-export async function suspendSession(ctx: SchedulerContext, scope: Scope, sessionId: string, warm: boolean, actorId = scope.actor.id): Promise<Session> {
+export async function suspendSession(ctx: SchedulerContext, scope: Scope, sessionId: string, warm: boolean, actorId = scope.actor.id, reason?: PolicyReason): Promise<Session> {
   const target = warm ? "suspended_warm" : "suspended_cold";
   const { after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => {
     if (s.state === target) return undefined;
@@ -95,7 +101,7 @@ export async function suspendSession(ctx: SchedulerContext, scope: Scope, sessio
     if (s.state !== "running" && !(s.state === "suspended_warm" && !warm)) {
       throw new ConflictError(`a ${s.state} session cannot be suspended ${warm ? "warm" : "cold"}`);
     }
-    return withPending(ctx, s, warm ? "suspend_warm" : "suspend_cold", actorId);
+    return withReason(withPending(ctx, s, warm ? "suspend_warm" : "suspend_cold", actorId), reason);
   });
   if (!after.pending) return after;
   await sendCommand(ctx, after, { type: "suspend", requestId: after.pending.requestId, warm });
@@ -104,12 +110,18 @@ export async function suspendSession(ctx: SchedulerContext, scope: Scope, sessio
 
 /** Warm: continue in place. Cold: back to queued; placement restores the checkpoint on any runner of the pool. */
 export async function resumeSession(ctx: SchedulerContext, scope: Scope, sessionId: string): Promise<Session> {
+  // A suspend under way (an idle one the scheduler started, say) is let finish first: the resume then undoes it.
+  const { value: current } = await getSession(ctx, scope, sessionId);
+  if (current.pending?.op === "suspend_warm" || current.pending?.op === "suspend_cold") await waitSettled(ctx, current, current.pending.requestId).catch(() => undefined);
   const { after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => {
     if (s.state === "running" || s.state === "queued" || s.state === "creating") return undefined;
     if (s.pending) throw new ConflictError(`session is busy (${s.pending.op})`);
-    if (s.state === "suspended_warm") return withPending(ctx, s, "resume_warm", scope.actor.id);
+    if (s.state === "suspended_warm") {
+      const { stateReason: _reason, ...rest } = s;
+      return withPending(ctx, rest, "resume_warm", scope.actor.id);
+    }
     if (s.state === "suspended_cold") {
-      const { pending: _pending, ...rest } = s;
+      const { pending: _pending, stateReason: _reason, ...rest } = s;
       return transition(ctx, rest, "queued", "resume", scope.actor.id);
     }
     throw new ConflictError(`a ${s.state} session cannot be resumed`);

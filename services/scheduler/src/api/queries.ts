@@ -13,6 +13,7 @@ import {
   type AttachMode,
   type Runner,
   type Scope,
+  type PolicyReason,
   type Session,
 } from "@paddock/contracts";
 import type { SchedulerContext } from "../context.ts";
@@ -81,13 +82,14 @@ function deletedState(s: Session): "canceled" | "destroyed" {
 }
 
 /** Deletes a session; idempotent (a terminal session is returned as it is). */
-export async function deleteSession(ctx: SchedulerContext, scope: Scope, sessionId: string): Promise<Session> {
+export async function deleteSession(ctx: SchedulerContext, scope: Scope, sessionId: string, reason?: PolicyReason): Promise<Session> {
   for (;;) {
     const current = await getSession(ctx, scope, sessionId);
     const s = current.value;
     if (isTerminal(s.state)) return s;
     const to = deletedState(s);
-    const next = transition(ctx, s, to, to === "canceled" ? "cancel" : "delete", scope.actor.id);
+    const ended = transition(ctx, s, to, to === "canceled" ? "cancel" : "delete", scope.actor.id);
+    const next = reason === undefined ? ended : { ...ended, stateReason: reason, lastFact: { ...ended.lastFact, reason } };
     try {
       await writeSession(ctx, current, next);
     } catch (err) {

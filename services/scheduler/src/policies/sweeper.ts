@@ -2,6 +2,7 @@ import { isTerminal, occupiesSlot, type Session } from "@paddock/contracts";
 import type { SchedulerContext } from "../context.ts";
 import { casSession, SCHEDULER_ACTOR, transition, withFact } from "../state/writes.ts";
 import { suspendSession } from "../api/lifecycle.ts";
+import { deleteSession } from "../api/queries.ts";
 import { dispatchDestroy, dispatchStart, releaseSlot, runnerGenerationOf, sendCommand } from "../fleet/slots.ts";
 import { lostRunners, markRunnerLost, repairCapacity } from "../fleet/liveness.ts";
 import { perPass, type FactBacklog } from "../state/fact-backlog.ts";
@@ -15,7 +16,8 @@ type SweepStep =
   | { kind: "clear_pending"; reason: string }
   | { kind: "expire_suspended" }
   | { kind: "expire_record" }
-  | { kind: "idle_suspend" }
+  | { kind: "idle_suspend"; warm: boolean }
+  | { kind: "lifetime_end" }
   | { kind: "periodic_checkpoint"; requestId: string }
   | { kind: "redispatch" };
 
@@ -87,23 +89,33 @@ function stepFor(ctx: SchedulerContext, s: Session, startedAt: number, memory: S
   }
   if (s.state === "suspended_cold" && age > c.suspendedTtlMs) return { kind: "expire_suspended" };
   if (isTerminal(s.state) && age > c.terminalTtlMs) return { kind: "expire_record" };
+  if (s.maxLifetimeMs !== undefined && !isTerminal(s.state) && now - s.createdAt > s.maxLifetimeMs) return { kind: "lifetime_end" };
+  const idle = idleStep(ctx, s, startedAt, memory);
+  if (idle) return idle;
   if (s.state !== "running" || s.pending) return undefined;
-  if (s.mode === "watch" && !ctx.presence.attached(s.id)) {
-    // Real activity only (attach and detach, terminal output reported by the runner, becoming
-    // running): not updatedAt, which every checkpoint and app fact moves. Input needs an attached
-    // client, so attachment covers it.
-    const lastActivity = Math.max(
-      ctx.presence.lastAttachedAt(s.id) ?? 0,
-      ctx.presence.lastActiveAt(s) ?? 0,
-      memory.runningSince.get(placementKey(s)) ?? now,
-      startedAt,
-    );
-    if (now - lastActivity > c.idleMs) return { kind: "idle_suspend" };
-  }
   if (c.checkpointIntervalMs > 0 && now - (s.checkpointedAt ?? s.updatedAt) > c.checkpointIntervalMs) {
     // The same id on every replica within one interval: DISPATCH dedupes it to one checkpoint.
     return { kind: "periodic_checkpoint", requestId: `chk_${Math.floor(now / c.checkpointIntervalMs)}` };
   }
+  return undefined;
+}
+
+/**
+ * The idle policy (the session's, else watch mode's cold suspend after
+ * idleMs): nothing attached, and no activity for warmAfterMs (running →
+ * warm) or coldAfterMs (running or warm → cold). Real activity only: attach
+ * and detach, what the runner reports (terminal output, exec, file calls,
+ * previews), becoming running; never updatedAt, which every checkpoint and
+ * app fact moves. Input needs an attached client, so attachment covers it.
+ */
+function idleStep(ctx: SchedulerContext, s: Session, startedAt: number, memory: SweepMemory): SweepStep | undefined {
+  const policy = s.idle ?? (s.mode === "watch" ? { coldAfterMs: ctx.config.idleMs } : undefined);
+  if (!policy || s.pending || (s.state !== "running" && s.state !== "suspended_warm") || ctx.presence.attached(s.id)) return undefined;
+  const now = ctx.now();
+  const lastActivity = Math.max(ctx.presence.lastAttachedAt(s.id) ?? 0, ctx.presence.lastActiveAt(s) ?? 0, memory.runningSince.get(placementKey(s)) ?? (s.state === "running" ? now : 0), startedAt);
+  const idleFor = now - lastActivity;
+  if (policy.coldAfterMs !== undefined && idleFor > policy.coldAfterMs) return { kind: "idle_suspend", warm: false };
+  if (s.state === "running" && policy.warmAfterMs !== undefined && idleFor > policy.warmAfterMs) return { kind: "idle_suspend", warm: true };
   return undefined;
 }
 
@@ -134,9 +146,12 @@ async function apply(ctx: SchedulerContext, key: string, step: SweepStep): Promi
       if (await casSession(ctx, current, withFact(ctx, s, "expire", SCHEDULER_ACTOR))) await ctx.sessions.remove(key);
       return;
     case "idle_suspend":
-      void suspendSession(ctx, schedulerScope(s), s.id, false, SCHEDULER_ACTOR).catch((err: unknown) =>
+      void suspendSession(ctx, schedulerScope(s), s.id, step.warm, SCHEDULER_ACTOR, "idle").catch((err: unknown) =>
         ctx.log.warn({ err, sessionId: s.id }, "idle suspend failed"),
       );
+      return;
+    case "lifetime_end":
+      await deleteSession(ctx, schedulerScope(s), s.id, "lifetime");
       return;
     case "periodic_checkpoint":
       await sendCommand(ctx, s, { type: "checkpoint", requestId: step.requestId });
