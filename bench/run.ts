@@ -1,4 +1,4 @@
-// `pnpm bench [--quick] [--only lifecycle,checkpoint,terminal,memory,images,sandbox,files,exec]`: every speed figure
+// `pnpm bench [--quick] [--only lifecycle,checkpoint,terminal,memory,images,sandbox,files,exec,preview]`: every speed figure
 // next to a baseline measured in the same run, and their ratio; JSON under bench-results/.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -7,6 +7,7 @@ import { BENCH_USAGE, parseBenchArgs } from "./src/args.ts";
 import { checkpointBench } from "./src/checkpoint.ts";
 import { filesBench } from "./src/files.ts";
 import { execBench } from "./src/exec.ts";
+import { previewBench } from "./src/preview.ts";
 import { imagesBench } from "./src/images.ts";
 import { removeLeftovers } from "./src/leftovers.ts";
 import { lifecycleBench } from "./src/lifecycle.ts";
@@ -33,6 +34,7 @@ async function main(): Promise<void> {
     figures.push(...(await sandboxRunnerBenches(quick ? { samples: 20, echoSamples: 100, megabytes: 5 } : { samples: 200, echoSamples: 1000, megabytes: 100 })));
   }
   if (only.has("files")) figures.push(...(await filesBench({ samples: quick ? 20 : 200 })));
+  if (only.has("preview")) figures.push(...(await previewBench(quick ? { samples: 20, megabytes: 20 } : { samples: 200, megabytes: 100 })));
   if (only.has("exec")) figures.push(...(await execBench(quick ? { samples: 20, megabytes: 20, repoMegabytes: 10 } : { samples: 200, megabytes: 100, repoMegabytes: 50 })));
   process.stdout.write(formatTable(figures) + "\n");
   const dir = join(repoRoot, "bench-results");

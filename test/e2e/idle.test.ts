@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Session } from "@paddock/contracts";
 import { startStack, type Stack } from "@paddock/testing";
-import { api, stackClient, waitForAuditEvents } from "./helpers.ts";
+import { api, stackClient, Terminal, waitForAuditEvents } from "./helpers.ts";
 
 const APP = fileURLToPath(new URL("./fixtures/preview-app.cjs", import.meta.url));
 let stack: Stack;
@@ -62,6 +62,20 @@ describe("an idle session", () => {
 
     const events = await waitForAuditEvents(nc, "default", s.id, (e) => e.filter((x) => x.action === "suspend" && x.reason === "idle").length >= 2);
     expect(events.filter((x) => x.action === "resume").length).toBeGreaterThanOrEqual(2);
+    await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`);
+  });
+
+  it("is woken by a controller's attach, never by a viewer's", async () => {
+    const s = await createSession({ spec: { cmd: ["sh", "-c", "echo READY; exec sleep 3600"] } });
+    await once(s.id, "running");
+    const suspended = await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/suspend?wait=suspended_warm&timeoutMs=60000`, { warm: true });
+    expect((suspended.body as Session).state).toBe("suspended_warm");
+    const viewer = await Terminal.open(stack.url, stack.token, s.id, "since=all");
+    expect(((await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}`)).body as Session).state).toBe("suspended_warm");
+    viewer.ws.close();
+    const controller = await Terminal.open(stack.url, stack.token, s.id, "since=all&mode=controller");
+    expect(((await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}`)).body as Session).state).toBe("running");
+    controller.ws.close();
     await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`);
   });
 

@@ -17,6 +17,7 @@ import { workspaceRoutes } from "./routes/workspace.ts";
 import { execRoutes } from "./routes/exec.ts";
 import { FILES_WATCH_ROUTE, FilesWatchHub } from "./routes/files-watch.ts";
 import { matchPreview, PreviewProxy } from "./routes/preview.ts";
+import { wakeForUse } from "./routes/wake.ts";
 
 export interface Gateway {
   /** Binds the public API; resolves with the bound port (useful with port 0). */
@@ -37,7 +38,7 @@ export interface Gateway {
  */
 export function createGateway(deps: GatewayDeps): Gateway {
   const ctx = new GatewayContext(deps);
-  const terminals = new TerminalHub(ctx);
+  const terminals = new TerminalHub(ctx, (scope, session, closer) => wakeForUse(ctx, scope, session, closer));
   const fileWatches = new FilesWatchHub(ctx, terminals.guard);
   const previews = new PreviewProxy(ctx);
   // Followed events and exec streams live by their token and access like terminal sockets: one guard for all.

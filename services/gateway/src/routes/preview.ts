@@ -78,11 +78,11 @@ export class PreviewProxy {
       if (!res.headersSent) sendPreviewError(res, err instanceof PaddockError ? err : new BadGatewayError(`port ${m.port} of the session did not answer: ${err instanceof Error ? err.message : "connection lost"}`));
       else res.destroy();
     };
-    upstream.once("error", fail);
+    upstream.on("error", fail);
     upstream.once("response", (answer) => {
       res.writeHead(answer.statusCode ?? 502, forwardResponseHeaders(answer.rawHeaders, previewPath(m.sessionId, m.port)));
       answer.pipe(res);
-      answer.once("error", fail);
+      answer.on("error", fail);
     });
     // The client leaving ends the request to the app (and with it the tunnel and the runner's connection).
     res.once("close", () => {
@@ -108,7 +108,7 @@ export class PreviewProxy {
       socket.destroy();
       tunnel.destroy();
     };
-    for (const s of [socket, tunnel]) s.once("error", end).once("close", end);
+    for (const s of [socket, tunnel]) s.on("error", end).once("close", end);
     socket.pipe(tunnel);
     tunnel.pipe(socket);
   }
@@ -145,6 +145,9 @@ export class PreviewProxy {
       },
     });
     tunnel.once("close", () => sub.unsubscribe());
+    // Its error is seen by whoever uses it (the HTTP client, the upgrade's pipes) and, after they let
+    // go (an abort arriving once the answer is complete), by no one: never an unhandled one.
+    tunnel.on("error", () => undefined);
     try {
       const request = { sessionId: s.id, workspaceId: s.workspaceId, placementGeneration: s.placementGeneration, port, tunnelId };
       const opened = await callRpc(ctx.deps.nc, workspaceRpcs(s.poolId, s.runnerId).tunnel, request, { timeoutMs: ctx.deps.config.workspaceRpcTimeoutMs });

@@ -17,6 +17,7 @@ import {
   Streams,
   Subjects,
   type AttachMode,
+  type Scope,
   type Session,
 } from "@paddock/contracts";
 import { Action, type Principal } from "../auth/auth.ts";
@@ -46,7 +47,15 @@ export class TerminalHub {
   readonly presence: PresenceTracker;
   readonly guard: StreamGuard;
 
-  constructor(private readonly ctx: GatewayContext) {
+  /**
+   * wake: resumes a suspended session for a controller's attach (wake on
+   * use; routes/wake.ts, passed in by the gateway: terminal/ never imports
+   * routes/). Absent: a controller attaches to the session as it is.
+   */
+  constructor(
+    private readonly ctx: GatewayContext,
+    private readonly wake?: (scope: Scope, session: Session, closer: { once(e: "close", f: () => void): unknown; off(e: "close", f: () => void): unknown }) => Promise<Session>,
+  ) {
     this.presence = new PresenceTracker(ctx);
     this.guard = new StreamGuard(ctx);
     this.wss = new WebSocketServer({ noServer: true, maxPayload: ctx.deps.config.wsMaxPayloadBytes, clientTracking: false });
@@ -128,9 +137,11 @@ export class TerminalHub {
     }
     const { scope } = principal;
     // Re-checked here even with a ticket: the policy at use decides, not the one at issue.
-    const current = await this.ctx.getSession(scope, m[1]);
+    const found = await this.ctx.getSession(scope, m[1]);
     const action = mode === "controller" ? Action.attachController : Action.attachViewer;
-    await this.ctx.authorizer.authorize(scope, action, sessionResource(current));
+    await this.ctx.authorizer.authorize(scope, action, sessionResource(found));
+    // A controller's attach wakes a suspended session (a viewer's never does).
+    const current = mode === "controller" && this.wake ? await this.wake(scope, found, req.socket) : found;
     this.reserve(current.id);
     try {
       return { ...(await this.grantFor(principal, current, query, mode)), principal };

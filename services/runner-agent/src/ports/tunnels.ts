@@ -61,6 +61,9 @@ export function serveTunnels(deps: TunnelsDeps): { subs: Subscription[]; stop():
         tunnels.set(req.tunnelId, tunnel);
         deps.onActivity(req.sessionId);
         const stopActivity = deps.every(TUNNEL_PING_MS, () => deps.onActivity(req.sessionId));
+        // Either side's error ends both at once (the tunnel tells the gateway: abort). The app closing
+        // its connection ends the tunnel's output cleanly; the tunnel closing (both directions done,
+        // or the gateway gone) lets go of the connection.
         const end = () => {
           stopActivity();
           tunnels.delete(req.tunnelId);
@@ -69,7 +72,11 @@ export function serveTunnels(deps: TunnelsDeps): { subs: Subscription[]; stop():
         };
         conn.pipe(tunnel);
         tunnel.pipe(conn);
-        for (const s of [conn, tunnel]) s.once("error", end).once("close", end);
+        conn.on("error", end);
+        tunnel.on("error", end).once("close", end);
+        conn.once("close", () => {
+          if (!tunnel.writableEnded) tunnel.end();
+        });
         deps.log.debug({ sessionId: req.sessionId, port: req.port }, "tunnel opened");
         return { tunnelId: req.tunnelId, connected: true };
       }),

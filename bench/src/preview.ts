@@ -1,0 +1,108 @@
+/**
+ * Previews (issue 25's performance goals), through the gateway and a runner
+ * on its default backend, each beside a baseline measured in the same run:
+ * a small GET's latency beside the same GET to the same app on the host's
+ * loopback (the same node app, started directly); an N MB download beside
+ * the direct one; and the time a preview request takes to its first byte
+ * when it wakes a warm-suspended and a cold-suspended session.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { fileURLToPath } from "node:url";
+import { connect } from "@nats-io/transport-node";
+import { startStack, type Stack } from "@paddock/testing";
+import { stopStackKeepingData } from "./leftovers.ts";
+import { figure, percentile, type Figure } from "./stats.ts";
+import { post, runningWatch } from "./terminal.ts";
+
+const APP = fileURLToPath(new URL("../../test/e2e/fixtures/preview-app.cjs", import.meta.url));
+const DIRECT_PORT = 18_777;
+const MiB = 1024 * 1024;
+
+export async function previewBench(opts: { samples: number; megabytes: number }): Promise<Figure[]> {
+  const direct = await startDirect();
+  const stack = await startStack({ validateOutgoing: false });
+  const nc = await connect({ servers: stack.nats.url });
+  const watch = await runningWatch(nc);
+  try {
+    const s = await post(stack, "/v1/sessions", { spec: { apps: [{ name: "web", cmd: ["node", APP, "8000"], tty: false, ports: [{ port: 8000, public: true }] }] } });
+    await watch.untilRunning(s.id);
+    const url = `${stack.url}/v1/sessions/${s.id}/ports/8000`;
+    await untilAnswers(`${url}/`);
+    const bench = "preview";
+    const through = await latencies(`${url}/`, opts.samples);
+    const local = await latencies(`http://127.0.0.1:${DIRECT_PORT}/`, opts.samples);
+    const p50 = percentile(through, 50);
+    const localP50 = percentile(local, 50);
+    const downloadMBs = await download(`${url}/big?mb=${opts.megabytes}`);
+    const directMBs = await download(`http://127.0.0.1:${DIRECT_PORT}/big?mb=${opts.megabytes}`);
+    const warm = await wakeMs(stack, s.id, `${url}/`, true);
+    const cold = await wakeMs(stack, s.id, `${url}/`, false);
+    return [
+      figure({ bench, metric: "GET through the preview p50", value: p50, unit: "ms", baseline: { name: "direct loopback p50", value: localP50 }, goal: "≤ direct + 1 ms", met: p50 <= localP50 + 1 }),
+      figure({ bench, metric: "GET through the preview p99", value: percentile(through, 99), unit: "ms", baseline: { name: "direct loopback p99", value: percentile(local, 99) }, goal: "≤ 10 ms", met: percentile(through, 99) <= 10 }),
+      figure({ bench, metric: `download ${opts.megabytes} MB through the preview`, value: downloadMBs, unit: "MB/s", baseline: { name: "direct loopback", value: directMBs }, goal: "≥ 0.5x direct", met: downloadMBs >= 0.5 * directMBs }),
+      figure({ bench, metric: "wake from warm, to the first byte", value: warm, unit: "ms", goal: "≤ 100 ms", met: warm <= 100 }),
+      figure({ bench, metric: "wake from cold (same runner), to the first byte", value: cold, unit: "ms", goal: "≤ 1 s", met: cold <= 1_000 }),
+    ];
+  } finally {
+    watch.stop();
+    await nc.drain();
+    await stopStackKeepingData(stack);
+    direct.kill("SIGKILL");
+  }
+}
+
+/** The same app on the host's loopback, started directly: the baseline. */
+async function startDirect(): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [APP, String(DIRECT_PORT)], { stdio: ["ignore", "pipe", "inherit"] });
+  await once(child.stdout as NodeJS.ReadableStream, "data");
+  return child;
+}
+
+async function untilAnswers(url: string): Promise<void> {
+  for (let i = 0; i < 600; i++) {
+    const res = await fetch(url).catch(() => undefined);
+    await res?.arrayBuffer();
+    if (res?.status === 200) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`${url} never answered`);
+}
+
+async function latencies(url: string, samples: number): Promise<number[]> {
+  const ms: number[] = [];
+  for (let i = 0; i < samples + 3; i++) {
+    const t0 = performance.now();
+    const res = await fetch(url);
+    await res.arrayBuffer();
+    if (res.status !== 200) throw new Error(`${url} answered ${res.status}`);
+    if (i >= 3) ms.push(performance.now() - t0);
+  }
+  return ms;
+}
+
+/** MB/s of a whole download (bytes counted as they come, never held). */
+async function download(url: string): Promise<number> {
+  const t0 = performance.now();
+  const res = await fetch(url);
+  let bytes = 0;
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) bytes += chunk.byteLength;
+  return bytes / MiB / ((performance.now() - t0) / 1000);
+}
+
+/** Suspends the session (warm or cold), then times a preview request from its send to its first byte. */
+async function wakeMs(stack: Stack, sessionId: string, url: string, warm: boolean): Promise<number> {
+  const state = warm ? "suspended_warm" : "suspended_cold";
+  const res = await fetch(`${stack.url}/v1/sessions/${sessionId}/suspend?wait=${state}&timeoutMs=60000`, { method: "POST", headers: { authorization: `Bearer ${stack.token}`, "content-type": "application/json" }, body: JSON.stringify({ warm }) });
+  const body = (await res.json()) as { state?: string };
+  if (body.state !== state) throw new Error(`suspend answered ${res.status} ${JSON.stringify(body).slice(0, 200)}`);
+  const t0 = performance.now();
+  const answer = await fetch(url);
+  const reader = (answer.body as ReadableStream<Uint8Array>).getReader();
+  await reader.read();
+  const ms = performance.now() - t0;
+  await reader.cancel();
+  if (answer.status !== 200) throw new Error(`the waking request answered ${answer.status}`);
+  return ms;
+}
