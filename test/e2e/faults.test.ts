@@ -5,6 +5,7 @@
  */
 import { existsSync, watch } from "node:fs";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -227,5 +228,45 @@ describe("broker restart", () => {
       stack = undefined;
       await restarted.stop();
     }
+  });
+});
+
+/** The body of url once it answers 200: asked again every 100 ms while the app starts (bounded). */
+async function untilAnswers(url: string): Promise<string> {
+  for (let i = 0; i < 600; i++) {
+    const res = await fetch(url).catch(() => undefined);
+    const text = await res?.text();
+    if (res?.status === 200 && text !== undefined) return text;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${url} never answered`);
+}
+
+describe("a runner dies under a preview", () => {
+  it("the client mid-download gets an error, never a hang; once the session runs on the other runner its port answers again", async () => {
+    const { stack: s, nc: conn } = await up(2, 4);
+    const app = fileURLToPath(new URL("./fixtures/preview-app.cjs", import.meta.url));
+    const session = await createSession(s, { spec: { apps: [{ name: "web", cmd: ["node", app, "8000"], tty: false, ports: [{ port: 8000, public: true }] }] } });
+    const running = await until(conn, session.id, (r) => r.state === "running");
+    const url = `${s.url}/v1/sessions/${session.id}/ports/8000`;
+    await untilAnswers(`${url}/`);
+    // A checkpoint to resume from, elsewhere.
+    expect((await api(s.url, s.token, "POST", `/v1/sessions/${session.id}/snapshot`, {})).status).toBeLessThan(300);
+    const download = await fetch(`${url}/big?mb=512`);
+    expect(download.status).toBe(200);
+    const reader = (download.body as ReadableStream<Uint8Array>).getReader();
+    await reader.read();
+    // The runner that holds the session dies; the client is told (an error), it does not wait forever.
+    await s.runners[Number((running.runnerId ?? "").split("-")[1]) - 1]?.kill();
+    let ended: "error" | "done" = "done";
+    try {
+      for (;;) if ((await reader.read()).done) break;
+    } catch {
+      ended = "error";
+    }
+    expect(ended).toBe("error");
+    const moved = await until(conn, session.id, (r) => r.state === "running" && r.runnerId !== running.runnerId);
+    expect(moved.placementGeneration).toBeGreaterThan(running.placementGeneration);
+    expect(await untilAnswers(`${url}/`)).toBe("hello from port 8000\n");
   });
 });
