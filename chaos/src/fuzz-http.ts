@@ -27,11 +27,12 @@ const ENVIRONMENT_OS_SAMPLE = { name: "fuzz", image: "img", setup: "make", init:
 
 /** A valid body per route (the schema comes from the contract); a route whose schema takes `{}` needs none here. */
 const BODY_SAMPLES: Partial<Record<HttpRouteName, Omit<BodySpec, "schema">>> = {
-  createSession: { sample: { spec: { cmd: ["true"] }, name: "n", oneShot: true }, osSample: SESSION_OS_SAMPLE },
+  createSession: { sample: { spec: { cmd: ["true"], ports: [{ port: 8080, public: true }] }, name: "n", oneShot: true, idle: { warmAfterMs: 60_000 }, maxLifetimeMs: 600_000 }, osSample: SESSION_OS_SAMPLE },
   suspendSession: { sample: { warm: true } },
   createAttachTicket: { sample: { mode: "viewer" } },
-  createEnvironment: { sample: { name: "fuzz", init: "true" }, osSample: ENVIRONMENT_OS_SAMPLE },
-  updateEnvironment: { sample: { init: "true" }, osSample: ENVIRONMENT_OS_SAMPLE },
+  createPreviewTicket: { sample: { port: 8080 } },
+  createEnvironment: { sample: { name: "fuzz", init: "true", idle: { coldAfterMs: 60_000 }, maxLifetimeMs: 600_000 }, osSample: ENVIRONMENT_OS_SAMPLE },
+  updateEnvironment: { sample: { init: "true", idle: {}, maxLifetimeMs: 0 }, osSample: ENVIRONMENT_OS_SAMPLE },
   putSecret: { sample: { value: "v" } },
   createToken: { sample: { label: "x" } },
   exec: { sample: { cmd: ["true"], cwd: "", env: { A: "b" }, stdin: "x", timeoutMs: 1000 } },

@@ -39,9 +39,9 @@ describe("an idle session", () => {
   it("suspends warm, then cold, saying why; a preview request wakes it from either and is answered", async () => {
     const s = await createSession({
       spec: { apps: [{ name: "web", cmd: ["node", APP, "8000"], tty: false, ports: [{ port: 8000, public: true }] }] },
-      idle: { warmAfterMs: 1_000, coldAfterMs: 4_000 },
+      idle: { warmAfterMs: 2_000, coldAfterMs: 6_000 },
     });
-    expect(s.idle).toEqual({ warmAfterMs: 1_000, coldAfterMs: 4_000 });
+    expect(s.idle).toEqual({ warmAfterMs: 2_000, coldAfterMs: 6_000 });
     const preview = `${stack.url}/v1/sessions/${s.id}/ports/8000/`;
 
     const warm = await once(s.id, "suspended_warm");

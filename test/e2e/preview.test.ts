@@ -134,6 +134,30 @@ describe("a preview", () => {
     expect(await sse.text()).toBe("data: tick 0\n\ndata: tick 1\n\ndata: tick 2\n\n");
   });
 
+  it("opens a private port in a browser: a single-use ticket URL sets a cookie for that port only, which the app never sees", async () => {
+    const ask = (body: unknown, token = stack.token) => fetch(`${stack.url}/v1/sessions/${session.id}/preview-ticket`, { method: "POST", headers: { ...auth(token), "content-type": "application/json" }, body: JSON.stringify(body) });
+    expect((await ask({ port: 8000 }, MEMBER_TOKEN)).status).toBe(403);
+    expect((await ask({ port: 9999 })).status).toBe(404);
+    expect((await ask({ port: "x" })).status).toBe(400);
+    const issued = await ask({ port: 8000 });
+    expect(issued.status).toBe(201);
+    const { url, ticket } = (await issued.json()) as { url: string; ticket: string };
+    expect(url).toBe(`/v1/sessions/${session.id}/ports/8000/?paddock_preview_ticket=${ticket}`);
+    const opened = await fetch(`${stack.url}${url}`, { redirect: "manual" });
+    expect([opened.status, opened.headers.get("location")]).toEqual([303, `/v1/sessions/${session.id}/ports/8000/`]);
+    const setCookie = opened.headers.get("set-cookie") ?? "";
+    expect(setCookie).toMatch(new RegExp(`^paddock_preview=pdp_[A-Za-z0-9_-]{43}; Path=/v1/sessions/${session.id}/ports/8000/; Max-Age=\\d+; HttpOnly; SameSite=Lax$`));
+    // Spent: a second use is refused.
+    expect((await fetch(`${stack.url}${url}`, { redirect: "manual" })).status).toBe(401);
+    const cookie = setCookie.split(";")[0] ?? "";
+    const page = await fetch(preview(8000, "/headers"), { headers: { cookie: `theme=dark; ${cookie}` } });
+    expect(page.status).toBe(200);
+    expect(((await page.json()) as { headers: Record<string, string> }).headers.cookie).toBe("theme=dark");
+    // Another port, or a made-up cookie: refused.
+    expect((await fetch(preview(8002), { headers: { cookie } })).status).toBe(401);
+    expect((await fetch(preview(8000), { headers: { cookie: `paddock_preview=pdp_${"A".repeat(43)}` } })).status).toBe(401);
+  });
+
   it("carries a WebSocket both ways", async () => {
     const ws = new WebSocket(preview(8000, "/ws").replace(/^http/, "ws"), { headers: auth() });
     await new Promise<void>((resolve, reject) => ws.once("open", () => resolve()).once("error", reject));

@@ -17,6 +17,7 @@ import { workspaceRoutes } from "./routes/workspace.ts";
 import { execRoutes } from "./routes/exec.ts";
 import { FILES_WATCH_ROUTE, FilesWatchHub } from "./routes/files-watch.ts";
 import { matchPreview, PreviewProxy } from "./routes/preview.ts";
+import { PreviewAccess } from "./routes/preview-access.ts";
 import { wakeForUse } from "./routes/wake.ts";
 
 export interface Gateway {
@@ -36,13 +37,17 @@ export interface Gateway {
  * Builds the public edge: the /v1 HTTP API and the terminal WebSocket. Pure
  * construction (no I/O until listen), so tests build one per case.
  */
+/** How long an idle keep-alive connection is kept (advertised as Keep-Alive: timeout=65). */
+const KEEP_ALIVE_TIMEOUT_MS = 65_000;
+
 export function createGateway(deps: GatewayDeps): Gateway {
   const ctx = new GatewayContext(deps);
   const terminals = new TerminalHub(ctx, (scope, session, closer) => wakeForUse(ctx, scope, session, closer));
   const fileWatches = new FilesWatchHub(ctx, terminals.guard);
-  const previews = new PreviewProxy(ctx);
+  const previewAccess = new PreviewAccess(ctx);
+  const previews = new PreviewProxy(ctx, previewAccess);
   // Followed events and exec streams live by their token and access like terminal sockets: one guard for all.
-  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx), ...execRoutes(ctx, terminals.guard), ...tokenRoutes(ctx), ...secretRoutes(ctx)];
+  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx), ...execRoutes(ctx, terminals.guard), ...tokenRoutes(ctx), ...secretRoutes(ctx), ...previewAccess.routes()];
   const { log, metrics, nc } = deps;
   let listening = false;
   const isReady = () => listening && !nc.isClosed();
@@ -97,6 +102,10 @@ export function createGateway(deps: GatewayDeps): Gateway {
     {
       headersTimeout,
       requestTimeout: Math.max(60_000, headersTimeout),
+      // Idle keep-alive sockets are closed by the client before the gateway closes them: clients close at the
+      // advertised timeout less a second (undici), so a short one (Node's 5 s) makes a reused socket race the
+      // server's close under load ("other side closed" on a request the client already sent).
+      keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
       // Node checks both timeouts only this often (30 s by default): a slow-header socket would outlive its timeout by that much.
       connectionsCheckingInterval: Math.max(10, Math.min(1_000, Math.floor(headersTimeout / 4))),
     },

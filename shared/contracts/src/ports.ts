@@ -46,6 +46,39 @@ export function previewPath(sessionId: string, port: number): string {
   return `/v1/sessions/${sessionId}/ports/${port}/`;
 }
 
+/** A preview ticket's life (POST …/ports/:port/ticket): long enough for a browser to open the URL, no more. */
+export const PREVIEW_TICKET_TTL_MS = 60_000;
+/** A preview cookie's life (set by the ticket's one use), at most its token's. */
+export const PREVIEW_COOKIE_TTL_MS = 3_600_000;
+/** The query parameter a preview URL carries its ticket in (dropped by the redirect that sets the cookie). */
+export const PREVIEW_TICKET_PARAM = "paddock_preview_ticket";
+/** The cookie a browser carries for a private port (HttpOnly, SameSite=Lax, confined to the port's preview path). */
+export const PREVIEW_COOKIE = "paddock_preview";
+export const PREVIEW_SECRET_PREFIX = "pdp_";
+export const PreviewSecret = z.string().regex(new RegExp(`^${PREVIEW_SECRET_PREFIX}[A-Za-z0-9_-]{43}$`));
+
+/**
+ * What KV `tokens` holds for a preview ticket (`preview-ticket.<sha256>`,
+ * deleted by its one use) and for a preview cookie (`preview-cookie.<sha256>`):
+ * whose token it stands for (re-read at every use: a revoked token fails) and
+ * which port of which session it opens.
+ */
+export const PreviewGrant = z
+  .object({
+    workspaceId: Id,
+    sessionId: Id,
+    port: PortNumber,
+    actorId: Id,
+    tokenHash: z.string().regex(/^[0-9a-f]{64}$/),
+    expiresAt: z.number().int(),
+  })
+  .strict();
+export type PreviewGrant = z.infer<typeof PreviewGrant>;
+
+/** The answer of POST /v1/sessions/:id/ports/:port/ticket: open `url` in a browser once, within a minute. */
+export const PreviewTicket = z.object({ ticket: PreviewSecret, url: z.string(), expiresAt: z.number().int() }).strict();
+export type PreviewTicket = z.infer<typeof PreviewTicket>;
+
 /** What a tunnel carries at most per message, and how far a sender may run ahead of what its peer took (credit). */
 export const TUNNEL_CHUNK_BYTES = 64 * 1024;
 export const TUNNEL_WINDOW_BYTES = 1024 * 1024;

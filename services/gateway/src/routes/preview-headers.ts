@@ -9,6 +9,7 @@
  * and the API's, and a page a session serves must reach neither.
  */
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from "node:http";
+import { PREVIEW_COOKIE } from "@paddock/contracts";
 
 const HOP_BY_HOP = new Set(["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host", "authorization"]);
 
@@ -24,6 +25,10 @@ export function forwardRequestHeaders(headers: IncomingHttpHeaders, port: number
     if (value === undefined || HOP_BY_HOP.has(name) || named.has(name) || name.startsWith("x-forwarded-")) continue;
     out[name] = value;
   }
+  // The preview cookie is the gateway's: the app never sees it.
+  const cookie = withoutPreviewCookie(headers.cookie);
+  if (cookie === undefined) delete out.cookie;
+  else out.cookie = cookie;
   out.host = `localhost:${port}`;
   if (headers.host !== undefined) out["x-forwarded-host"] = headers.host;
   out["x-forwarded-proto"] = "http";
@@ -64,4 +69,22 @@ export function upgradeHead(method: string, path: string, headers: OutgoingHttpH
     }
   }
   return `${lines.join("\r\n")}\r\n\r\n`;
+}
+
+/** The preview cookie's value in a Cookie header, if any. */
+export function previewCookieOf(header: string | undefined): string | undefined {
+  for (const part of (header ?? "").split(";")) {
+    const [name, ...rest] = part.trim().split("=");
+    if (name === PREVIEW_COOKIE) return rest.join("=");
+  }
+  return undefined;
+}
+
+/** The Cookie header without the preview cookie (the app never sees it); undefined when nothing is left. */
+export function withoutPreviewCookie(header: string | undefined): string | undefined {
+  const kept = (header ?? "")
+    .split(";")
+    .map((p) => p.trim())
+    .filter((p) => p !== "" && p.split("=")[0] !== PREVIEW_COOKIE);
+  return kept.length > 0 ? kept.join("; ") : undefined;
 }

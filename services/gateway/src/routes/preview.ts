@@ -10,13 +10,13 @@
 import { request as httpRequest, type IncomingMessage, type ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import { callRpc, TunnelStream } from "@paddock/bus";
-import { Api, ConflictError, NotFoundError, PaddockError, previewPath, TUNNEL_PING_MS, tunnelInSubject, tunnelOutSubject, UnavailableError, workspaceRpcs, type Scope, type Session } from "@paddock/contracts";
-import { Action } from "../auth/auth.ts";
-import { realEvery, sessionResource, type GatewayContext } from "../context.ts";
+import { Api, ConflictError, NotFoundError, PaddockError, PREVIEW_TICKET_PARAM, previewPath, TUNNEL_PING_MS, tunnelInSubject, tunnelOutSubject, UnavailableError, workspaceRpcs, type Session } from "@paddock/contracts";
+import { realEvery, type GatewayContext } from "../context.ts";
 import { sendError, sendJson } from "../http/http.ts";
 import { rejectUpgrade } from "../terminal/terminal.ts";
 import { forwardRequestHeaders, forwardResponseHeaders, upgradeHead } from "./preview-headers.ts";
 import { wakeForUse } from "./wake.ts";
+import type { PreviewAccess } from "./preview-access.ts";
 
 /** The app's port did not answer (nothing listens, or the connection broke before an answer): 502. */
 export class BadGatewayError extends UnavailableError {}
@@ -55,10 +55,17 @@ function sendPreviewError(res: ServerResponse, err: unknown): void {
 }
 
 export class PreviewProxy {
-  constructor(private readonly ctx: GatewayContext) {}
+  constructor(
+    private readonly ctx: GatewayContext,
+    private readonly access: PreviewAccess,
+  ) {}
 
   /** Proxies one HTTP request; every failure before the app answered is a JSON error (502 when the port did not answer). */
   async handle(req: IncomingMessage, res: ServerResponse, m: PreviewMatch): Promise<void> {
+    if (new URL(req.url ?? "/", "http://gateway").searchParams.has(PREVIEW_TICKET_PARAM)) {
+      await this.access.redeem(req, res, m.sessionId, m.port).catch((err: unknown) => sendPreviewError(res, err));
+      return;
+    }
     if (m.bare) {
       // Relative links of the app resolve below the port only with the slash.
       res.writeHead(308, { location: previewPath(m.sessionId, m.port) + (req.url?.includes("?") ? req.url.slice(req.url.indexOf("?")) : "") }).end();
@@ -117,7 +124,7 @@ export class PreviewProxy {
   private async open(req: IncomingMessage, m: PreviewMatch): Promise<TunnelStream> {
     const { ctx } = this;
     const target = await callRpc(ctx.deps.nc, Api.previewTarget, { sessionId: m.sessionId, port: m.port }, { timeoutMs: ctx.deps.config.rpcTimeoutMs });
-    const scope = target.public ? { workspaceId: target.session.workspaceId, actor: { id: PREVIEW_ACTOR, kind: "service" as const } } : await this.authorize(req, target.session);
+    const scope = target.public ? { workspaceId: target.session.workspaceId, actor: { id: PREVIEW_ACTOR, kind: "service" as const } } : (await this.access.principalFor(req, target.session, m.port)).scope;
     // Wake on use: a suspended session runs again for the request (a public port's visitor wakes it too).
     const s = await wakeForUse(ctx, scope, target.session, req.socket);
     // Just woken, its app may still be starting: its port is asked again for a while before a 502.
@@ -159,12 +166,4 @@ export class PreviewProxy {
     return tunnel;
   }
 
-  /** A private port: the bearer token of a member allowed to act on the session (its creator or an admin). */
-  private async authorize(req: IncomingMessage, session: Session): Promise<Scope> {
-    const principal = await this.ctx.principal(req);
-    // Another workspace's session is not there for this caller.
-    if (principal.scope.workspaceId !== session.workspaceId) throw new NotFoundError("port");
-    await this.ctx.authorizer.authorize(principal.scope, Action.preview, sessionResource(session));
-    return principal.scope;
-  }
 }

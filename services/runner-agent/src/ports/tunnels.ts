@@ -50,6 +50,8 @@ export function serveTunnels(deps: TunnelsDeps): { subs: Subscription[]; stop():
     (req) =>
       deps.translate(async () => {
         if (tunnels.size >= MAX_TUNNELS_PER_RUNNER || tunnels.has(req.tunnelId)) throw new UnavailableError(`this runner carries ${tunnels.size} tunnels already; retry`);
+        // Asked for, even before its app listens (a woken session's app starting): the session is in use.
+        deps.onActivity(req.sessionId);
         let conn: Duplex;
         try {
           conn = await deps.held(req).connectPort(req.port);
@@ -59,7 +61,6 @@ export function serveTunnels(deps: TunnelsDeps): { subs: Subscription[]; stop():
         }
         const tunnel = new TunnelStream({ nc: deps.nc, sendTo: tunnelOutSubject(deps.poolId, deps.runnerId, req.tunnelId), every: deps.every, pingMs: TUNNEL_PING_MS });
         tunnels.set(req.tunnelId, tunnel);
-        deps.onActivity(req.sessionId);
         const stopActivity = deps.every(TUNNEL_PING_MS, () => deps.onActivity(req.sessionId));
         // Either side's error ends both at once (the tunnel tells the gateway: abort). The app closing
         // its connection ends the tunnel's output cleanly; the tunnel closing (both directions done,

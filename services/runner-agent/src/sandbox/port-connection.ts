@@ -15,6 +15,9 @@ const QUEUED_MAX_BYTES = 512 * 1024;
 export class InitPortConnection extends Duplex {
   private proc: AppProcess | undefined;
   private readonly early: Array<Uint8Array | null> = [];
+  /** The peer sent its last byte (null fed), and our side ended its writing (_final): the tunnel's exit is then its clean end. */
+  private drained = false;
+  private inputEnded = false;
 
   constructor() {
     super({ allowHalfOpen: true });
@@ -26,6 +29,7 @@ export class InitPortConnection extends Duplex {
       this.early.push(bytes);
       return;
     }
+    if (bytes === null) this.drained = true;
     if (!this.push(bytes) && bytes !== null) this.proc.setPaused(true);
   }
 
@@ -33,8 +37,11 @@ export class InitPortConnection extends Duplex {
   attach(proc: AppProcess): void {
     this.proc = proc;
     for (const bytes of this.early.splice(0)) this.feed(bytes);
+    // Ended cleanly once both halves did (its last bytes may still wait in the buffer for the reader: they are read
+    // on); anything else (reset, the init gone, an abort) is an error.
     void proc.exited.then((exit) => {
-      if (!this.destroyed && !(this.readableEnded && this.writableFinished)) this.destroy(new PortUnreachableError(`the connection to the port ended (${exit.exitCode ?? exit.signal ?? "?"})`));
+      const clean = this.drained && this.inputEnded && exit.exitCode === 0;
+      if (!this.destroyed && !clean) this.destroy(new PortUnreachableError(`the connection to the port ended (${exit.exitCode ?? exit.signal ?? "?"})`));
     });
   }
 
@@ -55,13 +62,14 @@ export class InitPortConnection extends Duplex {
   }
 
   override _final(callback: (err?: Error | null) => void): void {
+    this.inputEnded = true;
     this.proc?.endInput();
     callback();
   }
 
   override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
     // An abort (not both halves ended): the init closes the socket at once.
-    if (this.proc && !(this.readableEnded && this.writableFinished)) this.proc.signal("SIGKILL");
+    if (this.proc && !(this.drained && this.inputEnded)) this.proc.signal("SIGKILL");
     callback(err);
   }
 }

@@ -7,6 +7,7 @@ import { Id } from "../ids.ts";
 import { Checkpoint, CreateSessionBody, Session, SessionStateSchema } from "../session.ts";
 import { AttachQuery, ServerFrame } from "../terminal.ts";
 import { AttachTicket, AttachTicketBody, CreatedToken, CreateTokenBody, TokenInfo, TokenList } from "../tokens.ts";
+import { PortNumber, PreviewTicket } from "../ports.ts";
 import { WorkspaceDiffReply, WorkspacePath, WorkspacePushReply, WorkspaceReposReply } from "../workspace.ts";
 import { EmptyBody, httpRoute, json, jsonBody, NoQuery, pathParamNames, pathPattern, type HttpRoute } from "./route.ts";
 import { QueryBool, QueryCursor, QueryLimit, QueryLimitValue, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
@@ -86,6 +87,8 @@ const runnerState = (verb: string, summary: string) =>
  * these (a test asks its router); the CLI calls through them; docs/api.md is
  * generated from them.
  */
+const PreviewTicketBody = z.object({ port: PortNumber }).strict();
+
 export const HttpApi = {
   createSession: httpRoute({
     method: "POST",
@@ -152,6 +155,15 @@ export const HttpApi = {
     body: jsonBody(AttachTicketBody, { optional: true }),
     responses: [json(AttachTicket, [201])],
     errors: ["forbidden", "not_found"],
+  }),
+  createPreviewTicket: httpRoute({
+    method: "POST",
+    path: "/v1/sessions/:id/preview-ticket",
+    summary: "A single-use, one-minute URL that opens a private port in a browser: its one use sets a preview cookie for that port (docs/ports.md).",
+    params: SessionParams,
+    body: jsonBody(PreviewTicketBody),
+    responses: [json(PreviewTicket, [201])],
+    errors: ["invalid", "unauthenticated", "forbidden", "not_found"],
   }),
   attachTerminal: httpRoute({
     method: "GET",
