@@ -55,27 +55,31 @@ export function serveRpc<R extends Rpc<z.ZodType, z.ZodType>>(
 ): Subscription {
   const envelope = replyEnvelope(rpc.result);
   const encode = encoderOf(nc);
-  return nc.subscribe(rpc.subject, {
+  return subscribeRpc(nc, rpc.subject, opts, (msg) => {
+    const decoded = decodeJson(rpc.request, msg.data);
+    if (!decoded.ok) {
+      opts.metrics.invalidMessages.inc({ subject: rpc.subject });
+      replyError(msg, new PaddockError("invalid", decoded.reason));
+      return;
+    }
+    handler(decoded.value as z.infer<R["request"]>, { reply: msg.reply }).then(
+      (result) => msg.respond(encode(envelope, { ok: true, result })),
+      (handlerErr: unknown) => {
+        const mapped = toPaddockError(handlerErr);
+        if (mapped.code === "internal") opts.log.error({ err: handlerErr, subject: rpc.subject }, "rpc handler failed");
+        replyError(msg, mapped);
+      },
+    );
+  });
+}
+
+/** One operation's subscription in its queue group; a subscription error is logged, each message handed to onMsg. */
+function subscribeRpc(nc: NatsConnection, subject: string, opts: ServeRpcOptions, onMsg: (msg: Msg) => void): Subscription {
+  return nc.subscribe(subject, {
     queue: opts.queue ?? QueueGroups.scheduler,
     callback: (err, msg) => {
-      if (err) {
-        opts.log.error({ err, subject: rpc.subject }, "subscription error");
-        return;
-      }
-      const decoded = decodeJson(rpc.request, msg.data);
-      if (!decoded.ok) {
-        opts.metrics.invalidMessages.inc({ subject: rpc.subject });
-        replyError(msg, new PaddockError("invalid", decoded.reason));
-        return;
-      }
-      handler(decoded.value as z.infer<R["request"]>, { reply: msg.reply }).then(
-        (result) => msg.respond(encode(envelope, { ok: true, result })),
-        (handlerErr: unknown) => {
-          const mapped = toPaddockError(handlerErr);
-          if (mapped.code === "internal") opts.log.error({ err: handlerErr, subject: rpc.subject }, "rpc handler failed");
-          replyError(msg, mapped);
-        },
-      );
+      if (err) opts.log.error({ err, subject }, "subscription error");
+      else onMsg(msg);
     },
   });
 }
@@ -134,29 +138,22 @@ function replyPackedError(msg: Msg, err: PaddockError): void {
 export function serveRpcWithBytes<R extends Rpc<z.ZodType, z.ZodType>>(nc: NatsConnection, rpc: R, handler: RpcBytesHandler<R>, opts: ServeRpcOptions): Subscription {
   const envelope = replyEnvelope(rpc.result);
   const encode = encoderOf(nc);
-  return nc.subscribe(rpc.subject, {
-    queue: opts.queue ?? QueueGroups.scheduler,
-    callback: (err, msg) => {
-      if (err) {
-        opts.log.error({ err, subject: rpc.subject }, "subscription error");
-        return;
-      }
-      const packed = unpackWithBytes(msg.data);
-      const decoded = packed ? decodeJson(rpc.request, packed.json) : { ok: false as const, reason: "not a message with bytes (a u32 length, JSON, bytes)" };
-      if (!packed || !decoded.ok) {
-        opts.metrics.invalidMessages.inc({ subject: rpc.subject });
-        replyPackedError(msg, new PaddockError("invalid", decoded.ok ? "malformed" : decoded.reason));
-        return;
-      }
-      handler(decoded.value as z.infer<R["request"]>, packed.bytes, { reply: msg.reply }).then(
-        ({ result, bytes }) => msg.respond(packWithBytes(encode(envelope, { ok: true, result }), bytes ?? new Uint8Array(0))),
-        (handlerErr: unknown) => {
-          const mapped = toPaddockError(handlerErr);
-          if (mapped.code === "internal") opts.log.error({ err: handlerErr, subject: rpc.subject }, "rpc handler failed");
-          replyPackedError(msg, mapped);
-        },
-      );
-    },
+  return subscribeRpc(nc, rpc.subject, opts, (msg) => {
+    const packed = unpackWithBytes(msg.data);
+    const decoded = packed ? decodeJson(rpc.request, packed.json) : { ok: false as const, reason: "not a message with bytes (a u32 length, JSON, bytes)" };
+    if (!packed || !decoded.ok) {
+      opts.metrics.invalidMessages.inc({ subject: rpc.subject });
+      replyPackedError(msg, new PaddockError("invalid", decoded.ok ? "malformed" : decoded.reason));
+      return;
+    }
+    handler(decoded.value as z.infer<R["request"]>, packed.bytes, { reply: msg.reply }).then(
+      ({ result, bytes }) => msg.respond(packWithBytes(encode(envelope, { ok: true, result }), bytes ?? new Uint8Array(0))),
+      (handlerErr: unknown) => {
+        const mapped = toPaddockError(handlerErr);
+        if (mapped.code === "internal") opts.log.error({ err: handlerErr, subject: rpc.subject }, "rpc handler failed");
+        replyPackedError(msg, mapped);
+      },
+    );
   });
 }
 
