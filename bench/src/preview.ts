@@ -8,14 +8,12 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { fileURLToPath } from "node:url";
 import { connect } from "@nats-io/transport-node";
-import { startStack, type Stack } from "@paddock/testing";
+import { PREVIEW_APP_PATH, previewAppSpec, putPreviewApp, startStack, type Stack } from "@paddock/testing";
 import { stopStackKeepingData } from "./leftovers.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
 import { post, runningWatch } from "./terminal.ts";
 
-const APP = fileURLToPath(new URL("../../test/e2e/fixtures/preview-app.cjs", import.meta.url));
 const DIRECT_PORT = 18_777;
 const MiB = 1024 * 1024;
 
@@ -25,8 +23,9 @@ export async function previewBench(opts: { samples: number; megabytes: number })
   const nc = await connect({ servers: stack.nats.url });
   const watch = await runningWatch(nc);
   try {
-    const s = await post(stack, "/v1/sessions", { spec: { apps: [{ name: "web", cmd: ["node", APP, "8000"], tty: false, ports: [{ port: 8000, public: true }] }] } });
+    const s = await post(stack, "/v1/sessions", { spec: { apps: [previewAppSpec("web", [{ port: 8000, public: true }])] } });
     await watch.untilRunning(s.id);
+    await putPreviewApp(stack.url, stack.token, s.id);
     const url = `${stack.url}/v1/sessions/${s.id}/ports/8000`;
     await untilAnswers(`${url}/`);
     const bench = "preview";
@@ -55,7 +54,7 @@ export async function previewBench(opts: { samples: number; megabytes: number })
 
 /** The same app on the host's loopback, started directly: the baseline. */
 async function startDirect(): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [APP, String(DIRECT_PORT)], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(process.execPath, [PREVIEW_APP_PATH, String(DIRECT_PORT)], { stdio: ["ignore", "pipe", "inherit"] });
   await once(child.stdout as NodeJS.ReadableStream, "data");
   return child;
 }

@@ -10,13 +10,12 @@
  * smuggled request reached it.
  */
 import { connect as netConnect } from "node:net";
-import { fileURLToPath } from "node:url";
 import type { Session } from "@paddock/contracts";
+import { previewAppSpec, putPreviewApp } from "@paddock/testing";
 import { api } from "./client.ts";
 import type { FuzzContext } from "./fuzz-context.ts";
 import { log } from "./report.ts";
 
-const APP = fileURLToPath(new URL("../../test/e2e/fixtures/preview-app.cjs", import.meta.url));
 
 /** What the gateway answers on a raw socket (its status line), or how the socket ended. */
 function raw(url: string, bytes: string, idleMs = 15_000): Promise<string> {
@@ -40,12 +39,14 @@ function raw(url: string, bytes: string, idleMs = 15_000): Promise<string> {
 export async function previewCase(ctx: FuzzContext): Promise<void> {
   const { stack, anomalies } = ctx;
   let sent = 0;
-  const created = await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { apps: [{ name: "web", cmd: ["node", APP, "8000", "8001"], tty: false, ports: [{ port: 8000 }, { port: 8001, public: true }] }] } });
+  const created = await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { apps: [previewAppSpec("web", [{ port: 8000 }, { port: 8001, public: true }])] } });
   if (created.status !== 201) {
     anomalies.add("service stopped working", `preview case: create answered ${created.status}`);
     return;
   }
   const id = (created.body as Session).id;
+  await api(stack.url, stack.token, "GET", `/v1/sessions/${id}?waitFor=running&timeoutMs=60000`);
+  await putPreviewApp(stack.url, stack.token, id);
   const base = `${stack.url}/v1/sessions/${id}/ports`;
   // Up once the public port answers (each ask one request; bounded).
   let up = false;

@@ -5,12 +5,11 @@
  */
 import { existsSync, watch } from "node:fs";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { DispatchCommand, Headers, Subjects, type Session } from "@paddock/contracts";
-import { startNatsServer, startService, startStack, untilSession, type Stack } from "@paddock/testing";
+import { previewAppSpec, putPreviewApp, startNatsServer, startService, startStack, untilSession, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal } from "./helpers.ts";
 
 /** Short leases and fast sweeps so faults play out in seconds (defaults are 10 s + 20 s). */
@@ -245,9 +244,9 @@ async function untilAnswers(url: string): Promise<string> {
 describe("a runner dies under a preview", () => {
   it("the client mid-download gets an error, never a hang; once the session runs on the other runner its port answers again", async () => {
     const { stack: s, nc: conn } = await up(2, 4);
-    const app = fileURLToPath(new URL("./fixtures/preview-app.cjs", import.meta.url));
-    const session = await createSession(s, { spec: { apps: [{ name: "web", cmd: ["node", app, "8000"], tty: false, ports: [{ port: 8000, public: true }] }] } });
+    const session = await createSession(s, { spec: { apps: [previewAppSpec("web", [{ port: 8000, public: true }])] } });
     const running = await until(conn, session.id, (r) => r.state === "running");
+    await putPreviewApp(s.url, s.token, session.id);
     const url = `${s.url}/v1/sessions/${session.id}/ports/8000`;
     await untilAnswers(`${url}/`);
     // A checkpoint to resume from, elsewhere.
@@ -268,5 +267,6 @@ describe("a runner dies under a preview", () => {
     const moved = await until(conn, session.id, (r) => r.state === "running" && r.runnerId !== running.runnerId);
     expect(moved.placementGeneration).toBeGreaterThan(running.placementGeneration);
     expect(await untilAnswers(`${url}/`)).toBe("hello from port 8000\n");
-  });
+    // Long by nature: two silent ping periods (10 s), the lost runner's lease, a restore and an app's start elsewhere.
+  }, 180_000);
 });

@@ -7,14 +7,12 @@
  * it (`lifetime`). Every wait is on the record's state (long polls), never a
  * clock.
  */
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Session } from "@paddock/contracts";
-import { startStack, type Stack } from "@paddock/testing";
+import { previewAppSpec, putPreviewApp, startStack, type Stack } from "@paddock/testing";
 import { api, stackClient, Terminal, waitForAuditEvents } from "./helpers.ts";
 
-const APP = fileURLToPath(new URL("./fixtures/preview-app.cjs", import.meta.url));
 let stack: Stack;
 let nc: NatsConnection;
 
@@ -38,9 +36,12 @@ afterAll(async () => {
 describe("an idle session", () => {
   it("suspends warm, then cold, saying why; a preview request wakes it from either and is answered", async () => {
     const s = await createSession({
-      spec: { apps: [{ name: "web", cmd: ["node", APP, "8000"], tty: false, ports: [{ port: 8000, public: true }] }] },
+      spec: { apps: [previewAppSpec("web", [{ port: 8000, public: true }])] },
       idle: { warmAfterMs: 2_000, coldAfterMs: 6_000 },
     });
+    await once(s.id, "running");
+    // A write: it would wake the session had it gone idle meanwhile.
+    await putPreviewApp(stack.url, stack.token, s.id);
     expect(s.idle).toEqual({ warmAfterMs: 2_000, coldAfterMs: 6_000 });
     const preview = `${stack.url}/v1/sessions/${s.id}/ports/8000/`;
 

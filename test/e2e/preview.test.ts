@@ -8,16 +8,14 @@
  * the page sandboxed, its cookies confined to its preview path).
  */
 import { createHash } from "node:crypto";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { seedMember, seedToken } from "@paddock/gateway/auth";
 import type { Session } from "@paddock/contracts";
-import { startService, startStack, type ServiceProcess, type Stack } from "@paddock/testing";
-import { stackClient, Terminal } from "./helpers.ts";
+import { previewAppSpec, putPreviewApp, startService, startStack, type ServiceProcess, type Stack } from "@paddock/testing";
+import { api, stackClient, Terminal } from "./helpers.ts";
 
-const APP = fileURLToPath(new URL("./fixtures/preview-app.cjs", import.meta.url));
 const MEMBER_TOKEN = "tok_preview_member_0123456789";
 let stack: Stack;
 let nc: NatsConnection;
@@ -40,11 +38,14 @@ beforeAll(async () => {
   session = await createSession({
     spec: {
       apps: [
-        { name: "web", cmd: ["node", APP, "8000", "8001"], tty: false, ports: [{ port: 8000 }, { port: 8001, public: true }] },
+        previewAppSpec("web", [{ port: 8000 }, { port: 8001, public: true }]),
         { name: "idle", cmd: ["sleep", "3600"], ports: [{ port: 8002 }] },
+        { name: "py", cmd: ["python3", "-m", "http.server", "8003", "--bind", "127.0.0.1"], tty: false, ports: [{ port: 8003 }] },
       ],
     },
   });
+  await api(stack.url, stack.token, "GET", `/v1/sessions/${session.id}?waitFor=running&timeoutMs=60000`);
+  await putPreviewApp(stack.url, stack.token, session.id);
   const term = await Terminal.open(stack.url, stack.token, session.id, "since=all&app=web");
   await term.until((t) => t.output().includes("LISTENING 8000") && t.output().includes("LISTENING 8001"));
   term.ws.close();
@@ -61,6 +62,7 @@ describe("declared ports", () => {
       { port: 8000, public: false, app: "web", url: `/v1/sessions/${session.id}/ports/8000/` },
       { port: 8001, public: true, app: "web", url: `/v1/sessions/${session.id}/ports/8001/` },
       { port: 8002, public: false, app: "idle", url: `/v1/sessions/${session.id}/ports/8002/` },
+      { port: 8003, public: false, app: "py", url: `/v1/sessions/${session.id}/ports/8003/` },
     ]);
   });
 
@@ -83,6 +85,19 @@ describe("a preview", () => {
       const res = await fetch(preview(8000, "/", base), { headers: auth() });
       expect(res.status).toBe(200);
       expect(await res.text()).toBe("hello from port 8000\n");
+    }
+  });
+
+  it("reaches Python's http.server in the session (its workspace listed) through either replica", async () => {
+    for (const base of [stack.url, secondUrl]) {
+      let res = await fetch(preview(8003, "/", base), { headers: auth() });
+      // Up once it answers (the interpreter starts after the node app): asked again, bounded.
+      for (let i = 0; i < 100 && res.status === 502; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        res = await fetch(preview(8003, "/", base), { headers: auth() });
+      }
+      expect(res.status).toBe(200);
+      expect(await res.text()).toContain("Directory listing for /");
     }
   });
 

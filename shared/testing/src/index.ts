@@ -12,3 +12,4 @@ export * from "./registry.ts";
 export * from "./escape-battery.ts";
 export * from "./stack-secrets.ts";
 export * from "./git-server.ts";
+export * from "./preview-app.ts";

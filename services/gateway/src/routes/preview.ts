@@ -90,6 +90,10 @@ export class PreviewProxy {
       res.writeHead(answer.statusCode ?? 502, forwardResponseHeaders(answer.rawHeaders, previewPath(m.sessionId, m.port)));
       answer.pipe(res);
       answer.on("error", fail);
+      // An answer cut short (the tunnel broke, whether or not Node calls it an error) is cut for the client too, never ended.
+      answer.once("close", () => {
+        if (!answer.complete) res.destroy();
+      });
     });
     // The client leaving ends the request to the app (and with it the tunnel and the runner's connection).
     res.once("close", () => {
