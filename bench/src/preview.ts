@@ -9,7 +9,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { connect } from "@nats-io/transport-node";
-import { PREVIEW_APP_PATH, previewAppSpec, putPreviewApp, startStack, type Stack } from "@paddock/testing";
+import { PREVIEW_APP_PATH, previewAppSpec, putPreviewApp, startStack, untilAnswers, type Stack } from "@paddock/testing";
 import { stopStackKeepingData } from "./leftovers.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
 import { post, runningWatch } from "./terminal.ts";
@@ -57,16 +57,6 @@ async function startDirect(): Promise<ChildProcess> {
   const child = spawn(process.execPath, [PREVIEW_APP_PATH, String(DIRECT_PORT)], { stdio: ["ignore", "pipe", "inherit"] });
   await once(child.stdout as NodeJS.ReadableStream, "data");
   return child;
-}
-
-async function untilAnswers(url: string): Promise<void> {
-  for (let i = 0; i < 600; i++) {
-    const res = await fetch(url).catch(() => undefined);
-    await res?.arrayBuffer();
-    if (res?.status === 200) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`${url} never answered`);
 }
 
 async function latencies(url: string, samples: number): Promise<number[]> {

@@ -11,7 +11,7 @@
  */
 import { connect as netConnect } from "node:net";
 import type { Session } from "@paddock/contracts";
-import { previewAppSpec, putPreviewApp } from "@paddock/testing";
+import { previewAppSpec, putPreviewApp, untilAnswers } from "@paddock/testing";
 import { api } from "./client.ts";
 import type { FuzzContext } from "./fuzz-context.ts";
 import { log } from "./report.ts";
@@ -48,9 +48,8 @@ export async function previewCase(ctx: FuzzContext): Promise<void> {
   await api(stack.url, stack.token, "GET", `/v1/sessions/${id}?waitFor=running&timeoutMs=60000`);
   await putPreviewApp(stack.url, stack.token, id);
   const base = `${stack.url}/v1/sessions/${id}/ports`;
-  // Up once the public port answers (each ask one request; bounded).
-  let up = false;
-  for (let i = 0; i < 300 && !up; i++) up = (await fetch(`${base}/8001/`).catch(() => undefined))?.status === 200;
+  // Up once the public port answers.
+  const up = await untilAnswers(`${base}/8001/`).then(() => true, () => false);
   if (!up) anomalies.add("service stopped working", "preview case: the app's public port never answered");
 
   const expect = async (what: string, status: number, url: string, init?: RequestInit) => {

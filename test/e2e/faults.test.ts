@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { DispatchCommand, Headers, Subjects, type Session } from "@paddock/contracts";
-import { previewAppSpec, putPreviewApp, startNatsServer, startService, startStack, untilSession, type Stack } from "@paddock/testing";
+import { previewAppSpec, putPreviewApp, startNatsServer, untilAnswers, startService, startStack, untilSession, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal } from "./helpers.ts";
 
 /** Short leases and fast sweeps so faults play out in seconds (defaults are 10 s + 20 s). */
@@ -229,17 +229,6 @@ describe("broker restart", () => {
     }
   });
 });
-
-/** The body of url once it answers 200: asked again every 100 ms while the app starts (bounded). */
-async function untilAnswers(url: string): Promise<string> {
-  for (let i = 0; i < 600; i++) {
-    const res = await fetch(url).catch(() => undefined);
-    const text = await res?.text();
-    if (res?.status === 200 && text !== undefined) return text;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`${url} never answered`);
-}
 
 describe("a runner dies under a preview", () => {
   it("the client mid-download gets an error, never a hang; once the session runs on the other runner its port answers again", async () => {

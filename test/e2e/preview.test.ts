@@ -13,7 +13,7 @@ import WebSocket from "ws";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { seedMember, seedToken } from "@paddock/gateway/auth";
 import type { Session } from "@paddock/contracts";
-import { previewAppSpec, putPreviewApp, startService, startStack, type ServiceProcess, type Stack } from "@paddock/testing";
+import { previewAppSpec, putPreviewApp, startService, startStack, untilAnswers, type ServiceProcess, type Stack } from "@paddock/testing";
 import { api, stackClient, Terminal } from "./helpers.ts";
 
 const MEMBER_TOKEN = "tok_preview_member_0123456789";
@@ -89,16 +89,8 @@ describe("a preview", () => {
   });
 
   it("reaches Python's http.server in the session (its workspace listed) through either replica", async () => {
-    for (const base of [stack.url, secondUrl]) {
-      let res = await fetch(preview(8003, "/", base), { headers: auth() });
-      // Up once it answers (the interpreter starts after the node app): asked again, bounded.
-      for (let i = 0; i < 100 && res.status === 502; i++) {
-        await new Promise((r) => setTimeout(r, 100));
-        res = await fetch(preview(8003, "/", base), { headers: auth() });
-      }
-      expect(res.status).toBe(200);
-      expect(await res.text()).toContain("Directory listing for /");
-    }
+    // Up once it answers (the interpreter may start after the node app).
+    for (const base of [stack.url, secondUrl]) expect(await untilAnswers(preview(8003, "/", base), { headers: auth() })).toContain("Directory listing for /");
   });
 
   it("needs the creator's or an admin's token for a private port, nothing for a public one", async () => {

@@ -25,3 +25,17 @@ export async function putPreviewApp(gatewayUrl: string, token: string, sessionId
   const res = await fetch(`${gatewayUrl}/v1/sessions/${sessionId}/files?path=${IN_WORKSPACE}`, { method: "PUT", headers: { authorization: `Bearer ${token}` }, body: readFileSync(PREVIEW_APP_PATH) });
   if (res.status !== 200) throw new Error(`putting the preview app answered ${res.status}: ${await res.text()}`);
 }
+
+/**
+ * The body of url once it answers 200 (an app that is still starting answers
+ * 502 meanwhile): asked again every 100 ms, at most attempts times, then an error.
+ */
+export async function untilAnswers(url: string, init: RequestInit = {}, attempts = 600): Promise<string> {
+  for (let i = 0; i < attempts; i++) {
+    const res = await fetch(url, init).catch(() => undefined);
+    const text = await res?.text().catch(() => undefined);
+    if (res?.status === 200 && text !== undefined) return text;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${url} never answered 200`);
+}

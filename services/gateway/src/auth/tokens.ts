@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type { KV } from "@nats-io/kv";
+import type { z } from "zod";
 import { decodeJson, encodeJson } from "@paddock/bus";
 import {
   ATTACH_TICKET_TTL_MS,
@@ -157,27 +158,41 @@ export async function consumeTicket(
   sessionId: string,
   mode: AttachMode | undefined,
 ): Promise<{ principal: Principal; mode: AttachMode }> {
-  // The one answer of every token failure (auth.ts): nothing tells which check failed.
-  const refused = () => new UnauthenticatedError();
-  if (!TicketValue.safeParse(ticket).success) throw refused();
+  if (!TicketValue.safeParse(ticket).success) throw new UnauthenticatedError();
+  const t = await spendOnce(ctx, ticketKey(ticket), AttachTicketRecord, (t) => {
+    // A wrong ?mode is the caller's typo: answered before the ticket is spent, so it can be used right.
+    if (mode !== undefined && mode !== t.mode && t.expiresAt > ctx.deps.now() && t.sessionId === sessionId) {
+      throw new InvalidError(`query: mode: the ticket is for ${t.mode}`);
+    }
+  });
+  if (t.expiresAt <= ctx.deps.now() || t.sessionId !== sessionId) throw new UnauthenticatedError();
+  return { principal: await principalOfGrant(ctx, t), mode: t.mode };
+}
+
+/**
+ * Reads and deletes a single-use record of KV `tokens` (a ticket): its first
+ * use deletes it by a CAS on its revision, so two concurrent uses race to one
+ * winner; a missing, malformed or already spent one is unauthenticated, the
+ * one answer of every token failure (auth.ts). `beforeSpend` may refuse it
+ * without spending it.
+ */
+export async function spendOnce<S extends z.ZodType>(ctx: GatewayContext, key: string, schema: S, beforeSpend?: (record: z.infer<S>) => void): Promise<z.infer<S>> {
   const kv = await ctx.tokens();
-  const key = ticketKey(ticket);
   const entry = await kv.get(key);
-  if (!entry || entry.operation !== "PUT") throw refused();
-  const decoded = decodeJson(AttachTicketRecord, entry.value);
-  if (!decoded.ok) throw refused();
-  const t = decoded.value;
-  // A wrong ?mode is the caller's typo: answered before the ticket is spent, so it can be used right.
-  if (mode !== undefined && mode !== t.mode && t.expiresAt > ctx.deps.now() && t.sessionId === sessionId) {
-    throw new InvalidError(`query: mode: the ticket is for ${t.mode}`);
-  }
+  const decoded = entry?.operation === "PUT" ? decodeJson(schema, entry.value) : undefined;
+  if (!entry || !decoded?.ok) throw new UnauthenticatedError();
+  beforeSpend?.(decoded.value);
   try {
     await kv.purge(key, { previousSeq: entry.revision });
   } catch {
-    throw refused(); // another use won the race
+    throw new UnauthenticatedError(); // another use won the race
   }
-  if (t.expiresAt <= ctx.deps.now() || t.sessionId !== sessionId) throw refused();
-  const principal = await ctx.principalOfHash(t.tokenHash);
-  if (principal.scope.workspaceId !== t.workspaceId || principal.scope.actor.id !== t.actorId) throw refused();
-  return { principal, mode: t.mode };
+  return decoded.value;
+}
+
+/** The principal a ticket or grant stands for, read now: its token (revoked or expired: unauthenticated), still that actor's in that workspace. */
+export async function principalOfGrant(ctx: GatewayContext, grant: { tokenHash: string; actorId: string; workspaceId: string }): Promise<Principal> {
+  const principal = await ctx.principalOfHash(grant.tokenHash);
+  if (principal.scope.workspaceId !== grant.workspaceId || principal.scope.actor.id !== grant.actorId) throw new UnauthenticatedError();
+  return principal;
 }

@@ -28,6 +28,7 @@ import {
   type Session,
 } from "@paddock/contracts";
 import { Action, hashToken, type Principal } from "../auth/auth.ts";
+import { principalOfGrant, spendOnce } from "../auth/tokens.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
 import type { Route } from "../http/http.ts";
 import { previewCookieOf } from "./preview-headers.ts";
@@ -62,9 +63,10 @@ export class PreviewAccess {
   async redeem(req: IncomingMessage, res: ServerResponse, sessionId: string, port: number): Promise<void> {
     const url = new URL(req.url ?? "/", "http://gateway");
     const ticket = url.searchParams.get(PREVIEW_TICKET_PARAM) ?? "";
-    const grant = await this.spend(ticket, sessionId, port);
-    const principal = await this.ctx.principalOfHash(grant.tokenHash);
-    if (principal.scope.actor.id !== grant.actorId || principal.scope.workspaceId !== grant.workspaceId) throw new UnauthenticatedError();
+    if (!PreviewSecret.safeParse(ticket).success) throw new UnauthenticatedError();
+    const grant = await spendOnce(this.ctx, ticketKey(ticket), PreviewGrant);
+    if (grant.sessionId !== sessionId || grant.port !== port || grant.expiresAt <= this.ctx.deps.now()) throw new UnauthenticatedError();
+    const principal = await principalOfGrant(this.ctx, grant);
     const value = PREVIEW_SECRET_PREFIX + randomBytes(32).toString("base64url");
     const expiresAt = Math.min(this.ctx.deps.now() + PREVIEW_COOKIE_TTL_MS, principal.expiresAt ?? Number.POSITIVE_INFINITY);
     await (await this.ctx.tokens()).create(cookieKey(value), encodeJson(PreviewGrant, { ...grant, expiresAt }));
@@ -99,24 +101,7 @@ export class PreviewAccess {
     const decoded = entry?.operation === "PUT" ? decodeJson(PreviewGrant, entry.value) : undefined;
     const g = decoded?.ok ? decoded.value : undefined;
     if (!g || g.sessionId !== session.id || g.port !== port || g.expiresAt <= this.ctx.deps.now()) throw new UnauthenticatedError();
-    const principal = await this.ctx.principalOfHash(g.tokenHash);
-    if (principal.scope.actor.id !== g.actorId || principal.scope.workspaceId !== g.workspaceId) throw new UnauthenticatedError();
-    return principal;
+    return principalOfGrant(this.ctx, g);
   }
 
-  private async spend(ticket: string, sessionId: string, port: number): Promise<PreviewGrant> {
-    if (!PreviewSecret.safeParse(ticket).success) throw new UnauthenticatedError();
-    const kv = await this.ctx.tokens();
-    const entry = await kv.get(ticketKey(ticket));
-    const decoded = entry?.operation === "PUT" ? decodeJson(PreviewGrant, entry.value) : undefined;
-    if (!entry || !decoded?.ok) throw new UnauthenticatedError();
-    try {
-      await kv.purge(ticketKey(ticket), { previousSeq: entry.revision });
-    } catch {
-      throw new UnauthenticatedError(); // another use won the race
-    }
-    const g = decoded.value;
-    if (g.sessionId !== sessionId || g.port !== port || g.expiresAt <= this.ctx.deps.now()) throw new UnauthenticatedError();
-    return g;
-  }
 }

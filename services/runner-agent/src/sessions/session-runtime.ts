@@ -97,11 +97,7 @@ export class SessionRuntime {
     return this.facts.emit(body, key);
   }
 
-  /**
-   * Restores the checkpoint (cold resume), boots the environment, starts the
-   * apps and reports running. False when it failed (reported, directory
-   * removed) or was aborted (the destroy cleans up).
-   */
+  /** Restores the checkpoint (cold resume), boots the environment, starts the apps and reports running; false when it failed (reported, directory removed) or was aborted (the destroy cleans up). */
   async boot(): Promise<boolean> {
     const { cmd } = this;
     const credentials = askCredentials(this.deps, cmd, this.held);
@@ -221,10 +217,7 @@ export class SessionRuntime {
     await this.emit({ type: "checkpointed", requestId, ...saved }, requestId);
   }
 
-  /**
-   * Runs a workspace operation (push, pull, diff) after every earlier command,
-   * while the sandbox is live (running or warm-suspended); refused otherwise.
-   */
+  /** Runs a workspace operation (push, pull, diff) after every earlier command, while the sandbox is live (running or warm-suspended); refused otherwise. */
   workspaceTask<T>(fn: (workspace: string, user: SandboxUser | undefined) => Promise<T>): Promise<T> {
     return this.run(async () => {
       this.require("running", "frozen");
@@ -275,12 +268,7 @@ export class SessionRuntime {
     await this.removeSandbox();
   }
 
-  /**
-   * The scheduler gave this placement to a successor (listed in a
-   * re-registration's destroy): kill the apps and remove the sandbox without
-   * a word, no exit markers and no facts, since the record and the log are
-   * the successor's now.
-   */
+  /** The placement went to a successor (a re-registration's destroy): apps killed, sandbox removed, without a word (no exit markers, no facts): the record and the log are the successor's. */
   async discard(): Promise<void> {
     this.facts.silence();
     this.abort.abort();
