@@ -33,6 +33,9 @@ export async function previewBench(opts: { samples: number; megabytes: number })
     const local = await latencies(`http://127.0.0.1:${DIRECT_PORT}/`, opts.samples);
     const p50 = percentile(through, 50);
     const localP50 = percentile(local, 50);
+    // One download each first, unmeasured: both paths timed warm (a long download's steady rate is what a user sees).
+    await download(`${url}/big?mb=${opts.megabytes}`);
+    await download(`http://127.0.0.1:${DIRECT_PORT}/big?mb=${opts.megabytes}`);
     const downloadMBs = await download(`${url}/big?mb=${opts.megabytes}`);
     const directMBs = await download(`http://127.0.0.1:${DIRECT_PORT}/big?mb=${opts.megabytes}`);
     const warm = await wakeMs(stack, s.id, `${url}/`, true);

@@ -6,9 +6,12 @@
  * a token (401), request smuggling (Content-Length beside chunked, a bare LF,
  * a second request hidden in a body), headers past the server's bound (431),
  * a slow client that never finishes its headers (the gateway closes it), and
- * a client gone mid-download. Afterwards the app still answers, and no
- * smuggled request reached it.
+ * a client gone mid-download; and at each runner's data plane (decision
+ * 0052) what a stranger on the network sends: no ticket, a guessed one, an
+ * HTTP request, a megabyte of noise, silence (each closed without a byte).
+ * Afterwards the app still answers, and no smuggled request reached it.
  */
+import { randomBytes } from "node:crypto";
 import { connect as netConnect } from "node:net";
 import type { Session } from "@paddock/contracts";
 import { previewAppSpec, putPreviewApp, untilAnswers } from "@paddock/testing";
@@ -80,6 +83,8 @@ export async function previewCase(ctx: FuzzContext): Promise<void> {
     if (!ok.test(answer)) anomalies.add("malformed requests accepted", `preview ${what}: ${answer.slice(0, 80)}`);
   }
 
+  sent += await dataPlaneCase(ctx, path);
+
   // A client gone mid-download: the app and the tunnel let go; the next request is served.
   const ac = new AbortController();
   const big = await fetch(`${base}/8001/big?mb=64`, { signal: ac.signal }).catch(() => undefined);
@@ -98,4 +103,28 @@ export async function previewCase(ctx: FuzzContext): Promise<void> {
   await api(stack.url, stack.token, "DELETE", `/v1/sessions/${id}`);
   ctx.sent.set("preview hostile calls", sent);
   log("bad-input", `preview case: ${sent} hostile preview calls`);
+}
+
+/** Strangers at every runner's data plane: each connection is closed without a byte; the count of calls sent. */
+async function dataPlaneCase(ctx: FuzzContext, path: string): Promise<number> {
+  let sent = 0;
+  for (const id of ctx.stack.runnerIds) {
+    // The latest start's (a runner restarted by an earlier scenario listens anew).
+    const listening = ctx.stack.member(id).proc?.logs.findLast((l) => l.msg === "data plane listening");
+    if (typeof listening?.port !== "number") continue;
+    const url = `http://${String(listening.host)}:${listening.port}`;
+    for (const [what, bytes] of [
+      ["a guessed ticket", randomBytes(32).toString("latin1")],
+      ["an HTTP request", `GET ${path}/ HTTP/1.1\r\nHost: x\r\n\r\n`],
+      ["a megabyte of noise", randomBytes(1024 * 1024).toString("latin1")],
+      ["a few bytes, then silence", "pdp"],
+      ["nothing at all", ""],
+    ] as const) {
+      sent += 1;
+      const answer = await raw(url, bytes);
+      if (answer !== "closed" && answer !== "reset") ctx.anomalies.add("malformed requests accepted", `data plane, ${what}: answered ${answer.slice(0, 80)}`);
+    }
+  }
+  if (sent === 0) ctx.anomalies.add("service stopped working", "preview case: no runner said where its data plane listens");
+  return sent;
 }

@@ -165,6 +165,48 @@ describe("a preview", () => {
     expect((await fetch(preview(8000), { headers: { cookie: `paddock_preview=pdp_${"A".repeat(43)}` } })).status).toBe(401);
   });
 
+  it("keeps its connection to the app between requests; a warm suspend ends it, and the next request wakes the session and is answered", async () => {
+    const own = await createSession({ spec: { apps: [previewAppSpec("web", [{ port: 8000, public: true }])] } });
+    await api(stack.url, stack.token, "GET", `/v1/sessions/${own.id}?waitFor=running&timeoutMs=60000`);
+    await putPreviewApp(stack.url, stack.token, own.id);
+    const url = `${stack.url}/v1/sessions/${own.id}/ports/8000/conn`;
+    await untilAnswers(url);
+    const conn = async () => {
+      const res = await fetch(url);
+      expect(res.status).toBe(200);
+      return res.text();
+    };
+    const first = await conn();
+    expect(await conn()).toBe(first);
+    const suspended = await api(stack.url, stack.token, "POST", `/v1/sessions/${own.id}/suspend?wait=suspended_warm&timeoutMs=60000`, { warm: true });
+    expect((suspended.body as { state: string }).state).toBe("suspended_warm");
+    const woken = await conn();
+    expect(woken).not.toBe(first);
+    expect(((await api(stack.url, stack.token, "GET", `/v1/sessions/${own.id}`)).body as { state: string }).state).toBe("running");
+    await api(stack.url, stack.token, "DELETE", `/v1/sessions/${own.id}`);
+  });
+
+  it("goes on the bus through a runner without a data plane: HTTP, a download and a WebSocket", async () => {
+    await stack.addRunner({ runnerId: "runner-bus", env: { PADDOCK_RUNNER_DATA_LISTEN: "off", PADDOCK_RUNNER_CAPABILITIES: "previews-on-bus" } });
+    const env = await api(stack.url, stack.token, "POST", "/v1/environments", { name: "on-bus", requirements: { capabilities: ["previews-on-bus"] } });
+    const own = await createSession({ environmentId: (env.body as { id: string }).id, spec: { apps: [previewAppSpec("web", [{ port: 8000, public: true }])] } });
+    const running = (await api(stack.url, stack.token, "GET", `/v1/sessions/${own.id}?waitFor=running&timeoutMs=60000`)).body as Session;
+    expect(running.runnerId).toBe("runner-bus");
+    await putPreviewApp(stack.url, stack.token, own.id);
+    const base = `${stack.url}/v1/sessions/${own.id}/ports/8000`;
+    await untilAnswers(`${base}/`);
+    const big = Buffer.from(await (await fetch(`${base}/big?mb=3`)).arrayBuffer());
+    expect(big.length).toBe(3 * 1024 * 1024);
+    expect(big.every((b, i) => b === i % 251)).toBe(true);
+    const ws = new WebSocket(`${base.replace(/^http/, "ws")}/ws`);
+    await new Promise<void>((resolve, reject) => ws.once("open", () => resolve()).once("error", reject));
+    const echo = new Promise<string>((resolve) => ws.once("message", (data: Buffer) => resolve(data.toString())));
+    ws.send("over the bus");
+    expect(await echo).toBe("echo:over the bus");
+    ws.close();
+    await api(stack.url, stack.token, "DELETE", `/v1/sessions/${own.id}`);
+  });
+
   it("carries a WebSocket both ways", async () => {
     const ws = new WebSocket(preview(8000, "/ws").replace(/^http/, "ws"), { headers: auth() });
     await new Promise<void>((resolve, reject) => ws.once("open", () => resolve()).once("error", reject));

@@ -157,6 +157,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     close: async () => {
       listening = false;
       terminals.close();
+      previews.stop();
       fileWatches.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

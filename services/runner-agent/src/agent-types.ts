@@ -48,6 +48,8 @@ export type AgentConfig = Pick<
   heldCheckMs?: number;
   /** Watch mode: an app generation's settle window (`PADDOCK_RUNNER_WATCH_SETTLE_MS`); 2 s when absent. */
   watchSettleMs?: number;
+  /** The data plane's listener (`PADDOCK_RUNNER_DATA_LISTEN`, ports/data-plane.ts); previews' bytes stay on the bus when absent. */
+  dataPlane?: { host: string; port: number; advertiseHost: string } | undefined;
   /** Activity report interval (`PADDOCK_RUNNER_ACTIVITY_MS`); 30 s when absent. */
   activityMs?: number;
   /** Which sandbox backend sessions run in (`PADDOCK_SANDBOX`, sandbox-choice.ts); process when absent. */

@@ -1,3 +1,4 @@
+import type { Duplex } from "node:stream";
 import type { Subscription } from "@nats-io/transport-node";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
@@ -22,6 +23,7 @@ import { noSecrets } from "./sessions/secrets.ts";
 import { SessionManager } from "./sessions/sessions.ts";
 import { heldAt, serveWorkspaceOps, translate, type WorkspaceOps } from "./workspace/workspace-ops.ts";
 import { serveExecOps } from "./exec/exec-ops.ts";
+import { DataPlane } from "./ports/data-plane.ts";
 import { serveTunnels } from "./ports/tunnels.ts";
 import { ActivityReporter, DEFAULT_ACTIVITY_MS } from "./fleet/activity.ts";
 import { DEFAULT_SETTLE_MS } from "./sessions/watch-reload.ts";
@@ -50,6 +52,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
   let workspaceOps: WorkspaceOps | undefined;
   let execOps: Subscription[] = [];
   let tunnels: ReturnType<typeof serveTunnels> | undefined;
+  let dataPlane: DataPlane | undefined;
   let lease: LeaseRenewer | undefined;
   let runners: KV | undefined;
   let statusWatch: AsyncIterator<unknown> | undefined;
@@ -268,6 +271,15 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       log,
     });
     for (const held of reply.destroy) sessions.dispatch({ type: "destroy", ...held, runnerGeneration: generation });
+    if (config.dataPlane) {
+      const after = (ms: number, fn: () => void) => {
+        const t = setTimeout(fn, ms).unref();
+        return () => clearTimeout(t);
+      };
+      dataPlane = new DataPlane({ ...config.dataPlane, now: deps.now, after, onActivity: (id) => activity.touch(id), log });
+      await dataPlane.start();
+    }
+    const plane = dataPlane;
     workspaceOps = serveWorkspaceOps({
       nc,
       poolId: config.poolId,
@@ -275,6 +287,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       session: (id) => requireSessions().get(id),
       serving: confirmed,
       onActivity: (id) => activity.touch(id),
+      ...(plane ? { offer: (conn: Duplex, sessionId: string) => plane.offer(conn, sessionId) } : {}),
       ...(config.workspace ? { limits: config.workspace } : {}),
       now: deps.now,
       childPath: config.childPath,
@@ -288,6 +301,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       held: (t) => heldAt((id) => requireSessions().get(id), confirmed, t),
       translate,
       onActivity: (id) => activity.touch(id),
+      ...(dataPlane ? { dataPlane } : {}),
       every: (ms, fn) => {
         const t = setInterval(fn, ms);
         return () => clearInterval(t);
@@ -327,6 +341,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     for (const sub of execOps) sub.unsubscribe();
     for (const sub of tunnels?.subs ?? []) sub.unsubscribe();
     tunnels?.stop();
+    await dataPlane?.stop();
     void statusWatch?.return?.();
     await consumer?.stop();
     // Bounded: with the bus gone, writers and facts would retry forever.

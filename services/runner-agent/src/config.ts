@@ -27,6 +27,21 @@ const capabilities = commaList.pipe(z.array(z.string().min(1).max(64)).max(64));
 /** host[:port], as image references name registries (no scheme, no path). */
 const registryHosts = commaList.pipe(z.array(z.string().regex(/^[A-Za-z0-9.-]+(:\d{1,5})?$/, "host[:port], no scheme or path").max(255)).max(64));
 
+/** `host:port` (IPv6 in brackets) or `off`. */
+const dataListen = z.union([
+  // false, not undefined: zod's default would stand in for an undefined output too.
+  z.literal("off").transform(() => false as const),
+  z
+    .string()
+    .regex(/^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, "host:port ([v6]:port), or off")
+    .transform((s) => {
+      const at = s.lastIndexOf(":");
+      return { host: s.slice(0, at).replace(/^\[|\]$/g, ""), port: Number(s.slice(at + 1)) };
+    })
+    .pipe(z.object({ host: z.string(), port: z.number().int().min(0).max(65_535) })),
+]);
+const WILDCARD_HOSTS = ["0.0.0.0", "::", ""];
+
 const RunnerEnv = z
   .object({
     ...commonEnv,
@@ -65,6 +80,10 @@ const RunnerEnv = z
     PADDOCK_RUNNER_WATCH_SETTLE_MS: envSchemas.positiveMs.default(2_000),
     /** How often the runner reports which sessions had terminal output (the schedulers' idle policy). */
     PADDOCK_RUNNER_ACTIVITY_MS: envSchemas.positiveMs.default(30_000),
+    /** The data plane (decision 0052): where previews' bytes are carried to gateways, off the bus; `off` keeps them on the bus. */
+    PADDOCK_RUNNER_DATA_LISTEN: dataListen.default({ host: "127.0.0.1", port: 0 }),
+    /** The host gateways dial for the data plane; the listen host when absent (required when that is a wildcard). */
+    PADDOCK_RUNNER_DATA_ADVERTISE: z.string().regex(/^[A-Za-z0-9.:-]{1,255}$/).optional(),
     /** Workspace push: most entries and uncompressed bytes one archive may hold (more is too_large). */
     PADDOCK_RUNNER_WORKSPACE_MAX_ENTRIES: z.coerce.number().int().positive().default(100_000),
     PADDOCK_RUNNER_WORKSPACE_MAX_BYTES: z.coerce.number().int().positive().default(2 * 1024 * 1024 * 1024),
@@ -153,6 +172,10 @@ const RunnerEnv = z
   .refine((e) => e.PADDOCK_RUNNER_LEASE_RENEW_MS < e.PADDOCK_RUNNER_LEASE_TTL_MS, {
     path: ["PADDOCK_RUNNER_LEASE_RENEW_MS"],
     message: "must be less than PADDOCK_RUNNER_LEASE_TTL_MS",
+  })
+  .refine((e) => e.PADDOCK_RUNNER_DATA_LISTEN === false || !WILDCARD_HOSTS.includes(e.PADDOCK_RUNNER_DATA_LISTEN.host) || e.PADDOCK_RUNNER_DATA_ADVERTISE !== undefined, {
+    path: ["PADDOCK_RUNNER_DATA_ADVERTISE"],
+    message: "required when PADDOCK_RUNNER_DATA_LISTEN listens on every address (gateways cannot dial a wildcard)",
   });
 
 /** The runner's settings (inferred from RunnerEnv, no hand-written twin); everything else takes a RunnerConfig. */
@@ -208,6 +231,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
       diffMaxRepos: e.PADDOCK_RUNNER_DIFF_MAX_REPOS,
     } satisfies WorkspaceLimits,
     secretsKey: e.PADDOCK_SECRETS_KEY,
+    dataPlane: e.PADDOCK_RUNNER_DATA_LISTEN === false ? undefined : { ...e.PADDOCK_RUNNER_DATA_LISTEN, advertiseHost: e.PADDOCK_RUNNER_DATA_ADVERTISE ?? e.PADDOCK_RUNNER_DATA_LISTEN.host },
     sandbox: {
       backend: e.PADDOCK_SANDBOX,
       // Where the runner's credential files live (a deployment's secrets dir, \`npm run up\`'s data dir): no session sees them.

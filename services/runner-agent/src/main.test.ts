@@ -34,6 +34,28 @@ describe("config", () => {
     }
   });
 
+  it("listens for the data plane on loopback by default, where told, or not at all; a wildcard needs an advertised host; refuses anything else", () => {
+    const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
+    expect(loadConfig(base).dataPlane).toEqual({ host: "127.0.0.1", port: 0, advertiseHost: "127.0.0.1" });
+    expect(loadConfig({ ...base, PADDOCK_RUNNER_DATA_LISTEN: "off" }).dataPlane).toBeUndefined();
+    expect(loadConfig({ ...base, PADDOCK_RUNNER_DATA_LISTEN: "10.0.0.5:7443" }).dataPlane).toEqual({ host: "10.0.0.5", port: 7443, advertiseHost: "10.0.0.5" });
+    expect(loadConfig({ ...base, PADDOCK_RUNNER_DATA_LISTEN: "[::1]:7443" }).dataPlane).toEqual({ host: "::1", port: 7443, advertiseHost: "::1" });
+    expect(loadConfig({ ...base, PADDOCK_RUNNER_DATA_LISTEN: "0.0.0.0:7443", PADDOCK_RUNNER_DATA_ADVERTISE: "runner-7.internal" }).dataPlane).toEqual({ host: "0.0.0.0", port: 7443, advertiseHost: "runner-7.internal" });
+    for (const env of [
+      { PADDOCK_RUNNER_DATA_LISTEN: "0.0.0.0:7443" },
+      { PADDOCK_RUNNER_DATA_LISTEN: "[::]:7443" },
+      { PADDOCK_RUNNER_DATA_LISTEN: "7443" },
+      { PADDOCK_RUNNER_DATA_LISTEN: "host:70000" },
+      { PADDOCK_RUNNER_DATA_LISTEN: "http://host:1" },
+      { PADDOCK_RUNNER_DATA_LISTEN: "" },
+      { PADDOCK_RUNNER_DATA_LISTEN: "OFF" },
+      { PADDOCK_RUNNER_DATA_ADVERTISE: "a host" },
+      { PADDOCK_RUNNER_DATA_ADVERTISE: "" },
+    ]) {
+      expect(() => loadConfig({ ...base, ...env }), JSON.stringify(env)).toThrow(ConfigError);
+    }
+  });
+
   it("packs checkpoints with gzip unless told none; refuses any other compression", () => {
     const base = { PADDOCK_RUNNER_ID: "r1", PADDOCK_RUNNER_DATA_DIR: "/tmp/x" };
     expect(loadConfig(base).checkpointCompression).toBe("gzip");

@@ -85,7 +85,29 @@ export const TUNNEL_WINDOW_BYTES = 1024 * 1024;
 /** How often each end of a tunnel pings; two periods without a word from the other end break it. */
 export const TUNNEL_PING_MS = 5_000;
 
-/** Opens a tunnel to a declared port of a held session: the runner connects, then bytes flow on the tunnel subjects. */
+/**
+ * A runner's data plane (decision 0052): a TCP listener of the runner that
+ * carries a preview's bytes straight to the gateway, off the bus. A gateway
+ * asks for it with `via: "data"`; the runner answers where to dial and a
+ * ticket, single-use and short-lived, that the gateway writes first on the
+ * connection (its DATA_TICKET_BYTES raw); after it, the connection is the
+ * port's. The ticket travels only on the bus, so the bus's permissions are
+ * what authorise the connection.
+ */
+export const DATA_TICKET_BYTES = 32;
+/** How long a ticket waits for its connection before the runner lets go of the port's. */
+export const DATA_TICKET_TTL_MS = 10_000;
+export const DataPlaneOffer = z
+  .object({
+    host: z.string().min(1).max(255),
+    port: PortNumber,
+    /** base64url of DATA_TICKET_BYTES random bytes. */
+    ticket: z.string().regex(/^[A-Za-z0-9_-]{43}$/),
+  })
+  .strict();
+export type DataPlaneOffer = z.infer<typeof DataPlaneOffer>;
+
+/** Opens a tunnel to a declared port of a held session: the runner connects, then bytes flow on the tunnel subjects (or its data plane). */
 export const TunnelOpenRequest = z
   .object({
     sessionId: Id,
@@ -94,11 +116,15 @@ export const TunnelOpenRequest = z
     port: PortNumber,
     /** Chosen by the gateway, unguessable: names both tunnel subjects. */
     tunnelId: Id,
+    /** `data`: carry it on the runner's data plane when it has one (the reply's `data`), else on the bus. */
+    via: z.enum(["bus", "data"]).optional(),
+    /** The gateway authorised no caller (it read the port as public): open only if the port is public now. */
+    publicOnly: z.boolean().optional(),
   })
   .strict();
 export type TunnelOpenRequest = z.infer<typeof TunnelOpenRequest>;
 /** Answered once the runner's connection to the port is made, or could not be (`connected: false`: nothing listens there). */
-export const TunnelOpenReply = z.object({ tunnelId: Id, connected: z.boolean() }).strict();
+export const TunnelOpenReply = z.object({ tunnelId: Id, connected: z.boolean(), data: DataPlaneOffer.optional() }).strict();
 
 /** Gateway → runner bytes of one tunnel (the runner subscribes to its own workspace subjects). */
 export function tunnelInSubject(poolId: string, runnerId: string, tunnelId: string): string {

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { TunnelOpenReply, TunnelOpenRequest } from "./ports.ts";
+import { DataPlaneOffer, TunnelOpenReply, TunnelOpenRequest } from "./ports.ts";
 import { Generation, Id } from "./ids.ts";
 import type { Rpc } from "./rpc.ts";
 import { SealKey } from "./session.ts";
@@ -138,6 +138,8 @@ export const FileReadRequest = z
     range: ByteRange.optional(),
     /** When the bytes to answer are at most this many, they come back inline (`FileReadReply.inline`) and no object is stored. */
     inlineMaxBytes: z.number().int().nonnegative().max(MAX_INLINE_FILE_BYTES).optional(),
+    /** `data`: bytes past inlineMaxBytes come on the runner's data plane when it has one (the reply's `data`), not as an object. */
+    via: z.enum(["bus", "data"]).optional(),
   })
   .strict();
 export type FileReadRequest = z.infer<typeof FileReadRequest>;
@@ -152,6 +154,8 @@ export const FileReadReply = z
     unsatisfiable: z.boolean(),
     /** True when the bytes themselves follow the reply (they fit the request's inlineMaxBytes): then no object was stored. */
     inline: z.boolean().optional(),
+    /** Where the bytes wait (decision 0052): dial, write the ticket, read them to the end; then no object was stored. */
+    data: DataPlaneOffer.optional(),
   })
   .strict();
 export type FileReadReply = z.infer<typeof FileReadReply>;

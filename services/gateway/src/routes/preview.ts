@@ -1,25 +1,24 @@
 /**
  * ANY /v1/sessions/:id/ports/:port/<rest>: HTTP/1.1 and WebSocket into a
- * declared port of a running session (docs/ports.md). Each request gets a
- * tunnel of its own (TunnelStream, @paddock/bus) through whichever runner
- * holds the session; Node's HTTP client speaks HTTP over it (bodies
+ * declared port of a running session (docs/ports.md), through whichever
+ * runner holds the session on connections PreviewPool opens and keeps
+ * (preview-pool.ts); Node's HTTP client speaks HTTP over them (bodies
  * streamed both ways, chunked, server-sent events), and a WebSocket
- * handshake is written raw and the bytes piped. A public port needs nothing;
+ * handshake is written raw on a connection of its own and the bytes piped. A public port needs nothing;
  * a private one the bearer token of the session's creator or an admin.
  */
-import { request as httpRequest, type IncomingMessage, type ServerResponse } from "node:http";
+import { request as httpRequest, type ClientRequest, type IncomingMessage, type ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
-import { callRpc, TunnelStream } from "@paddock/bus";
-import { Api, ConflictError, NotFoundError, PaddockError, PREVIEW_TICKET_PARAM, previewPath, TUNNEL_PING_MS, tunnelInSubject, tunnelOutSubject, UnavailableError, workspaceRpcs, type Session } from "@paddock/contracts";
-import { realEvery, type GatewayContext } from "../context.ts";
+import { NotFoundError, PaddockError, PREVIEW_TICKET_PARAM, previewPath } from "@paddock/contracts";
+import type { GatewayContext } from "../context.ts";
 import { sendError, sendJson } from "../http/http.ts";
 import { rejectUpgrade } from "../terminal/terminal.ts";
 import { forwardRequestHeaders, forwardResponseHeaders, upgradeHead } from "./preview-headers.ts";
 import { wakeForUse } from "./wake.ts";
 import type { PreviewAccess } from "./preview-access.ts";
+import { BadGatewayError, PreviewPool, type PortRoute } from "./preview-pool.ts";
 
-/** The app's port did not answer (nothing listens, or the connection broke before an answer): 502. */
-export class BadGatewayError extends UnavailableError {}
+export { BadGatewayError } from "./preview-pool.ts";
 
 /** Who wakes a session for a public port's visitor (no principal of their own): recorded on the resume fact. */
 const PREVIEW_ACTOR = "preview";
@@ -54,11 +53,22 @@ function sendPreviewError(res: ServerResponse, err: unknown): void {
   else sendError(res, err);
 }
 
+/** Methods whose request has no body to resend: retried once when a kept connection turns out closed. */
+const RESENDABLE = new Set(["GET", "HEAD", "OPTIONS"]);
+
 export class PreviewProxy {
+  private readonly pool: PreviewPool;
+
   constructor(
     private readonly ctx: GatewayContext,
     private readonly access: PreviewAccess,
-  ) {}
+  ) {
+    this.pool = new PreviewPool(ctx);
+  }
+
+  stop(): void {
+    this.pool.stop();
+  }
 
   /** Proxies one HTTP request; every failure before the app answered is a JSON error (502 when the port did not answer). */
   async handle(req: IncomingMessage, res: ServerResponse, m: PreviewMatch): Promise<void> {
@@ -71,17 +81,31 @@ export class PreviewProxy {
       res.writeHead(308, { location: previewPath(m.sessionId, m.port) + (req.url?.includes("?") ? req.url.slice(req.url.indexOf("?")) : "") }).end();
       return;
     }
-    let tunnel: TunnelStream;
+    let route: PortRoute;
+    let conn: Duplex | undefined;
     try {
-      tunnel = await this.open(req, m);
+      ({ route, conn } = await this.prepare(req, m));
     } catch (err) {
       req.resume();
       sendPreviewError(res, err);
       return;
     }
-    const upstream = httpRequest({ method: req.method, path: m.path, headers: forwardRequestHeaders(req.headers, m.port, false), createConnection: () => tunnel });
+    this.forward(req, res, m, route, conn, RESENDABLE.has(req.method ?? "") && req.headers["content-length"] === undefined && req.headers["transfer-encoding"] === undefined);
+  }
+
+  /** One request to the app on conn (a kept connection when undefined); resend: it may go again once if a kept connection was closed under it. */
+  private forward(req: IncomingMessage, res: ServerResponse, m: PreviewMatch, route: PortRoute, conn: Duplex | undefined, resend: boolean): void {
+    const options = { method: req.method, path: m.path, headers: forwardRequestHeaders(req.headers, m.port, false), agent: this.pool.agent, paddockRoute: route, ...(conn ? { paddockSocket: conn } : {}) };
+    const upstream: ClientRequest = httpRequest(options);
+    // The agent may have found a kept connection after all: the one opened for this request is not needed.
+    upstream.once("socket", (socket) => {
+      if (conn && socket !== conn) conn.destroy();
+    });
     const fail = (err: unknown) => {
-      tunnel.destroy();
+      if (!res.headersSent && resend && upstream.reusedSocket && !(err instanceof PaddockError)) {
+        this.forward(req, res, m, route, undefined, false);
+        return;
+      }
       if (!res.headersSent) sendPreviewError(res, err instanceof PaddockError ? err : new BadGatewayError(`port ${m.port} of the session did not answer: ${err instanceof Error ? err.message : "connection lost"}`));
       else res.destroy();
     };
@@ -90,84 +114,78 @@ export class PreviewProxy {
       res.writeHead(answer.statusCode ?? 502, forwardResponseHeaders(answer.rawHeaders, previewPath(m.sessionId, m.port)));
       answer.pipe(res);
       answer.on("error", fail);
-      // An answer cut short (the tunnel broke, whether or not Node calls it an error) is cut for the client too, never ended.
+      // An answer cut short (the connection broke, whether or not Node calls it an error) is cut for the client too, never ended.
       answer.once("close", () => {
         if (!answer.complete) res.destroy();
       });
     });
-    // The client leaving ends the request to the app (and with it the tunnel and the runner's connection).
+    // The client leaving before the answer was sent ends the request to the app (and its connection, never kept).
     res.once("close", () => {
       if (!res.writableFinished) upstream.destroy();
-      tunnel.destroy();
     });
-    req.pipe(upstream);
+    if (!resend) req.pipe(upstream);
+    else {
+      req.resume();
+      upstream.end();
+    }
   }
 
-  /** Proxies a WebSocket (any upgrade): the handshake written raw into the tunnel, then bytes both ways. */
+  /** Proxies a WebSocket (any upgrade): the handshake written raw on a connection of its own, then bytes both ways. */
   async handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, m: PreviewMatch): Promise<void> {
-    let tunnel: TunnelStream;
+    let conn: Duplex;
     try {
       if (m.bare) throw new NotFoundError("preview path (it ends with a slash after the port)");
-      tunnel = await this.open(req, m);
+      const prepared = await this.prepare(req, m, true);
+      conn = prepared.conn ?? (await this.pool.open(prepared.route));
     } catch (err) {
       rejectUpgrade(socket, err);
       return;
     }
-    tunnel.write(upgradeHead(req.method ?? "GET", m.path, forwardRequestHeaders(req.headers, m.port, true)));
-    if (head.byteLength > 0) tunnel.write(head);
+    conn.write(upgradeHead(req.method ?? "GET", m.path, forwardRequestHeaders(req.headers, m.port, true)));
+    if (head.byteLength > 0) conn.write(head);
     const end = () => {
       socket.destroy();
-      tunnel.destroy();
+      conn.destroy();
     };
-    for (const s of [socket, tunnel]) s.on("error", end).once("close", end);
-    socket.pipe(tunnel);
-    tunnel.pipe(socket);
+    for (const s of [socket, conn]) s.on("error", end).once("close", end);
+    socket.pipe(conn);
+    conn.pipe(socket);
   }
 
-  /** The session behind the URL, authorized for this caller, and a tunnel to its port through its runner. */
-  private async open(req: IncomingMessage, m: PreviewMatch): Promise<TunnelStream> {
+  /**
+   * The running session behind the URL, authorized for this caller, and a
+   * connection to its port unless a kept one waits (own: always one). A
+   * kept target the runner refuses (the session suspended, moved, or the
+   * port turned private) is read again once.
+   */
+  private async prepare(req: IncomingMessage, m: PreviewMatch, own = false): Promise<{ route: PortRoute; conn: Duplex | undefined }> {
+    const target = await this.pool.target(m.sessionId, m.port);
+    try {
+      return await this.prepareOn(req, m, target, own);
+    } catch (err) {
+      // Errors of the runner's rpc arrive as their code.
+      if (!target.kept || !(err instanceof PaddockError) || !(err.code === "conflict" || err.code === "not_found")) throw err;
+      this.pool.forget(m.sessionId, m.port);
+      return this.prepareOn(req, m, await this.pool.target(m.sessionId, m.port, true), own);
+    }
+  }
+
+  private async prepareOn(req: IncomingMessage, m: PreviewMatch, target: Awaited<ReturnType<PreviewPool["target"]>>, own: boolean): Promise<{ route: PortRoute; conn: Duplex | undefined }> {
     const { ctx } = this;
-    const target = await callRpc(ctx.deps.nc, Api.previewTarget, { sessionId: m.sessionId, port: m.port }, { timeoutMs: ctx.deps.config.rpcTimeoutMs });
     const scope = target.public ? { workspaceId: target.session.workspaceId, actor: { id: PREVIEW_ACTOR, kind: "service" as const } } : (await this.access.principalFor(req, target.session, m.port)).scope;
     // Wake on use: a suspended session runs again for the request (a public port's visitor wakes it too).
     const s = await wakeForUse(ctx, scope, target.session, req.socket);
+    const route = { session: s, port: m.port, publicOnly: target.public };
+    if (!own && s === target.session && this.pool.hasKept(route)) return { route, conn: undefined };
     // Just woken, its app may still be starting: its port is asked again for a while before a 502.
     const woken = s !== target.session;
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.connect(s, m.port);
+        return { route, conn: await this.pool.open(route) };
       } catch (err) {
         if (!woken || !(err instanceof BadGatewayError) || attempt >= WOKEN_CONNECT_ATTEMPTS || req.socket.destroyed) throw err;
         await new Promise<void>((resolve) => ctx.after(WOKEN_CONNECT_RETRY_MS, resolve));
       }
     }
   }
-
-  /** A tunnel to the port through the runner holding the running session s. */
-  private async connect(s: Session, port: number): Promise<TunnelStream> {
-    const { ctx } = this;
-    if (s.state !== "running" || !s.poolId || !s.runnerId) throw new ConflictError(`session is ${s.state}: its ports answer while it runs`);
-    const tunnelId = ctx.deps.newId();
-    const tunnel = new TunnelStream({ nc: ctx.deps.nc, sendTo: tunnelInSubject(s.poolId, s.runnerId, tunnelId), every: ctx.deps.every ?? realEvery, pingMs: TUNNEL_PING_MS });
-    const sub = ctx.deps.nc.subscribe(tunnelOutSubject(s.poolId, s.runnerId, tunnelId), {
-      callback: (err, msg) => {
-        if (err) tunnel.destroy(err);
-        else tunnel.receive(msg);
-      },
-    });
-    tunnel.once("close", () => sub.unsubscribe());
-    // Its error is seen by whoever uses it (the HTTP client, the upgrade's pipes) and, after they let
-    // go (an abort arriving once the answer is complete), by no one: never an unhandled one.
-    tunnel.on("error", () => undefined);
-    try {
-      const request = { sessionId: s.id, workspaceId: s.workspaceId, placementGeneration: s.placementGeneration, port, tunnelId };
-      const opened = await callRpc(ctx.deps.nc, workspaceRpcs(s.poolId, s.runnerId).tunnel, request, { timeoutMs: ctx.deps.config.workspaceRpcTimeoutMs });
-      if (!opened.connected) throw new BadGatewayError(`nothing listens on port ${port} in the session`);
-    } catch (err) {
-      tunnel.destroy();
-      throw err;
-    }
-    return tunnel;
-  }
-
 }

@@ -25,6 +25,7 @@ import {
   type Session,
 } from "@paddock/contracts";
 import { Action } from "../auth/auth.ts";
+import { copyExactly, dialDataPlane } from "./data-plane.ts";
 import { wakeForUse } from "./wake.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
 import type { Route } from "../http/http.ts";
@@ -185,6 +186,8 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
     throw new UnavailableError("the file could not be read from the transfer store; retry", { cause: last });
   };
 
+  /** The most bytes of a file read that go inline when the rest may come on the runner's data plane. */
+  const DATA_INLINE_MAX_BYTES = 64 * 1024;
   /** The most bytes of a file that go inline: the configured bound, and what the server's max_payload lets one message carry. */
   const inlineLimit = () => Math.min(config.filesInlineMaxBytes, inlineBytesFor(ctx.deps.nc.info?.max_payload ?? 0));
 
@@ -233,13 +236,17 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
       const transferId = ctx.deps.newId();
       const name = transferObjectName(session.workspaceId, session.id, transferId);
       const key = newSealKey();
-      // Nothing to remove afterwards when the runner stored no object (inline bytes, or none at all).
+      // Nothing to remove afterwards when the runner stored no object (inline bytes, the data plane's, or none at all).
       let stored = true;
       try {
-        const inlineMaxBytes = inlineLimit();
-        const answer = await callRpcWithBytes(ctx.deps.nc, rpcs.read, { ...target(session), path: query.path, transferId, sealKey: key.toString("base64"), inlineMaxBytes, ...(range ? { range } : {}) }, new Uint8Array(0), rpcOpts);
+        // On the data plane only what one small message carries comes inline: the rest skips the bus.
+        const ask = (via: "bus" | "data") => callRpcWithBytes(ctx.deps.nc, rpcs.read, { ...target(session), path: query.path, transferId, sealKey: key.toString("base64"), inlineMaxBytes: via === "data" ? Math.min(DATA_INLINE_MAX_BYTES, inlineLimit()) : inlineLimit(), via, ...(range ? { range } : {}) }, new Uint8Array(0), rpcOpts);
+        let answer = await ask("data");
+        // The runner's data plane not reachable from here: the bytes come through the transfer store instead.
+        const socket = answer.result.data && (await dialDataPlane(answer.result.data).catch(() => undefined));
+        if (answer.result.data && !socket) answer = await ask("bus");
         const read = answer.result;
-        stored = read.inline !== true && !read.unsatisfiable;
+        stored = read.inline !== true && !read.unsatisfiable && !socket;
         if (read.unsatisfiable) {
           res.writeHead(416, { "content-type": "application/json", "content-range": `bytes */${read.size}` });
           res.end(JSON.stringify({ error: { code: "invalid", message: `the range starts past the end of the file (${read.size} bytes)` } }));
@@ -248,6 +255,11 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
         const length = read.end - read.start + 1;
         const partial = range ? { "content-range": `bytes ${read.start}-${read.end}/${read.size}` } : {};
         const head = { "content-type": FILE_CONTENT_TYPE, "content-length": String(length), "accept-ranges": "bytes", "cache-control": "no-store", ...partial };
+        if (socket) {
+          res.writeHead(range ? 206 : 200, head);
+          await copyExactly(socket, res, length).catch((err: unknown) => ctx.deps.log.warn({ err, sessionId: session.id }, "file read cut short"));
+          return;
+        }
         if (read.inline === true) {
           const bytes = answer.bytes;
           if (bytes.byteLength !== length) throw new UnavailableError(`the runner answered ${bytes.byteLength} of ${length} bytes; retry`);

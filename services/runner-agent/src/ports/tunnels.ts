@@ -3,12 +3,13 @@ import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { serveRpc, TunnelStream, type BusMetrics } from "@paddock/bus";
 import { PortUnreachableError, TUNNEL_PING_MS, UnavailableError, tunnelInSubject, tunnelOutSubject, workspaceRpcs, type HeldSession } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
+import type { DataPlane } from "./data-plane.ts";
 
 /** A held session as a preview reaches it (a SessionRuntime is one). */
 export interface HeldPorts {
   readonly held: HeldSession;
-  /** A connection to a declared port of the running session; not_found for an undeclared one, unavailable when nothing listens. */
-  connectPort(port: number): Promise<Duplex>;
+  /** A connection to a declared port of the running session; not_found for an undeclared one (or a private one, publicOnly), unavailable when nothing listens. */
+  connectPort(port: number, publicOnly?: boolean): Promise<Duplex>;
 }
 
 /** Tunnels one runner carries at once, past which an open is refused (429). */
@@ -24,6 +25,8 @@ export interface TunnelsDeps {
   every: (ms: number, fn: () => void) => () => void;
   /** A preview is the session's activity (the idle policy's input): told at the open and every ping period while it lasts. */
   onActivity: (sessionId: string) => void;
+  /** Where `via: "data"` tunnels go (absent: every tunnel goes on the bus). */
+  dataPlane?: DataPlane;
   metrics: BusMetrics;
   log: Logger;
 }
@@ -49,15 +52,20 @@ export function serveTunnels(deps: TunnelsDeps): { subs: Subscription[]; stop():
     rpcs.tunnel,
     (req) =>
       deps.translate(async () => {
-        if (tunnels.size >= MAX_TUNNELS_PER_RUNNER || tunnels.has(req.tunnelId)) throw new UnavailableError(`this runner carries ${tunnels.size} tunnels already; retry`);
+        const carried = tunnels.size + (deps.dataPlane?.size ?? 0);
+        if (carried >= MAX_TUNNELS_PER_RUNNER || tunnels.has(req.tunnelId)) throw new UnavailableError(`this runner carries ${carried} tunnels already; retry`);
         // Asked for, even before its app listens (a woken session's app starting): the session is in use.
         deps.onActivity(req.sessionId);
         let conn: Duplex;
         try {
-          conn = await deps.held(req).connectPort(req.port);
+          conn = await deps.held(req).connectPort(req.port, req.publicOnly);
         } catch (err) {
           if (err instanceof PortUnreachableError) return { tunnelId: req.tunnelId, connected: false };
           throw err;
+        }
+        if (req.via === "data" && deps.dataPlane) {
+          const data = deps.dataPlane.offer(conn, req.sessionId);
+          if (data) return { tunnelId: req.tunnelId, connected: true, data };
         }
         const tunnel = new TunnelStream({ nc: deps.nc, sendTo: tunnelOutSubject(deps.poolId, deps.runnerId, req.tunnelId), every: deps.every, pingMs: TUNNEL_PING_MS });
         tunnels.set(req.tunnelId, tunnel);

@@ -8,6 +8,26 @@ import { Duplex } from "node:stream";
 import { PortUnreachableError } from "@paddock/contracts";
 import type { AppProcess } from "./process-group.ts";
 
+/**
+ * A sandbox's open port connections. A freeze ends them: a frozen app would
+ * hold a preview's client (and a gateway's kept-alive connection) forever,
+ * where an ended one is an error the gateway answers and recovers from.
+ */
+export class OpenPorts {
+  private readonly open = new Set<Duplex>();
+
+  track(conn: Duplex): Duplex {
+    this.open.add(conn);
+    conn.once("close", () => this.open.delete(conn));
+    return conn;
+  }
+
+  closeAll(): void {
+    for (const conn of this.open) conn.destroy();
+    this.open.clear();
+  }
+}
+
 /** Bytes written to the init for the tunnel, waiting for the connection to take them, past which writes wait. */
 const QUEUED_MAX_BYTES = 512 * 1024;
 
@@ -80,22 +100,25 @@ export class InitPortConnection extends Duplex {
  * `localhost` may listen on either).
  */
 export async function connectHostLoopback(port: number): Promise<Duplex> {
-  const attempt = (host: string) =>
-    new Promise<Socket>((resolve, reject) => {
-      const socket = netConnect({ port, host, allowHalfOpen: true });
-      socket.once("connect", () => {
-        socket.off("error", reject);
-        resolve(socket);
-      });
-      socket.once("error", reject);
-    });
   try {
-    return await attempt("127.0.0.1");
+    return await connectTcp("127.0.0.1", port);
   } catch {
     try {
-      return await attempt("::1");
+      return await connectTcp("::1", port);
     } catch {
       throw new PortUnreachableError(`nothing listens on port ${port} in the session`);
     }
   }
+}
+
+/** A TCP connection to host:port, resolved once connected (half-open: a preview's request may end before its answer). */
+export function connectTcp(host: string, port: number): Promise<Socket> {
+  return new Promise<Socket>((resolve, reject) => {
+    const socket = netConnect({ port, host, allowHalfOpen: true, noDelay: true });
+    socket.once("connect", () => {
+      socket.off("error", reject);
+      resolve(socket);
+    });
+    socket.once("error", reject);
+  });
 }

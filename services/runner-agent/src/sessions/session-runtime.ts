@@ -233,11 +233,11 @@ export class SessionRuntime {
     });
   }
 
-  /** A connection to a declared port of the running session (a preview's tunnel); not_found for an undeclared one. */
-  connectPort(port: number): Promise<Duplex> {
+  /** A connection to a declared port of the running session (a preview's tunnel); not_found for an undeclared one (or a private one, publicOnly). */
+  connectPort(port: number, publicOnly = false): Promise<Duplex> {
     return this.run(async () => {
       this.require("running");
-      if (!declaredPorts(this.cmd.spec).some((p) => p.port === port)) throw new NotFoundError("port");
+      if (!declaredPorts(this.cmd.spec).some((p) => p.port === port && (p.public || !publicOnly))) throw new NotFoundError("port");
       return (this.sandbox as Sandbox).connectPort(port);
     });
   }

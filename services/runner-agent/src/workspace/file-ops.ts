@@ -2,16 +2,17 @@
  * The files routes' operations on the runner (issue 24 item 3): read, list,
  * write and delete one path of a held session's workspace, each inside the
  * session's workspace task (after its earlier commands, while its sandbox is
- * live) and through files.ts's descriptor-held paths. Bytes move through
- * object store `transfers`, sealed, as push and pull move archives.
+ * live) and through files.ts's descriptor-held paths. Bytes move inline
+ * (small), through the runner's data plane (a read that asks for it), or
+ * through object store `transfers`, sealed, as push and pull move archives.
  */
-import { Readable } from "node:stream";
+import { Duplex, Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import type { ObjectStore } from "@nats-io/obj";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { FileTooLargeError, relativeSegments, SealError, sealed, sealKeyFrom, unsealed, type FileOwner } from "@paddock/archive";
 import { serveRpc, serveRpcWithBytes, type BusMetrics, type WithBytes } from "@paddock/bus";
-import { InvalidError, MAX_INLINE_FILE_BYTES, NotFoundError, TooLargeError, transferObjectName, transferRef, fileListColumns, type FileDeleteReply, type FileListColumns, type FileReadReply, type FileReadRequest, type FileWriteReply, type FileWriteRequest, type workspaceRpcs } from "@paddock/contracts";
+import { InvalidError, MAX_INLINE_FILE_BYTES, NotFoundError, TooLargeError, transferObjectName, transferRef, fileListColumns, type FileDeleteReply, type FileListColumns, type FileReadReply, type FileReadRequest, type DataPlaneOffer, type FileWriteReply, type FileWriteRequest, type workspaceRpcs } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { deleteInside, listInside, openFileInside, writeFileInside } from "./files.ts";
 
@@ -30,6 +31,8 @@ export interface FileOpsContext {
   log: Logger;
   /** The runner's errors as the public vocabulary. */
   translate: <T>(fn: () => Promise<T>) => Promise<T>;
+  /** Hands bytes to the gateway on the data plane (ports/data-plane.ts); absent or undefined: they go as an object. */
+  offer?: (conn: Duplex, sessionId: string) => DataPlaneOffer | undefined;
 }
 
 export function serveFileOps(c: FileOpsContext): Subscription[] {
@@ -72,6 +75,8 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
           const bytes = await bytesOf(stream);
           return { result: { size, start: part.start, end: part.end, unsatisfiable: false, inline: true }, bytes };
         }
+        const data = req.via === "data" ? c.offer?.(sendOnly(stream), req.sessionId) : undefined;
+        if (data) return { result: { size, start: part.start, end: part.end, unsatisfiable: false, data } };
         const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
         const body = sealed(stream, sealKeyFrom(req.sealKey), transferRef(name));
         await (await c.transfers()).put({ name }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
@@ -109,4 +114,19 @@ async function bytesOf(stream: AsyncIterable<Uint8Array>): Promise<Buffer> {
   const parts: Buffer[] = [];
   for await (const part of stream) parts.push(Buffer.from(part));
   return Buffer.concat(parts);
+}
+
+/** A file's bytes as a connection that only sends (what the gateway writes into it is dropped); closing it closes the file. */
+function sendOnly(source: Readable): Duplex {
+  const conn = new Duplex({
+    read: () => void source.resume(),
+    write: (_chunk, _enc, callback) => callback(),
+  });
+  source.on("data", (bytes: Buffer) => {
+    if (!conn.push(bytes)) source.pause();
+  });
+  source.once("end", () => conn.push(null));
+  source.once("error", (err) => conn.destroy(err));
+  conn.once("close", () => source.destroy());
+  return conn;
 }

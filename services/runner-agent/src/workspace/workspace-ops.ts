@@ -1,3 +1,4 @@
+import type { Duplex } from "node:stream";
 import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { Objm, type ObjectStore } from "@nats-io/obj";
@@ -17,6 +18,7 @@ import {
   type WorkspaceDiffReply,
   type WorkspacePullReply,
   type WorkspacePushReply,
+  type DataPlaneOffer,
   type HeldSession,
 } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
@@ -74,6 +76,8 @@ export interface WorkspaceOpsDeps {
   limits?: Partial<WorkspaceLimits>;
   /** Bounds of the live file watches (file-watch.ts). */
   watchLimits?: Partial<FileWatchLimits>;
+  /** The data plane's offer (file reads' bytes); absent: they go through the transfer store. */
+  offer?: (conn: Duplex, sessionId: string) => DataPlaneOffer | undefined;
   /** The injected clock (file watch leases). */
   now: () => number;
   childPath: string;
@@ -202,7 +206,7 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
     ...serveFileOps({ nc: deps.nc, rpcs, held: (t) => {
       deps.onActivity?.(t.sessionId);
       return held(t);
-    }, transfers, maxBytes: limits.maxBytes, serve: opts, log: deps.log, translate }),
+    }, transfers, maxBytes: limits.maxBytes, serve: opts, log: deps.log, translate, ...(deps.offer ? { offer: deps.offer } : {}) }),
     serveReposOp({ nc: deps.nc, rpcs, held, bounds: { maxRepos: limits.diffMaxRepos, pathEnv: deps.childPath }, serve: opts, translate }),
   ];
   return {

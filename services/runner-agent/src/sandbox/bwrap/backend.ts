@@ -28,8 +28,8 @@ import { createNetworkPool, type NetworkPool } from "./network-pool.ts";
 import { createSandboxNetworks, type SandboxNetworks } from "./network.ts";
 import { findTool, type BwrapCapability } from "./probe.ts";
 import { ExecHolder, INIT_INSIDE } from "./exec-holder.ts";
-import { connectThroughInit } from "./init-port.ts";
-import { PortUnreachableError } from "@paddock/contracts";
+import { connectSessionPort } from "./init-port.ts";
+import { OpenPorts } from "../port-connection.ts";
 import { runCommand, runScript, startApp, startExec, startRelay, type AppStart } from "./sandbox-apps.ts";
 import { killUids, untilUidGone } from "./session-processes.ts";
 import { signalSession } from "./spawn.ts";
@@ -172,7 +172,7 @@ export function createBwrapBackend(opts: BwrapBackendOptions): SandboxBackend {
       await chmod(sessionsDir, 0o711);
       hide = hiddenByTmpfs([dataDir, ...(settings.hide ?? [])]);
       if (cap.network.works && cap.network.ip && cap.network.nft) {
-        networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: netInstance.instance, prefix: netInstance.prefix, sharedPorts: SHARED_PORTS });
+        networks = createSandboxNetworks({ ip: cap.network.ip, nft: cap.network.nft, instance: netInstance.instance, prefix: netInstance.prefix, sharedPorts: SHARED_PORTS, ownerUid: process.getuid?.() });
         await networks.start();
         pool = createNetworkPool({ networks, size: NETWORK_POOL_SIZE, slots: settings.uidCount, onError: (err) => log.warn({ err }, "sandbox network not built"), onWork: (underWay) => emit({ type: "network_work", underWay }) });
       } else {
@@ -304,6 +304,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
   // The session's exec namespace, started by its first exec (exec-holder.ts).
   const holder = init ? new ExecHolder({ log: p.log, launch: () => sandboxLaunch({ ...p.spec([INIT_INSIDE], {}, false, [{ host: init, path: INIT_INSIDE }]), asPid1: true }, p.tools) }) : undefined;
   const where = { workspace: { host: workspace, inside: INSIDE_WORKSPACE }, rootfs: p.root?.rootfs };
+  const ports = new OpenPorts();
   const killAll = async () => {
     signalSession(uid, "SIGKILL");
     await untilUidGone(uid, p.log);
@@ -352,10 +353,11 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
         onStart: (start) => p.emit({ type: "app_start", ...start }),
       }),
     startExec: (opts) => (holder ? startExec(opts, holder, where) : startApp({ ...opts, app: { ...opts.app, tty: false } }, { ...where, spec: p.spec, tools: p.tools, takeWaiter: () => undefined, coldReason: "exec", onStart: () => undefined })),
-    connectPort: (port) => (holder ? connectThroughInit(holder, port) : Promise.reject(new PortUnreachableError("this runner has no exec init (PADDOCK_SANDBOX_INIT): its sessions' ports are out of reach"))),
+    connectPort: async (port) => ports.track(await connectSessionPort(p.hold.net?.sandboxAddress, holder, port)),
     runScript: (opts) => runScript(opts, p.spec, p.tools),
     runCommand: (opts) => runCommand(opts, p.spec, p.tools, where),
     freeze: (apps) => {
+      ports.closeAll();
       apps.forEach((app) => app.freeze());
       holder?.freeze();
     },
@@ -371,6 +373,7 @@ function bwrapSandbox(p: SandboxParts): Sandbox {
       if (destroyed) return;
       destroyed = true;
       takeWaiter()?.dispose("session ended");
+      ports.closeAll();
       // Its init kills the namespace as its stdin closes; the uid's sweep in release is the backstop.
       void holder?.close();
       relay?.close();

@@ -71,12 +71,16 @@ describe("a session's exec namespace", () => {
   it("runs each command as a fork of one init, as the session's user: they see each other, the init as pid 1", async () => {
     const sandbox = await newSandbox();
     try {
-      const sleeper = sandbox.startExec({ app: { name: "exec", cmd: ["sleep", "300"], tty: false }, env: { PATH: TEST_PATH }, onData: () => undefined });
+      // Its first output means its shell runs (a fork of the init is started before its exec): ps then shows it as it is.
+      let up: () => void = () => undefined;
+      const running = new Promise<void>((resolve) => (up = resolve));
+      const sleeper = sandbox.startExec({ app: { name: "exec", cmd: ["sh", "-c", "echo up; sleep 300"], tty: false }, env: { PATH: TEST_PATH }, onData: () => up() });
+      await running;
       const ps = await run(sandbox, ["ps", "-eo", "pid,user,args"]);
       expect(ps.exit).toEqual({ exitCode: 0, signal: undefined });
       const lines = ps.stdout.toString().split("\n").map((l) => l.trim());
       expect(lines).toContainEqual(expect.stringMatching(/^1 +\S+ +\/run\/paddock-init$/));
-      expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${sleeper.pid} +\\S+ +sleep 300$`)));
+      expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${sleeper.pid} +\\S+ +sh -c echo up; sleep 300$`)));
       const id = await run(sandbox, ["id", "-u"]);
       expect(id.stdout.toString().trim()).toBe(String(sandbox.user?.uid));
       sleeper.signal("SIGKILL");

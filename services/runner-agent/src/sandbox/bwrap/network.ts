@@ -15,8 +15,16 @@
  * CAP_NET_ADMIN or CAP_NET_RAW over it, so it can change neither addresses,
  * routes nor interfaces, nor forge packets.
  *
- * No process runs per session: the cost is two `ip` runs and one `nft` run
- * at create, one of each at destroy, and the kernel's veth pair.
+ * The runner reaches a session's ports at the session's end of the link
+ * (previews, decision 0052): inside the namespace, connections arriving on
+ * its link are sent to its loopback (DNAT with route_localnet), so a dev
+ * server listening on 127.0.0.1 only is reached too. Only the runner's own
+ * uid may open a connection into a session (its table's output chain): no
+ * other process of the host reaches a session's loopback that way.
+ *
+ * No process runs per session: the cost is three `ip` runs (one of them
+ * running the namespace's `nft`) and one `nft` run at create, one of each
+ * at destroy, and the kernel's veth pair.
  */
 import { execFile } from "node:child_process";
 import { readdir } from "node:fs/promises";
@@ -45,6 +53,8 @@ export interface SandboxNetworksOptions {
    * `nft` at all. Per-session ports go through `allow`.
    */
   sharedPorts?: readonly number[];
+  /** The only uid whose connections into sessions are let through (the runner's). */
+  ownerUid?: number;
 }
 
 export interface SessionNetwork {
@@ -92,7 +102,7 @@ export function createSandboxNetworks(opts: SandboxNetworksOptions): SandboxNetw
     async start() {
       await removeLeftoverNamespaces(nsPrefix, ip);
       for (const p of opts.sharedPorts ?? []) assertPort(p);
-      await nft(rulesetScript(table, ifPrefix, opts.sharedPorts ?? []));
+      await nft(rulesetScript(table, ifPrefix, opts.sharedPorts ?? [], opts.ownerUid));
     },
     async create(slot) {
       if (!Number.isInteger(slot) || slot < 0 || slot >= MAX_SLOTS) throw new SandboxNetworkError(`slot out of range: ${slot}`);
@@ -104,6 +114,8 @@ export function createSandboxNetworks(opts: SandboxNetworksOptions): SandboxNetw
       const name = `${nsPrefix}${slot}`;
       await ip(["-b", "-"], [`netns add ${name}`, `link add ${hostInterface} type veth peer name eth0 netns ${name}`, `addr add ${hostAddress}/30 dev ${hostInterface}`, `link set ${hostInterface} up`].join("\n"));
       await ip(["-n", name, "-b", "-"], ["link set lo up", `addr add ${sandboxAddress}/30 dev eth0`, "link set eth0 up"].join("\n"));
+      // route_localnet lets the DNAT to 127.0.0.1 route; sh writes it, then becomes the namespace's nft.
+      await ip(["netns", "exec", name, "sh", "-c", `echo 1 > /proc/sys/net/ipv4/conf/eth0/route_localnet && exec ${opts.nft} -f -`], insideScript(sandboxAddress));
       const allowed: number[] = [];
       const elements = (ports: readonly number[]) => ports.map((p) => `"${hostInterface}" . ${hostAddress} . ${p}`).join(", ");
       return {
@@ -138,8 +150,14 @@ export function createSandboxNetworks(opts: SandboxNetworksOptions): SandboxNetw
  * connection is reset (the session's client fails at once, as with a closed
  * port) rather than left to time out.
  */
-export function rulesetScript(table: string, ifPrefix: string, sharedPorts: readonly number[] = []): string {
+export function rulesetScript(table: string, ifPrefix: string, sharedPorts: readonly number[] = [], ownerUid?: number): string {
   const shared = sharedPorts.length > 0 ? ` elements = { ${sharedPorts.join(", ")} };` : "";
+  const owner = ownerUid === undefined ? "" : `
+  chain output {
+    type filter hook output priority filter - 10; policy accept;
+    oifname "${ifPrefix}*" ct state new meta skuid != ${ownerUid} meta l4proto tcp reject with tcp reset
+    oifname "${ifPrefix}*" ct state new meta skuid != ${ownerUid} drop
+  }`;
   return `add table inet ${table}
 delete table inet ${table}
 table inet ${table} {
@@ -157,6 +175,17 @@ table inet ${table} {
     type filter hook forward priority filter - 10; policy accept;
     iifname "${ifPrefix}*" drop
     oifname "${ifPrefix}*" drop
+  }${owner}
+}
+`;
+}
+
+/** The session namespace's own table: connections to its address from its link go to its loopback, port kept. */
+export function insideScript(sandboxAddress: string): string {
+  return `table ip paddock_ports {
+  chain prerouting {
+    type nat hook prerouting priority dstnat; policy accept;
+    iifname "eth0" ip daddr ${sandboxAddress} meta l4proto tcp dnat to 127.0.0.1
   }
 }
 `;

@@ -14,7 +14,7 @@ import type { AppProcess } from "../process-group.ts";
 import { removeDirSoon } from "../remove-dir.ts";
 import { prepareSessionsDir } from "../sessions-dir.ts";
 import { spawnApp } from "./app-process.ts";
-import { connectHostLoopback } from "../port-connection.ts";
+import { connectHostLoopback, OpenPorts } from "../port-connection.ts";
 import { runCommand, runScript } from "./script.ts";
 
 export function createProcessBackend(deps: SandboxBackendDeps): SandboxBackend {
@@ -40,17 +40,21 @@ function processSandbox(dir: string, log: Logger): Sandbox {
   mkdirSync(workspace, { recursive: true });
   const eachApp = (apps: readonly AppProcess[], fn: (app: AppProcess) => void) => apps.forEach(fn);
   let destroyed = false;
+  const ports = new OpenPorts();
   return {
     workspace,
     insideWorkspace: workspace,
     adopt: () => Promise.resolve(),
     reach: (gatewayUrl) => Promise.resolve({ egressHost: "127.0.0.1", egressPort: 0, gatewayUrl, noProxy: [], allow: () => Promise.resolve() }),
     startApp: (opts) => spawnApp({ ...opts, cwd: opts.cwd ? join(workspace, opts.cwd) : workspace }),
-    connectPort: (port) => connectHostLoopback(port),
+    connectPort: async (port) => ports.track(await connectHostLoopback(port)),
     startExec: (opts) => spawnApp({ ...opts, app: { ...opts.app, tty: false }, cwd: opts.cwd ? join(workspace, opts.cwd) : workspace }),
     runScript: (opts) => runScript({ ...opts, cwd: workspace }),
     runCommand: (opts) => runCommand({ ...opts, cwd: workspace }),
-    freeze: (apps) => eachApp(apps, (app) => app.freeze()),
+    freeze: (apps) => {
+      ports.closeAll();
+      eachApp(apps, (app) => app.freeze());
+    },
     thaw: (apps) => eachApp(apps, (app) => app.thaw()),
     // A process that left its app's group (setsid, a daemon) still works in the sandbox: it goes too.
     killLeftovers: async () => {
@@ -60,6 +64,7 @@ function processSandbox(dir: string, log: Logger): Sandbox {
     destroy: async () => {
       if (destroyed) return;
       destroyed = true;
+      ports.closeAll();
       await removeDirSoon(dir, log);
     },
   };

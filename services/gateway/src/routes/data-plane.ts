@@ -1,0 +1,44 @@
+/**
+ * Dialling a runner's data plane (decision 0052): the runner answered an rpc
+ * with where its bytes wait and a single-use ticket; the connection is theirs
+ * once the ticket is written.
+ */
+import { connect as netConnect, type Socket } from "node:net";
+import type { Writable } from "node:stream";
+import { UnavailableError, type DataPlaneOffer } from "@paddock/contracts";
+
+/** Dials offer and presents its ticket; resolves once connected. */
+export function dialDataPlane(offer: DataPlaneOffer): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    // Not half-open: the runner ending its side (the port closed, the session suspending) closes the socket.
+    const socket = netConnect({ host: offer.host, port: offer.port, noDelay: true });
+    socket.write(Buffer.from(offer.ticket, "base64url"));
+    socket.once("connect", () => {
+      socket.off("error", reject);
+      resolve(socket);
+    });
+    socket.once("error", reject);
+  });
+}
+
+/**
+ * Copies exactly length bytes from socket into out and ends it; fewer (the
+ * runner gone, the file cut short) or more is an error, and out is destroyed
+ * rather than ended, so its client sees a cut answer, never a whole-looking one.
+ */
+export async function copyExactly(socket: Socket, out: Writable, length: number): Promise<void> {
+  let got = 0;
+  try {
+    for await (const chunk of socket as AsyncIterable<Buffer>) {
+      got += chunk.byteLength;
+      if (got > length) throw new UnavailableError("the runner sent more bytes than the file holds");
+      if (!out.write(chunk)) await new Promise<void>((resolve, reject) => out.once("drain", resolve).once("close", () => reject(new UnavailableError("the client left"))));
+    }
+    if (got !== length) throw new UnavailableError(`the runner sent ${got} of ${length} bytes`);
+    out.end();
+  } catch (err) {
+    socket.destroy();
+    out.destroy();
+    throw err;
+  }
+}

@@ -1,0 +1,160 @@
+/**
+ * The runner's data plane (decision 0052): one TCP listener that carries
+ * previews' bytes straight between a gateway and a session's port, off the
+ * bus. A port's connection is offered under a ticket (DATA_TICKET_BYTES
+ * random bytes) that the `tunnel` rpc answers over the bus; the gateway
+ * dials the listener and writes the ticket first, and from its next byte the
+ * connection is the port's, piped both ways with the sockets' own
+ * backpressure. A ticket is good once and for DATA_TICKET_TTL_MS; a
+ * connection that names no waiting ticket, or none in time, is closed
+ * without a byte. Sessions cannot reach the listener (bwrap: no route to any
+ * host address but their link's allowed ports), and a ticket is unguessable
+ * where they could (process backend).
+ */
+import { randomBytes } from "node:crypto";
+import { createServer, type AddressInfo, type Server, type Socket } from "node:net";
+import type { Duplex } from "node:stream";
+import { DATA_TICKET_BYTES, DATA_TICKET_TTL_MS, type DataPlaneOffer } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+
+/** How long a dialled connection may take to write its ticket. */
+export const DATA_PREAMBLE_TIMEOUT_MS = 5_000;
+/** A carried connection's bytes tell the idle policy the session is in use at most this often. */
+const ACTIVITY_EVERY_MS = 1_000;
+
+export interface DataPlaneOptions {
+  host: string;
+  /** 0: any free port. */
+  port: number;
+  /** What gateways dial (the listen host unless it is a wildcard). */
+  advertiseHost: string;
+  now: () => number;
+  after: (ms: number, fn: () => void) => () => void;
+  /** Bytes moved on a session's connection: the session is in use (idle policy). */
+  onActivity: (sessionId: string) => void;
+  log: Logger;
+}
+
+interface Waiting {
+  conn: Duplex;
+  sessionId: string;
+  cancel: () => void;
+}
+
+export class DataPlane {
+  private server: Server | undefined;
+  private readonly waiting = new Map<string, Waiting>();
+  /** Every socket dialled in (presenting its ticket, or carried), ended by stop. */
+  private readonly sockets = new Set<Socket>();
+  private readonly carried = new Set<Socket>();
+  private advertised: { host: string; port: number } | undefined;
+
+  constructor(private readonly opts: DataPlaneOptions) {}
+
+  async start(): Promise<void> {
+    const server = createServer({ allowHalfOpen: true, noDelay: true }, (socket) => this.accept(socket));
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen({ host: this.opts.host, port: this.opts.port }, () => {
+        server.off("error", reject);
+        resolve();
+      });
+    });
+    server.on("error", (err) => this.opts.log.error({ err }, "data plane listener failed"));
+    this.server = server;
+    this.advertised = { host: this.opts.advertiseHost, port: (server.address() as AddressInfo).port };
+    this.opts.log.info(this.advertised, "data plane listening");
+  }
+
+  async stop(): Promise<void> {
+    for (const w of this.waiting.values()) {
+      w.cancel();
+      w.conn.destroy();
+    }
+    this.waiting.clear();
+    for (const s of this.sockets) s.destroy();
+    this.sockets.clear();
+    this.carried.clear();
+    const server = this.server;
+    this.server = undefined;
+    this.advertised = undefined;
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  /** Connections waiting for their gateway plus those carried now (they count against the runner's tunnel limit). */
+  get size(): number {
+    return this.waiting.size + this.carried.size;
+  }
+
+  /** Keeps conn for the gateway that dials with the returned ticket; undefined when the data plane is not listening. */
+  offer(conn: Duplex, sessionId: string): DataPlaneOffer | undefined {
+    if (!this.advertised) return undefined;
+    const ticket = randomBytes(DATA_TICKET_BYTES).toString("base64url");
+    const cancel = this.opts.after(DATA_TICKET_TTL_MS, () => {
+      // Never dialled: the port's connection goes.
+      if (this.waiting.delete(ticket)) conn.destroy();
+    });
+    this.waiting.set(ticket, { conn, sessionId, cancel });
+    // The port's end breaking while it waits is its end.
+    conn.once("close", () => {
+      const w = this.waiting.get(ticket);
+      if (w?.conn !== conn) return;
+      this.waiting.delete(ticket);
+      w.cancel();
+    });
+    return { ...this.advertised, ticket };
+  }
+
+  private accept(socket: Socket): void {
+    this.sockets.add(socket);
+    socket.once("close", () => this.sockets.delete(socket));
+    socket.on("error", () => socket.destroy());
+    const cancelTimeout = this.opts.after(DATA_PREAMBLE_TIMEOUT_MS, () => socket.destroy());
+    let head = Buffer.alloc(0);
+    const onData = (chunk: Buffer) => {
+      head = Buffer.concat([head, chunk]);
+      if (head.byteLength < DATA_TICKET_BYTES) return;
+      socket.off("data", onData);
+      socket.pause();
+      cancelTimeout();
+      const w = this.waiting.get(head.subarray(0, DATA_TICKET_BYTES).toString("base64url"));
+      if (!w) {
+        socket.destroy();
+        return;
+      }
+      this.waiting.delete(head.subarray(0, DATA_TICKET_BYTES).toString("base64url"));
+      w.cancel();
+      this.carry(socket, w, head.subarray(DATA_TICKET_BYTES));
+    };
+    socket.on("data", onData);
+    socket.once("close", cancelTimeout);
+  }
+
+  /** Pipes the gateway's socket and the port's connection both ways; either one ending ends the other's writing, either breaking ends both. */
+  private carry(socket: Socket, w: Waiting, early: Buffer): void {
+    const { conn, sessionId } = w;
+    this.carried.add(socket);
+    let toldAt = Number.NEGATIVE_INFINITY;
+    const touch = () => {
+      const now = this.opts.now();
+      if (now - toldAt < ACTIVITY_EVERY_MS) return;
+      toldAt = now;
+      this.opts.onActivity(sessionId);
+    };
+    touch();
+    const end = () => {
+      this.carried.delete(socket);
+      socket.destroy();
+      conn.destroy();
+    };
+    socket.once("close", end);
+    conn.once("close", end);
+    conn.on("error", end);
+    socket.on("data", touch);
+    conn.on("data", touch);
+    if (early.byteLength > 0) conn.write(early);
+    socket.pipe(conn);
+    conn.pipe(socket);
+    socket.resume();
+  }
+}
