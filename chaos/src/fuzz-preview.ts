@@ -18,6 +18,7 @@ import { previewAppSpec, putPreviewApp, untilAnswers } from "@paddock/testing";
 import { api } from "./client.ts";
 import type { FuzzContext } from "./fuzz-context.ts";
 import { log } from "./report.ts";
+import { CHAOS_PREVIEW_HOST } from "./stack.ts";
 
 
 /** What the gateway answers on a raw socket (its status line), or how the socket ended. */
@@ -71,12 +72,19 @@ export async function previewCase(ctx: FuzzContext): Promise<void> {
 
   const host = new URL(stack.url).host;
   const path = `/v1/sessions/${id}/ports/8001`;
+  const byHost = `8001-${id}.${CHAOS_PREVIEW_HOST}`;
   for (const [what, bytes, ok] of [
     ["Content-Length beside chunked", `POST ${path}/echo HTTP/1.1\r\nHost: ${host}\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET ${path}/smuggled HTTP/1.1\r\nHost: ${host}\r\n\r\n`, /^HTTP\/1\.1 400/],
     ["a bare LF in a header", `GET ${path}/ HTTP/1.1\r\nHost: ${host}\r\nX-A: 1\nX-B: 2\r\n\r\n`, /^HTTP\/1\.1 400/],
     ["headers past the bound", `GET ${path}/ HTTP/1.1\r\nHost: ${host}\r\nX-Big: ${"a".repeat(40_000)}\r\n\r\n`, /^HTTP\/1\.1 431/],
     ["a request line with a space in the path", `GET ${path}/a b HTTP/1.1\r\nHost: ${host}\r\n\r\n`, /^HTTP\/1\.1 400/],
     ["a slow client that never ends its headers", `GET ${path}/ HTTP/1.1\r\nHost: ${host}\r\nX-Slow: 1\r\n`, /^(HTTP\/1\.1 408|closed|reset)/],
+    // Previews by host: smuggling through one, and preview hosts that name no preview (never the gateway's own routes).
+    ["Content-Length beside chunked, by host", `POST /echo HTTP/1.1\r\nHost: ${byHost}\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: ${byHost}\r\n\r\n`, /^HTTP\/1\.1 400/],
+    ["a preview host of port 0", `GET /v1/sessions HTTP/1.1\r\nHost: 0-${id}.${CHAOS_PREVIEW_HOST}\r\nConnection: close\r\n\r\n`, /^HTTP\/1\.1 404/],
+    ["a preview host with a label too many", `GET /v1/sessions HTTP/1.1\r\nHost: x.8001-${id}.${CHAOS_PREVIEW_HOST}\r\nConnection: close\r\n\r\n`, /^HTTP\/1\.1 404/],
+    ["a preview host with an absolute request target", `GET http://elsewhere/ HTTP/1.1\r\nHost: ${byHost}\r\nConnection: close\r\n\r\n`, /^HTTP\/1\.1 404/],
+    ["a preview host of an undeclared port", `GET / HTTP/1.1\r\nHost: 9-${id}.${CHAOS_PREVIEW_HOST}\r\nConnection: close\r\n\r\n`, /^HTTP\/1\.1 404/],
   ] as const) {
     sent += 1;
     const answer = await raw(stack.url, bytes);

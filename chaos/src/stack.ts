@@ -19,6 +19,9 @@ import {
  * lease + 20 s grace), as the e2e fault tests use; periodic checkpoints off so
  * the only checkpoints are the ones a scenario asks for.
  */
+/** Where the chaos stack's gateway serves previews by host (fuzz-preview.ts). */
+export const CHAOS_PREVIEW_HOST = "preview.chaos";
+
 export const FAST_ENV: Partial<Record<ServiceName, Record<string, string>>> = {
   scheduler: {
     PADDOCK_SCHEDULER_TICK_MS: "200",
@@ -33,7 +36,7 @@ export const FAST_ENV: Partial<Record<ServiceName, Record<string, string>>> = {
     PADDOCK_MAX_SESSIONS_PER_USER: "100000",
   },
   "runner-agent": { PADDOCK_RUNNER_LEASE_TTL_MS: "2000", PADDOCK_RUNNER_LEASE_RENEW_MS: "400", PADDOCK_RUNNER_KILL_GRACE_MS: "1000", PADDOCK_RUNNER_HELD_CHECK_MS: "2000" },
-  gateway: { PADDOCK_CREATES_PER_MINUTE: "1000000", PADDOCK_WS_INPUT_FRAMES_PER_SECOND: "100000" },
+  gateway: { PADDOCK_CREATES_PER_MINUTE: "1000000", PADDOCK_WS_INPUT_FRAMES_PER_SECOND: "100000", PADDOCK_PREVIEW_ORIGIN: `http://${CHAOS_PREVIEW_HOST}` },
 };
 
 export interface Member {

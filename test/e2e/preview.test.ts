@@ -8,6 +8,7 @@
  * the page sandboxed, its cookies confined to its preview path).
  */
 import { createHash } from "node:crypto";
+import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -33,7 +34,8 @@ beforeAll(async () => {
   nc = await connect({ servers: stack.nats.url });
   await seedToken(nc, MEMBER_TOKEN, { workspaceId: "default", actor: { id: "mia", kind: "user" }, createdAt: 1 });
   await seedMember(nc, { workspaceId: "default", actorId: "mia", role: "member" });
-  second = await startService("gateway", { ...stack.commonEnv, PADDOCK_HTTP_PORT: "0", PADDOCK_DEV_TOKEN: stack.token });
+  // The second replica also serves previews by host (PADDOCK_PREVIEW_ORIGIN): `<port>-<session>.preview.test`.
+  second = await startService("gateway", { ...stack.commonEnv, PADDOCK_HTTP_PORT: "0", PADDOCK_DEV_TOKEN: stack.token, PADDOCK_PREVIEW_ORIGIN: "http://preview.test" });
   secondUrl = `http://127.0.0.1:${String(second.ready.httpPort)}`;
   session = await createSession({
     spec: {
@@ -76,6 +78,61 @@ describe("declared ports", () => {
       const res = await fetch(`${stack.url}/v1/sessions`, { method: "POST", headers: { ...auth(), "content-type": "application/json" }, body: JSON.stringify({ spec }) });
       expect(res.status, JSON.stringify(spec)).toBe(400);
     }
+  });
+});
+
+/** A request to the second replica naming its preview by Host (fetch will not send another Host). */
+function byHost(host: string, path: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: IncomingHttpHeaders; body: string }> {
+  const { port } = new URL(secondUrl);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: "127.0.0.1", port: Number(port), path, headers: { ...headers, host } }, (res) => {
+      let body = "";
+      res.setEncoding("utf8").on("data", (d: string) => (body += d));
+      res.once("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+    });
+    req.once("error", reject).end();
+  });
+}
+
+describe("a preview by host", () => {
+  it("gives the app every path (root-relative URLs work) on an origin of its own: no sandbox, its own cookie paths", async () => {
+    const host = `8001-${session.id}.preview.test`;
+    const seen = await byHost(host, "/headers?x=1");
+    expect(seen.status).toBe(200);
+    expect(JSON.parse(seen.body)).toMatchObject({ url: "/headers?x=1", port: 8001 });
+    expect(seen.headers["content-security-policy"]).toBeUndefined();
+    expect(seen.headers["set-cookie"]).toEqual(["sid=1; Path=/; HttpOnly"]);
+    // The gateway's own routes are not there: the path is the app's.
+    const api = await byHost(host, "/v1/sessions");
+    expect(api.body).toBe("hello from port 8001\n");
+    expect((await byHost(`nope.preview.test`, "/")).status).toBe(404);
+    expect((await byHost(`8009-${session.id}.preview.test`, "/")).status).toBe(404);
+  });
+
+  it("needs the token for a private port, or a ticket's cookie set on that host", async () => {
+    const host = `8000-${session.id}.preview.test`;
+    expect((await byHost(host, "/")).status).toBe(401);
+    expect((await byHost(host, "/", auth())).status).toBe(200);
+    const ticket = (await (await fetch(`${secondUrl}/v1/sessions/${session.id}/preview-ticket`, { method: "POST", headers: { ...auth(), "content-type": "application/json" }, body: JSON.stringify({ port: 8000 }) })).json()) as { hostUrl?: string };
+    const hostUrl = new URL(ticket.hostUrl ?? "");
+    expect(hostUrl.host).toBe(host);
+    const redeemed = await byHost(host, `${hostUrl.pathname}${hostUrl.search}`);
+    expect(redeemed.status).toBe(303);
+    expect(redeemed.headers.location).toBe("/");
+    const cookie = (redeemed.headers["set-cookie"]?.[0] ?? "").split(";")[0] ?? "";
+    expect(redeemed.headers["set-cookie"]?.[0]).toMatch(/; Path=\/; /);
+    expect((await byHost(host, "/seen", { cookie })).status).toBe(200);
+    // That cookie opens that port only.
+    expect((await byHost(`8002-${session.id}.preview.test`, "/", { cookie })).status).toBe(401);
+  });
+
+  it("carries a WebSocket", async () => {
+    const ws = new WebSocket(`${secondUrl.replace(/^http/, "ws")}/ws`, { headers: { host: `8001-${session.id}.preview.test` } });
+    await new Promise<void>((resolve, reject) => ws.once("open", () => resolve()).once("error", reject));
+    const echo = new Promise<string>((resolve) => ws.once("message", (data: Buffer) => resolve(data.toString())));
+    ws.send("by host");
+    expect(await echo).toBe("echo:by host");
+    ws.close();
   });
 });
 
@@ -163,6 +220,19 @@ describe("a preview", () => {
     // Another port, or a made-up cookie: refused.
     expect((await fetch(preview(8002), { headers: { cookie } })).status).toBe(401);
     expect((await fetch(preview(8000), { headers: { cookie: `paddock_preview=pdp_${"A".repeat(43)}` } })).status).toBe(401);
+  });
+
+  it("refuses a preview cookie once the token it stands for is revoked, on a connection kept open to the app", async () => {
+    const minted = (await api(stack.url, stack.token, "POST", "/v1/tokens", { label: "preview-revoke" })).body as { token: string; id: string };
+    const asked = await fetch(`${stack.url}/v1/sessions/${session.id}/preview-ticket`, { method: "POST", headers: { ...auth(minted.token), "content-type": "application/json" }, body: JSON.stringify({ port: 8000 }) });
+    const { url } = (await asked.json()) as { url: string };
+    const redeemed = await fetch(`${stack.url}${url}`, { redirect: "manual" });
+    const cookie = (redeemed.headers.get("set-cookie") ?? "").split(";")[0] ?? "";
+    const withCookie = () => fetch(preview(8000, "/seen"), { headers: { cookie } });
+    expect((await withCookie()).status).toBe(200);
+    expect((await withCookie()).status).toBe(200);
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/tokens/${minted.id}`)).status).toBe(200);
+    expect((await withCookie()).status).toBe(401);
   });
 
   it("keeps its connection to the app between requests; a warm suspend ends it, and the next request wakes the session and is answered", async () => {

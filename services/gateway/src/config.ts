@@ -50,6 +50,18 @@ export const GatewayEnv = z.object({
   PADDOCK_HTTP_HEADERS_TIMEOUT_MS: envSchemas.positiveMs.default(10_000),
   /** Open connections (HTTP and WebSocket) in all; more are answered 503 at once. */
   PADDOCK_HTTP_MAX_CONNECTIONS: z.coerce.number().int().positive().default(16_384),
+  /**
+   * Previews by host (docs/ports.md): `<port>-<session>.<host>` of this
+   * origin reaches that port, every path the app's. Unset: previews by path only.
+   */
+  PADDOCK_PREVIEW_ORIGIN: z
+    .url({ protocol: /^https?$/ })
+    .refine((u) => {
+      // Runs after a failed url check too: an unparsable value is simply refused.
+      const url = URL.parse(u);
+      return url !== null && url.pathname === "/" && url.search === "" && url.hash === "" && url.username === "" && !/^[\d.]+$|^\[/.test(url.hostname);
+    }, "scheme://host[:port] with a DNS name (no path, query or credentials)")
+    .optional(),
   /** Open connections from one client address; more are answered 429 at once. */
   PADDOCK_HTTP_MAX_CONNECTIONS_PER_ADDRESS: z.coerce.number().int().positive().default(2_048),
 });
@@ -77,6 +89,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
     maxAttachPerSession: e.PADDOCK_MAX_ATTACH_PER_SESSION,
     createsPerMinute: e.PADDOCK_CREATES_PER_MINUTE,
     secretsKey: e.PADDOCK_SECRETS_KEY,
+    previewOrigin: e.PADDOCK_PREVIEW_ORIGIN,
     httpHeadersTimeoutMs: e.PADDOCK_HTTP_HEADERS_TIMEOUT_MS,
     httpMaxConnections: e.PADDOCK_HTTP_MAX_CONNECTIONS,
     httpMaxConnectionsPerAddress: e.PADDOCK_HTTP_MAX_CONNECTIONS_PER_ADDRESS,

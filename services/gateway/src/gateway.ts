@@ -12,11 +12,12 @@ import { runnerRoutes } from "./routes/runners.ts";
 import { secretRoutes } from "./routes/secrets.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
 import { tokenRoutes } from "./auth/tokens.ts";
-import { TerminalHub, TERMINAL_ROUTE } from "./terminal/terminal.ts";
+import { rejectUpgrade, TerminalHub, TERMINAL_ROUTE } from "./terminal/terminal.ts";
 import { workspaceRoutes } from "./routes/workspace.ts";
 import { execRoutes } from "./routes/exec.ts";
 import { FILES_WATCH_ROUTE, FilesWatchHub } from "./routes/files-watch.ts";
-import { matchPreview, PreviewProxy } from "./routes/preview.ts";
+import { PreviewProxy } from "./routes/preview.ts";
+import { matchPreview, matchPreviewHost, previewHostsOf } from "./routes/preview-match.ts";
 import { PreviewAccess } from "./routes/preview-access.ts";
 import { wakeForUse } from "./routes/wake.ts";
 
@@ -51,6 +52,13 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const { log, metrics, nc } = deps;
   let listening = false;
   const isReady = () => listening && !nc.isClosed();
+  const previewHosts = previewHostsOf(deps.config.previewOrigin);
+  /** The preview a request names: by host first (a preview host's every path is its app's, none the gateway's), then by path. */
+  const previewOf = (req: IncomingMessage) => {
+    const byHost = matchPreviewHost(previewHosts, req.headers.host, req.url ?? "/");
+    if (byHost === "unknown") throw new NotFoundError("preview host");
+    return byHost === "none" ? matchPreview(req.url ?? "/") : byHost;
+  };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const started = process.hrtime.bigint();
@@ -59,6 +67,12 @@ export function createGateway(deps: GatewayDeps): Gateway {
     const method = req.method ?? "GET";
     let routeName = "unmatched";
     try {
+      const preview = previewOf(req);
+      if (preview) {
+        routeName = "preview";
+        await previews.handle(req, res, preview);
+        return;
+      }
       if (url.pathname === HealthRoutes.healthz.path && method === HealthRoutes.healthz.method) {
         sendJson(res, 200, { status: "ok" });
         return;
@@ -66,12 +80,6 @@ export function createGateway(deps: GatewayDeps): Gateway {
       if (url.pathname === HealthRoutes.readyz.path && method === HealthRoutes.readyz.method) {
         const ready = isReady();
         sendJson(res, ready ? 200 : 503, { status: ready ? "ready" : "not_ready" });
-        return;
-      }
-      const preview = matchPreview(req.url ?? "/");
-      if (preview) {
-        routeName = "preview";
-        await previews.handle(req, res, preview);
         return;
       }
       const match = matchRoute(routes, method, url.pathname);
@@ -126,7 +134,13 @@ export function createGateway(deps: GatewayDeps): Gateway {
   );
   gate.attach(server);
   server.on("upgrade", (req, socket, head) => {
-    const preview = matchPreview(req.url ?? "/");
+    let preview: ReturnType<typeof previewOf>;
+    try {
+      preview = previewOf(req);
+    } catch (err) {
+      rejectUpgrade(socket, err);
+      return;
+    }
     if (gate.isRefused(req.socket)) socket.destroy();
     else if (preview) void previews.handleUpgrade(req, socket, head, preview);
     else if (FilesWatchHub.matches(req)) fileWatches.handleUpgrade(req, socket, head);

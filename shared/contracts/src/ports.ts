@@ -76,7 +76,15 @@ export const PreviewGrant = z
 export type PreviewGrant = z.infer<typeof PreviewGrant>;
 
 /** The answer of POST /v1/sessions/:id/ports/:port/ticket: open `url` in a browser once, within a minute. */
-export const PreviewTicket = z.object({ ticket: PreviewSecret, url: z.string(), expiresAt: z.number().int() }).strict();
+export const PreviewTicket = z
+  .object({
+    ticket: PreviewSecret,
+    url: z.string(),
+    expiresAt: z.number().int(),
+    /** The same ticket on the port's own preview host (absolute), when the gateway has one (PADDOCK_PREVIEW_ORIGIN). */
+    hostUrl: z.string().optional(),
+  })
+  .strict();
 export type PreviewTicket = z.infer<typeof PreviewTicket>;
 
 /** What a tunnel carries at most per message, and how far a sender may run ahead of what its peer took (credit). */

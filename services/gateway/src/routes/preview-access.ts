@@ -32,6 +32,7 @@ import { principalOfGrant, spendOnce } from "../auth/tokens.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
 import type { Route } from "../http/http.ts";
 import { previewCookieOf } from "./preview-headers.ts";
+import { previewHostsOf, previewHostUrl, type PreviewMatch } from "./preview-match.ts";
 
 const ticketKey = (value: string) => `preview-ticket.${hashToken(value)}`;
 const cookieKey = (value: string) => `preview-cookie.${hashToken(value)}`;
@@ -50,7 +51,9 @@ export class PreviewAccess {
         const expiresAt = Math.min(ctx.deps.now() + PREVIEW_TICKET_TTL_MS, caller.expiresAt ?? Number.POSITIVE_INFINITY);
         const grant: PreviewGrant = { workspaceId: target.session.workspaceId, sessionId: target.session.id, port, actorId: caller.scope.actor.id, tokenHash: caller.tokenHash, expiresAt };
         await (await ctx.tokens()).create(ticketKey(ticket), encodeJson(PreviewGrant, grant));
-        return { status: 201, body: { ticket, url: `${previewPath(target.session.id, port)}?${PREVIEW_TICKET_PARAM}=${ticket}`, expiresAt } };
+        const hosts = previewHostsOf(ctx.deps.config.previewOrigin);
+        const hostUrl = hosts ? { hostUrl: `${previewHostUrl(hosts, target.session.id, port)}?${PREVIEW_TICKET_PARAM}=${ticket}` } : {};
+        return { status: 201, body: { ticket, url: `${previewPath(target.session.id, port)}?${PREVIEW_TICKET_PARAM}=${ticket}`, expiresAt, ...hostUrl } };
       }),
     ];
   }
@@ -60,7 +63,8 @@ export class PreviewAccess {
    * CAS, so two uses race to one winner), sets the cookie and redirects to
    * the URL without it. Every failure is the same 401.
    */
-  async redeem(req: IncomingMessage, res: ServerResponse, sessionId: string, port: number): Promise<void> {
+  async redeem(req: IncomingMessage, res: ServerResponse, m: PreviewMatch): Promise<void> {
+    const { sessionId, port } = m;
     const url = new URL(req.url ?? "/", "http://gateway");
     const ticket = url.searchParams.get(PREVIEW_TICKET_PARAM) ?? "";
     if (!PreviewSecret.safeParse(ticket).success) throw new UnauthenticatedError();
@@ -71,7 +75,7 @@ export class PreviewAccess {
     const expiresAt = Math.min(this.ctx.deps.now() + PREVIEW_COOKIE_TTL_MS, principal.expiresAt ?? Number.POSITIVE_INFINITY);
     await (await this.ctx.tokens()).create(cookieKey(value), encodeJson(PreviewGrant, { ...grant, expiresAt }));
     url.searchParams.delete(PREVIEW_TICKET_PARAM);
-    const path = previewPath(sessionId, port);
+    const path = m.prefix;
     const maxAgeS = Math.max(1, Math.floor((expiresAt - this.ctx.deps.now()) / 1_000));
     res.writeHead(303, {
       location: `${url.pathname}${url.search}`,

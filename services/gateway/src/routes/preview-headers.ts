@@ -39,23 +39,28 @@ export function forwardRequestHeaders(headers: IncomingHttpHeaders, port: number
   return out;
 }
 
-/** The app's answer headers as the client gets them: hop-by-hop dropped, cookies confined to prefix, the page sandboxed. */
-export function forwardResponseHeaders(rawHeaders: readonly string[], prefix: string): Array<[string, string]> {
+/** The app's answer headers as the client gets them: hop-by-hop dropped, cookies confined to prefix, the page sandboxed (sandbox: on the gateway's origin). */
+export function forwardResponseHeaders(rawHeaders: readonly string[], prefix: string, sandbox = true): Array<[string, string]> {
   const out: Array<[string, string]> = [];
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
     const name = rawHeaders[i] ?? "";
     const value = rawHeaders[i + 1] ?? "";
     const lower = name.toLowerCase();
-    if (HOP_BY_HOP.has(lower) || lower === "content-security-policy") continue;
+    if (HOP_BY_HOP.has(lower) || (sandbox && lower === "content-security-policy")) continue;
     out.push([name, lower === "set-cookie" ? confineCookie(value, prefix) : value]);
   }
-  out.push(["Content-Security-Policy", PREVIEW_CSP]);
+  if (sandbox) out.push(["Content-Security-Policy", PREVIEW_CSP]);
   return out;
 }
 
-/** A Set-Cookie value with its Domain dropped and its Path set to the preview's own prefix. */
+/**
+ * A Set-Cookie value with its Domain dropped (the cookie stays on the host
+ * that set it) and its Path set to the preview's own prefix; on a preview
+ * host of its own (prefix `/`) the app's Path is kept.
+ */
 export function confineCookie(value: string, prefix: string): string {
   const parts = value.split(";").map((p) => p.trim());
+  if (prefix === "/") return parts.filter((p, i) => i === 0 || !/^domain\s*=/i.test(p)).join("; ");
   const kept = parts.filter((p, i) => i === 0 || !/^(domain|path)\s*=/i.test(p));
   return [...kept, `Path=${prefix}`].join("; ");
 }

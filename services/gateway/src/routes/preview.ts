@@ -14,6 +14,7 @@ import type { GatewayContext } from "../context.ts";
 import { sendError, sendJson } from "../http/http.ts";
 import { rejectUpgrade } from "../terminal/terminal.ts";
 import { forwardRequestHeaders, forwardResponseHeaders, upgradeHead } from "./preview-headers.ts";
+import type { PreviewMatch } from "./preview-match.ts";
 import { wakeForUse } from "./wake.ts";
 import type { PreviewAccess } from "./preview-access.ts";
 import { BadGatewayError, PreviewPool, type PortRoute } from "./preview-pool.ts";
@@ -25,27 +26,6 @@ const PREVIEW_ACTOR = "preview";
 /** A session a request just woke: its port is asked this many times, this far apart, while its app starts. */
 const WOKEN_CONNECT_ATTEMPTS = 40;
 const WOKEN_CONNECT_RETRY_MS = 250;
-
-const PREVIEW = /^\/v1\/sessions\/([A-Za-z0-9_-]{1,64})\/ports\/(\d{1,5})(\/.*)?$/;
-
-export interface PreviewMatch {
-  sessionId: string;
-  port: number;
-  /** The path the app sees (`/` and below), with the query. */
-  path: string;
-  /** Whether the URL lacked the slash after the port (answered with a redirect to it). */
-  bare: boolean;
-}
-
-/** The preview a request path names, or undefined when it names none. */
-export function matchPreview(url: string): PreviewMatch | undefined {
-  const at = url.indexOf("?");
-  const pathname = at < 0 ? url : url.slice(0, at);
-  const m = PREVIEW.exec(pathname);
-  const port = Number(m?.[2]);
-  if (!m || !(port >= 1 && port <= 65_535)) return undefined;
-  return { sessionId: m[1] as string, port, path: `${m[3] ?? "/"}${at < 0 ? "" : url.slice(at)}`, bare: m[3] === undefined };
-}
 
 /** A preview's error answer: as any route's, but 502 when the app's port did not answer. */
 function sendPreviewError(res: ServerResponse, err: unknown): void {
@@ -73,7 +53,7 @@ export class PreviewProxy {
   /** Proxies one HTTP request; every failure before the app answered is a JSON error (502 when the port did not answer). */
   async handle(req: IncomingMessage, res: ServerResponse, m: PreviewMatch): Promise<void> {
     if (new URL(req.url ?? "/", "http://gateway").searchParams.has(PREVIEW_TICKET_PARAM)) {
-      await this.access.redeem(req, res, m.sessionId, m.port).catch((err: unknown) => sendPreviewError(res, err));
+      await this.access.redeem(req, res, m).catch((err: unknown) => sendPreviewError(res, err));
       return;
     }
     if (m.bare) {
@@ -111,7 +91,7 @@ export class PreviewProxy {
     };
     upstream.on("error", fail);
     upstream.once("response", (answer) => {
-      res.writeHead(answer.statusCode ?? 502, forwardResponseHeaders(answer.rawHeaders, previewPath(m.sessionId, m.port)));
+      res.writeHead(answer.statusCode ?? 502, forwardResponseHeaders(answer.rawHeaders, m.prefix, m.sandboxed));
       answer.pipe(res);
       answer.on("error", fail);
       // An answer cut short (the connection broke, whether or not Node calls it an error) is cut for the client too, never ended.
