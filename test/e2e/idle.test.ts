@@ -10,7 +10,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Session } from "@paddock/contracts";
-import { previewAppSpec, putPreviewApp, startStack, type Stack } from "@paddock/testing";
+import { previewAppSpec, putPreviewApp, startStack, untilAnswers, type Stack } from "@paddock/testing";
 import { api, stackClient, Terminal, waitForAuditEvents } from "./helpers.ts";
 
 let stack: Stack;
@@ -92,6 +92,29 @@ describe("an idle session", () => {
     // Bad policies are refused.
     for (const body of [{ idle: { warmAfterMs: 5 } }, { idle: { coldAfterMs: -1 } }, { idle: { later: 1 } }, { maxLifetimeMs: 0 }, { maxLifetimeMs: 1e15 }]) {
       expect((await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["true"] }, ...body })).status, JSON.stringify(body)).toBe(400);
+    }
+  });
+});
+
+describe("wake on use", () => {
+  it("resumes a cold session on another runner for a preview request (its own cordoned), and the request is answered", async () => {
+    const s = await createSession({ spec: { apps: [previewAppSpec("web", [{ port: 8000, public: true }])] } });
+    const first = await once(s.id, "running");
+    await putPreviewApp(stack.url, stack.token, s.id);
+    const preview = `${stack.url}/v1/sessions/${s.id}/ports/8000/`;
+    await untilAnswers(preview);
+    const cold = await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/suspend?wait=suspended_cold&timeoutMs=60000`, { warm: false });
+    expect((cold.body as Session).state).toBe("suspended_cold");
+    await stack.addRunner({ runnerId: "runner-wake-2" });
+    expect((await api(stack.url, stack.token, "POST", `/v1/runners/${first.runnerId ?? ""}/cordon`, {})).status).toBe(200);
+    try {
+      const woken = await fetch(preview);
+      expect([woken.status, await woken.text()]).toEqual([200, "hello from port 8000\n"]);
+      const now = (await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}`)).body as Session;
+      expect([now.state, now.runnerId]).toEqual(["running", "runner-wake-2"]);
+    } finally {
+      await api(stack.url, stack.token, "POST", `/v1/runners/${first.runnerId ?? ""}/uncordon`, {});
+      await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`);
     }
   });
 });
