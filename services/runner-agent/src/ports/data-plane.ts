@@ -46,7 +46,8 @@ export class DataPlane {
   private readonly waiting = new Map<string, Waiting>();
   /** Every socket dialled in (presenting its ticket, or carried), ended by stop. */
   private readonly sockets = new Set<Socket>();
-  private readonly carried = new Set<Socket>();
+  /** Carried sockets and when bytes last moved on each. */
+  private readonly carried = new Map<Socket, { lastBytesAt: number }>();
   private advertised: { host: string; port: number } | undefined;
 
   constructor(private readonly opts: DataPlaneOptions) {}
@@ -84,6 +85,23 @@ export class DataPlane {
   /** Connections waiting for their gateway plus those carried now (they count against the runner's tunnel limit). */
   get size(): number {
     return this.waiting.size + this.carried.size;
+  }
+
+  /**
+   * Closes the carried connection whose bytes last moved longest ago, if that
+   * is at least idleMs ago: a gateway's kept connection waiting for its next
+   * request (the gateway drops it and opens another when it needs one). True
+   * when one was closed. Lets a runner at its tunnel limit make room rather
+   * than refuse a preview because of connections nobody uses.
+   */
+  evictIdle(idleMs: number): boolean {
+    const now = this.opts.now();
+    let oldest: [Socket, number] | undefined;
+    for (const [socket, { lastBytesAt }] of this.carried) if (now - lastBytesAt >= idleMs && (!oldest || lastBytesAt < oldest[1])) oldest = [socket, lastBytesAt];
+    if (!oldest) return false;
+    this.carried.delete(oldest[0]);
+    oldest[0].destroy();
+    return true;
   }
 
   /** Keeps conn for the gateway that dials with the returned ticket; undefined when the data plane is not listening. */
@@ -133,10 +151,12 @@ export class DataPlane {
   /** Pipes the gateway's socket and the port's connection both ways; either one ending ends the other's writing, either breaking ends both. */
   private carry(socket: Socket, w: Waiting, early: Buffer): void {
     const { conn, sessionId } = w;
-    this.carried.add(socket);
+    const state = { lastBytesAt: this.opts.now() };
+    this.carried.set(socket, state);
     let toldAt = Number.NEGATIVE_INFINITY;
     const touch = () => {
       const now = this.opts.now();
+      state.lastBytesAt = now;
       if (now - toldAt < ACTIVITY_EVERY_MS) return;
       toldAt = now;
       this.opts.onActivity(sessionId);

@@ -12,8 +12,10 @@ export interface HeldPorts {
   connectPort(port: number, publicOnly?: boolean): Promise<Duplex>;
 }
 
-/** Tunnels one runner carries at once, past which an open is refused (429). */
+/** Tunnels one runner carries at once, past which an open is refused (503) unless an idle kept one can go. */
 export const MAX_TUNNELS_PER_RUNNER = 1_024;
+/** A data-plane connection without bytes this long may be closed to make room (a gateway's kept connection between requests). */
+export const IDLE_EVICT_MS = 1_000;
 
 export interface TunnelsDeps {
   nc: NatsConnection;
@@ -25,6 +27,8 @@ export interface TunnelsDeps {
   every: (ms: number, fn: () => void) => () => void;
   /** A preview is the session's activity (the idle policy's input): told at the open and every ping period while it lasts. */
   onActivity: (sessionId: string) => void;
+  /** MAX_TUNNELS_PER_RUNNER when absent (tests set a small one). */
+  maxTunnels?: number;
   /** Where `via: "data"` tunnels go (absent: every tunnel goes on the bus). */
   dataPlane?: DataPlane;
   metrics: BusMetrics;
@@ -53,7 +57,8 @@ export function serveTunnels(deps: TunnelsDeps): { subs: Subscription[]; stop():
     (req) =>
       deps.translate(async () => {
         const carried = tunnels.size + (deps.dataPlane?.size ?? 0);
-        if (carried >= MAX_TUNNELS_PER_RUNNER || tunnels.has(req.tunnelId)) throw new UnavailableError(`this runner carries ${carried} tunnels already; retry`);
+        const full = carried >= (deps.maxTunnels ?? MAX_TUNNELS_PER_RUNNER) && !deps.dataPlane?.evictIdle(IDLE_EVICT_MS);
+        if (full || tunnels.has(req.tunnelId)) throw new UnavailableError(`this runner carries ${carried} tunnels already; retry`);
         // Asked for, even before its app listens (a woken session's app starting): the session is in use.
         deps.onActivity(req.sessionId);
         let conn: Duplex;
