@@ -4,7 +4,8 @@
  * once the ticket is written.
  */
 import { connect as netConnect, type Socket } from "node:net";
-import type { Writable } from "node:stream";
+import { Transform, type Writable } from "node:stream";
+import { pipeline } from "node:stream/promises";
 import { UnavailableError, type DataPlaneOffer } from "@paddock/contracts";
 
 /** Dials offer and presents its ticket; resolves once connected. */
@@ -24,20 +25,23 @@ export function dialDataPlane(offer: DataPlaneOffer): Promise<Socket> {
 /**
  * Copies exactly length bytes from socket into out and ends it; fewer (the
  * runner gone, the file cut short) or more is an error, and out is destroyed
- * rather than ended, so its client sees a cut answer, never a whole-looking one.
+ * rather than ended, so its client sees a cut answer, never a whole-looking
+ * one. Either side going away ends both (pipeline).
  */
 export async function copyExactly(socket: Socket, out: Writable, length: number): Promise<void> {
   let got = 0;
-  try {
-    for await (const chunk of socket as AsyncIterable<Buffer>) {
+  const counted = new Transform({
+    transform(chunk: Buffer, _enc, callback) {
       got += chunk.byteLength;
-      if (got > length) throw new UnavailableError("the runner sent more bytes than the file holds");
-      if (!out.write(chunk)) await new Promise<void>((resolve, reject) => out.once("drain", resolve).once("close", () => reject(new UnavailableError("the client left"))));
-    }
-    if (got !== length) throw new UnavailableError(`the runner sent ${got} of ${length} bytes`);
-    out.end();
+      callback(got > length ? new UnavailableError("the runner sent more bytes than the file holds") : null, chunk);
+    },
+    flush(callback) {
+      callback(got === length ? null : new UnavailableError(`the runner sent ${got} of ${length} bytes`));
+    },
+  });
+  try {
+    await pipeline(socket, counted, out);
   } catch (err) {
-    socket.destroy();
     out.destroy();
     throw err;
   }

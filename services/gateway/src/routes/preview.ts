@@ -70,11 +70,17 @@ export class PreviewProxy {
       sendPreviewError(res, err);
       return;
     }
-    this.forward(req, res, m, route, conn, RESENDABLE.has(req.method ?? "") && req.headers["content-length"] === undefined && req.headers["transfer-encoding"] === undefined);
+    const bodiless = RESENDABLE.has(req.method ?? "") && req.headers["content-length"] === undefined && req.headers["transfer-encoding"] === undefined;
+    if (bodiless) req.resume();
+    this.forward(req, res, m, route, conn, bodiless, bodiless);
   }
 
-  /** One request to the app on conn (a kept connection when undefined); resend: it may go again once if a kept connection was closed under it. */
-  private forward(req: IncomingMessage, res: ServerResponse, m: PreviewMatch, route: PortRoute, conn: Duplex | undefined, resend: boolean): void {
+  /**
+   * One request to the app on conn (a kept connection when undefined).
+   * bodiless: nothing of req is sent but its head; resend: it may go again
+   * once, on a new connection, if a kept one was closed under it.
+   */
+  private forward(req: IncomingMessage, res: ServerResponse, m: PreviewMatch, route: PortRoute, conn: Duplex | undefined, bodiless: boolean, resend: boolean): void {
     const options = { method: req.method, path: m.path, headers: forwardRequestHeaders(req.headers, m.port, false), agent: this.pool.agent, paddockRoute: route, ...(conn ? { paddockSocket: conn } : {}) };
     const upstream: ClientRequest = httpRequest(options);
     // The agent may have found a kept connection after all: the one opened for this request is not needed.
@@ -83,7 +89,7 @@ export class PreviewProxy {
     });
     const fail = (err: unknown) => {
       if (!res.headersSent && resend && upstream.reusedSocket && !(err instanceof PaddockError)) {
-        this.forward(req, res, m, route, undefined, false);
+        this.forward(req, res, m, route, undefined, bodiless, false);
         return;
       }
       if (!res.headersSent) sendPreviewError(res, err instanceof PaddockError ? err : new BadGatewayError(`port ${m.port} of the session did not answer: ${err instanceof Error ? err.message : "connection lost"}`));
@@ -103,11 +109,8 @@ export class PreviewProxy {
     res.once("close", () => {
       if (!res.writableFinished) upstream.destroy();
     });
-    if (!resend) req.pipe(upstream);
-    else {
-      req.resume();
-      upstream.end();
-    }
+    if (bodiless) upstream.end();
+    else req.pipe(upstream);
   }
 
   /** Proxies a WebSocket (any upgrade): the handshake written raw on a connection of its own, then bytes both ways. */
@@ -115,8 +118,8 @@ export class PreviewProxy {
     let conn: Duplex;
     try {
       if (m.bare) throw new NotFoundError("preview path (it ends with a slash after the port)");
-      const prepared = await this.prepare(req, m, true);
-      conn = prepared.conn ?? (await this.pool.open(prepared.route));
+      // own: a connection of its own, never a kept one (prepare opens it).
+      conn = (await this.prepare(req, m, true)).conn as Duplex;
     } catch (err) {
       rejectUpgrade(socket, err);
       return;
