@@ -55,3 +55,14 @@ export function parseUpArgs(argv: readonly string[]): ScriptArgs<UpArgs> {
     },
   };
 }
+
+/**
+ * Where `up`'s gateway serves previews by host (docs/ports.md): the caller's
+ * PADDOCK_PREVIEW_ORIGIN as given, else `http://preview.localhost:<port>`
+ * (browsers send `*.localhost` to the loopback), none on a port not known
+ * before the gateway starts (0).
+ */
+export function upPreviewOrigin(httpPort: number, env: Readonly<Record<string, string | undefined>>): Record<string, string> {
+  if (env.PADDOCK_PREVIEW_ORIGIN !== undefined) return { PADDOCK_PREVIEW_ORIGIN: env.PADDOCK_PREVIEW_ORIGIN };
+  return httpPort > 0 ? { PADDOCK_PREVIEW_ORIGIN: `http://preview.localhost:${httpPort}` } : {};
+}

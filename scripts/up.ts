@@ -17,7 +17,7 @@ import {
   startService,
   type ServiceName,
 } from "@paddock/testing";
-import { parseUpArgs, UP_USAGE } from "./up-args.ts";
+import { parseUpArgs, UP_USAGE, upPreviewOrigin } from "./up-args.ts";
 import { childProc, Supervisor, type Unit } from "./supervisor.ts";
 import { persistedSecret, privateDataDir, upCredentials } from "./up-secrets.ts";
 
@@ -100,6 +100,7 @@ async function main(): Promise<void> {
     service("event-recorder", "event-recorder", ControlPlaneUsers.recorder, () => ({})),
     service("gateway", "gateway", ControlPlaneUsers.gateway, () => ({
       PADDOCK_HTTP_PORT: String(httpPort),
+      ...upPreviewOrigin(httpPort, passthrough),
       PADDOCK_DEV_TOKEN_FILE: secretFile("dev-token"),
       PADDOCK_SECRETS_KEY_FILE: secretFile("secrets-key"),
     })),

@@ -11,7 +11,7 @@ import { describe, expect, it } from "vitest";
 import { parseScriptFlags, repoRoot, ScriptUsageError, tsxBin, type ScriptArgs } from "@paddock/testing";
 import { BENCH_GROUPS, parseBenchArgs } from "../../bench/src/args.ts";
 import { CHAOS_SCENARIOS, parseChaosArgs } from "../../chaos/src/args.ts";
-import { parseUpArgs } from "../../scripts/up-args.ts";
+import { parseUpArgs, upPreviewOrigin } from "../../scripts/up-args.ts";
 
 function values<V>(parsed: ScriptArgs<V>): V {
   if (parsed.help) throw new Error("expected values, got help");
@@ -166,5 +166,13 @@ describe("the scripts themselves", () => {
     expect(r.stderr.split("\n")[0]).toBe('up: --http-port must be an integer from 0 to 65535, got "99999"');
     expect(existsSync(dataDir)).toBe(false);
     rmSync(parent, { recursive: true, force: true });
+  });
+});
+
+describe("up's previews by host", () => {
+  it("are on preview.localhost at the gateway's port unless the caller names an origin; none on a port learned at start", () => {
+    expect(upPreviewOrigin(8080, {})).toEqual({ PADDOCK_PREVIEW_ORIGIN: "http://preview.localhost:8080" });
+    expect(upPreviewOrigin(8080, { PADDOCK_PREVIEW_ORIGIN: "https://p.example.com" })).toEqual({ PADDOCK_PREVIEW_ORIGIN: "https://p.example.com" });
+    expect(upPreviewOrigin(0, {})).toEqual({});
   });
 });
