@@ -16,6 +16,7 @@ import { rejectUpgrade, TerminalHub, TERMINAL_ROUTE } from "./terminal/terminal.
 import { workspaceRoutes } from "./routes/workspace.ts";
 import { execRoutes } from "./routes/exec.ts";
 import { FILES_WATCH_ROUTE, FilesWatchHub } from "./routes/files-watch.ts";
+import { DataPlaneDialer } from "./routes/data-plane.ts";
 import { PreviewProxy } from "./routes/preview.ts";
 import { matchPreview, matchPreviewHost, previewHostsOf } from "./routes/preview-match.ts";
 import { PreviewAccess } from "./routes/preview-access.ts";
@@ -46,9 +47,10 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const terminals = new TerminalHub(ctx, (scope, session, closer) => wakeForUse(ctx, scope, session, closer));
   const fileWatches = new FilesWatchHub(ctx, terminals.guard);
   const previewAccess = new PreviewAccess(ctx);
-  const previews = new PreviewProxy(ctx, previewAccess);
+  const dialer = new DataPlaneDialer(deps.now, deps.log);
+  const previews = new PreviewProxy(ctx, previewAccess, dialer);
   // Followed events and exec streams live by their token and access like terminal sockets: one guard for all.
-  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx), ...execRoutes(ctx, terminals.guard), ...tokenRoutes(ctx), ...secretRoutes(ctx), ...previewAccess.routes()];
+  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx, dialer), ...execRoutes(ctx, terminals.guard), ...tokenRoutes(ctx), ...secretRoutes(ctx), ...previewAccess.routes()];
   const { log, metrics, nc } = deps;
   let listening = false;
   const isReady = () => listening && !nc.isClosed();

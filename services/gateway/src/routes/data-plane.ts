@@ -7,6 +7,41 @@ import { connect as netConnect, type Socket } from "node:net";
 import { Transform, type Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { UnavailableError, type DataPlaneOffer } from "@paddock/contracts";
+import type { Logger } from "@paddock/logging";
+
+/** A runner whose data plane could not be dialled is reached on the bus for this long. */
+const SHUNNED_MS = 60_000;
+
+/**
+ * The gateway's way to runners' data planes, shared by previews and file
+ * reads: remembers a runner it could not dial (a firewall, a wrong
+ * advertised host) so that, for a while, its bytes are asked for on the bus
+ * rather than offered on a data plane that cannot be reached.
+ */
+export class DataPlaneDialer {
+  private readonly shunned = new Map<string, number>();
+
+  constructor(
+    private readonly now: () => number,
+    private readonly log: Logger,
+  ) {}
+
+  /** Whether to ask runnerId (`pool/runner`) for its data plane. */
+  usable(runner: string): boolean {
+    return (this.shunned.get(runner) ?? 0) <= this.now();
+  }
+
+  /** The offer's connection, or undefined (remembered) when runner's data plane cannot be dialled. */
+  async dial(runner: string, offer: DataPlaneOffer): Promise<Socket | undefined> {
+    try {
+      return await dialDataPlane(offer);
+    } catch (err) {
+      this.log.warn({ runner, host: offer.host, port: offer.port, err }, "runner's data plane not reachable; its bytes go on the bus for a while");
+      this.shunned.set(runner, this.now() + SHUNNED_MS);
+      return undefined;
+    }
+  }
+}
 
 /** Dials offer and presents its ticket; resolves once connected. */
 export function dialDataPlane(offer: DataPlaneOffer): Promise<Socket> {

@@ -18,7 +18,7 @@ import type { Duplex } from "node:stream";
 import { callRpc, TunnelStream } from "@paddock/bus";
 import { Api, ConflictError, TUNNEL_PING_MS, tunnelInSubject, tunnelOutSubject, UnavailableError, workspaceRpcs, type DataPlaneOffer, type Session } from "@paddock/contracts";
 import { realEvery, type GatewayContext } from "../context.ts";
-import { dialDataPlane } from "./data-plane.ts";
+import type { DataPlaneDialer } from "./data-plane.ts";
 
 /** The app's port did not answer (nothing listens, or the connection broke before an answer): 502. */
 export class BadGatewayError extends UnavailableError {}
@@ -29,8 +29,6 @@ const MAX_TARGETS = 10_000;
 /** A kept connection unused this long is closed (below the 5 s most HTTP servers keep an idle one). */
 export const KEPT_IDLE_MS = 4_000;
 const MAX_KEPT_PER_PORT = 16;
-/** A runner whose data plane could not be dialled is reached on the bus for this long. */
-const DATA_PLANE_SHUNNED_MS = 60_000;
 
 export interface PreviewTarget {
   session: Session;
@@ -97,9 +95,10 @@ class PreviewAgent extends Agent {
 export class PreviewPool {
   readonly agent: PreviewAgent;
   private readonly targets = new Map<string, { target: PreviewTarget; until: number }>();
-  private readonly shunned = new Map<string, number>();
-
-  constructor(private readonly ctx: GatewayContext) {
+  constructor(
+    private readonly ctx: GatewayContext,
+    private readonly dialer: DataPlaneDialer,
+  ) {
     this.agent = new PreviewAgent((route) => this.open(route));
   }
 
@@ -133,7 +132,7 @@ export class PreviewPool {
     const s = route.session;
     if (s.state !== "running" || !s.poolId || !s.runnerId) throw new ConflictError(`session is ${s.state}: its ports answer while it runs`);
     const runner = `${s.poolId}/${s.runnerId}`;
-    const viaData = (this.shunned.get(runner) ?? 0) <= ctx.deps.now();
+    const viaData = this.dialer.usable(runner);
     const tunnelId = ctx.deps.newId();
     const request = { sessionId: s.id, workspaceId: s.workspaceId, placementGeneration: s.placementGeneration, port: route.port, tunnelId, ...(viaData ? { via: "data" as const } : {}), ...(route.publicOnly ? { publicOnly: true } : {}) };
     // The bus tunnel's subscription is made before the open (its first bytes may follow the reply at once); unused on the data plane.
@@ -149,14 +148,8 @@ export class PreviewPool {
     }
     if (!data) return tunnel;
     tunnel.destroy();
-    try {
-      return await dialDataPlane(data);
-    } catch (err) {
-      // Not dialable from here (a firewall, a wrong advertised host): this runner's previews go on the bus for a while.
-      ctx.deps.log.warn({ runnerId: s.runnerId, host: data.host, port: data.port, err }, "runner's data plane not reachable; previews go on the bus");
-      this.shunned.set(runner, ctx.deps.now() + DATA_PLANE_SHUNNED_MS);
-      return this.open(route);
-    }
+    // Not dialable from here: the dialer remembers, and this open goes again on the bus.
+    return (await this.dialer.dial(runner, data)) ?? this.open(route);
   }
 
   private busTunnel(poolId: string, runnerId: string, tunnelId: string): TunnelStream {

@@ -17,7 +17,8 @@ import { forwardRequestHeaders, forwardResponseHeaders, upgradeHead } from "./pr
 import type { PreviewMatch } from "./preview-match.ts";
 import { wakeForUse } from "./wake.ts";
 import type { PreviewAccess } from "./preview-access.ts";
-import { BadGatewayError, PreviewPool, type PortRoute } from "./preview-pool.ts";
+import type { DataPlaneDialer } from "./data-plane.ts";
+import { BadGatewayError, PreviewPool, type PortRoute, type PreviewTarget } from "./preview-pool.ts";
 
 export { BadGatewayError } from "./preview-pool.ts";
 
@@ -42,8 +43,9 @@ export class PreviewProxy {
   constructor(
     private readonly ctx: GatewayContext,
     private readonly access: PreviewAccess,
+    dialer: DataPlaneDialer,
   ) {
-    this.pool = new PreviewPool(ctx);
+    this.pool = new PreviewPool(ctx, dialer);
   }
 
   stop(): void {
@@ -153,7 +155,7 @@ export class PreviewProxy {
     }
   }
 
-  private async prepareOn(req: IncomingMessage, m: PreviewMatch, target: Awaited<ReturnType<PreviewPool["target"]>>, own: boolean): Promise<{ route: PortRoute; conn: Duplex | undefined }> {
+  private async prepareOn(req: IncomingMessage, m: PreviewMatch, target: PreviewTarget, own: boolean): Promise<{ route: PortRoute; conn: Duplex | undefined }> {
     const { ctx } = this;
     const scope = target.public ? { workspaceId: target.session.workspaceId, actor: { id: PREVIEW_ACTOR, kind: "service" as const } } : (await this.access.principalFor(req, target.session, m.port)).scope;
     // Wake on use: a suspended session runs again for the request (a public port's visitor wakes it too).

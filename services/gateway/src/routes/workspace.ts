@@ -25,7 +25,7 @@ import {
   type Session,
 } from "@paddock/contracts";
 import { Action } from "../auth/auth.ts";
-import { copyExactly, dialDataPlane } from "./data-plane.ts";
+import { copyExactly, type DataPlaneDialer } from "./data-plane.ts";
 import { wakeForUse } from "./wake.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
 import type { Route } from "../http/http.ts";
@@ -90,7 +90,10 @@ export function boundedBody(req: IncomingMessage, max: number): ReadableStream<U
  * made once the transfer is over. Each: authenticate → validate → fetch the
  * session → authorize on the current membership → act.
  */
-export function workspaceRoutes(ctx: GatewayContext): Route[] {
+/** The most bytes of a file read that go inline when the rest may come on the runner's data plane. */
+const DATA_INLINE_MAX_BYTES = 64 * 1024;
+
+export function workspaceRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[] {
   const { config } = ctx.deps;
   let opening: Promise<ObjectStore> | undefined;
   const transfers = (): Promise<ObjectStore> => {
@@ -186,8 +189,6 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
     throw new UnavailableError("the file could not be read from the transfer store; retry", { cause: last });
   };
 
-  /** The most bytes of a file read that go inline when the rest may come on the runner's data plane. */
-  const DATA_INLINE_MAX_BYTES = 64 * 1024;
   /** The most bytes of a file that go inline: the configured bound, and what the server's max_payload lets one message carry. */
   const inlineLimit = () => Math.min(config.filesInlineMaxBytes, inlineBytesFor(ctx.deps.nc.info?.max_payload ?? 0));
 
@@ -241,9 +242,10 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
       try {
         // On the data plane only what one small message carries comes inline: the rest skips the bus.
         const ask = (via: "bus" | "data") => callRpcWithBytes(ctx.deps.nc, rpcs.read, { ...target(session), path: query.path, transferId, sealKey: key.toString("base64"), inlineMaxBytes: via === "data" ? Math.min(DATA_INLINE_MAX_BYTES, inlineLimit()) : inlineLimit(), via, ...(range ? { range } : {}) }, new Uint8Array(0), rpcOpts);
-        let answer = await ask("data");
+        const runner = `${session.poolId ?? ""}/${session.runnerId ?? ""}`;
+        let answer = await ask(dialer.usable(runner) ? "data" : "bus");
         // The runner's data plane not reachable from here: the bytes come through the transfer store instead.
-        const socket = answer.result.data && (await dialDataPlane(answer.result.data).catch(() => undefined));
+        const socket = answer.result.data && (await dialer.dial(runner, answer.result.data));
         if (answer.result.data && !socket) answer = await ask("bus");
         const read = answer.result;
         stored = read.inline !== true && !read.unsatisfiable && !socket;

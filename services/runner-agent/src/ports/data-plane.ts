@@ -47,7 +47,7 @@ export class DataPlane {
   /** Every socket dialled in (presenting its ticket, or carried), ended by stop. */
   private readonly sockets = new Set<Socket>();
   /** Carried sockets and when bytes last moved on each. */
-  private readonly carried = new Map<Socket, { lastBytesAt: number }>();
+  private readonly carried = new Map<Socket, number>();
   private advertised: { host: string; port: number } | undefined;
 
   constructor(private readonly opts: DataPlaneOptions) {}
@@ -97,7 +97,7 @@ export class DataPlane {
   evictIdle(idleMs: number): boolean {
     const now = this.opts.now();
     let oldest: [Socket, number] | undefined;
-    for (const [socket, { lastBytesAt }] of this.carried) if (now - lastBytesAt >= idleMs && (!oldest || lastBytesAt < oldest[1])) oldest = [socket, lastBytesAt];
+    for (const [socket, lastBytesAt] of this.carried) if (now - lastBytesAt >= idleMs && (!oldest || lastBytesAt < oldest[1])) oldest = [socket, lastBytesAt];
     if (!oldest) return false;
     this.carried.delete(oldest[0]);
     oldest[0].destroy();
@@ -135,12 +135,13 @@ export class DataPlane {
       socket.off("data", onData);
       socket.pause();
       cancelTimeout();
-      const w = this.waiting.get(head.subarray(0, DATA_TICKET_BYTES).toString("base64url"));
+      const ticket = head.subarray(0, DATA_TICKET_BYTES).toString("base64url");
+      const w = this.waiting.get(ticket);
       if (!w) {
         socket.destroy();
         return;
       }
-      this.waiting.delete(head.subarray(0, DATA_TICKET_BYTES).toString("base64url"));
+      this.waiting.delete(ticket);
       w.cancel();
       this.carry(socket, w, head.subarray(DATA_TICKET_BYTES));
     };
@@ -151,16 +152,16 @@ export class DataPlane {
   /** Pipes the gateway's socket and the port's connection both ways; either one ending ends the other's writing, either breaking ends both. */
   private carry(socket: Socket, w: Waiting, early: Buffer): void {
     const { conn, sessionId } = w;
-    const state = { lastBytesAt: this.opts.now() };
-    this.carried.set(socket, state);
     let toldAt = Number.NEGATIVE_INFINITY;
     const touch = () => {
       const now = this.opts.now();
-      state.lastBytesAt = now;
+      // Only while carried: an ended connection is not put back.
+      if (this.carried.has(socket)) this.carried.set(socket, now);
       if (now - toldAt < ACTIVITY_EVERY_MS) return;
       toldAt = now;
       this.opts.onActivity(sessionId);
     };
+    this.carried.set(socket, this.opts.now());
     touch();
     const end = () => {
       this.carried.delete(socket);
