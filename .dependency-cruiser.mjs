@@ -103,6 +103,13 @@ export default {
       to: { path: "^services/runner-agent/src/", pathNot: "^services/runner-agent/src/(exec/|sandbox/[^/]+$|errors\\.ts$|metrics\\.ts$)" },
     },
     {
+      name: "runner-agent-agents",
+      severity: "error",
+      comment: "agents/ imports only the sandbox's seam (sandbox/*.ts, not a backend): see agents/README.md.",
+      from: { path: "^services/runner-agent/src/agents/", pathNot: "\\.test\\.ts$" },
+      to: { path: "^services/runner-agent/src/", pathNot: "^services/runner-agent/src/(agents/|sandbox/[^/]+$|errors\\.ts$|metrics\\.ts$)" },
+    },
+    {
       name: "runner-agent-sessions",
       severity: "error",
       comment:

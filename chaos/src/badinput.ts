@@ -20,6 +20,7 @@ import { fuzzFilesWatch } from "./fuzz-files-watch.ts";
 import { floodAndPaste } from "./fuzz-flood.ts";
 import { sandboxCase } from "./fuzz-sandbox.ts";
 import { execCase } from "./fuzz-exec.ts";
+import { agentsCase } from "./fuzz-agents.ts";
 import { previewCase } from "./fuzz-preview.ts";
 import type { Prng } from "./prng.ts";
 import { Anomalies, log, type ScenarioResult } from "./report.ts";
@@ -38,6 +39,8 @@ export const BAD_INPUT_ANOMALIES = [
   "sandbox escapes",
   "sandbox own work failed",
   "exec processes left running",
+  "agent facts out of order",
+  "waits left open",
 ] as const;
 
 const WS = "default";
@@ -64,6 +67,8 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
   const token = await api(stack.url, stack.token, "POST", "/v1/tokens", { label: "fuzz" });
   const secret = await api(stack.url, stack.token, "PUT", "/v1/secrets/FUZZ_SECRET", { value: "fuzz" });
   if (env.status !== 201 || token.status !== 201 || secret.status !== 204) throw new Error(`fixtures: environment ${env.status}, token ${token.status}, secret ${secret.status}`);
+  const agent = await api(stack.url, stack.token, "POST", `/v1/sessions/${running.id}/agents`, { pid: 1, runtime: "fuzz-fixture" });
+  if (agent.status !== 201) throw new Error(`fixture agent answered ${agent.status}`);
   const controller = await Terminal.open(stack.url, stack.token, running.id, `mode=controller&since=${"9".repeat(15)}`);
   await controller.until((t) => t.hello() !== undefined, 5_000);
   await sleep(300);
@@ -78,6 +83,7 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
       environmentId: (env.body as { id: string }).id,
       tokenId: (token.body as { id: string }).id,
       secretName: "FUZZ_SECRET",
+      agentIds: [(agent.body as { id: string }).id],
     },
     anomalies,
     sent: new Map(),
@@ -112,6 +118,7 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
   // After the state comparison: these create sessions of their own.
   await floodAndPaste(ctx, prng.fork());
   await execCase(ctx);
+  await agentsCase(ctx);
   await previewCase(ctx);
   await sandboxCase(ctx);
 
@@ -148,7 +155,7 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
       { metric: "HTTP routes fuzzed", value: HTTP_ROUTES.length + 1, unit: "", method: "every route of the HTTP contract (HttpApi), the terminal upgrade included" },
       { metric: "answers by status", value: statuses.reduce((a, [, n]) => a + n, 0), unit: "", method: statuses.map(([s, n]) => `${s}×${n}`).join(" ") },
       { metric: "invalid messages counted by services", value: invalidAfter - invalidBefore, unit: "", method: "paddock_invalid_messages_total delta over every service" },
-      { metric: "state compared", value: before.size, unit: "keys/objects", method: "KV buckets (all but runner-leases) and object stores, revision + sha256" },
+      { metric: "state compared", value: before.size, unit: "keys/objects", method: "KV buckets (all but runner-leases) and object stores, revision + sha256; agent logs (AGENTS), facts per session" },
     ],
   };
 }

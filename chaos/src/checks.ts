@@ -254,6 +254,9 @@ export async function snapshotState(nc: NatsConnection): Promise<StateSnapshot> 
     const os = await objm.open(store);
     for (const info of await os.list()) if (!info.deleted) out.set(`obj ${store} ${info.name}`, { summary: `${info.size} ${info.digest}` });
   }
+  // Agents' facts: a log per session; a refused call appends nothing.
+  const agents = await (await jetstreamManager(nc)).streams.info(Streams.agents, { subjects_filter: ">" });
+  for (const [subject, count] of Object.entries(agents.state.subjects ?? {})) out.set(`stream ${Streams.agents} ${subject}`, { summary: `${count} facts` });
   return out;
 }
 

@@ -16,6 +16,8 @@ export interface FuzzContext {
     environmentId: string;
     tokenId: string;
     secretName: string;
+    /** Agents declared on the running session (issue 26), so agent routes reach past "not found". */
+    agentIds: string[];
   };
   anomalies: Anomalies;
   /** Inputs sent, by target family (http, websocket, nats subject family). */

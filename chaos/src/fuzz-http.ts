@@ -37,6 +37,9 @@ const BODY_SAMPLES: Partial<Record<HttpRouteName, Omit<BodySpec, "schema">>> = {
   createToken: { sample: { label: "x" } },
   exec: { sample: { cmd: ["true"], cwd: "", env: { A: "b" }, stdin: "x", timeoutMs: 1000 } },
   signalProcess: { sample: { signal: "SIGTERM" } },
+  declareAgent: { sample: { pid: 1, pidNamespace: "pid:[4026531836]", runtime: "fuzz", model: "m", harnessId: "h", handoffId: "x", tmuxName: "t", version: "1" } },
+  resumeAgent: { sample: { pid: 2, model: "m2" } },
+  reportTurn: { sample: { event: "start", tokens: 10 } },
 };
 
 /** Plausible (and a few refused) values of each query parameter the contract names. */
@@ -45,6 +48,7 @@ const QUERY_VALUES: Record<string, string[]> = {
   cursor: ["x"],
   includeTerminal: ["true", "maybe"],
   parentId: ["x"],
+  creatorId: ["dev", "../x", "x".repeat(65)],
   app: ["main", "nope"],
   since: ["0", "5", "-1", "x"],
   path: ["", "a", "../x", "/etc"],
@@ -56,6 +60,9 @@ const QUERY_VALUES: Record<string, string[]> = {
   depth: ["1", "3", "0", "65", "x"],
   eof: ["true", "false", "maybe"],
   encoding: ["utf8", "base64", "hex", ""],
+  pid: ["1", "2", "0", "-1", "4194305", "x"],
+  pidNamespace: ["4026531836", "pid:[4026531836]", "pid:[x]", "0", ""],
+  turn: ["1", "2", "0", "x"],
 };
 
 /** GETs that still change state: a workspace pull records a transfer in the audit. */
@@ -121,6 +128,7 @@ function paramValue(ctx: FuzzContext, p: Prng, route: RouteSpec, name: string): 
     secrets: [f.secretName, "NOPE"],
     tokens: [f.tokenId, `tok_${p.string(20)}`],
   };
+  if (name === "agentId") return p.pick([...f.agentIds, `agt_${p.string(20)}`]);
   return p.pick(valid[resource] ?? ["x"]);
 }
 
@@ -146,7 +154,9 @@ function generate(ctx: FuzzContext, p: Prng, route: RouteSpec): { req: Req; defe
     else query.push(`${p.pick(["zz", "token", "access_token", "__proto__", "x", "Limit"])}${p.string(p.int(0, 4))}=${encode(nastyString(p))}`);
   }
   // A wait is bounded by a timeoutMs of its own: one left to DEFAULT_WAIT_MS would outlast this client's 15 s.
-  if (query.some((q) => /^(wait|waitFor)=/.test(q)) && !query.some((q) => q.startsWith("timeoutMs="))) query.push("timeoutMs=25");
+  // An agent's wait route waits with no parameter at all.
+  const waits = route.name === "waitAgent" || query.some((q) => /^(wait|waitFor)=/.test(q));
+  if (waits && !query.some((q) => q.startsWith("timeoutMs="))) query.push("timeoutMs=25");
   const follow = query.some((q) => q === "follow=true");
   if (query.length > 0) path += `?${query.join("&")}`;
 

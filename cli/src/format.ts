@@ -1,4 +1,4 @@
-import type { AuditEvent, Environment, Runner, Session } from "@paddock/contracts";
+import type { Agent, AuditEvent, Environment, Runner, Session } from "@paddock/contracts";
 
 /** Left-aligned columns separated by two spaces; the last column is not padded. */
 export function table(header: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
@@ -87,6 +87,24 @@ export function environmentsTable(environments: readonly Environment[]): string 
       e.egressAllow.join(",") || "-",
       e.secretRefs.join(",") || "-",
       time(e.updatedAt),
+    ]),
+  );
+}
+
+/** TURN is the latest turn's state and how many turns the agent started; lineage is the agent it resumed and the one that resumed it. */
+export function agentsTable(agents: readonly Agent[]): string {
+  return table(
+    ["ID", "STATE", "PID", "RUNTIME", "MODEL", "TURN", "TOKENS", "PREDECESSOR", "SUCCESSOR"],
+    agents.map((a) => [
+      a.id,
+      a.state,
+      String(a.pid),
+      a.runtime,
+      a.model ?? "-",
+      `${a.turn.state}/${String(a.turn.count)}`,
+      String(a.usage.tokens),
+      a.predecessorId ?? "-",
+      a.successorId ?? "-",
     ]),
   );
 }

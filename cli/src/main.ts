@@ -11,6 +11,7 @@ import { diffCommand } from "./commands/workspace.ts";
 import { cpCommand } from "./commands/cp.ts";
 import { execCommand } from "./commands/exec.ts";
 import { filesCommand } from "./commands/files.ts";
+import { agentsCommand } from "./commands/agents.ts";
 import { loadCliConfig } from "./config.ts";
 import { ApiError, ExitCode, UsageError, type CliIo } from "./io.ts";
 
@@ -35,6 +36,7 @@ export const commands: readonly Command[] = [
   cpCommand,
   filesCommand,
   diffCommand,
+  agentsCommand,
   tokenCommand,
 ];
 

@@ -162,7 +162,7 @@ type Kind =
 function expected(kind: Kind, p: Principal, ok: number, sessionOk = false): number {
   if (p === "revoked" || p === "expired" || p === "none") return 401;
   if (BLIND.has(p)) {
-    // Workspace-level: refused (a session's token only creates sessions, its children); anything in it: not found.
+    // Workspace-level: refused (a session's token only creates and lists sessions, its children); anything in it: not found.
     if (kind === "workspace" || kind === "fleetRead" || kind === "fleetAdmin" || kind === "workspaceAdmin") return p === "session" && sessionOk ? ok : 403;
     return 404;
   }
@@ -239,7 +239,18 @@ const uniq = (p: Principal) => `${p}-${++counter}`;
 
 const ROUTES: RouteCase[] = [
   // Sessions
-  { name: "GET /v1/sessions", kind: "workspace", ok: 200, run: async (p) => ({ answer: await call(p, "GET", "/v1/sessions?includeTerminal=true") }) },
+  {
+    name: "GET /v1/sessions",
+    kind: "workspace",
+    ok: 200,
+    // A session's token lists the sessions it created (issue 26, item 6): never one of the owner's.
+    sessionOk: true,
+    run: async (p) => {
+      const answer = await call(p, "GET", "/v1/sessions?includeTerminal=true");
+      if (p === "session") expect((answer.body as { sessions: Session[] }).sessions.filter((s) => ownerIds.has(s.id))).toEqual([]);
+      return { answer };
+    },
+  },
   {
     name: "POST /v1/sessions",
     kind: "workspace",

@@ -143,7 +143,7 @@ describe("snapshot, one-shot, recycle, apps", () => {
     expect(done).toMatchObject({ state: "destroyed", childExitCode: 5 });
   });
 
-  it("recycle answers a fresh session with the same spec and a new id", async () => {
+  it("recycle answers a fresh session with the same spec and a new id, both records linked, and one recycle event", async () => {
     const s = await createSession({ spec: { cmd: ["sleep", "600"] } });
     const res = await post(`/v1/sessions/${s.id}/recycle`);
     expect(res.status).toBe(201);
@@ -152,6 +152,23 @@ describe("snapshot, one-shot, recycle, apps", () => {
     expect(["canceled", "destroyed"]).toContain(released.state);
     expect(session.id).not.toBe(s.id);
     expect(session.spec).toEqual(s.spec);
+    expect(released.successorId).toBe(session.id);
+    expect(session.predecessorId).toBe(s.id);
+    // Asked again: the same pair, nothing new.
+    const again = await post(`/v1/sessions/${s.id}/recycle`);
+    expect((again.body as { session: Session }).session.id).toBe(session.id);
+    // Every committed fact of the released record has reached AUDIT; exactly one of them is the recycle.
+    const facts: string[] = [];
+    for await (const e of await (await new Kvm(nc).open("sessions")).history({ key: `default.${s.id}` })) {
+      if (e.operation === "PUT") facts.push(e.json<Session>().lastFact.eventId);
+    }
+    const events = await waitForAuditEvents(nc, "default", s.id, (evs) => facts.every((id) => evs.some((e) => e.id === id)));
+    const recycles = events.filter((e) => e.action === "recycle");
+    expect(recycles).toHaveLength(1);
+    expect(recycles[0]).toMatchObject({ resource: { kind: "session", id: s.id } });
+    expect(events.map((e) => e.action)).not.toContain("delete");
+    await untilEvent(session.id, (e) => e.action === "create");
+    await api(stack.url, stack.token, "DELETE", `/v1/sessions/${session.id}`);
   });
 
   it("restarting one app opens its next generation; the session stays running", async () => {
@@ -186,6 +203,38 @@ describe("children and environments", () => {
     const events = await waitForAuditEvents(nc, "default", parent.id, (evs) => evs.some((e) => e.action === "delete"));
     expect(JSON.stringify(events)).not.toContain("pdk_ses_");
     expect(JSON.stringify(await getSession(parent.id))).not.toContain("pdk_ses_");
+  });
+
+  it("a session's token lists, gets, recycles and deletes the sessions it created, and sees no other", async () => {
+    const sibling = await createSession({ spec: { cmd: ["sleep", "600"] } });
+    // No $ or backquote: the script sits inside sh -c "...".
+    const js =
+      "const u=process.env.PADDOCK_URL,h={authorization:'Bearer '+process.env.PADDOCK_TOKEN,'content-type':'application/json'};" +
+      "const c=(m,p,b)=>fetch(u+p,{method:m,headers:h,body:b?JSON.stringify(b):undefined}).then(async r=>[r.status,await r.json()]);" +
+      "(async()=>{const [,a]=await c('POST','/v1/sessions',{spec:{cmd:['sleep','600']}});" +
+      "const [,b]=await c('POST','/v1/sessions',{spec:{cmd:['sleep','600']}});" +
+      "const [ls,l]=await c('GET','/v1/sessions');" +
+      "const [gs]=await c('GET','/v1/sessions/'+a.id);" +
+      "const [rs,r]=await c('POST','/v1/sessions/'+a.id+'/recycle',{});" +
+      "const [ds]=await c('DELETE','/v1/sessions/'+b.id);" +
+      `const [os]=await c('GET','/v1/sessions/${sibling.id}');` +
+      `const [od]=await c('DELETE','/v1/sessions/${sibling.id}');` +
+      "console.log('roster='+JSON.stringify({a:a.id,b:b.id,listed:l.sessions.map(x=>x.id).sort(),ls,gs,rs,fresh:r.session.id,ds,os,od})+'.')})()";
+    const parent = await createSession({ spec: { cmd: ["sh", "-c", `node -e "${js}"; exec sleep 600`] } });
+    const out = await outputOf(parent.id, (t) => /roster=\{.*\}\./.test(t));
+    const seen = JSON.parse(/roster=(\{.*\})\./.exec(out)?.[1] ?? "{}") as Record<string, unknown> & { a: string; b: string; fresh: string };
+    expect(seen).toMatchObject({ listed: [seen.a, seen.b].sort(), ls: 200, gs: 200, rs: 201, ds: 200, os: 404, od: 404 });
+    expect(await getSession(seen.a)).toMatchObject({ successorId: seen.fresh, state: expect.stringMatching(/^(canceled|destroyed)$/) });
+    expect(await getSession(seen.fresh)).toMatchObject({ predecessorId: seen.a, parentId: parent.id, creatorId: parent.id });
+    expect(["canceled", "destroyed"]).toContain((await getSession(seen.b)).state);
+    expect(["canceled", "destroyed"]).not.toContain((await getSession(sibling.id)).state);
+    // Members filter the roster by creator and parent.
+    const byCreator = await api(stack.url, stack.token, "GET", `/v1/sessions?creatorId=${parent.id}&includeTerminal=true`);
+    expect((byCreator.body as { sessions: Session[] }).sessions.map((x) => x.id).sort()).toEqual([seen.a, seen.b, seen.fresh].sort());
+    const bad = await api(stack.url, stack.token, "GET", "/v1/sessions?creatorId=..%2Fx");
+    expect(bad).toMatchObject({ status: 400, body: { error: { code: "invalid" } } });
+    await api(stack.url, stack.token, "DELETE", `/v1/sessions/${parent.id}`);
+    await api(stack.url, stack.token, "DELETE", `/v1/sessions/${sibling.id}`);
   });
 
   it("an environment's setup runs once; later sessions boot from its snapshot; init runs every boot", async () => {

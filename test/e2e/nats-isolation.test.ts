@@ -114,6 +114,17 @@ describe("NATS permissions per principal", () => {
       expect((await (await jetstreamManager(admin())).streams.info("TERM", { subjects_filter: ">" })).state.subjects?.[foreign]).toBeUndefined();
     });
 
+    it("cannot write, read or watch any session's agent log (only gateways do)", async () => {
+      const subject = Subjects.agents("default", "s1");
+      expect(await denied(r1(), subject, () => jetstream(r1()).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), subject, () => r1().publish(subject, "{}"))).toMatch(/permissions violation/i);
+      const jsm = await jetstreamManager(r1());
+      expect(await denied(r1(), `$JS.API.DIRECT.GET.AGENTS.${subject}`, () => jsm.direct.getMessage("AGENTS", { last_by_subj: subject }))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), "$JS.API.CONSUMER.CREATE.AGENTS", () => jsm.consumers.add("AGENTS", { filter_subject: subject }))).toMatch(/permissions violation/i);
+      expect(await denied(r1(), subject, () => r1().subscribe(subject).closed)).toMatch(/permissions violation/i);
+      expect((await (await jetstreamManager(admin())).streams.info("AGENTS", { subjects_filter: ">" })).state.subjects?.[subject]).toBeUndefined();
+    });
+
     it("cannot write another runner's screen checkpoints, nor read any checkpoint", async () => {
       const foreign = Subjects.screen(R2.poolId, R2.runnerId, "s1", "main");
       expect(await denied(r1(), foreign, () => jetstream(r1()).publish(foreign, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);

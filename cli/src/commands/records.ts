@@ -7,19 +7,30 @@ import { ApiError, ExitCode, write } from "../io.ts";
 export const lsCommand: Command = {
   name: "ls",
   summary: "list sessions",
-  help: `usage: paddock ls [--all] [--limit N] [--json]
+  help: `usage: paddock ls [--all] [--parent ID] [--creator ID] [--limit N] [--json]
 
-Lists the workspace's live sessions (every page).
-  --all       include ended sessions (canceled, failed, dead, destroyed)
-  --limit N   list at most N sessions
-  --json      print a JSON array of session records
+Lists the workspace's live sessions (every page). With a session's own token,
+only the sessions that token created.
+  --all          include ended sessions (canceled, failed, dead, destroyed)
+  --parent ID    only the children of session ID
+  --creator ID   only the sessions actor ID created (a session's id for the
+                 ones its token created)
+  --limit N      list at most N sessions
+  --json         print a JSON array of session records
 `,
   async run(ctx, argv) {
-    const args = parseCommand(ctx, this, argv, { all: { type: "boolean" }, limit: { type: "int" }, json: { type: "boolean" } });
+    const args = parseCommand(ctx, this, argv, {
+      all: { type: "boolean" },
+      parent: { type: "string" },
+      creator: { type: "string" },
+      limit: { type: "int" },
+      json: { type: "boolean" },
+    });
     if (!args) return ExitCode.ok;
     positionals(this, args.positionals, []);
+    // The ids go as given: the gateway refuses a malformed one (invalid, exit 1).
     const sessions = await apiOf(ctx).listAll(HttpApi.listSessions, (p) => p.sessions, {
-      query: { includeTerminal: args.flags.all === true },
+      query: { includeTerminal: args.flags.all === true, parentId: args.flags.parent, creatorId: args.flags.creator },
       max: args.flags.limit,
     });
     await write(ctx.io.stdout, args.flags.json ? json(sessions) : sessionsTable(sessions));

@@ -5,6 +5,7 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { handleAgents, isAgentRoute, newFakeAgents, type FakeAgents } from "./fake-agents.ts";
 import { handleEnvironments, isEnvironmentRoute, type FakeEnvironments } from "./fake-environments.ts";
 import { fail, send, type FakeCall } from "./fake-http.ts";
 import { handleRunners, isRunnerRoute, type FakeRunners } from "./fake-runners.ts";
@@ -61,6 +62,8 @@ export interface FakeGateway {
   readonly requests: Array<{ method: string; path: string; body: unknown }>;
   readonly environments: FakeEnvironments;
   readonly runners: FakeRunners;
+  /** Each session's agents (the agents routes answer a session the fake holds only). */
+  readonly agents: FakeAgents;
   /** Whether the token is a workspace admin (runner state changes need one); default true. */
   admin: boolean;
   pageSize: number;
@@ -138,6 +141,7 @@ export async function startFakeGateway(): Promise<FakeGateway> {
     requests: [],
     environments: new Map(),
     runners: new Map(),
+    agents: newFakeAgents(),
     admin: true,
     pageSize: 50,
     restartPending: false,
@@ -167,6 +171,11 @@ export async function startFakeGateway(): Promise<FakeGateway> {
     const call: FakeCall = { name, params: input.params, query: input.query, rawQuery: url.searchParams, body: input.body };
     if (isEnvironmentRoute(name)) return handleEnvironments(gw, call, res);
     if (isRunnerRoute(name)) return handleRunners(gw, call, res);
+    if (isAgentRoute(name)) {
+      const { id } = call.params as { id: string };
+      if (!terminals.has(id)) return fail(res, 404, { code: "not_found", message: "session not found" });
+      return handleAgents(gw.agents, id, call, res);
+    }
     return handleSessions(call, res);
   }
 
@@ -186,7 +195,9 @@ export async function startFakeGateway(): Promise<FakeGateway> {
       }
       case "listSessions": {
         const q = call.query as QueryOf<typeof HttpApi.listSessions>;
-        const all = [...terminals.values()].map((x) => x.session);
+        const all = [...terminals.values()]
+          .map((x) => x.session)
+          .filter((s) => (q.parentId === undefined || s.parentId === q.parentId) && (q.creatorId === undefined || s.creatorId === q.creatorId));
         const from = Number(q.cursor ?? "0");
         const limit = Math.min(gw.pageSize, q.limit);
         const next = from + limit < all.length ? String(from + limit) : undefined;

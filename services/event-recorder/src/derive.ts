@@ -4,6 +4,7 @@ import {
   FLEET_WORKSPACE,
   PaddockError,
   ZERO_USAGE,
+  type AgentFact,
   type AuditEvent,
   type Environment,
   type Runner,
@@ -45,6 +46,33 @@ export function sessionEvent(s: Session): AuditEvent {
     // A run fact names its app generation (app, generation, trigger, exit code, signal): never output or a reason.
     ...(s.lastFact.run ? { run: { ...s.lastFact.run } } : {}),
     ...(s.lastFact.reason ? { reason: s.lastFact.reason } : {}),
+  };
+}
+
+/** The workspace and session of an AGENTS subject (`paddock.agents.<workspace>.<session>`); undefined when it is not one. */
+export function parseAgentsSubject(subject: string): { workspaceId: string; sessionId: string } | undefined {
+  const parts = subject.split(".");
+  if (parts.length !== 4 || parts[0] !== "paddock" || parts[1] !== "agents") return undefined;
+  return { workspaceId: parts[2] as string, sessionId: parts[3] as string };
+}
+
+/**
+ * The audit event of one agent fact: which agent did what, and on a turn the
+ * tokens it reported as `usage.agentTokenCount`, under the placement
+ * generation it was reported in. The fact's id is the event's: one event per
+ * fact, whoever records it. No claim text (model, harness, tmux name) is copied.
+ */
+export function agentEvent(fact: AgentFact, where: { workspaceId: string; sessionId: string }): AuditEvent {
+  return {
+    id: fact.id,
+    workspaceId: where.workspaceId,
+    actorId: fact.actorId,
+    action: `agent.${fact.type}`,
+    resource: { kind: "session", workspaceId: where.workspaceId, id: where.sessionId, creatorId: fact.creatorId },
+    at: fact.at,
+    usage: fact.type === "turn" && fact.tokens ? { ...ZERO_USAGE, agentTokenCount: fact.tokens } : ZERO_USAGE,
+    placementGeneration: fact.placementGeneration,
+    agent: { id: fact.agentId, ...(fact.type === "resume" ? { successorId: fact.successorId } : {}), ...(fact.type === "turn" ? { turn: fact.event } : {}) },
   };
 }
 

@@ -11,11 +11,11 @@ import {
   type StoredMsg,
 } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { AuditEvent, Buckets, Environment, kvStreamName, Runner, Session, Streams, Subjects } from "@paddock/contracts";
+import { AgentFact, AuditEvent, Buckets, Environment, kvStreamName, Runner, Session, Streams, Subjects } from "@paddock/contracts";
 import { consumeTyped, decodeJson, encoderOf, isDirectGetEmpty, NEVER_PARK, type ConsumerHandle, type Encoder } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
 import type { RecorderMetrics } from "./metrics.ts";
-import { environmentEvent, runnerEvent, sessionEvent } from "./derive.ts";
+import { agentEvent, environmentEvent, parseAgentsSubject, runnerEvent, sessionEvent } from "./derive.ts";
 
 export { environmentEvent, FLEET_WORKSPACE, runnerEvent, runnerEventId, sessionEvent } from "./derive.ts";
 
@@ -37,8 +37,8 @@ function isDeleteMarker(msg: { headers?: { get(k: string): string } | undefined;
   return op === "DEL" || op === "PURGE" || msg.data.length === 0;
 }
 
-async function ensureFeedConsumer(jsm: JetStreamManager, bucket: string): Promise<void> {
-  await jsm.consumers.add(kvStreamName(bucket), {
+async function ensureFeedConsumer(jsm: JetStreamManager, stream: string): Promise<void> {
+  await jsm.consumers.add(stream, {
     durable_name: FEED_CONSUMER,
     ack_policy: AckPolicy.Explicit,
     deliver_policy: DeliverPolicy.All,
@@ -153,7 +153,8 @@ async function startFeeds(deps: RecorderDeps): Promise<ConsumerHandle[]> {
   const jsm = await jetstreamManager(deps.nc);
   const encode = encoderOf(deps.nc);
   const { recorded, gaps } = deps.metrics;
-  for (const bucket of [Buckets.sessions, Buckets.environments, Buckets.runners]) await ensureFeedConsumer(jsm, bucket);
+  for (const bucket of [Buckets.sessions, Buckets.environments, Buckets.runners]) await ensureFeedConsumer(jsm, kvStreamName(bucket));
+  await ensureFeedConsumer(jsm, Streams.agents);
 
   const handles: ConsumerHandle[] = [];
   try {
@@ -179,6 +180,24 @@ async function startFeeds(deps: RecorderDeps): Promise<ConsumerHandle[]> {
       });
     handles.push(await recordFeed(Buckets.sessions, Session, sessionEvent, "session"));
     handles.push(await recordFeed(Buckets.environments, Environment, environmentEvent, "environment"));
+    // Agents' facts (a log per session, not a KV feed): each fact is its own event.
+    handles.push(
+      await consumeTyped(js, {
+        stream: Streams.agents,
+        consumer: FEED_CONSUMER,
+        schema: AgentFact,
+        metrics: deps.metrics,
+        log: deps.log,
+        redelivery: NEVER_PARK,
+        lanes: { concurrency: RECORD_LANES, keyOf: (msg) => msg.subject },
+        handler: async (fact, msg) => {
+          const where = parseAgentsSubject(msg.subject);
+          if (!where) return;
+          await publish(js, jsm, encode, agentEvent(fact, where), msg);
+          recorded.inc({ kind: "agent" });
+        },
+      }),
+    );
     handles.push(
       await consumeTyped(js, {
         stream: kvStreamName(Buckets.runners),

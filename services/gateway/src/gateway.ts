@@ -15,6 +15,7 @@ import { tokenRoutes } from "./auth/tokens.ts";
 import { rejectUpgrade, TerminalHub, TERMINAL_ROUTE } from "./terminal/terminal.ts";
 import { workspaceRoutes } from "./routes/workspace.ts";
 import { execRoutes } from "./routes/exec.ts";
+import { agentRoutes } from "./routes/agents.ts";
 import { FILES_WATCH_ROUTE, FilesWatchHub } from "./routes/files-watch.ts";
 import { DataPlaneDialer } from "./routes/data-plane.ts";
 import { PreviewProxy } from "./routes/preview.ts";
@@ -50,7 +51,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const dialer = new DataPlaneDialer(deps.now, deps.log);
   const previews = new PreviewProxy(ctx, previewAccess, dialer);
   // Followed events and exec streams live by their token and access like terminal sockets: one guard for all.
-  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx, dialer), ...execRoutes(ctx, terminals.guard), ...tokenRoutes(ctx), ...secretRoutes(ctx), ...previewAccess.routes()];
+  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx, dialer), ...execRoutes(ctx, terminals.guard), ...agentRoutes(ctx), ...tokenRoutes(ctx), ...secretRoutes(ctx), ...previewAccess.routes()];
   const { log, metrics, nc } = deps;
   let listening = false;
   const isReady = () => listening && !nc.isClosed();

@@ -21,8 +21,9 @@ import { chooseSandbox, PROCESS_SANDBOX } from "./sandbox-choice.ts";
 import { RegistrationConfirmation } from "./fleet/confirmation.ts";
 import { noSecrets } from "./sessions/secrets.ts";
 import { SessionManager } from "./sessions/sessions.ts";
-import { heldAt, serveWorkspaceOps, translate, type WorkspaceOps } from "./workspace/workspace-ops.ts";
+import { heldAt, serveWorkspaceOps, translate, type Target, type WorkspaceOps } from "./workspace/workspace-ops.ts";
 import { serveExecOps } from "./exec/exec-ops.ts";
+import { serveProbeOps } from "./agents/probe-ops.ts";
 import { DataPlane } from "./ports/data-plane.ts";
 import { serveTunnels } from "./ports/tunnels.ts";
 import { ActivityReporter, DEFAULT_ACTIVITY_MS } from "./fleet/activity.ts";
@@ -309,16 +310,8 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       metrics,
       log,
     });
-    execOps = serveExecOps({
-      nc,
-      poolId: config.poolId,
-      runnerId: config.runnerId,
-      session: (id) => requireSessions().get(id),
-      held: (t) => heldAt((id) => requireSessions().get(id), confirmed, t),
-      translate,
-      metrics,
-      log,
-    });
+    const heldOps = { nc, poolId: config.poolId, runnerId: config.runnerId, held: (t: Target) => heldAt((id) => requireSessions().get(id), confirmed, t), translate, metrics, log };
+    execOps = [...serveExecOps({ ...heldOps, session: (id) => requireSessions().get(id) }), ...serveProbeOps(heldOps)];
     consumer = await consumeTyped(js, {
       stream: Streams.dispatch,
       consumer: dispatchConsumer.name,

@@ -10,7 +10,7 @@ import { Kvm, type KvOptions } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import { jserrors } from "@nats-io/jetstream/internal";
 import { NoRespondersError, RequestError, TimeoutError, type NatsConnection } from "@nats-io/transport-node";
-import { Buckets, kvStreamName, MAX_SCREEN_CHECKPOINT_BYTES, ObjectStores, runnerObjectStore, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
+import { Buckets, kvStreamName, MAX_AGENT_FACTS_PER_SESSION, MAX_SCREEN_CHECKPOINT_BYTES, ObjectStores, runnerObjectStore, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
 import { isStreamNameInUse, isStreamNotFound } from "./errors.ts";
 
 const NS_PER_MS = 1_000_000;
@@ -79,6 +79,19 @@ export function streamConfigs(opts: ProvisionOptions): Array<Partial<StreamConfi
       max_bytes: opts.execMaxBytes ?? 8 * 1024 * 1024 * 1024,
       // A runner retrying a publish whose ack it lost sends the same message id.
       duplicate_window: 60_000 * NS_PER_MS,
+    },
+    {
+      ...base,
+      name: Streams.agents,
+      subjects: [Subjects.agentsAll],
+      // Each session's log is folded whole on read, so its oldest facts (the declarations) must never
+      // be dropped to make room: past the bound the server refuses the append (the gateway says so first).
+      discard: DiscardPolicy.New,
+      discard_new_per_subject: true,
+      max_msgs_per_subject: MAX_AGENT_FACTS_PER_SESSION,
+      max_age: 30 * DAY_MS * NS_PER_MS,
+      // A gateway retrying an append whose ack it lost sends the same message id (the fact's id).
+      duplicate_window: 2 * 60_000 * NS_PER_MS,
     },
     {
       ...base,

@@ -58,6 +58,7 @@ export const Api = {
         cursor: z.string().max(256).optional(),
         includeTerminal: z.boolean(),
         parentId: Id.optional(),
+        creatorId: Id.optional(),
       })
       .strict(),
     z.object({ sessions: z.array(Session), nextCursor: z.string().optional() }).strict(),
@@ -96,7 +97,11 @@ export const Api = {
     z.object({ scope: Scope, sessionId: Id }).strict(),
     z.object({ checkpoint: Checkpoint, session: Session }).strict(),
   ),
-  /** Releases the session and creates a fresh one with the same spec and a new id. */
+  /**
+   * Releases the session and creates a fresh one with the same spec and a new
+   * id (the released record's `successorId`, the new one's `predecessorId`);
+   * asked again for a released session, answers the same pair.
+   */
   recycleSession: rpc(
     "sessions",
     "recycle",

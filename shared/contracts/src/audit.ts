@@ -28,6 +28,11 @@ export const AuditAction = {
   exec: "exec",
   update: "update",
   recycle: "recycle",
+  /** An agent inside the session declared itself, was parked, was resumed by a successor, or started or ended a turn (agents.ts). */
+  "agent.declare": "agent.declare",
+  "agent.park": "agent.park",
+  "agent.resume": "agent.resume",
+  "agent.turn": "agent.turn",
   restart: "restart",
   "run.started": "run.started",
   "run.completed": "run.completed",
@@ -95,6 +100,8 @@ export const AuditEvent = z
     placementGeneration: Generation,
     /** On `run.started`, `run.completed` and `run.failed` only: the app generation the event is about. */
     run: RunRef.optional(),
+    /** On `agent.*` events: which agent (and on `agent.resume`, its successor); `usage.agentTokenCount` is what a turn reported. */
+    agent: z.object({ id: Id, successorId: Id.optional(), turn: z.enum(["start", "end"]).optional() }).strict().optional(),
     /** On a step the scheduler took by itself: why (`idle`, `lifetime`). */
     reason: z.enum(["idle", "lifetime"]).optional(),
   })

@@ -12,6 +12,7 @@ export * from "./image-ref.ts";
 export * from "./requirements.ts";
 export * from "./workspace.ts";
 export * from "./exec.ts";
+export * from "./agents.ts";
 export * from "./ports.ts";
 export * from "./tokens.ts";
 export * from "./fleet-rpc.ts";

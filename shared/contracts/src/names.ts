@@ -11,6 +11,8 @@ export const Streams = {
   screens: "SCREENS",
   /** Exec'd processes' output (exec.ts): one subject per process, ending with its exit. */
   exec: "EXEC",
+  /** Agents' facts (agents.ts): one subject per session, appended under an expected-last-sequence check. */
+  agents: "AGENTS",
 } as const;
 
 export const Buckets = {
@@ -112,6 +114,9 @@ export const Subjects = {
   /** Filter: every exec log one runner may write (its NATS permission). */
   execOfRunner: (poolId: string, runnerId: string) => `paddock.exec.${poolId}.${runnerId}.>`,
   execAll: "paddock.exec.>",
+  /** One session's agent log (declarations, park and resume markers, turns): written by gateways, folded on read. */
+  agents: (workspaceId: string, sessionId: string) => `paddock.agents.${workspaceId}.${sessionId}`,
+  agentsAll: "paddock.agents.>",
   audit: (workspaceId: string, kind: string, id: string) => `paddock.audit.${workspaceId}.${kind}.${id}`,
   auditWorkspace: (workspaceId: string) => `paddock.audit.${workspaceId}.>`,
   auditAll: "paddock.audit.>",

@@ -294,6 +294,10 @@ export const Session = z
     mode: SessionMode,
     oneShot: z.boolean(),
     parentId: Id.optional(),
+    /** Set by recycle: the session this one replaced. */
+    predecessorId: Id.optional(),
+    /** Set by recycle: the session that replaced this one (a recycle asked again answers it). */
+    successorId: Id.optional(),
     poolId: Id.optional(),
     runnerId: Id.optional(),
     /** Advances by one on every placement; one generation = one sandbox on one runner. */

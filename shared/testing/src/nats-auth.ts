@@ -169,6 +169,9 @@ export function gatewayPermissions(): Permissions {
         ...streamRead(Streams.term),
         ...streamRead(Streams.audit),
         ...streamRead(Streams.exec),
+        // Agents' facts: appended (expected-last-sequence checked) and folded by any gateway.
+        ...streamRead(Streams.agents),
+        Subjects.agentsAll,
         // Screen checkpoints: the latest per subject, by direct get only.
         `${API}.DIRECT.GET.${Streams.screens}.>`,
         "paddock.api.v1.>",
@@ -181,7 +184,8 @@ export function gatewayPermissions(): Permissions {
       ],
     },
     // File watch batches, from whichever runner holds the watched session (never stored).
-    subscribe: { allow: [Subjects.claimAll, Subjects.auditAll, WATCH_EVENTS_ALL, TUNNEL_OUT_ALL, inbox(ControlPlaneUsers.gateway)] },
+    // Agents' appends wake long polls on a session's agent log (core subscription, nothing held on the server).
+    subscribe: { allow: [Subjects.claimAll, Subjects.auditAll, Subjects.agentsAll, WATCH_EVENTS_ALL, TUNNEL_OUT_ALL, inbox(ControlPlaneUsers.gateway)] },
   };
 }
 
@@ -192,6 +196,7 @@ export function recorderPermissions(): Permissions {
       allow: [
         ...provisioning(true),
         ...feeds.flatMap((b) => durable(kvStream(b), "event-recorder")),
+        ...durable(Streams.agents, "event-recorder"),
         `${API}.DIRECT.GET.${kvStream(Buckets.runners)}`,
         `${API}.DIRECT.GET.${kvStream(Buckets.runners)}.>`,
         `${API}.DIRECT.GET.${Streams.audit}`,

@@ -118,6 +118,10 @@ export const Action = {
   readProcesses: "session.processes_read",
   /** Reach a private port of the session (a preview): the creator or an admin, as exec (an app may run anything asked of it). */
   preview: "session.preview",
+  /** Declare, park and resume agents and report their turns: the session's own token, its creator or an admin. */
+  writeAgents: "session.agents_write",
+  /** List, get, resolve and wait for agents: any member, and the session's own token. */
+  readAgents: "session.agents_read",
   readEvents: "events.read",
   listRunners: "runner.list",
   getRunner: "runner.get",
@@ -166,6 +170,7 @@ const ownerActions: ReadonlySet<Action> = new Set([
   Action.writeFiles,
   Action.exec,
   Action.preview,
+  Action.writeAgents,
   Action.revokeToken,
 ]);
 
@@ -185,24 +190,37 @@ const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Act
  */
 const fleetActions: ReadonlySet<Action> = new Set([Action.setRunnerState]);
 
+/** What a session's token may do to the sessions it created (its roster): read and release them. */
+const rosterActions: ReadonlySet<Action> = new Set([Action.getSession, Action.deleteSession, Action.recycleSession]);
+
+/** A session the session principal's token created: the scheduler made it a child of that session. */
+function inRoster(scope: Scope, resource: Resource): boolean {
+  return resource.kind === "session" && scope.sessionId !== undefined && resource.id !== scope.sessionId && resource.creatorId === scope.actor.id;
+}
+
 /**
  * What a session's own service principal may do without a membership: create
- * sessions (the scheduler makes them its children) and read its own session.
+ * sessions (the scheduler makes them its children), list them (the scheduler
+ * lists it only those), read, delete and recycle them, and read its own
+ * session. Nothing else of the workspace.
  */
 function sessionPrincipalMay(scope: Scope, action: Action, resource: Resource): boolean {
   if (scope.sessionId === undefined) return false;
-  if (action === Action.createSession) return resource.kind === "workspace";
-  return action === Action.getSession && resource.kind === "session" && resource.id === scope.sessionId;
+  if (action === Action.createSession || action === Action.listSessions) return resource.kind === "workspace";
+  if (action === Action.getSession && resource.kind === "session" && resource.id === scope.sessionId) return true;
+  // Its agents declare, report turns, park and resume with its own token (issue 26).
+  if ((action === Action.readAgents || action === Action.writeAgents) && resource.kind === "session" && resource.id === scope.sessionId) return true;
+  return rosterActions.has(action) && inRoster(scope, resource);
 }
 
 /**
  * Whether a principal without a membership may still see a resource (and so
  * be told 403 rather than 404): the workspace its token is for, and a session
- * principal's own session.
+ * principal's own session and the sessions it created.
  */
 function mayStillSee(scope: Scope, resource: Resource): boolean {
   if (resource.kind === "workspace") return true;
-  return resource.kind === "session" && scope.sessionId !== undefined && resource.id === scope.sessionId;
+  return resource.kind === "session" && scope.sessionId !== undefined && (resource.id === scope.sessionId || inRoster(scope, resource));
 }
 
 export class Authorizer {

@@ -49,7 +49,8 @@ describe("the HTTP contract is what the gateway serves", () => {
     const ids: Record<string, string> = { sessions: "cs1", environments: "ce1", runners: RUNNER.id };
     let checked = 0;
     for (const r of Object.values(HttpApi) as readonly HttpRoute[]) {
-      if (r === HttpApi.readDiff || r === HttpApi.listRepos || r === HttpApi.listFiles || r === HttpApi.listProcesses) continue; // answered by the session's runner, which this harness has not
+      // Answered by the session's runner, which this harness has not (a resolve also needs its ?pid).
+      if (r === HttpApi.readDiff || r === HttpApi.listRepos || r === HttpApi.listFiles || r === HttpApi.listProcesses || r === HttpApi.resolveAgent) continue;
       const answer = r.responses.find((x) => x.kind === "json");
       // GETs only: they change nothing, and every one answers from what the fake scheduler holds.
       if (r.method !== "GET" || !answer || answer.kind !== "json") continue;

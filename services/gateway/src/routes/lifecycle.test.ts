@@ -164,12 +164,14 @@ describe("a session's own service token", () => {
     });
   });
 
-  it("reads its own session, and nothing else", async () => {
+  it("reads its own session, and nothing else of others (its roster: roster.test.ts)", async () => {
     h.scheduler.put(makeSession({ id: SVC_SESSION, workspaceId: WS1, creatorId: "alice" }));
     const other = fresh();
     expect((await api(h.url, "GET", `/v1/sessions/${SVC_SESSION}`, { token: TOKENS.svc })).json).toMatchObject({ id: SVC_SESSION });
     expectError(await api(h.url, "GET", `/v1/sessions/${other}`, { token: TOKENS.svc }), 404, "not_found");
-    expectError(await api(h.url, "GET", "/v1/sessions", { token: TOKENS.svc }), 403, "forbidden");
+    const listed = await api(h.url, "GET", "/v1/sessions", { token: TOKENS.svc });
+    expect(listed.status).toBe(200);
+    expect((listed.json.sessions as Array<{ id: string }>).map((s) => s.id)).not.toContain(other);
     expectError(await api(h.url, "DELETE", `/v1/sessions/${SVC_SESSION}`, { token: TOKENS.svc }), 403, "forbidden");
     expectError(await api(h.url, "GET", `/v1/sessions/${SVC_SESSION}/log`, { token: TOKENS.svc }), 403, "forbidden");
     expect(h.scheduler.callsOf("delete")).toEqual([]);

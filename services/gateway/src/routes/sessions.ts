@@ -23,9 +23,12 @@ export function sessionRoutes(ctx: GatewayContext): Route[] {
         includeTerminal: q.includeTerminal,
         ...(q.cursor !== undefined ? { cursor: q.cursor } : {}),
         ...(q.parentId !== undefined ? { parentId: q.parentId } : {}),
+        ...(q.creatorId !== undefined ? { creatorId: q.creatorId } : {}),
       });
-      // Defence in depth: the scheduler scopes by key; never show another workspace's record.
-      const sessions = page.sessions.filter((s) => s.workspaceId === scope.workspaceId);
+      // Defence in depth: the scheduler scopes by key, and lists a session's token only what it created; never show more.
+      const sessions = page.sessions.filter(
+        (s) => s.workspaceId === scope.workspaceId && (scope.sessionId === undefined || (s.creatorId === scope.actor.id && s.id !== scope.sessionId)),
+      );
       return { status: 200, body: { sessions, ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) } };
     }),
 

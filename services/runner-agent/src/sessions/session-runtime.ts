@@ -13,7 +13,7 @@ import { createSessionExecs } from "./session-exec.ts";
 import type { SessionExecs } from "../exec/session-execs.ts";
 import { askCredentials, prepareSandbox, saveCheckpoint, SessionEgress } from "./session-sandbox.ts";
 import { SessionFacts } from "./session-facts.ts";
-import { UsageMeter } from "../sandbox/usage.ts";
+import { UsageMeter, type UsageScope } from "../sandbox/usage.ts";
 import type { AppProcess } from "../sandbox/process-group.ts";
 import type { Sandbox, SandboxUser } from "../sandbox/backend.ts";
 import type { WatchReloader } from "./watch-reload.ts";
@@ -83,6 +83,11 @@ export class SessionRuntime {
   /** The apps running now. */
   private apps(): AppProcess[] {
     return [...[...this.slots.values()].flatMap((slot) => (slot.proc ? [slot.proc] : [])), ...(this.execs?.procs() ?? [])];
+  }
+
+  /** Whose processes are the session's (its declared agents are looked for among them); undefined without a sandbox. */
+  processScope(): UsageScope | undefined {
+    return this.sandbox?.usageScope(this.apps());
   }
 
   /** Runs fn after every earlier command of this session. */

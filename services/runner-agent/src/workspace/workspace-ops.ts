@@ -85,7 +85,7 @@ export interface WorkspaceOpsDeps {
   log: Logger;
 }
 
-interface Target {
+export interface Target {
   sessionId: string;
   workspaceId: string;
   placementGeneration: number;

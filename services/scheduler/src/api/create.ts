@@ -34,9 +34,21 @@ function nameKeyOf(workspaceId: string, creatorId: string, name: string): string
   return `${workspaceId}.${creatorId}.${Buffer.from(name).toString("hex")}`;
 }
 
-function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody, env: Environment | undefined): Session {
+/**
+ * What a recycle's replacement is given: the id the released record already
+ * names as its successor (so a recycle finished after a crash writes the same
+ * record), its predecessor, and the released session's creator (a
+ * replacement stays in its creator's roster and keeps its name there).
+ */
+export interface Lineage {
+  id: string;
+  predecessorId: string;
+  creatorId: string;
+}
+
+function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody, env: Environment | undefined, lineage?: Lineage): Session {
   const at = ctx.now();
-  const id = ctx.newId("ses");
+  const id = lineage?.id ?? ctx.newId("ses");
   const spec = layerSpec(env, body.spec, body.repos);
   checkRepoSecrets(env, spec);
   const requirements = requirementsOf(env, spec);
@@ -47,7 +59,7 @@ function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody,
   return {
     id,
     workspaceId: scope.workspaceId,
-    creatorId: scope.actor.id,
+    creatorId: lineage?.creatorId ?? scope.actor.id,
     ...(body.name !== undefined ? { name: body.name } : {}),
     state: "queued",
     ...(body.environmentId !== undefined ? { environmentId: body.environmentId } : {}),
@@ -61,6 +73,7 @@ function newRecord(ctx: SchedulerContext, scope: Scope, body: CreateSessionBody,
     mode: body.mode ?? "run",
     oneShot: body.oneShot ?? false,
     ...(body.parentId !== undefined ? { parentId: body.parentId } : {}),
+    ...(lineage ? { predecessorId: lineage.predecessorId } : {}),
     placementGeneration: 0,
     controllerGeneration: 0,
     ...(body.idempotencyKey !== undefined ? { idempotencyKey: body.idempotencyKey } : {}),
@@ -146,8 +159,10 @@ async function reserveName(ctx: SchedulerContext, s: Session): Promise<void> {
   try {
     await ctx.names.update(key, s.id, held.revision);
   } catch (err) {
-    if (isWrongLastSequence(err)) throw new ConflictError(`name ${s.name} was taken concurrently`, { cause: err });
-    throw err;
+    if (!isWrongLastSequence(err)) throw err;
+    // Two writers of the same record (a recycle finished twice at once): the name is already its.
+    if ((await ctx.names.get(key))?.string() === s.id) return;
+    throw new ConflictError(`name ${s.name} was taken concurrently`, { cause: err });
   }
 }
 
@@ -166,6 +181,13 @@ async function ensureWritten(ctx: SchedulerContext, s: Session): Promise<Session
   }
 }
 
+/** Refuses what createSession would refuse for its references, without writing anything (a recycle checks before it releases). */
+export async function checkCreate(ctx: SchedulerContext, scope: Scope, requested: CreateSessionBody): Promise<void> {
+  const body = withParentOfScope(scope, requested);
+  const env = await checkReferences(ctx, scope, body);
+  checkRepoSecrets(env, layerSpec(env, body.spec, body.repos));
+}
+
 /**
  * Creates a session. With an idempotency key, the first create stores the
  * whole record under the key before writing it, so a concurrent duplicate (on
@@ -176,10 +198,11 @@ export async function createSession(
   ctx: SchedulerContext,
   scope: Scope,
   requested: CreateSessionBody,
+  lineage?: Lineage,
 ): Promise<{ session: Session; replayed: boolean }> {
   const body = withParentOfScope(scope, requested);
   const env = await checkReferences(ctx, scope, body);
-  let record = newRecord(ctx, scope, body, env);
+  let record = newRecord(ctx, scope, body, env, lineage);
   let replayed = false;
   if (body.idempotencyKey !== undefined) {
     const key = idempotencyKeyOf(scope, body.idempotencyKey);

@@ -7,6 +7,7 @@ import {
   UnavailableError,
   type AuditAction,
   type Checkpoint,
+  type CreateSessionBody,
   type PendingOp,
   type PolicyReason,
   type Scope,
@@ -15,8 +16,8 @@ import {
 } from "@paddock/contracts";
 import type { SchedulerContext } from "../context.ts";
 import { transition, withFact, writeSession } from "../state/writes.ts";
-import { createSession } from "./create.ts";
-import { deleteSession, getSession } from "./queries.ts";
+import { checkCreate, createSession } from "./create.ts";
+import { endedRevision, getSession, visibleTo, writeEnded } from "./queries.ts";
 import { sendCommand } from "../fleet/slots.ts";
 import { CasConflictError, type Versioned } from "../state/store.ts";
 
@@ -34,7 +35,9 @@ async function mutateSession(
   change: (current: Versioned<Session>) => Session | undefined,
 ): Promise<{ before: Session; after: Session }> {
   for (let attempt = 0; ; attempt++) {
-    const viewed = attempt === 0 ? ctx.sessionView.get(sessionKey(scope.workspaceId, sessionId)) : undefined;
+    const fromView = attempt === 0 ? ctx.sessionView.get(sessionKey(scope.workspaceId, sessionId)) : undefined;
+    // One the caller may not know of is decided on a fresh read (getSession's not_found).
+    const viewed = fromView && visibleTo(scope, fromView.value) ? fromView : undefined;
     const current = viewed ?? (await getSession(ctx, scope, sessionId));
     let next: Session | undefined;
     try {
@@ -152,19 +155,55 @@ export async function snapshotSession(ctx: SchedulerContext, scope: Scope, sessi
   return { checkpoint: settled.checkpoint, session: settled };
 }
 
-/** Releases the session and creates a fresh one with the same spec, under a new id. */
-export async function recycleSession(ctx: SchedulerContext, scope: Scope, sessionId: string): Promise<{ released: Session; session: Session }> {
-  const old = (await getSession(ctx, scope, sessionId)).value;
-  const released = await deleteSession(ctx, scope, sessionId);
-  const { session } = await createSession(ctx, scope, {
+/** What a replacement is created from: the released session's spec, name, environment, mode and parent. */
+function replacementBody(scope: Scope, old: Session): CreateSessionBody {
+  return {
     spec: old.spec,
     ...(old.name !== undefined ? { name: old.name } : {}),
     ...(old.environmentId !== undefined ? { environmentId: old.environmentId } : {}),
+    // A session's token makes its creates its children anyway (create.ts).
     ...(old.parentId !== undefined && scope.sessionId === undefined ? { parentId: old.parentId } : {}),
     oneShot: old.oneShot,
     mode: old.mode,
-  });
-  return { released, session };
+  };
+}
+
+/**
+ * The released session's replacement: the record its successorId names, or
+ * that record written now when a recycle was cut short between releasing
+ * and creating (a crash, a failed write). Read by id, not scope: the released
+ * session names it, and it keeps the released session's creator.
+ */
+async function replacementOf(ctx: SchedulerContext, scope: Scope, released: Session, successorId: string): Promise<Session> {
+  const existing = await ctx.sessions.get(sessionKey(released.workspaceId, successorId));
+  if (existing) return existing.value;
+  const lineage = { id: successorId, predecessorId: released.id, creatorId: released.creatorId };
+  return (await createSession(ctx, scope, replacementBody(scope, released), lineage)).session;
+}
+
+/**
+ * Releases the session and creates a fresh one with the same spec, under a
+ * new id. The release comes first and names the replacement's id
+ * (`successorId`) in the same write, which commits the one `recycle` fact
+ * (docs/audit.md); the replacement then names its predecessor. Asked again
+ * (a retry, a concurrent recycle), a released session answers the same pair,
+ * writing the replacement if the first call never got to it.
+ */
+export async function recycleSession(ctx: SchedulerContext, scope: Scope, sessionId: string): Promise<{ released: Session; session: Session }> {
+  for (;;) {
+    const current = await getSession(ctx, scope, sessionId);
+    const old = current.value;
+    if (old.successorId !== undefined) return { released: old, session: await replacementOf(ctx, scope, old, old.successorId) };
+    // Refused before anything is released (an environment gone, a parent ended).
+    await checkCreate(ctx, scope, replacementBody(scope, old));
+    const successorId = ctx.newId("ses");
+    // An ended session (a one-shot that exited) is recycled too: the link is a fact of its own on its record.
+    const released = isTerminal(old.state)
+      ? { ...withFact(ctx, old, "recycle", scope.actor.id), successorId }
+      : endedRevision(ctx, old, scope.actor.id, { action: "recycle", patch: { successorId } });
+    if (!(await writeEnded(ctx, current, released))) continue;
+    return { released, session: await replacementOf(ctx, scope, released, successorId) };
+  }
 }
 
 /**

@@ -11,6 +11,7 @@ import {
   declaredPorts,
   sessionKey,
   type AttachMode,
+  type AuditAction,
   type Runner,
   type Scope,
   type PolicyReason,
@@ -37,25 +38,37 @@ function decodeCursor<S extends z.ZodType>(schema: S, cursor: string): z.infer<S
   throw new InvalidError("cursor is not one this API issued");
 }
 
+/**
+ * Whether a caller may know of a session at all. A session's own token knows
+ * its session and the sessions it created (its roster), nothing else of the
+ * workspace: checked here, beside the gateway's Authorizer, so no API path
+ * shows it another session.
+ */
+export function visibleTo(scope: Scope, s: Session): boolean {
+  if (s.workspaceId !== scope.workspaceId) return false;
+  return scope.sessionId === undefined || s.id === scope.sessionId || s.creatorId === scope.actor.id;
+}
+
 export async function getSession(ctx: SchedulerContext, scope: Scope, sessionId: string): Promise<Versioned<Session>> {
   // The key embeds the caller's workspace: another workspace's session is simply absent.
   const found = await ctx.sessions.get(sessionKey(scope.workspaceId, sessionId));
-  if (!found) throw new NotFoundError("session");
+  if (!found || !visibleTo(scope, found.value)) throw new NotFoundError("session");
   return found;
 }
 
 /** One page in stable (createdAt, id) order; the cursor is the last row's sort key. */
 export function listSessions(
   ctx: SchedulerContext,
-  q: { scope: Scope; limit: number; cursor?: string | undefined; includeTerminal: boolean; parentId?: string | undefined },
+  q: { scope: Scope; limit: number; cursor?: string | undefined; includeTerminal: boolean; parentId?: string | undefined; creatorId?: string | undefined },
 ): { sessions: Session[]; nextCursor?: string } {
   const after = q.cursor !== undefined ? decodeCursor(SessionCursor, q.cursor) : undefined;
   const limit = Math.min(q.limit || DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT);
   const rows: Session[] = [];
   for (const { value: s } of ctx.sessionView.values()) {
-    if (s.workspaceId !== q.scope.workspaceId) continue;
+    if (!visibleTo(q.scope, s) || s.id === q.scope.sessionId) continue;
     if (!q.includeTerminal && isTerminal(s.state)) continue;
     if (q.parentId !== undefined && s.parentId !== q.parentId) continue;
+    if (q.creatorId !== undefined && s.creatorId !== q.creatorId) continue;
     if (after && (s.createdAt < after[0] || (s.createdAt === after[0] && s.id <= after[1]))) continue;
     rows.push(s);
   }
@@ -81,27 +94,46 @@ function deletedState(s: Session): "canceled" | "destroyed" {
   return s.state === "queued" || s.state === "creating" ? "canceled" : "destroyed";
 }
 
+/**
+ * The revision that ends a live session as a delete does (canceled before it
+ * ran, destroyed after), committing `action` (cancel or delete unless told:
+ * a recycle commits its own) with the extra fields of `patch`.
+ */
+export function endedRevision(
+  ctx: SchedulerContext,
+  s: Session,
+  actorId: string,
+  opts: { action?: AuditAction; reason?: PolicyReason | undefined; patch?: Partial<Session> } = {},
+): Session {
+  const to = deletedState(s);
+  const ended = transition(ctx, s, to, opts.action ?? (to === "canceled" ? "cancel" : "delete"), actorId, opts.patch);
+  return opts.reason === undefined ? ended : { ...ended, stateReason: opts.reason, lastFact: { ...ended.lastFact, reason: opts.reason } };
+}
+
+/** Writes an ending revision by CAS (false when another write came first) and frees the slot the session held. */
+export async function writeEnded(ctx: SchedulerContext, current: Versioned<Session>, next: Session): Promise<boolean> {
+  try {
+    await writeSession(ctx, current, next);
+  } catch (err) {
+    if (err instanceof CasConflictError) return false;
+    throw err;
+  }
+  // The sandbox is torn down by the end-of-life hook (see policies/end-of-life.ts).
+  const s = current.value;
+  if (occupiesSlot(s.state)) {
+    await releaseSlot(ctx, s.poolId, s.runnerId);
+    ctx.requestPlacement();
+  }
+  return true;
+}
+
 /** Deletes a session; idempotent (a terminal session is returned as it is). */
 export async function deleteSession(ctx: SchedulerContext, scope: Scope, sessionId: string, reason?: PolicyReason): Promise<Session> {
   for (;;) {
     const current = await getSession(ctx, scope, sessionId);
-    const s = current.value;
-    if (isTerminal(s.state)) return s;
-    const to = deletedState(s);
-    const ended = transition(ctx, s, to, to === "canceled" ? "cancel" : "delete", scope.actor.id);
-    const next = reason === undefined ? ended : { ...ended, stateReason: reason, lastFact: { ...ended.lastFact, reason } };
-    try {
-      await writeSession(ctx, current, next);
-    } catch (err) {
-      if (err instanceof CasConflictError) continue;
-      throw err;
-    }
-    // The sandbox is torn down by the end-of-life hook (see policies/end-of-life.ts).
-    if (occupiesSlot(s.state)) {
-      await releaseSlot(ctx, s.poolId, s.runnerId);
-      ctx.requestPlacement();
-    }
-    return next;
+    if (isTerminal(current.value.state)) return current.value;
+    const next = endedRevision(ctx, current.value, scope.actor.id, { reason });
+    if (await writeEnded(ctx, current, next)) return next;
   }
 }
 

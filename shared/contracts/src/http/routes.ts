@@ -13,6 +13,7 @@ import { EmptyBody, httpRoute, json, jsonBody, NoQuery, pathParamNames, pathPatt
 import { QueryBool, QueryCursor, QueryLimit, QueryLimitValue, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
 import { DEFAULT_PAGE_LIMIT } from "../api.ts";
 import { ExecRoutes } from "./exec-routes.ts";
+import { AgentRoutes } from "./agent-routes.ts";
 import { FileRoutes } from "./file-routes.ts";
 
 export { NDJSON } from "./route.ts";
@@ -25,7 +26,9 @@ export const ARCHIVE_CONTENT_TYPE = "application/gzip";
 const SessionParams = z.object({ id: Id }).strict();
 const IdParams = z.object({ id: Id }).strict();
 
-export const ListSessionsQuery = z.object({ limit: QueryLimit, cursor: QueryCursor, includeTerminal: QueryBool, parentId: Id.optional() }).strict();
+export const ListSessionsQuery = z
+  .object({ limit: QueryLimit, cursor: QueryCursor, includeTerminal: QueryBool, parentId: Id.optional(), creatorId: Id.optional() })
+  .strict();
 export const ListEnvironmentsQuery = z.object({ limit: QueryLimit, cursor: z.string().min(1).max(512).optional() }).strict();
 export const ListRunnersQuery = z.object({ limit: QueryLimit, cursor: QueryCursor }).strict();
 /** `follow=true` streams NDJSON from `since`, then live; `limit` pages only the non-followed read. */
@@ -102,7 +105,8 @@ export const HttpApi = {
   listSessions: httpRoute({
     method: "GET",
     path: "/v1/sessions",
-    summary: "List the workspace's sessions, a page at a time (?includeTerminal=true adds ended ones; ?parentId= the children of one).",
+    summary:
+      "List the workspace's sessions, a page at a time (?includeTerminal=true adds ended ones; ?parentId= the children of one; ?creatorId= the ones an actor created). A session's own token lists only the sessions it created.",
     query: ListSessionsQuery,
     responses: [json(SessionPage)],
     errors: ["forbidden"],
@@ -204,6 +208,7 @@ export const HttpApi = {
   }),
   ...FileRoutes,
   ...ExecRoutes,
+  ...AgentRoutes,
   readDiff: httpRoute({
     method: "GET",
     path: "/v1/sessions/:id/diff",

@@ -45,7 +45,8 @@ function processSandbox(dir: string, log: Logger): Sandbox {
     workspace,
     insideWorkspace: workspace,
     adopt: () => Promise.resolve(),
-    reach: (gatewayUrl) => Promise.resolve({ egressHost: "127.0.0.1", egressPort: 0, gatewayUrl, noProxy: [], allow: () => Promise.resolve() }),
+    // The gateway is reached directly (NO_PROXY), as on bwrap: through the egress proxy it would be refused as a host not allowed.
+    reach: (gatewayUrl) => Promise.resolve({ egressHost: "127.0.0.1", egressPort: 0, gatewayUrl, noProxy: gatewayUrl ? [new URL(gatewayUrl).hostname] : [], allow: () => Promise.resolve() }),
     startApp: (opts) => spawnApp({ ...opts, cwd: opts.cwd ? join(workspace, opts.cwd) : workspace }),
     connectPort: async (port) => ports.track(await connectHostLoopback(port)),
     startExec: (opts) => spawnApp({ ...opts, app: { ...opts.app, tty: false }, cwd: opts.cwd ? join(workspace, opts.cwd) : workspace }),
