@@ -36,4 +36,18 @@ export default tseslint.config(
       "no-restricted-properties": ["error", { object: "process", property: "env", message: "read configuration through loadConfig(env) in main.ts" }],
     },
   },
+  {
+    // The console never turns text into markup: a session's output, names and paths stay text (issue 27).
+    files: ["console/src/**/*.ts"],
+    rules: {
+      "no-restricted-properties": [
+        "error",
+        { property: "innerHTML", message: "build elements with dom.ts's h(): text is never parsed as HTML" },
+        { property: "outerHTML", message: "build elements with dom.ts's h()" },
+        { property: "insertAdjacentHTML", message: "build elements with dom.ts's h()" },
+        { object: "document", property: "write", message: "build elements with dom.ts's h()" },
+      ],
+      "no-restricted-globals": ["error", { name: "eval", message: "no eval: the CSP forbids it" }],
+    },
+  },
 );

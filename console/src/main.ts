@@ -1,0 +1,88 @@
+/**
+ * The web console (issue 27): a static page the gateway serves at `/`. It
+ * logs in with a token (pasted, or `#token=…`), then routes by the URL
+ * fragment to one page per resource; every page keeps itself current from
+ * the API's streams (no manual refresh).
+ */
+import "@xterm/xterm/css/xterm.css";
+import { adoptFragmentToken, login, logout, token } from "./auth.ts";
+import { h, replace } from "./dom.ts";
+import { Router } from "./router.ts";
+import { environmentsPage } from "./pages/environments.ts";
+import { eventsPage } from "./pages/events.ts";
+import { runnersPage } from "./pages/runners.ts";
+import { sessionPage } from "./pages/session.ts";
+import { sessionsPage } from "./pages/sessions.ts";
+import { tokensPage } from "./pages/tokens.ts";
+
+const NAV = [
+  ["#/sessions", "Sessions"],
+  ["#/runners", "Runners"],
+  ["#/environments", "Environments"],
+  ["#/events", "Events"],
+  ["#/tokens", "Tokens"],
+] as const;
+
+function loginForm(app: HTMLElement): void {
+  const input = h("input", { id: "token", type: "password", autocomplete: "off", required: true, "aria-describedby": "token-help" });
+  const form = h(
+    "form",
+    {
+      class: "login",
+      "aria-label": "Log in",
+      onsubmit: (ev) => {
+        ev.preventDefault();
+        login(input.value);
+        boot(app);
+      },
+    },
+    h("h1", {}, "Paddock"),
+    h("label", { for: "token" }, "API token"),
+    input,
+    h("p", { id: "token-help", class: "hint" }, "Kept in this tab only (sessionStorage); never sent in a URL."),
+    h("button", { type: "submit" }, "Log in"),
+  );
+  replace(app, form);
+  input.focus();
+}
+
+function shell(app: HTMLElement): HTMLElement {
+  const main = h("main", { id: "main", tabindex: -1 });
+  const links = NAV.map(([href, label]) => h("a", { href, "data-nav": href }, label));
+  const nav = h(
+    "nav",
+    { "aria-label": "Main" },
+    h("span", { class: "brand" }, "Paddock"),
+    ...links,
+    h("button", { type: "button", class: "logout", onclick: () => (logout(), boot(app)) }, "Log out"),
+  );
+  const mark = () => {
+    for (const a of links) {
+      const current = location.hash.startsWith(a.getAttribute("data-nav") ?? "");
+      if (current) a.setAttribute("aria-current", "page");
+      else a.removeAttribute("aria-current");
+    }
+  };
+  window.addEventListener("hashchange", mark);
+  mark();
+  replace(app, h("a", { href: "#main", class: "skip" }, "Skip to content"), nav, main);
+  return main;
+}
+
+function boot(app: HTMLElement): void {
+  if (!token()) return loginForm(app);
+  const main = shell(app);
+  const router = new Router(main, (root) => void replace(root, h("h1", {}, "Not found"), h("p", {}, h("a", { href: "#/sessions" }, "Back to sessions"))));
+  router
+    .add("/sessions", sessionsPage)
+    .add("/sessions/:id", sessionPage)
+    .add("/runners", runnersPage)
+    .add("/environments", environmentsPage)
+    .add("/events", eventsPage)
+    .add("/tokens", tokensPage)
+    .start();
+}
+
+adoptFragmentToken();
+const app = document.getElementById("app");
+if (app) boot(app);
