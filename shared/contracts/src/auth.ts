@@ -1,4 +1,3 @@
-import { createHash } from "node:crypto";
 import { z } from "zod";
 import { EpochMs, Id } from "./ids.ts";
 
@@ -52,7 +51,3 @@ export type TokenRecord = z.infer<typeof TokenRecord>;
 export const Membership = z.object({ workspaceId: Id, actorId: Id, role: WorkspaceRole }).strict();
 export type Membership = z.infer<typeof Membership>;
 
-/** The KV `tokens` key of a token: its hex sha256. The token itself is never stored or logged. */
-export function tokenKey(token: string): string {
-  return createHash("sha256").update(token, "utf8").digest("hex");
-}

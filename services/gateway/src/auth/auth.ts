@@ -10,8 +10,8 @@ import {
   TokenRecord,
   UnauthenticatedError,
   type Scope,
-  tokenKey,
 } from "@paddock/contracts";
+import { tokenKey } from "@paddock/contracts/token-key";
 
 /** The KV key of a token: hex sha256. The token itself is never stored or logged. */
 export const hashToken = tokenKey;

@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { Api, Presence, RunnerActivity, Streams, Subjects, tokenKey, type Checkpoint, type Scope } from "@paddock/contracts";
+import { Api, Presence, RunnerActivity, Streams, Subjects, type Checkpoint, type Scope } from "@paddock/contracts";
+import { tokenKey } from "@paddock/contracts/token-key";
 import { callRpc, encodeJson } from "@paddock/bus";
 import { untilSession } from "@paddock/testing";
 import {

@@ -1,5 +1,6 @@
 import { createHmac, randomBytes } from "node:crypto";
-import { TokenRecord, tokenKey, type Session } from "@paddock/contracts";
+import { TokenRecord, type Session } from "@paddock/contracts";
+import { tokenKey } from "@paddock/contracts/token-key";
 import { encoderOf } from "@paddock/bus";
 import type { SchedulerContext } from "../context.ts";
 

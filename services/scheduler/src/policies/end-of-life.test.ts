@@ -6,7 +6,8 @@
 import { describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { Api, Buckets, tokenKey, type Session } from "@paddock/contracts";
+import { Api, Buckets, type Session } from "@paddock/contracts";
+import { tokenKey } from "@paddock/contracts/token-key";
 import { callRpc, provision } from "@paddock/bus";
 import { alice, dispatchInbox, register, runningSession, serviceTokenOf, useHarness, tokenRevoked, waitForState, type SchedulerHarness } from "../testing/testkit.ts";
 

@@ -1,4 +1,5 @@
-import { isTerminal, tokenKey, type Session } from "@paddock/contracts";
+import { isTerminal, type Session } from "@paddock/contracts";
+import { tokenKey } from "@paddock/contracts/token-key";
 import type { SchedulerContext } from "../context.ts";
 import { SCHEDULER_ACTOR } from "../state/writes.ts";
 import { deleteSession } from "../api/queries.ts";

@@ -9,7 +9,20 @@ import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Registry } from "prom-client";
 import { afterAll, afterEach, beforeAll } from "vitest";
-import { Api, DispatchCommand, FleetRpc, RegisterRunnerReply, RegisterRunnerRequest, Runner, RunnerFact, Session, Streams, Subjects, tokenKey, type Scope } from "@paddock/contracts";
+import {
+  Api,
+  DispatchCommand,
+  FleetRpc,
+  RegisterRunnerReply,
+  RegisterRunnerRequest,
+  Runner,
+  RunnerFact,
+  Session,
+  Streams,
+  Subjects,
+  type Scope,
+} from "@paddock/contracts";
+import { tokenKey } from "@paddock/contracts/token-key";
 import { callRpc, createBusMetrics, decodeJson, encodeJson, provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer, untilSession, type NatsServerHandle } from "@paddock/testing";
