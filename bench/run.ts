@@ -1,4 +1,4 @@
-// `pnpm bench [--quick] [--only lifecycle,checkpoint,terminal,memory,images,sandbox,files,exec,preview]`: every speed figure
+// `pnpm bench [--quick] [--only lifecycle,checkpoint,terminal,memory,images,sandbox,files,exec,preview,console]`: every speed figure
 // next to a baseline measured in the same run, and their ratio; JSON under bench-results/.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -16,6 +16,7 @@ import { memoryBenches } from "./src/memory.ts";
 import { sandboxBenches } from "./src/sandbox.ts";
 import { sandboxRunnerBenches } from "./src/sandbox-runner.ts";
 import { terminalBenches } from "./src/terminal.ts";
+import { consoleBench } from "./src/console.ts";
 
 const { quick, only } = parseScriptArgsOrExit(BENCH_USAGE, parseBenchArgs);
 
@@ -36,6 +37,7 @@ async function main(): Promise<void> {
   if (only.has("files")) figures.push(...(await filesBench({ samples: quick ? 20 : 200 })));
   if (only.has("preview")) figures.push(...(await previewBench(quick ? { samples: 20, megabytes: 20 } : { samples: 200, megabytes: 100 })));
   if (only.has("exec")) figures.push(...(await execBench(quick ? { samples: 20, megabytes: 20, repoMegabytes: 10 } : { samples: 200, megabytes: 100, repoMegabytes: 50 })));
+  if (only.has("console")) figures.push(...(await consoleBench({ samples: quick ? 10 : 50 })));
   process.stdout.write(formatTable(figures) + "\n");
   const dir = join(repoRoot, "bench-results");
   mkdirSync(dir, { recursive: true });

@@ -19,4 +19,24 @@ export default defineConfig({
     sourcemap: false,
     target: "es2022",
   },
+  // `npx vite` against a running gateway (PADDOCK_URL, as `npm run up` prints it): /v1 goes
+  // there, WebSockets too. The Host header is kept (no changeOrigin), so the gateway's
+  // same-origin check sees the page's own origin. A stream the gateway cuts (a followed
+  // event stream when it stops) is cut for the browser too, as without the proxy.
+  server: process.env.PADDOCK_URL
+    ? {
+        proxy: {
+          "/v1": {
+            target: process.env.PADDOCK_URL,
+            ws: true,
+            configure: (proxy) =>
+              proxy.on("proxyRes", (upstream, _req, res) => {
+                upstream.on("close", () => {
+                  if (!upstream.complete) res.destroy();
+                });
+              }),
+          },
+        },
+      }
+    : {},
 });

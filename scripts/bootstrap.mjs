@@ -157,6 +157,35 @@ function ensureInit(required) {
   log(`${message}; exec runs through a launch of its own`);
 }
 
+// The web console (issue 27): the gateway serves console/dist at `/`. Built by Vite when the build is
+// missing or older than anything it is built from (its sources, and the contracts it bundles); a
+// build takes a few seconds. `npm test` needs it (the browser tests load it); elsewhere a failed
+// build only warns, and the gateway answers `/` with a page saying how to build it.
+const CONSOLE = join(root, "console");
+const CONSOLE_INPUTS = ["src", "index.html", "vite.config.ts", "package.json", "../shared/contracts/src"].map((p) => join(CONSOLE, p));
+
+function newestMtime(path) {
+  if (!existsSync(path)) return 0;
+  const st = statSync(path);
+  if (!st.isDirectory()) return st.mtimeMs;
+  let newest = st.mtimeMs; // a deleted file changes its directory
+  for (const name of readdirSync(path)) newest = Math.max(newest, newestMtime(join(path, name)));
+  return newest;
+}
+
+function ensureConsole(required) {
+  const built = join(CONSOLE, "dist", "index.html");
+  const inputs = Math.max(...CONSOLE_INPUTS.map(newestMtime));
+  if (existsSync(built) && statSync(built).mtimeMs >= inputs) return;
+  log("building the web console (console/dist)");
+  const vite = join(CONSOLE, "node_modules", ".bin", "vite");
+  const r = spawnSync(vite, ["build", "--logLevel", "error"], { stdio: "inherit", cwd: CONSOLE });
+  if (r.status === 0 && !r.error) return;
+  const message = `the web console did not build (${r.error?.message ?? `vite exited with ${r.status ?? r.signal}`})`;
+  if (required) throw new Error(message);
+  log(`${message}; the gateway answers / with 503 until \`npm run build:console\` succeeds`);
+}
+
 const COMMANDS = ["up", "test", "bench", "chaos"];
 const USAGE = `usage: node scripts/bootstrap.mjs <${COMMANDS.join("|")}> [flags...]
   installs what is missing (pnpm, node modules, nats-server) into the project, then runs the command;
@@ -177,6 +206,7 @@ function main() {
   ensureModules(pnpm);
   const natsServer = ensureNats();
   ensureInit(command === "test");
+  ensureConsole(command === "test");
   const env = { ...process.env, PADDOCK_NATS_SERVER: natsServer };
   // Node itself with tsx as a loader, not the tsx CLI: the CLI is a second
   // process that relays Ctrl-C, and SIGKILLs its child when the child does not

@@ -20,6 +20,7 @@ import { fuzzFilesWatch } from "./fuzz-files-watch.ts";
 import { floodAndPaste } from "./fuzz-flood.ts";
 import { sandboxCase } from "./fuzz-sandbox.ts";
 import { execCase } from "./fuzz-exec.ts";
+import { consoleCase } from "./fuzz-console.ts";
 import { agentsCase } from "./fuzz-agents.ts";
 import { previewCase } from "./fuzz-preview.ts";
 import type { Prng } from "./prng.ts";
@@ -118,6 +119,7 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
   // After the state comparison: these create sessions of their own.
   await floodAndPaste(ctx, prng.fork());
   await execCase(ctx);
+  await consoleCase(ctx);
   await agentsCase(ctx);
   await previewCase(ctx);
   await sandboxCase(ctx);

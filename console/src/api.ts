@@ -4,6 +4,7 @@
  * same-origin, with the token as a bearer header (never in a URL). Errors are
  * ApiError with the API's stable code and message, shown as they are.
  */
+import "./zod-config.ts";
 import type { z } from "zod";
 import { ErrorBody, fillPath, type BodyInput, type HttpRoute, type JsonAnswer } from "@paddock/contracts";
 import { token } from "./auth.ts";

@@ -4,6 +4,8 @@
  * fragment to one page per resource; every page keeps itself current from
  * the API's streams (no manual refresh).
  */
+// First: zod must not probe `new Function` (the CSP forbids eval) when the contracts build their schemas.
+import "./zod-config.ts";
 import "@xterm/xterm/css/xterm.css";
 import { adoptFragmentToken, login, logout, token } from "./auth.ts";
 import { h, replace } from "./dom.ts";

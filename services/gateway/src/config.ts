@@ -1,9 +1,13 @@
+import { resolve } from "node:path";
 import { z } from "zod";
 import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
 import { SecretsKeySetting } from "@paddock/bus";
 import { Id, MAX_INLINE_FILE_BYTES } from "@paddock/contracts";
 
 const bytes = z.coerce.number().int().positive();
+
+/** The repository's console build (`npm run build:console`), found from this file so any working directory works. */
+const DEFAULT_CONSOLE_DIR = resolve(import.meta.dirname, "../../../console/dist");
 
 /** The gateway's environment; the only place it reads configuration. */
 export const GatewayEnv = z.object({
@@ -62,6 +66,16 @@ export const GatewayEnv = z.object({
       return url !== null && url.pathname === "/" && url.search === "" && url.hash === "" && url.username === "" && !/^[\d.]+$|^\[/.test(url.hostname);
     }, "scheme://host[:port] with a DNS name (no path, query or credentials)")
     .optional(),
+  /**
+   * The web console's build served at `/` (index.html and hashed `assets/`),
+   * read once at start. Missing or without index.html: `/` answers 503 saying
+   * how to build it; the API is unaffected.
+   */
+  PADDOCK_CONSOLE_DIR: z
+    .string()
+    .min(1)
+    .default(DEFAULT_CONSOLE_DIR)
+    .transform((d) => resolve(d)),
   /** Open connections from one client address; more are answered 429 at once. */
   PADDOCK_HTTP_MAX_CONNECTIONS_PER_ADDRESS: z.coerce.number().int().positive().default(2_048),
 });
@@ -93,6 +107,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
     httpHeadersTimeoutMs: e.PADDOCK_HTTP_HEADERS_TIMEOUT_MS,
     httpMaxConnections: e.PADDOCK_HTTP_MAX_CONNECTIONS,
     httpMaxConnectionsPerAddress: e.PADDOCK_HTTP_MAX_CONNECTIONS_PER_ADDRESS,
+    consoleDir: e.PADDOCK_CONSOLE_DIR,
   };
 }
 

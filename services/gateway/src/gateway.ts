@@ -1,7 +1,10 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { HealthRoutes, NotFoundError, PaddockError, routeName, TooLargeError } from "@paddock/contracts";
+import { openApiDocument } from "@paddock/contracts/openapi";
 import { ConnectionGate } from "./http/connections.ts";
+import { ConsoleAssets } from "./http/console-assets.ts";
+import { refuseForeignOrigin } from "./http/origin.ts";
 import { GatewayContext, type GatewayDeps } from "./context.ts";
 import { environmentRoutes } from "./routes/environments.ts";
 import { eventRoutes } from "./routes/events.ts";
@@ -56,6 +59,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
   let listening = false;
   const isReady = () => listening && !nc.isClosed();
   const previewHosts = previewHostsOf(deps.config.previewOrigin);
+  // The web console's files, read when the gateway starts listening (construction does no I/O).
+  const consoleAssets = new ConsoleAssets(deps.config.consoleDir);
   /** The preview a request names: by host first (a preview host's every path is its app's, none the gateway's), then by path. */
   const previewOf = (req: IncomingMessage) => {
     const byHost = matchPreviewHost(previewHosts, req.headers.host, req.url ?? "/");
@@ -85,8 +90,22 @@ export function createGateway(deps: GatewayDeps): Gateway {
         sendJson(res, ready ? 200 : 503, { status: ready ? "ready" : "not_ready" });
         return;
       }
+      if (url.pathname === HealthRoutes.openapi.path && method === HealthRoutes.openapi.method) {
+        routeName = "openapi";
+        sendOpenApi(res);
+        return;
+      }
+      // A browser call from another page's origin changes nothing: refused before it is authenticated or read.
+      if (url.pathname.startsWith("/v1/")) refuseForeignOrigin(req, deps.config.allowedOrigins);
       const match = matchRoute(routes, method, url.pathname);
-      if (match.kind === "none") throw new NotFoundError("endpoint");
+      if (match.kind === "none") {
+        // The console by the exact request path (not the normalized URL): a path with `..` or escapes is no file.
+        if (!url.pathname.startsWith("/v1/") && consoleAssets.serve(req, res, (req.url ?? "/").split("?")[0] ?? "/")) {
+          routeName = "console";
+          return;
+        }
+        throw new NotFoundError("endpoint");
+      }
       if (match.kind === "method_not_allowed") {
         // 405 with the `invalid` code: the path exists, the method does not.
         routeName = "method_not_allowed";
@@ -162,15 +181,19 @@ export function createGateway(deps: GatewayDeps): Gateway {
     terminals,
     served,
     isReady,
-    listen: (port = deps.config.httpPort, host = deps.config.httpHost) =>
-      new Promise((resolve, reject) => {
+    listen: async (port = deps.config.httpPort, host = deps.config.httpHost) => {
+      const loaded = await consoleAssets.load();
+      if (loaded.kind === "loaded") log.info({ files: loaded.files, bytes: loaded.bytes }, "console loaded");
+      else log.warn({ reason: loaded.reason }, "console not built: `/` answers 503 (npm run build:console)");
+      return new Promise((resolve, reject) => {
         server.once("error", reject);
         server.listen(port, host, () => {
           server.off("error", reject);
           listening = true;
           resolve({ port: (server.address() as AddressInfo).port });
         });
-      }),
+      });
+    },
     close: async () => {
       listening = false;
       terminals.close();
@@ -182,4 +205,12 @@ export function createGateway(deps: GatewayDeps): Gateway {
       });
     },
   };
+}
+
+/** The API's OpenAPI description, rendered once (it only changes with the code). */
+let openApiBody: Buffer | undefined;
+function sendOpenApi(res: ServerResponse): void {
+  openApiBody ??= Buffer.from(JSON.stringify(openApiDocument()));
+  res.writeHead(200, { "content-type": "application/json; charset=utf-8", "content-length": openApiBody.length, "cache-control": "no-cache" });
+  res.end(openApiBody);
 }

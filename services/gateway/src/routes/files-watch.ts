@@ -38,6 +38,7 @@ import type { Revocable, StreamGuard } from "../auth/revocation.ts";
 import { consumeTicket } from "../auth/tokens.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
 import { errorResponse, parseWith, queryObject } from "../http/http.ts";
+import { isAllowedOrigin } from "../http/origin.ts";
 
 export const FILES_WATCH_ROUTE = HttpApi.watchFiles;
 const WATCH_PATH = pathPattern(FILES_WATCH_ROUTE.path);
@@ -209,8 +210,7 @@ export class FilesWatchHub {
     const url = new URL(req.url ?? "/", "http://gateway");
     const m = WATCH_PATH.exec(url.pathname);
     if (!m || req.method !== FILES_WATCH_ROUTE.method) throw new NotFoundError("endpoint");
-    const origin = req.headers.origin;
-    if (origin !== undefined && !this.ctx.deps.config.allowedOrigins.includes(origin.toLowerCase())) throw new ForbiddenError("origin not allowed");
+    if (!isAllowedOrigin(req, this.ctx.deps.config.allowedOrigins)) throw new ForbiddenError("origin not allowed");
     const raw = queryObject(url.searchParams);
     if ("token" in raw || "access_token" in raw) throw new InvalidError("query: never put a token in a URL: send the Authorization header, or use an attach ticket (?ticket=)");
     // From here on a token change must reach this socket: the watch runs before authentication.

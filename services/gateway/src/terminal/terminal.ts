@@ -26,6 +26,7 @@ import { ClaimWatch } from "../auth/claims.ts";
 import { resolveApp, sessionResource, type GatewayContext } from "../context.ts";
 import { errorResponse, parseWith, queryObject } from "../http/http.ts";
 import { RateLimitedError } from "../http/limits.ts";
+import { isAllowedOrigin } from "../http/origin.ts";
 import { PresenceTracker } from "./presence.ts";
 import { StreamGuard } from "../auth/revocation.ts";
 import { consumeTicket } from "../auth/tokens.ts";
@@ -108,12 +109,9 @@ export class TerminalHub {
     const url = new URL(req.url ?? "/", "http://gateway");
     const m = TERMINAL_PATH.exec(url.pathname);
     if (!m || req.method !== TERMINAL_ROUTE.method) throw new NotFoundError("endpoint");
-    // A browser page may only open a terminal from an allowed origin (the cookie-less
-    // ticket still must not be usable from any site that gets hold of one).
-    const origin = req.headers.origin;
-    if (origin !== undefined && !this.ctx.deps.config.allowedOrigins.includes(origin.toLowerCase())) {
-      throw new ForbiddenError("origin not allowed");
-    }
+    // A browser page may only open a terminal from the gateway's own origin (its console) or an
+    // allowed one (the cookie-less ticket still must not be usable from any site that gets hold of one).
+    if (!isAllowedOrigin(req, this.ctx.deps.config.allowedOrigins)) throw new ForbiddenError("origin not allowed");
     const raw = queryObject(url.searchParams);
     if ("token" in raw || "access_token" in raw) {
       throw new InvalidError("query: never put a token in a URL: send the Authorization header, or use an attach ticket (?ticket=)");

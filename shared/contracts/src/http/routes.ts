@@ -344,8 +344,14 @@ export const HttpApi = {
 export type HttpApi = typeof HttpApi;
 export type HttpRouteName = keyof HttpApi;
 
-/** Unauthenticated probes outside /v1 (load balancers, orchestrators). */
+/** Unauthenticated routes: the probes outside /v1 (load balancers, orchestrators) and the API's own description. */
 export const HealthRoutes = {
+  openapi: httpRoute({
+    method: "GET",
+    path: "/v1/openapi.json",
+    summary: "The OpenAPI 3.1 description of every route (generated from the contract; docs/openapi.json); no token needed.",
+    responses: [json(z.record(z.string(), z.unknown()))],
+  }),
   healthz: httpRoute({
     method: "GET",
     path: "/healthz",
