@@ -175,6 +175,31 @@ describe("the web console in Chromium", () => {
     expect(color).toBe("rgb(10, 200, 30)");
   });
 
+  it("a second controller supersedes the first, which says so and stops typing; the window's size reaches the terminal", async () => {
+    const first = await open(`/sessions/${sessionId}`);
+    await untilText(first, "terminal-status", /connected/);
+    const second = await open(`/sessions/${sessionId}`);
+    await untilText(second, "terminal-status", /connected/);
+    await first.getByTestId("superseded").waitFor({ state: "visible" });
+    await first.locator("[data-testid=terminal] .xterm").click();
+    await first.keyboard.type("echo from-superseded-$((3*3))\n");
+    await second.locator("[data-testid=terminal] .xterm").click();
+    // The size follows the page: a narrower window is fewer columns, and the PTY is told (stty reads it).
+    const sizeOf = () =>
+      second.evaluate(() => (globalThis as unknown as { document: { querySelector(s: string): { paddockTerminal?: { size(): { cols: number; rows: number } } } | null } }).document.querySelector("[data-testid=terminal]")?.paddockTerminal?.size());
+    const wide = await sizeOf();
+    await second.setViewportSize({ width: 700, height: 600 });
+    await second.waitForFunction(
+      (before) => ((globalThis as unknown as { document: { querySelector(s: string): { paddockTerminal?: { size(): { cols: number } } } | null } }).document.querySelector("[data-testid=terminal]")?.paddockTerminal?.size().cols ?? before) < before,
+      wide?.cols ?? 0,
+    );
+    const cols = await sizeOf();
+    await second.keyboard.type("echo size-$(stty size | tr ' ' x)-end\n");
+    await untilTerminalHas(second, `size-${cols?.rows}x${cols?.cols}-end`);
+    expect(await terminalText(second)).not.toContain("from-superseded-9");
+    await screenshot(first, "session-superseded");
+  });
+
   it("the other pages render live, with no page error or CSP violation anywhere", async () => {
     for (const [route, testid] of [
       ["/runners", "runners-table"],
