@@ -15,7 +15,8 @@ import { repoRoot, startStack } from "@paddock/testing";
 import { launchBrowser } from "../../test/e2e/browser.ts";
 import { stopStackKeepingData } from "./leftovers.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
-import { openWs, post, runningWatch } from "./terminal.ts";
+import WebSocket from "ws";
+import { post, runningWatch } from "./terminal.ts";
 
 const KB = 1024;
 
@@ -60,8 +61,13 @@ export async function consoleBench(opts: { samples: number }): Promise<Figure[]>
     const raw: number[] = [];
     for (let i = 0; i < opts.samples + 2; i++) {
       const t0 = performance.now();
-      const ws = await openWs(`${stack.url.replace(/^http/, "ws")}/v1/sessions/${s.id}/terminal?since=screen&mode=viewer`, { authorization: `Bearer ${stack.token}` });
-      await new Promise<void>((resolve) => ws.on("message", (_data, binary) => binary && resolve()));
+      // Listening from the start: the first frame may arrive with the upgrade's answer, before "open" is seen.
+      const ws = new WebSocket(`${stack.url.replace(/^http/, "ws")}/v1/sessions/${s.id}/terminal?since=screen&mode=viewer`, { headers: { authorization: `Bearer ${stack.token}` } });
+      await new Promise<void>((resolve, reject) => {
+        ws.on("message", (_data, binary) => binary && resolve());
+        ws.once("error", reject);
+        ws.once("close", (code) => reject(new Error(`the raw attach closed (${code}) before its first frame`)));
+      });
       if (i >= 2) raw.push(performance.now() - t0);
       ws.close();
     }
