@@ -12,6 +12,7 @@ import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
+  AgentFact,
   AuditEvent,
   Buckets,
   DispatchCommand,
@@ -30,15 +31,23 @@ import type { ChaosStack } from "./stack.ts";
 /** Whether every recorder feed consumer has delivered and had acked everything. */
 export async function feedsDrained(nc: NatsConnection): Promise<boolean> {
   const jsm = await jetstreamManager(nc);
-  for (const bucket of [Buckets.sessions, Buckets.environments, Buckets.runners]) {
+  for (const stream of [...[Buckets.sessions, Buckets.environments, Buckets.runners].map(kvStreamName), Streams.agents]) {
     try {
-      const info = await jsm.consumers.info(kvStreamName(bucket), "event-recorder");
+      const info = await jsm.consumers.info(stream, "event-recorder");
       if (info.num_pending > 0 || info.num_ack_pending > 0) return false;
     } catch {
       return false;
     }
   }
   return true;
+}
+
+/** Agents' facts (stream AGENTS): each is its own audited fact, its id the event's. */
+async function noteAgentFacts(nc: NatsConnection, committed: Map<string, string>): Promise<void> {
+  for (const m of await readStream(nc, Streams.agents)) {
+    const fact = AgentFact.safeParse(parseJson(m.data));
+    if (fact.success) committed.set(fact.data.id, `agent ${fact.data.type} on ${m.subject}`);
+  }
 }
 
 /** The buckets whose revisions carry audited facts (`lastFact`). */
@@ -74,6 +83,7 @@ export async function checkAudit(nc: NatsConnection, anomalies: Anomalies, timeo
     }
     for (const { id, n } of perKey.values()) if (id !== undefined && keep > 0 && n >= keep) truncated.add(id);
   }
+  await noteAgentFacts(nc, committed);
   await waitFor(() => feedsDrained(nc), timeoutMs, 250);
   const counts = new Map<string, number>();
   const resourceOf = new Map<string, string>();
@@ -95,6 +105,7 @@ export async function checkAudit(nc: NatsConnection, anomalies: Anomalies, timeo
   // read above: look for the events' facts once more before calling any of them uncommitted.
   if ([...counts.keys()].some((id) => !committed.has(id))) {
     for (const bucket of FACT_BUCKETS) for (const r of await kvRevisions<Session | Environment>(nc, bucket)) noteFact(committed, bucket, r);
+    await noteAgentFacts(nc, committed);
   }
   let beyondHistory = 0;
   for (const [id, n] of counts) {
