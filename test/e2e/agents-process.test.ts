@@ -44,6 +44,8 @@ describe("agents on the process backend", () => {
     // The app is restarted: the declared process is gone, so the agent reads gone (judged now, not stored).
     const ended = await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/apps/main/restart`);
     expect(ended.status).toBe(200);
+    // The next generation's process has declared itself: the runner ended the old one before starting it.
+    await outputOf(s.id, (t) => [...t.matchAll(/SELF=(\d+) CHILD/g)].some((m) => m[1] !== self));
     const after = ((await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}/agents`)).body as AgentList).agents;
     expect(after.find((a) => a.id === agents[0]?.id)?.state).toBe("gone");
   });

@@ -19,8 +19,7 @@ import type { Sandbox, SandboxUser } from "../sandbox/backend.ts";
 import type { WatchReloader } from "./watch-reload.ts";
 import { watchSessionWorkspace } from "./session-watch.ts";
 
-/** Sampling interval of a session's CPU and memory. */
-const DEFAULT_USAGE_SAMPLE_MS = 5_000;
+const DEFAULT_USAGE_SAMPLE_MS = 5_000; // sampling interval of a session's CPU and memory
 
 /**
  * One placement of a session on this runner: its sandbox directory, apps and
@@ -86,9 +85,7 @@ export class SessionRuntime {
   }
 
   /** Whose processes are the session's (its declared agents are looked for among them); undefined without a sandbox. */
-  processScope(): UsageScope | undefined {
-    return this.sandbox?.usageScope(this.apps());
-  }
+  processScope = (): UsageScope | undefined => this.sandbox?.usageScope(this.apps());
 
   /** Runs fn after every earlier command of this session. */
   run<T>(fn: () => Promise<T>): Promise<T> {
