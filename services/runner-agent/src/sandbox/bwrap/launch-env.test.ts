@@ -43,7 +43,8 @@ describe("a session's environment", () => {
     const shmBefore = readdirSync("/dev/shm").filter((n) => n.startsWith("paddock-env-"));
     let ready!: () => void;
     const up = new Promise<void>((resolve) => (ready = resolve));
-    const run = runInSandbox(spec(["/bin/sh", "-c", "echo up; exec sleep 600"], { PATH: TEST_PATH, SESSION_SECRET: secret }), cap, (out) => out.includes("up") && ready());
+    // The command that says "up" is the one that stays (reading its terminal): an `exec` after it could be read mid-exec, when its environment is still empty.
+    const run = runInSandbox(spec(["/bin/sh", "-c", "echo up; read line"], { PATH: TEST_PATH, SESSION_SECRET: secret }), cap, (out) => out.includes("up") && ready());
     await up;
     const environOf = (pid: number) => readFileSync(`/proc/${pid}/environ`).toString();
     const ppidOf = (pid: number) => Number(readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ")[1]);
