@@ -29,7 +29,7 @@
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { AuditEvent, fillPath, HttpApi, type Agent, type BodyInput, type HttpRoute, type JsonAnswer } from "@paddock/contracts";
+import { AuditEntry, type AuditEvent, fillPath, HttpApi, type Agent, type BodyInput, type HttpRoute, type JsonAnswer } from "@paddock/contracts";
 
 /** The stand-in agent: `bash -c STAND_IN stand-in SUCCESSOR TURNS` in a child session's workspace. */
 export const STAND_IN = String.raw`set -euo pipefail
@@ -161,7 +161,7 @@ export class Api {
       rest += decoder.decode(chunk, { stream: true });
       const lines = rest.split("\n");
       rest = lines.pop() ?? "";
-      for (const line of lines) if (line.trim() !== "") yield AuditEvent.parse(JSON.parse(line));
+      for (const line of lines) if (line.trim() !== "") yield AuditEntry.parse(JSON.parse(line));
     }
   }
 }

@@ -96,52 +96,56 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
   const before = await snapshotState(nc);
   const invalidBefore = await invalidMessages(stack);
 
-  const http = Math.round(opts.inputs * 0.5);
-  const ws = Math.round(opts.inputs * 0.15);
-  const bus = opts.inputs - http - ws;
-  log("bad-input", `seed ${opts.seed}: ${http} HTTP, ${ws} WebSocket, ${bus} NATS inputs`);
-  await fuzzHttp(ctx, http, prng.fork());
-  await fuzzWebSocket(ctx, ws, prng.fork(), controller);
-  await fuzzNats(ctx, bus, prng.fork());
-  // Forked after the others, so the inputs of a seed from before this route are unchanged.
-  await fuzzFilesWatch(ctx, Math.max(5, Math.round(ws / 4)), prng.fork());
-  await readBackInjected(ctx);
+  let invalidAfter = invalidBefore;
+  // Whatever happens (a harness error included), what was planted goes: later scenarios on this stack must see only real facts.
+  try {
+    const http = Math.round(opts.inputs * 0.5);
+    const ws = Math.round(opts.inputs * 0.15);
+    const bus = opts.inputs - http - ws;
+    log("bad-input", `seed ${opts.seed}: ${http} HTTP, ${ws} WebSocket, ${bus} NATS inputs`);
+    await fuzzHttp(ctx, http, prng.fork());
+    await fuzzWebSocket(ctx, ws, prng.fork(), controller);
+    await fuzzNats(ctx, bus, prng.fork());
+    // Forked after the others, so the inputs of a seed from before this route are unchanged.
+    await fuzzFilesWatch(ctx, Math.max(5, Math.round(ws / 4)), prng.fork());
+    await readBackInjected(ctx);
 
-  // Let consumers work through what was injected, then compare.
-  await sleep(1_500);
-  await waitFor(() => feedsDrained(nc), 10_000, 200);
-  const after = await snapshotState(nc);
-  const planted = new Set(ctx.planted.map((k) => `kv ${k.bucket} ${k.key}`));
-  const changes = diffState(before, after).filter((line) => !planted.has(line.split(" ").slice(0, 3).join(" ")));
-  for (const c of changes) anomalies.add("state changes", c);
-  const invalidAfter = await invalidMessages(stack);
+    // Let consumers work through what was injected, then compare.
+    await sleep(1_500);
+    await waitFor(() => feedsDrained(nc), 10_000, 200);
+    const after = await snapshotState(nc);
+    const planted = new Set(ctx.planted.map((k) => `kv ${k.bucket} ${k.key}`));
+    const changes = diffState(before, after).filter((line) => !planted.has(line.split(" ").slice(0, 3).join(" ")));
+    for (const c of changes) anomalies.add("state changes", c);
+    invalidAfter = await invalidMessages(stack);
 
-  // After the state comparison: these create sessions of their own.
-  await floodAndPaste(ctx, prng.fork());
-  await execCase(ctx);
-  await consoleCase(ctx);
-  await agentsCase(ctx);
-  await previewCase(ctx);
-  await sandboxCase(ctx);
+    // After the state comparison: these create sessions of their own.
+    await floodAndPaste(ctx, prng.fork());
+    await execCase(ctx);
+    await consoleCase(ctx);
+    await agentsCase(ctx);
+    await previewCase(ctx);
+    await sandboxCase(ctx);
 
-  for (const c of stack.crashes.slice(crashBase)) anomalies.add("services crashed", `${c.id} exited (${c.code ?? c.signal ?? "?"}) — repeat with --seed ${opts.seed} --only bad-input`);
-  for (const id of stack.members.keys()) if (!stack.isUp(id)) await stack.startMember(id);
-  // Still working: a fresh session runs to its end.
-  const probe = await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", "echo probe"] }, oneShot: true });
-  const probed = probe.status === 201 ? await untilRecord(nc, WS, (probe.body as Session).id, (s) => s.state === "destroyed", 30_000) : undefined;
-  if (!probed) anomalies.add("service stopped working", `after the inputs a one-shot session did not run to its end (create answered ${probe.status})`);
-  if (controller.closeCode !== undefined) log("bad-input", `the fixture controller was closed (${controller.closeCode}) during the run`);
-
-  // Clean up what the scenario planted, so later checks on this stack see only real facts.
-  controller.close();
-  const kvm = new Kvm(nc);
-  for (const { bucket, key } of ctx.planted) await (await kvm.open(bucket)).purge(key);
-  const jsm = await jetstreamManager(nc);
-  for (const seq of ctx.auditSeqs) await jsm.streams.deleteMessage(Streams.audit, seq, false).catch(() => undefined);
-  for (const id of [running.id, dead.id]) await api(stack.url, stack.token, "DELETE", `/v1/sessions/${id}`);
-  await api(stack.url, stack.token, "DELETE", `/v1/environments/${ctx.fixtures.environmentId}`);
-  await api(stack.url, stack.token, "DELETE", `/v1/tokens/${ctx.fixtures.tokenId}`);
-  await api(stack.url, stack.token, "DELETE", "/v1/secrets/FUZZ_SECRET");
+    for (const c of stack.crashes.slice(crashBase)) anomalies.add("services crashed", `${c.id} exited (${c.code ?? c.signal ?? "?"}) — repeat with --seed ${opts.seed} --only bad-input`);
+    for (const id of stack.members.keys()) if (!stack.isUp(id)) await stack.startMember(id);
+    // Still working: a fresh session runs to its end.
+    const probe = await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", "echo probe"] }, oneShot: true });
+    const probed = probe.status === 201 ? await untilRecord(nc, WS, (probe.body as Session).id, (s) => s.state === "destroyed", 30_000) : undefined;
+    if (!probed) anomalies.add("service stopped working", `after the inputs a one-shot session did not run to its end (create answered ${probe.status})`);
+    if (controller.closeCode !== undefined) log("bad-input", `the fixture controller was closed (${controller.closeCode}) during the run`);
+  } finally {
+    // Clean up what the scenario planted, so later checks on this stack see only real facts.
+    controller.close();
+    const kvm = new Kvm(nc);
+    for (const { bucket, key } of ctx.planted) await (await kvm.open(bucket)).purge(key);
+    const jsm = await jetstreamManager(nc);
+    for (const seq of ctx.auditSeqs) await jsm.streams.deleteMessage(Streams.audit, seq, false).catch(() => undefined);
+    for (const id of [running.id, dead.id]) await api(stack.url, stack.token, "DELETE", `/v1/sessions/${id}`);
+    await api(stack.url, stack.token, "DELETE", `/v1/environments/${ctx.fixtures.environmentId}`);
+    await api(stack.url, stack.token, "DELETE", `/v1/tokens/${ctx.fixtures.tokenId}`);
+    await api(stack.url, stack.token, "DELETE", "/v1/secrets/FUZZ_SECRET");
+  }
 
   const sent = [...ctx.sent.values()].reduce((a, b) => a + b, 0);
   const statuses = [...ctx.statuses.entries()].sort((a, b) => a[0] - b[0]);

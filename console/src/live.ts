@@ -1,26 +1,22 @@
 /**
- * Live updates for every page: one follow of the audit stream
- * (`GET /v1/events?follow=true`, NDJSON of AuditEvent), reconnected with
- * backoff when it drops, ended by an AbortSignal (a page's unmount).
+ * Live updates for every page: follows of the API's NDJSON feeds
+ * (`GET /v1/events?follow=true`, AuditEntry lines; the record feeds of
+ * runners and tokens in feeds.ts), reconnected with backoff when they drop,
+ * ended by an AbortSignal (a page's unmount).
  *
- * A follow replays the stream from `since` (0: all of it) before going live,
- * and its lines carry no stream sequence, so a reconnect cannot resume at a
- * cursor. Each event is therefore marked `live` when it happened no earlier
- * than the follow was opened (by the gateway's clock: the answer's `Date`
- * header, less a second of slack); pages that only need "something changed"
- * ask for live events alone (the default), the events page takes history too.
+ * Every event line carries its stream sequence: a reconnect resumes right
+ * after the last line seen, so nothing is lost or repeated. The first
+ * connection starts where the page asks: `now` (pages that only need to
+ * know that something changed: they read the current state themselves),
+ * a time (the events page's window) or the beginning (one session's events).
  */
-import { AuditEvent, HttpApi, NDJSON, type ResourceKind } from "@paddock/contracts";
+import { AuditEntry, HttpApi, NDJSON, type ResourceKind } from "@paddock/contracts";
 import { ApiError, ndjson, send } from "./api.ts";
 
 export type FollowState = "connecting" | "live" | "retrying" | "stopped";
 
-export interface FollowOptions {
+export interface ReconnectOptions {
   readonly signal: AbortSignal;
-  /** Only this session's events. */
-  readonly sessionId?: string;
-  /** Deliver the replayed history too (default: live events only). */
-  readonly history?: boolean;
   /** Called on every change of the connection's state; `error` when it dropped or was refused. */
   readonly onState?: (state: FollowState, error?: ApiError) => void;
   /** First retry delay; doubles up to maxDelayMs (default 500 ms .. 15 s). */
@@ -28,8 +24,15 @@ export interface FollowOptions {
   readonly maxDelayMs?: number;
 }
 
+export interface FollowOptions extends ReconnectOptions {
+  /** Only this session's events. */
+  readonly sessionId?: string;
+  /** Where the first connection starts: only what happens next (default), at a time (epoch ms), or everything retained. */
+  readonly from?: "now" | "all" | { readonly startTime: number };
+}
+
 export interface EventMeta {
-  /** Happened after the follow (re)connected, not part of the replay. */
+  /** Happened after the follow first opened (not part of the history it started with). */
   readonly live: boolean;
 }
 
@@ -61,31 +64,27 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 }
 
 /**
- * Follows the audit stream until `signal` aborts, reconnecting with backoff.
- * Errors that retrying cannot fix (401, 403, 404, 400) stop the follow and
- * are reported through onState("stopped", error).
+ * Runs `connect` (one connection: resolves when the server ends it, throws
+ * when it drops or is refused) until `signal` aborts, with backoff between
+ * attempts. Errors that retrying cannot fix (400, 401, 403, 404) stop it and
+ * are reported through onState("stopped", error). `onOpen` says the
+ * connection is live (reset the backoff).
  */
-export async function followEvents(onEvent: (event: AuditEvent, meta: EventMeta) => void, opts: FollowOptions): Promise<void> {
+export async function reconnecting(connect: (onOpen: () => void) => Promise<void>, opts: ReconnectOptions): Promise<void> {
   const { signal } = opts;
   let attempt = 0;
   opts.onState?.("connecting");
   while (!signal.aborted) {
     try {
-      const res = await send(HttpApi.listEvents, { query: { follow: true, ...(opts.sessionId ? { sessionId: opts.sessionId } : {}) }, signal }, { accept: NDJSON });
-      const since = openedAt(res);
-      opts.onState?.("live");
-      attempt = 0;
-      for await (const line of ndjson(res)) {
-        const parsed = AuditEvent.safeParse(line);
-        if (!parsed.success) continue;
-        const live = parsed.data.at >= since;
-        if (live || opts.history) onEvent(parsed.data, { live });
-      }
+      await connect(() => {
+        attempt = 0;
+        opts.onState?.("live");
+      });
       // The gateway ended the stream (it stopped, or cut it): connect again.
       if (!signal.aborted) opts.onState?.("retrying");
     } catch (err) {
       if (signal.aborted) break;
-      const apiErr = err instanceof ApiError ? err : new ApiError(0, "unavailable", "the event stream dropped");
+      const apiErr = err instanceof ApiError ? err : new ApiError(0, "unavailable", "the live stream dropped");
       if ([400, 401, 403, 404].includes(apiErr.status)) {
         opts.onState?.("stopped", apiErr);
         return;
@@ -96,6 +95,26 @@ export async function followEvents(onEvent: (event: AuditEvent, meta: EventMeta)
     await sleep(backoffDelay(attempt++, opts.minDelayMs, opts.maxDelayMs), signal);
   }
   opts.onState?.("stopped");
+}
+
+/** Follows the audit stream until `signal` aborts; a reconnect resumes after the last event delivered. */
+export async function followEvents(onEvent: (event: AuditEntry, meta: EventMeta) => void, opts: FollowOptions): Promise<void> {
+  const { signal } = opts;
+  const from = opts.from ?? "now";
+  let cursor: number | undefined;
+  let liveSince: number | undefined;
+  const start = () => (cursor !== undefined ? { since: cursor } : from === "now" ? { since: "now" } : from === "all" ? {} : { startTime: from.startTime });
+  await reconnecting(async (onOpen) => {
+    const res = await send(HttpApi.listEvents, { query: { follow: true, ...start(), ...(opts.sessionId ? { sessionId: opts.sessionId } : {}) }, signal }, { accept: NDJSON });
+    liveSince ??= openedAt(res);
+    onOpen();
+    for await (const line of ndjson(res)) {
+      const parsed = AuditEntry.safeParse(line);
+      if (!parsed.success) continue;
+      cursor = parsed.data.seq;
+      onEvent(parsed.data, { live: parsed.data.at >= liveSince });
+    }
+  }, opts);
 }
 
 /** Calls `fn` once, `ms` after the last of a burst of calls; `cancel` drops a pending call. */
@@ -116,10 +135,11 @@ export function debounce(fn: () => void, ms = 150): { (): void; cancel(): void }
 }
 
 /**
- * The usual page wiring: re-run a kind's refresh (debounced) whenever a live
- * event about that resource kind arrives, and every refresh once each time
- * the follow reconnects (anything may have changed while it was down).
- * Returns the unmount.
+ * The usual page wiring: re-run a kind's refresh (debounced) whenever an
+ * event about that resource kind arrives (the follow starts at `now`: the
+ * page reads the current state itself), and every refresh once each time the
+ * follow reconnects (it resumes after the last event it saw; when it saw
+ * none, a change may have happened while it was down). Returns the unmount.
  */
 export function liveRefresh(refreshers: Partial<Record<ResourceKind, () => void>>, opts: { onState?: FollowOptions["onState"]; debounceMs?: number } = {}): () => void {
   const ctl = new AbortController();

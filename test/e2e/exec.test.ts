@@ -100,6 +100,9 @@ describe("exec, buffered", () => {
   it("kills the whole process group at the timeout and says so", async () => {
     const r = await exec({ cmd: ["sh", "-c", "sleep 300 & sleep 300; echo never"], timeoutMs: 300 });
     expect(r.body).toMatchObject({ exitCode: null, timedOut: true, stdout: "" });
+    // A command that ignores SIGTERM (and passes the ignoring on to what it starts) is killed all the same.
+    const stubborn = await exec({ cmd: ["sh", "-c", "trap '' TERM; sleep 3600 & while :; do sleep 1; done"], timeoutMs: 300 });
+    expect(stubborn.body).toMatchObject({ exitCode: null, timedOut: true });
     expect(r.body.signal).toBe("SIGKILL");
     // Nothing of it is left: no sleep 300 in the session.
     const ps = await exec({ cmd: ["sh", "-c", "ps -eo args | grep -c '^sleep 300' || true"] });

@@ -1,4 +1,4 @@
-import { AuditEvent, describeZodError, HttpApi } from "@paddock/contracts";
+import { AuditEntry, describeZodError, HttpApi } from "@paddock/contracts";
 import { apiOf, parseCommand, positionals, type Command } from "../command.ts";
 import { eventLine, EVENT_LINE_HEADER, eventsTable, json, keyValues, sessionsTable } from "../format.ts";
 import { ApiError, ExitCode, write } from "../io.ts";
@@ -132,7 +132,7 @@ async function followEvents(ctx: Parameters<Command["run"]>[0], sessionId: strin
     } catch {
       throw new ApiError("internal", "GET /v1/events: the stream carried a line that is not JSON");
     }
-    const parsed = AuditEvent.safeParse(data);
+    const parsed = AuditEntry.safeParse(data);
     if (!parsed.success) throw new ApiError("internal", `GET /v1/events: unexpected event: ${describeZodError(parsed.error)}`);
     await write(ctx.io.stdout, asJson ? JSON.stringify(parsed.data) + "\n" : eventLine(parsed.data));
   };

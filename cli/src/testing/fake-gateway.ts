@@ -20,6 +20,7 @@ import {
   NDJSON,
   parseHttpInput,
   type AttachMode,
+  type AuditEntry,
   type AuditEvent,
   type BodyOf,
   type ErrorBody,
@@ -209,12 +210,15 @@ export async function startFakeGateway(): Promise<FakeGateway> {
           gw.follows.push(call.rawQuery);
           // NDJSON of the events so far, then the stream ends (as when the gateway restarts).
           res.writeHead(200, { "content-type": NDJSON });
-          for (const e of gw.events) if (q.sessionId === undefined || e.resource.id === q.sessionId) res.write(JSON.stringify(e) + "\n");
+          gw.events.forEach((e, i) => {
+            if (q.sessionId === undefined || e.resource.id === q.sessionId) res.write(JSON.stringify(entryOf(e, i)) + "\n");
+          });
           res.end(gw.followTail);
           return;
         }
-        const next = q.since + gw.pageSize < gw.events.length ? String(q.since + gw.pageSize) : undefined;
-        return send(res, 200, { events: gw.events.slice(q.since, q.since + gw.pageSize), nextCursor: next });
+        const since = Number(q.since);
+        const next = since + gw.pageSize < gw.events.length ? String(since + gw.pageSize) : undefined;
+        return send(res, 200, { events: gw.events.slice(since, since + gw.pageSize).map((e, i) => entryOf(e, since + i)), nextCursor: next });
       }
     }
     const { id, app } = call.params as { id: string; app?: string };
@@ -373,4 +377,9 @@ async function readBody(req: IncomingMessage): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const c of req) chunks.push(c as Buffer);
   return Buffer.concat(chunks).toString("utf8");
+}
+
+/** The event as the gateway answers it: with its place in the stream (the fake's is its index, from 1). */
+function entryOf(event: AuditEvent, index: number): AuditEntry {
+  return { ...event, seq: index + 1 };
 }

@@ -1,8 +1,9 @@
 /**
  * Events: the workspace's audit events (or one session's), newest first,
  * filtered by action and actor, tailed live: one follow of
- * `GET /v1/events?follow=true` replays the retained events and then streams
- * new ones (live.ts, with history). The newest MAX_EVENTS are kept.
+ * `GET /v1/events?follow=true&startTime=…` sends the events of the chosen
+ * window and then streams new ones (live.ts; a reconnect resumes after the
+ * last event received). The newest MAX_EVENTS are kept.
  */
 import { AuditAction, type AuditEvent } from "@paddock/contracts";
 import type { ApiError } from "../api.ts";
@@ -14,6 +15,15 @@ import { table } from "./table.ts";
 import { alertBox, liveIndicator, pageHeader } from "./ui.ts";
 
 const MAX_EVENTS = 1000;
+const MINUTE = 60_000;
+/** The windows of history the page can open with; the last one is everything retained. */
+const WINDOWS: ReadonlyArray<[string, number | undefined]> = [
+  ["Last 15 minutes", 15 * MINUTE],
+  ["Last hour", 60 * MINUTE],
+  ["Last day", 24 * 60 * MINUTE],
+  ["Last 7 days", 7 * 24 * 60 * MINUTE],
+  ["Everything retained", undefined],
+];
 
 function resource(e: AuditEvent): HTMLElement {
   const id = e.resource.kind === "session" ? h("a", { href: `#/sessions/${encodeURIComponent(e.resource.id)}` }, e.resource.id) : h("code", {}, e.resource.id);
@@ -39,6 +49,7 @@ export const eventsPage: Page = (root) => {
 
   const session = h("input", { id: "filter-session", type: "search", autocomplete: "off", spellcheck: "false", placeholder: "session id", "data-testid": "filter-session" });
   const action = h("select", { id: "filter-action", "data-testid": "filter-action" }, h("option", { value: "" }, "Any action"), ...Object.values(AuditAction).map((a) => h("option", { value: a }, a)));
+  const windowSelect = h("select", { id: "filter-window", "data-testid": "filter-window" }, ...WINDOWS.map(([text, ms], i) => h("option", { value: ms === undefined ? "" : String(ms), selected: i === 1 }, text)));
   const actor = h("input", { id: "filter-actor", type: "search", autocomplete: "off", spellcheck: "false", placeholder: "actor id", "data-testid": "filter-actor" });
 
   const list = table<AuditEvent>({
@@ -86,7 +97,7 @@ export const eventsPage: Page = (root) => {
       },
       {
         signal: ctl.signal,
-        history: true,
+        from: windowSelect.value ? { startTime: Date.now() - Number(windowSelect.value) } : "all",
         ...(sessionId ? { sessionId } : {}),
         onState: (state: FollowState, error?: ApiError) => {
           if (ctl.signal.aborted) return;
@@ -98,6 +109,7 @@ export const eventsPage: Page = (root) => {
   };
 
   session.addEventListener("change", start);
+  windowSelect.addEventListener("change", start);
   action.addEventListener("change", show);
   actor.addEventListener("input", show);
 
@@ -106,6 +118,8 @@ export const eventsPage: Page = (root) => {
     h(
       "div",
       { class: "filters", role: "search", "aria-label": "Filter events" },
+      h("label", { for: "filter-window" }, "Since"),
+      windowSelect,
       h("label", { for: "filter-session" }, "Session"),
       session,
       h("label", { for: "filter-action" }, "Action"),
@@ -113,7 +127,7 @@ export const eventsPage: Page = (root) => {
       h("label", { for: "filter-actor" }, "Actor"),
       actor,
     ),
-    h("p", { class: "hint" }, "The session filter asks the API for that session's events only (press Enter or leave the field); action and actor filter what is shown."),
+    h("p", { class: "hint" }, "The window and the session filter ask the API (press Enter or leave the session field); action and actor filter what is shown."),
     alert.el,
     list.el,
   );

@@ -1,5 +1,5 @@
 /** Reading whole lists through the paged contract routes. */
-import { HttpApi, MAX_PAGE_LIMIT, type Environment, type Runner, type Session } from "@paddock/contracts";
+import { HttpApi, MAX_PAGE_LIMIT, type Environment, type Session } from "@paddock/contracts";
 import { call } from "../api.ts";
 
 /** Pages a console reads at most for one list (MAX_PAGE_LIMIT each). */
@@ -28,12 +28,5 @@ export function allEnvironments(signal?: AbortSignal): Promise<Environment[]> {
   return all(async (cursor) => {
     const p = await call(HttpApi.listEnvironments, { query: { limit: MAX_PAGE_LIMIT, cursor }, signal });
     return { items: p.environments, nextCursor: p.nextCursor };
-  });
-}
-
-export function allRunners(signal?: AbortSignal): Promise<Runner[]> {
-  return all(async (cursor) => {
-    const p = await call(HttpApi.listRunners, { query: { limit: MAX_PAGE_LIMIT, cursor }, signal });
-    return { items: p.runners, nextCursor: p.nextCursor };
   });
 }

@@ -1,22 +1,17 @@
 /**
  * Runners: the fleet's runners (state, capacity used of total, capabilities)
  * with drain, cordon and uncordon for fleet operators; anyone else sees the
- * API's 403 message. Runner state changes are audit events of the fleet
- * workspace, which a workspace's follow may not carry, and capacity changes
- * are no events at all: so besides the follow, the list is read again every
- * few seconds while the page is open.
+ * API's 403 message. The list is the runners feed (`GET /v1/runners?follow=true`,
+ * feeds.ts): every record change (state, capacity) and lease renewal is pushed.
  */
 import { HttpApi, type Runner } from "@paddock/contracts";
 import { call } from "../api.ts";
 import { ago, h } from "../dom.ts";
-import { liveRefresh } from "../live.ts";
+import { followRecords, runnersFeed } from "../feeds.ts";
 import type { Page } from "../router.ts";
 import { runnerActions, type RunnerAction } from "./filters.ts";
-import { allRunners } from "./lists.ts";
 import { table } from "./table.ts";
 import { actionButton, alertBox, liveIndicator, pageHeader, statusLine } from "./ui.ts";
-
-const POLL_MS = 5_000;
 
 const LABEL: Record<RunnerAction, string> = { drain: "Drain", cordon: "Cordon", uncordon: "Uncordon" };
 const ROUTE = { drain: HttpApi.drainRunner, cordon: HttpApi.cordonRunner, uncordon: HttpApi.uncordonRunner } as const;
@@ -47,7 +42,6 @@ export const runnersPage: Page = (root) => {
     runners = runners.map((x) => (x.id === updated.id ? updated : x));
     list.update(runners);
     status.show(`${r.id}: ${updated.state}`);
-    void refresh();
   };
 
   const list = table<Runner>({
@@ -74,20 +68,6 @@ export const runnersPage: Page = (root) => {
       ),
   });
 
-  let loading = false;
-  const refresh = async () => {
-    if (loading) return;
-    loading = true;
-    try {
-      runners = await allRunners(ctl.signal);
-      list.update(runners);
-    } catch (err) {
-      if (!ctl.signal.aborted) alert.show(err);
-    } finally {
-      loading = false;
-    }
-  };
-
   root.append(
     pageHeader("Runners", live.el),
     h("p", { class: "hint" }, "Drain: no new sessions, its sessions move away. Cordon: no new sessions, its sessions stay. Fleet operators only."),
@@ -95,12 +75,19 @@ export const runnersPage: Page = (root) => {
     status.el,
     list.el,
   );
-  void refresh();
-  const stopFollow = liveRefresh({ runner: () => void refresh() }, { onState: live.set });
-  const poll = setInterval(() => void refresh(), POLL_MS);
-  return () => {
-    ctl.abort();
-    stopFollow();
-    clearInterval(poll);
-  };
+  void followRecords(
+    runnersFeed,
+    (records) => {
+      runners = [...records.values()];
+      list.update(runners);
+    },
+    {
+      signal: ctl.signal,
+      onState: (state, error) => {
+        live.set(state, error);
+        if (error && state === "stopped") alert.show(error);
+      },
+    },
+  );
+  return () => ctl.abort();
 };

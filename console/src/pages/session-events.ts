@@ -1,8 +1,8 @@
 /**
  * The session page's audit events: its history and then live, from one
- * follow of `GET /v1/events?sessionId=…&follow=true` (live.ts). A reconnect
- * replays the history, so events are kept by id (never shown twice); the
- * page is told of each live one to re-read what it is about.
+ * follow of `GET /v1/events?sessionId=…&follow=true` (live.ts; a reconnect
+ * resumes after the last event received, and events are kept by id besides);
+ * the page is told of each live one to re-read what it is about.
  */
 import type { AuditEvent } from "@paddock/contracts";
 import { h, replace } from "../dom.ts";
@@ -24,7 +24,8 @@ export function eventsPanel(
   signal: AbortSignal,
   on: { live(e: AuditEvent): void; state(s: FollowState, err?: ApiError): void },
 ): { el: HTMLElement } {
-  const list = h("ol", { class: "events", "data-testid": "session-events", reversed: true, "aria-label": "Events, newest first" });
+  // A scrolling region: focusable, so a keyboard can scroll it.
+  const list = h("ol", { class: "events", "data-testid": "session-events", reversed: true, "aria-label": "Events, newest first", tabindex: 0 });
   const seen = new Map<string, AuditEvent>();
   let pending = false;
   const render = () => {
@@ -64,7 +65,7 @@ export function eventsPanel(
       }
       if (meta.live) on.live(e);
     },
-    { signal, sessionId, history: true, onState: on.state },
+    { signal, sessionId, from: "all", onState: on.state },
   );
   return { el: list };
 }

@@ -159,7 +159,7 @@ export function diffPanel(sessionId: string, signal: AbortSignal): { el: HTMLEle
         for (const r of d.repos) {
           parts.push(h("h3", {}, r.path === "." ? "workspace" : r.path));
           if (r.error) parts.push(h("p", { class: "hint" }, r.error));
-          parts.push(h("pre", { class: "diff-text" }, r.diff === "" ? "(no changes)" : r.diff));
+          parts.push(h("pre", { class: "diff-text", tabindex: 0, "aria-label": `Diff of ${r.path}` }, r.diff === "" ? "(no changes)" : r.diff));
           if (r.truncated) parts.push(h("p", { class: "hint" }, "This diff was cut at the runner's bound."));
         }
         if (d.repos.length === 0) parts.push(h("p", { class: "hint" }, "No git repository in the workspace."));

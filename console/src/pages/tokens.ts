@@ -1,18 +1,18 @@
 /**
  * Tokens: the caller's own API tokens (never a value); a new one is shown
- * once, with a copy button; revoked with a confirm step. Tokens are no audit
- * resource, so besides the page's own changes the list is read again every
- * little while.
+ * once, with a copy button; revoked with a confirm step. The list is the
+ * tokens feed (`GET /v1/tokens?follow=true`, feeds.ts): tokens minted or
+ * revoked anywhere (another tab, the CLI) are pushed.
  */
 import { HttpApi, type CreateTokenBody, type CreatedToken, type TokenInfo } from "@paddock/contracts";
 import { call } from "../api.ts";
 import { ago, h, replace } from "../dom.ts";
+import { followRecords, tokensFeed } from "../feeds.ts";
 import type { Page } from "../router.ts";
 import { field } from "./forms.ts";
 import { table } from "./table.ts";
-import { alertBox, busy, confirmButton, pageHeader, statusLine } from "./ui.ts";
+import { alertBox, busy, confirmButton, liveIndicator, pageHeader, statusLine } from "./ui.ts";
 
-const POLL_MS = 15_000;
 const DAY = 86_400_000;
 const LIFETIMES: ReadonlyArray<[string, number | undefined]> = [
   ["Never expires", undefined],
@@ -72,18 +72,11 @@ export const tokensPage: Page = (root) => {
     actions: (t) =>
       confirmButton("Revoke", { testid: "revoke", ariaLabel: `Revoke ${t.label ?? t.id}`, question: `Revoke ${t.label ?? t.id}? Streams it opened close.` }, alert, async () => {
         await call(HttpApi.revokeToken, { params: { id: t.id } });
-        await refresh();
         status.show(`Revoked ${t.label ?? t.id}`);
       }),
   });
 
-  const refresh = async () => {
-    try {
-      list.update((await call(HttpApi.listTokens, { signal: ctl.signal })).tokens);
-    } catch (err) {
-      if (!ctl.signal.aborted) alert.show(err);
-    }
-  };
+  const live = liveIndicator();
 
   const label = field("create-token", "label", "Label (optional)", h("input", { type: "text", maxlength: 128, autocomplete: "off", "data-testid": "token-label" }));
   const lifetime = field("create-token", "expiresInMs", "Expires", h("select", { "data-testid": "token-expires" }, ...LIFETIMES.map(([text, ms], i) => h("option", { value: ms === undefined ? "" : String(ms), selected: i === 0 }, text))));
@@ -106,7 +99,6 @@ export const tokensPage: Page = (root) => {
           label.control.value = "";
           replace(reveal, revealed(created, () => (replace(reveal), submit.focus())));
           reveal.querySelector("input")?.focus();
-          void refresh();
         });
       },
     },
@@ -116,12 +108,16 @@ export const tokensPage: Page = (root) => {
     formAlert.el,
   );
 
-  root.append(pageHeader("Tokens", h("span", { class: "hint" }, "your own tokens; values are never listed")), alert.el, status.el, reveal, list.el, form);
-  void refresh();
-  const poll = setInterval(() => void refresh(), POLL_MS);
+  root.append(pageHeader("Tokens", live.el, h("span", { class: "hint" }, "your own tokens; values are never listed")), alert.el, status.el, reveal, list.el, form);
+  void followRecords(tokensFeed, (records) => list.update([...records.values()]), {
+    signal: ctl.signal,
+    onState: (state, error) => {
+      live.set(state, error);
+      if (error && state === "stopped") alert.show(error);
+    },
+  });
   return () => {
     ctl.abort();
-    clearInterval(poll);
     replace(reveal);
   };
 };

@@ -166,7 +166,8 @@ static void exec_child(int in, int out, int err, char **argv, char **envp, const
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   signal(SIGPIPE, SIG_DFL);
-  setsid();
+  /* Its own process group, which the parent sets too (see start): whichever runs first makes it. */
+  setpgid(0, 0);
   if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);
   if (syscall(SYS_close_range, 3, ~0U, 0) != 0)
     for (int fd = 3; fd < 4096; fd++) close(fd);
@@ -218,6 +219,13 @@ static void start(uint32_t id, char *p, size_t len) {
     return;
   }
   if (pid == 0) exec_child(in[0], out[1], err[1], argv, envp, cwd[0]);
+  /*
+   * The group exists before any 'K' read after this start is handled: a kill(-pid)
+   * sent before the child ran would otherwise find no group and be lost (the
+   * classic job-control race; the child sets it as well). EACCES: it already exec'd,
+   * having set it itself.
+   */
+  setpgid(pid, pid);
   free(argv), free(envp), free(cwd);
   close(in[0]), close(out[1]), close(err[1]);
   set_nonblock(in[1]), set_nonblock(out[0]), set_nonblock(err[0]);

@@ -69,6 +69,10 @@ export const AttachTicketRecord = z
   .strict();
 export type AttachTicketRecord = z.infer<typeof AttachTicketRecord>;
 
-/** The listing index of a token in KV `tokens` under `id.<workspace>.<actor>.<token id>`. */
-export const TokenIndexEntry = z.object({ hash: z.string().regex(/^[0-9a-f]{64}$/) }).strict();
+/**
+ * The listing index of a token in KV `tokens` under `id.<workspace>.<actor>.<token id>`,
+ * with what a listing shows of it (`info`, absent on entries older than it):
+ * written before the record, so a watcher of the index has it without the record.
+ */
+export const TokenIndexEntry = z.object({ hash: z.string().regex(/^[0-9a-f]{64}$/), info: TokenInfo.optional() }).strict();
 export type TokenIndexEntry = z.infer<typeof TokenIndexEntry>;

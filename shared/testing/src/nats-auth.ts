@@ -166,6 +166,9 @@ export function gatewayPermissions(): Permissions {
         ...kvReadWrite(Buckets.members),
         // Secret store: put, purge, key listing (names) and the existence check of DELETE.
         ...kvReadWrite(Buckets.secrets),
+        // Runner records and leases, read-only: the runners feed (GET /v1/runners?follow=true) watches them.
+        ...kvRead(Buckets.runners),
+        ...kvRead(Buckets.runnerLeases),
         ...streamRead(Streams.term),
         ...streamRead(Streams.audit),
         ...streamRead(Streams.exec),

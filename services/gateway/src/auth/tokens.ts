@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
-import type { KV } from "@nats-io/kv";
+import type { ServerResponse } from "node:http";
+import type { KV, KvWatchEntry } from "@nats-io/kv";
 import type { z } from "zod";
 import { decodeJson, encodeJson } from "@paddock/bus";
 import {
@@ -17,9 +18,13 @@ import {
   TokenRecord,
   UnauthenticatedError,
   type AttachMode,
+  type Scope,
+  type TokenFeedLine,
   type TokenInfo,
 } from "@paddock/contracts";
 import { Action, hashToken, type Principal } from "./auth.ts";
+import type { Reauthorize, StreamGuard } from "./revocation.ts";
+import { serveRecordFeed } from "./record-feed.ts";
 import { sessionResource, workspaceResource, type GatewayContext } from "../context.ts";
 import type { Route } from "../http/http.ts";
 
@@ -57,6 +62,44 @@ async function collectKeys(kv: KV, filter: string): Promise<string[]> {
   return out.sort();
 }
 
+/** The caller's own tokens, as listed. */
+async function ownTokens(kv: KV, scope: Scope): Promise<TokenInfo[]> {
+  const tokens: TokenInfo[] = [];
+  for (const key of await collectKeys(kv, indexKey(scope.workspaceId, scope.actor.id, "*"))) {
+    const found = await recordOf(kv, key);
+    if (found && found.record.workspaceId === scope.workspaceId && found.record.actor.id === scope.actor.id) tokens.push(infoOf(found.record));
+  }
+  return tokens;
+}
+
+/**
+ * GET /v1/tokens?follow=true: the caller's own tokens, then each one minted
+ * (from its index entry, written before the record) and each one revoked
+ * (its index entry purged).
+ */
+async function followTokens(ctx: GatewayContext, guard: StreamGuard, principal: Principal, reauthorize: Reauthorize, res: ServerResponse): Promise<void> {
+  const { scope } = principal;
+  const kv = await ctx.tokens();
+  const lineOf = async (e: KvWatchEntry): Promise<TokenFeedLine | undefined> => {
+    const id = e.key.slice(e.key.lastIndexOf(".") + 1);
+    if (e.operation !== "PUT") return { removed: { id } };
+    const entry = decodeJson(TokenIndexEntry, e.value);
+    if (!entry.ok) return undefined;
+    const info = entry.value.info ?? (await recordOf(kv, e.key).then((f) => (f ? infoOf(f.record) : undefined)));
+    return info && info.workspaceId === scope.workspaceId && info.actor.id === scope.actor.id ? { token: info } : undefined;
+  };
+  await serveRecordFeed<TokenFeedLine>({
+    res,
+    guard,
+    principal,
+    reauthorize,
+    log: ctx.deps.log,
+    sources: [{ kv, key: indexKey(scope.workspaceId, scope.actor.id, "*"), lineOf }],
+    snapshot: async () => (await ownTokens(kv, scope)).map((token) => ({ token })),
+    synced: { synced: true },
+  });
+}
+
 /** The live record an index key points to; undefined when it was revoked meanwhile. */
 async function recordOf(kv: KV, key: string): Promise<{ hash: string; record: TokenRecord & { id: string } } | undefined> {
   const idx = await kv.get(key);
@@ -68,7 +111,7 @@ async function recordOf(kv: KV, key: string): Promise<{ hash: string; record: To
   return { hash: entry.value.hash, record: { ...decoded.value, id: decoded.value.id } };
 }
 
-export function tokenRoutes(ctx: GatewayContext): Route[] {
+export function tokenRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
   const { now } = ctx.deps;
   return [
     ctx.serve(HttpApi.createToken, async ({ caller: principal, body: readBody }) => {
@@ -97,20 +140,17 @@ export function tokenRoutes(ctx: GatewayContext): Route[] {
         ...(expiresAt !== undefined ? { expiresAt } : {}),
       };
       // Index first: a record is never left without a way to list and revoke it.
-      await kv.create(indexKey(scope.workspaceId, scope.actor.id, record.id), encodeJson(TokenIndexEntry, { hash }));
+      await kv.create(indexKey(scope.workspaceId, scope.actor.id, record.id), encodeJson(TokenIndexEntry, { hash, info: infoOf(record) }));
       await kv.create(hash, encodeJson(TokenRecord, record));
       return { status: 201, body: { token, ...infoOf(record) } };
     }),
 
-    ctx.serve(HttpApi.listTokens, async ({ caller: { scope } }) => {
-      await ctx.authorizer.authorize(scope, Action.listTokens, workspaceResource(scope));
-      const kv = await ctx.tokens();
-      const tokens: TokenInfo[] = [];
-      for (const key of await collectKeys(kv, indexKey(scope.workspaceId, scope.actor.id, "*"))) {
-        const found = await recordOf(kv, key);
-        if (found && found.record.workspaceId === scope.workspaceId && found.record.actor.id === scope.actor.id) tokens.push(infoOf(found.record));
-      }
-      return { status: 200, body: { tokens } };
+    ctx.serve(HttpApi.listTokens, async ({ caller: principal, query: q, res }) => {
+      const { scope } = principal;
+      const reauthorize: Reauthorize = (s) => ctx.authorizer.authorize(s, Action.listTokens, workspaceResource(s));
+      await reauthorize(scope);
+      if (q.follow) return followTokens(ctx, guard, principal, reauthorize, res);
+      return { status: 200, body: { tokens: await ownTokens(await ctx.tokens(), scope) } };
     }),
 
     ctx.serve(HttpApi.revokeToken, async ({ caller: { scope }, params: { id } }) => {

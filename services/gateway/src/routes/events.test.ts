@@ -1,7 +1,7 @@
-import { request as httpRequest, type IncomingMessage } from "node:http";
 import { describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
-import { Subjects, type AuditEvent } from "@paddock/contracts";
+import { Subjects, type AuditEntry, type AuditEvent } from "@paddock/contracts";
+import { followNdjson, type Follow } from "../testing/ndjson-follow.ts";
 import { makeAuditEvent } from "@paddock/testing";
 import { NDJSON } from "@paddock/contracts";
 import { api, expectError, makeSession, useHarness, TOKENS, WS1, WS2 } from "../testing/testkit.ts";
@@ -11,44 +11,9 @@ const h = useHarness();
 const event = (id: string, ws: string, sessionId: string) => makeAuditEvent({ id, workspaceId: ws, sessionId });
 
 /** An open follow stream: events as they arrive, with a way to wait for n of them. */
-interface Follow {
-  res: IncomingMessage;
-  events: AuditEvent[];
-  until(n: number): Promise<void>;
-  close(): void;
-}
-
-function follow(query: string, token: string): Promise<Follow> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(`${h.url}/v1/events?${query}`, { headers: { authorization: `Bearer ${token}` } }, (res) => {
-      const events: AuditEvent[] = [];
-      const waiters: Array<() => void> = [];
-      let buf = "";
-      res.setEncoding("utf8");
-      res.on("data", (chunk: string) => {
-        buf += chunk;
-        let nl: number;
-        while ((nl = buf.indexOf("\n")) !== -1) {
-          events.push(JSON.parse(buf.slice(0, nl)) as AuditEvent);
-          buf = buf.slice(nl + 1);
-        }
-        for (const w of waiters.splice(0)) w();
-      });
-      resolve({
-        res,
-        events,
-        until: async (n) => {
-          while (events.length < n) {
-            if (res.destroyed || res.complete) throw new Error(`stream ended with ${String(events.length)} events`);
-            await new Promise<void>((r) => waiters.push(r));
-          }
-        },
-        close: () => req.destroy(),
-      });
-    });
-    req.on("error", reject);
-    req.end();
-  });
+async function follow(query: string, token: string): Promise<Follow<AuditEntry> & { events: AuditEntry[] }> {
+  const f = await followNdjson<AuditEntry>(h.url, `/v1/events?${query}`, token);
+  return { ...f, events: f.lines };
 }
 
 describe("GET /v1/events?follow=true", () => {
@@ -87,7 +52,7 @@ describe("GET /v1/events?follow=true", () => {
   });
 
   it("refuses bad input with typed errors before streaming", async () => {
-    for (const q of ["follow=yes", "follow=1", "follow=", "follow=true&follow=true", "follow=true&limit=5", "follow=true&since=-1", "follow=true&sessionId=a.b", "follow=true&x=1"]) {
+    for (const q of ["follow=yes", "follow=1", "follow=", "follow=true&follow=true", "follow=true&limit=5", "follow=true&since=-1", "follow=true&sessionId=a.b", "follow=true&x=1", "since=now", "follow=true&since=later", "follow=true&since=now&startTime=1", "since=3&startTime=1", "startTime=yesterday", "startTime=-1", "follow=true&startTime="]) {
       expectError(await api(h.url, "GET", `/v1/events?${q}`, { token: TOKENS.bob }), 400, "invalid");
     }
     h.scheduler.put(makeSession({ id: "fo-other", workspaceId: WS2, creatorId: "eve" }));
@@ -117,6 +82,62 @@ describe("GET /v1/events?follow=true", () => {
     // Another workspace's member looks only in her own workspace, where it never was.
     expectError(await api(h.url, "GET", "/v1/events?sessionId=gone1", { token: TOKENS.eve }), 404, "not_found");
     expectError(await api(h.url, "GET", "/v1/events?sessionId=never1", { token: TOKENS.bob }), 404, "not_found");
+  });
+
+  it("every line carries its stream sequence: a follow resumed after the last one seen loses and repeats nothing", async () => {
+    const js = jetstream(h.nc);
+    h.scheduler.put(makeSession({ id: "fo-seq", workspaceId: WS1, creatorId: "alice" }));
+    const subject = Subjects.audit(WS1, "session", "fo-seq");
+    const acks = [await js.publish(subject, JSON.stringify(event("q1", WS1, "fo-seq"))), await js.publish(subject, JSON.stringify(event("q2", WS1, "fo-seq")))];
+    const first = await follow("follow=true&sessionId=fo-seq", TOKENS.bob);
+    await first.until(2);
+    expect(first.events.map((e) => [e.id, e.seq])).toEqual(acks.map((a, i) => [`q${String(i + 1)}`, a.seq]));
+    first.close();
+    // Published while no one follows; the resumed follow starts right after the last line it saw.
+    await js.publish(subject, JSON.stringify(event("q3", WS1, "fo-seq")));
+    const resumed = await follow(`follow=true&sessionId=fo-seq&since=${String(first.events[1]?.seq)}`, TOKENS.bob);
+    await js.publish(subject, JSON.stringify(event("q4", WS1, "fo-seq")));
+    await resumed.until(2);
+    resumed.close();
+    expect(resumed.events.map((e) => e.id)).toEqual(["q3", "q4"]);
+    // The paged list carries the same sequences.
+    const page = await api(h.url, "GET", "/v1/events?sessionId=fo-seq", { token: TOKENS.bob });
+    expect((page.json as { events: AuditEntry[] }).events.map((e) => e.seq)).toEqual([...acks.map((a) => a.seq), ...resumed.events.map((e) => e.seq)]);
+  });
+
+  it("since=now follows only what happens after the follow opened", async () => {
+    const js = jetstream(h.nc);
+    h.scheduler.put(makeSession({ id: "fo-now", workspaceId: WS1, creatorId: "alice" }));
+    const subject = Subjects.audit(WS1, "session", "fo-now");
+    await js.publish(subject, JSON.stringify(event("n1", WS1, "fo-now")));
+    const live = await follow("follow=true&sessionId=fo-now&since=now", TOKENS.bob);
+    expect(live.res.statusCode).toBe(200);
+    await js.publish(subject, JSON.stringify(event("n2", WS1, "fo-now")));
+    await live.until(1);
+    live.close();
+    expect(live.events.map((e) => e.id)).toEqual(["n2"]);
+  });
+
+  it("startTime starts a page or a follow at the first event stored at or after it", async () => {
+    const js = jetstream(h.nc);
+    const jsm = await js.jetstreamManager();
+    h.scheduler.put(makeSession({ id: "fo-time", workspaceId: WS1, creatorId: "alice" }));
+    const subject = Subjects.audit(WS1, "session", "fo-time");
+    const old = await js.publish(subject, JSON.stringify(event("t1", WS1, "fo-time")));
+    const storedAt = (await jsm.streams.getMessage(old.stream, { seq: old.seq }))?.time.getTime() ?? 0;
+    expect(storedAt).toBeGreaterThan(0);
+    // The next event is stored in a later millisecond than the first (the server shares this machine's clock).
+    while (Date.now() <= storedAt + 1) await new Promise((r) => setTimeout(r, 1));
+    await js.publish(subject, JSON.stringify(event("t2", WS1, "fo-time")));
+    const startTime = storedAt + 1;
+    const page = await api(h.url, "GET", `/v1/events?sessionId=fo-time&startTime=${String(startTime)}`, { token: TOKENS.bob });
+    expect((page.json as { events: AuditEntry[] }).events.map((e) => e.id)).toEqual(["t2"]);
+    const followed = await follow(`follow=true&sessionId=fo-time&startTime=${String(startTime)}`, TOKENS.bob);
+    await followed.until(1);
+    followed.close();
+    expect(followed.events.map((e) => e.id)).toEqual(["t2"]);
+    const later = await api(h.url, "GET", `/v1/events?sessionId=fo-time&startTime=${String(Date.now() + 60_000)}`, { token: TOKENS.bob });
+    expect(later.json).toEqual({ events: [] });
   });
 
   it("follow=false is the paged list", async () => {

@@ -1,12 +1,34 @@
 import type { ServerResponse } from "node:http";
-import { DeliverPolicy, jetstream, type ConsumerMessages } from "@nats-io/jetstream";
-import { decodeJson, PULL_OPTIONS } from "@paddock/bus";
-import { AuditEvent, HttpApi, LOG_CURSOR_HEADER, NDJSON, NotFoundError, PaddockError, Streams, Subjects, type Scope } from "@paddock/contracts";
+import { DeliverPolicy, jetstream, type ConsumerMessages, type JetStreamManager, type OrderedConsumerOptions } from "@nats-io/jetstream";
+import { decodeJson, isDirectGetEmpty, PULL_OPTIONS } from "@paddock/bus";
+import { AuditEvent, HttpApi, type AuditEntry, LOG_CURSOR_HEADER, NDJSON, NotFoundError, PaddockError, Streams, Subjects, type Scope } from "@paddock/contracts";
 import { Action, type Principal } from "../auth/auth.ts";
 import { resolveApp, sessionResource, workspaceResource, type GatewayContext } from "../context.ts";
 import { drainOrClose, type Route } from "../http/http.ts";
 import type { Reauthorize, StreamGuard } from "../auth/revocation.ts";
 import { ChunkVerdict, exitCodeOf, judgeChunk, lastSeqOf, readRange } from "../terminal/termlog.ts";
+
+/** Where a read of the audit stream starts: after a sequence, at a time, or (a follow) at what comes next. */
+interface EventsStart {
+  readonly since: number | "now";
+  readonly startTime?: number | undefined;
+}
+
+function deliverFrom(start: EventsStart): Partial<OrderedConsumerOptions> {
+  if (start.since === "now") return { deliver_policy: DeliverPolicy.New };
+  if (start.startTime !== undefined) return { deliver_policy: DeliverPolicy.StartTime, opt_start_time: new Date(start.startTime).toISOString() };
+  return start.since > 0 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: start.since + 1 } : { deliver_policy: DeliverPolicy.All };
+}
+
+/** The sequence of the subject's first event stored at or after `time`; past the end when there is none. */
+async function firstSeqAt(jsm: JetStreamManager, subject: string, time: number): Promise<number> {
+  try {
+    for await (const m of await jsm.direct.getBatch(Streams.audit, { start_time: new Date(time), batch: 1, next_by_subj: subject })) return m.seq;
+  } catch (err) {
+    if (!isDirectGetEmpty(err)) throw err;
+  }
+  return Number.MAX_SAFE_INTEGER;
+}
 
 /** undefined for a session that is not there (its record is gone); any other error goes on. */
 function unlessGone(err: unknown): undefined {
@@ -50,14 +72,15 @@ export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
     return { subject, reauthorize };
   };
 
-  const decodeEvent = (scope: Scope, m: { seq: number; subject: string; data: Uint8Array }): AuditEvent | undefined => {
+  /** The event with its stream sequence (the client's cursor); undefined for one that breaks its contract. */
+  const decodeEvent = (scope: Scope, m: { seq: number; subject: string; data: Uint8Array }): AuditEntry | undefined => {
     const decoded = decodeJson(AuditEvent, m.data);
     if (!decoded.ok || decoded.value.workspaceId !== scope.workspaceId) {
       metrics.bus.invalidMessages.inc({ subject: Streams.audit });
       log.warn({ seq: m.seq, subject: m.subject }, "audit event skipped: breaks its contract");
       return undefined;
     }
-    return decoded.value;
+    return { ...decoded.value, seq: m.seq };
   };
 
   /**
@@ -67,12 +90,9 @@ export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
    * that can fail with a typed error (auth, query, consumer creation) has
    * happened before the 200 is written.
    */
-  const followEvents = async (principal: Principal, allowed: { subject: string; reauthorize: Reauthorize }, since: number, res: ServerResponse): Promise<void> => {
+  const followEvents = async (principal: Principal, allowed: { subject: string; reauthorize: Reauthorize }, start: EventsStart, res: ServerResponse): Promise<void> => {
     const { scope } = principal;
-    const consumer = await jetstream(ctx.deps.nc).consumers.get(Streams.audit, {
-      filter_subjects: [allowed.subject],
-      ...(since > 0 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: since + 1 } : { deliver_policy: DeliverPolicy.All }),
-    });
+    const consumer = await jetstream(ctx.deps.nc).consumers.get(Streams.audit, { filter_subjects: [allowed.subject], ...deliverFrom(start) });
     await guard.ready();
     const messages: ConsumerMessages = await consumer.consume(PULL_OPTIONS);
     const stop = () => void messages.close();
@@ -102,14 +122,15 @@ export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
       const { scope } = principal;
       const { subject, reauthorize } = await auditSubject(scope, q.sessionId);
       if (q.follow) {
-        await followEvents(principal, { subject, reauthorize }, q.since, res);
+        await followEvents(principal, { subject, reauthorize }, q, res);
         return;
       }
       const jsm = await ctx.jsm();
-      const events: AuditEvent[] = [];
+      const events: AuditEntry[] = [];
       let lastSeq = 0;
       let more = false;
-      for await (const m of readRange(jsm, Streams.audit, subject, q.since + 1)) {
+      const from = q.startTime !== undefined ? await firstSeqAt(jsm, subject, q.startTime) : Number(q.since) + 1;
+      for await (const m of readRange(jsm, Streams.audit, subject, from)) {
         if (events.length === q.limit) {
           more = true;
           break;

@@ -1,6 +1,5 @@
 import { z } from "zod";
 import { Api } from "../api.ts";
-import { AuditEvent } from "../audit.ts";
 import { CreateEnvironmentBody, Environment, PutSecretBody, SECRET_BODY_MAX_BYTES, SecretName, UpdateEnvironmentBody } from "../environment.ts";
 import { Runner } from "../fleet.ts";
 import { Id } from "../ids.ts";
@@ -10,13 +9,14 @@ import { AttachTicket, AttachTicketBody, CreatedToken, CreateTokenBody, TokenInf
 import { PortNumber, PreviewTicket } from "../ports.ts";
 import { WorkspaceDiffReply, WorkspacePath, WorkspacePushReply, WorkspaceReposReply } from "../workspace.ts";
 import { EmptyBody, httpRoute, json, jsonBody, NoQuery, pathParamNames, pathPattern, type HttpRoute } from "./route.ts";
-import { QueryBool, QueryCursor, QueryLimit, QueryLimitValue, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
-import { DEFAULT_PAGE_LIMIT } from "../api.ts";
+import { QueryBool, QueryCursor, QueryLimit, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
 import { ExecRoutes } from "./exec-routes.ts";
 import { AgentRoutes } from "./agent-routes.ts";
 import { FileRoutes } from "./file-routes.ts";
+import { AuditEntry, EventsQuery, ListRunnersQuery, ListTokensQuery, RunnerFeedLine, TokenFeedLine } from "./feeds.ts";
 
 export { NDJSON } from "./route.ts";
+export { AuditEntry, EventsQuery, ListRunnersQuery, ListTokensQuery, RunnerFeedLine, TokenFeedLine } from "./feeds.ts";
 export { ProcessOutput, ProcessOutputQuery, ProcessSignalBody, ProcessStdinQuery } from "./exec-routes.ts";
 /** Response header of the log route: the cursor of the last chunk included (resume with ?since). */
 export const LOG_CURSOR_HEADER = "paddock-cursor";
@@ -30,15 +30,6 @@ export const ListSessionsQuery = z
   .object({ limit: QueryLimit, cursor: QueryCursor, includeTerminal: QueryBool, parentId: Id.optional(), creatorId: Id.optional() })
   .strict();
 export const ListEnvironmentsQuery = z.object({ limit: QueryLimit, cursor: z.string().min(1).max(512).optional() }).strict();
-export const ListRunnersQuery = z.object({ limit: QueryLimit, cursor: QueryCursor }).strict();
-/** `follow=true` streams NDJSON from `since`, then live; `limit` pages only the non-followed read. */
-export const EventsQuery = z
-  .object({ sessionId: Id.optional(), since: QuerySeq, limit: QueryLimitValue.optional(), follow: QueryBool })
-  .strict()
-  .superRefine((q, ctx) => {
-    if (q.follow && q.limit !== undefined) ctx.addIssue({ code: "custom", path: ["limit"], message: "does not apply with follow=true" });
-  })
-  .transform((q) => ({ ...q, limit: q.limit ?? DEFAULT_PAGE_LIMIT }));
 export const LogQuery = z.object({ app: Id.optional(), since: QuerySeq }).strict();
 /** `?path=`: workspace-relative, the workspace itself when absent. */
 export const WorkspaceQuery = z.object({ path: WorkspacePath.optional() }).strict();
@@ -57,7 +48,7 @@ export const SessionAnswer = Session.extend({ waited: Waited.optional() });
 export const SessionPage = Api.listSessions.result;
 export const EnvironmentPage = Api.listEnvironments.result;
 export const RunnerPage = Api.listRunners.result;
-export const EventPage = z.object({ events: z.array(AuditEvent), nextCursor: z.string().optional() }).strict();
+export const EventPage = z.object({ events: z.array(AuditEntry), nextCursor: z.string().optional() }).strict();
 /** The released session and its replacement; `waited` says how a wait for the replacement's state ended. */
 export const RecycleAnswer = Api.recycleSession.result.extend({ waited: Waited.optional() });
 export const SecretList = z.object({ secrets: z.array(z.object({ name: SecretName }).strict()) }).strict();
@@ -269,9 +260,9 @@ export const HttpApi = {
   listRunners: httpRoute({
     method: "GET",
     path: "/v1/runners",
-    summary: "List the fleet's runners, a page at a time.",
+    summary: "List the fleet's runners, a page at a time; ?follow=true streams them and every change.",
     query: ListRunnersQuery,
-    responses: [json(RunnerPage)],
+    responses: [json(RunnerPage, [200], "follow=false"), { kind: "ndjson", status: [200], schema: RunnerFeedLine, when: "follow=true" }],
     errors: ["forbidden"],
   }),
   getRunner: httpRoute({
@@ -288,9 +279,9 @@ export const HttpApi = {
   listEvents: httpRoute({
     method: "GET",
     path: "/v1/events",
-    summary: "Audit events of the workspace or of one session, after ?since; ?follow=true streams them live.",
+    summary: "Audit events of the workspace or of one session, after ?since (or from ?startTime); ?follow=true streams them live.",
     query: EventsQuery,
-    responses: [json(EventPage, [200], "follow=false"), { kind: "ndjson", status: [200], schema: AuditEvent, when: "follow=true" }],
+    responses: [json(EventPage, [200], "follow=false"), { kind: "ndjson", status: [200], schema: AuditEntry, when: "follow=true" }],
     errors: ["forbidden", "not_found"],
   }),
   createToken: httpRoute({
@@ -304,8 +295,9 @@ export const HttpApi = {
   listTokens: httpRoute({
     method: "GET",
     path: "/v1/tokens",
-    summary: "The caller's own tokens (never a value or hash).",
-    responses: [json(TokenList)],
+    summary: "The caller's own tokens (never a value or hash); ?follow=true streams them and every change.",
+    query: ListTokensQuery,
+    responses: [json(TokenList, [200], "follow=false"), { kind: "ndjson", status: [200], schema: TokenFeedLine, when: "follow=true" }],
     errors: ["forbidden"],
   }),
   revokeToken: httpRoute({

@@ -24,7 +24,7 @@ import { pidsOfUid } from "./uid-allocator.ts";
 
 const INIT = fileURLToPath(new URL("../../../native/paddock-init", import.meta.url));
 const ids = testHostIds(process.pid + 5_113);
-const UID_COUNT = 8;
+const UID_COUNT = 16;
 let dataDir: string;
 let backend: SandboxBackend;
 let counter = 0;
@@ -127,6 +127,22 @@ describe("a session's exec namespace", () => {
       proc.signal("SIGKILL");
       expect(await proc.exited).toEqual({ exitCode: null, signal: "SIGKILL" });
       const left = await run(sandbox, ["sh", "-c", "ps -eo args | grep -c '^sleep 30[12]' || true"]);
+      expect(left.stdout.toString().trim()).toBe("0");
+    } finally {
+      await sandbox.destroy();
+    }
+  });
+
+  it("a signal sent at once after the start reaches the command's group (no window before the group exists)", async () => {
+    const sandbox = await newSandbox();
+    try {
+      // Twenty in a row, each killed in the same breath as its start: the init forks, then reads the kill at once.
+      for (let i = 0; i < 20; i++) {
+        const proc = sandbox.startExec({ app: { name: "exec", cmd: ["sh", "-c", "trap '' TERM; sleep 3600 & while :; do sleep 1; done"], tty: false }, env: { PATH: TEST_PATH }, onData: () => undefined });
+        proc.signal("SIGKILL");
+        expect(await proc.exited).toEqual({ exitCode: null, signal: "SIGKILL" });
+      }
+      const left = await run(sandbox, ["sh", "-c", "ps -eo args | grep -c '^sleep 3600' || true"]);
       expect(left.stdout.toString().trim()).toBe("0");
     } finally {
       await sandbox.destroy();
