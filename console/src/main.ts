@@ -67,7 +67,9 @@ function shell(app: HTMLElement): HTMLElement {
   };
   window.addEventListener("hashchange", mark);
   mark();
-  replace(app, h("a", { href: "#main", class: "skip" }, "Skip to content"), nav, main);
+  // The console routes by fragment: the skip link moves focus without touching the hash.
+  const skip = h("a", { href: "#main", class: "skip", onclick: (ev: Event) => (ev.preventDefault(), main.focus()) }, "Skip to content");
+  replace(app, skip, nav, main);
   return main;
 }
 

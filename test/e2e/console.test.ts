@@ -5,8 +5,11 @@
  * into its terminal and see the output, a second page attached as viewer sees
  * the same bytes and cannot type, suspend and resume from the buttons, an
  * uploaded file appears in the file list, a dropped network reconnects from
- * the cursor without losing or repeating a byte — with no page error and no
- * CSP violation anywhere. A screenshot of each page goes to bench-results/console/.
+ * the cursor without losing or repeating a byte, copy and paste through the
+ * clipboard, runners, tokens and events pushed from another client's changes,
+ * the keyboard alone (skip link, focus ring, navigation) and an axe-core audit
+ * of every page — with no page error and no CSP violation anywhere. A
+ * screenshot of each page goes to bench-results/console/.
  */
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -247,6 +250,45 @@ describe("the web console in Chromium", () => {
     const created = (await api(stack.url, stack.token, "POST", "/v1/environments", { name: "pushed-env" })).body as { id: string };
     await events.locator("[data-testid=event-row]", { hasText: created.id }).first().waitFor();
     await screenshot(events, "events-pushed");
+  });
+
+  it("works from the keyboard alone: a visible skip link first, a visible focus ring, the navigation by Tab and Enter", async () => {
+    interface Focused {
+      text: string;
+      id: string;
+      outline: string;
+      left: number;
+      hash: string;
+    }
+    const page = await open("/runners");
+    await page.getByTestId("runners-table").waitFor();
+    const focused = () =>
+      page.evaluate((): Focused => {
+        const g = globalThis as unknown as {
+          document: { activeElement: { textContent: string | null; id: string; getBoundingClientRect(): { left: number } } | null };
+          getComputedStyle(e: unknown): { outlineStyle: string; outlineWidth: string };
+          location: { hash: string };
+        };
+        const el = g.document.activeElement;
+        const style = el ? g.getComputedStyle(el) : undefined;
+        return { text: el?.textContent?.trim() ?? "", id: el?.id ?? "", outline: `${style?.outlineStyle ?? ""} ${style?.outlineWidth ?? ""}`, left: el?.getBoundingClientRect().left ?? -1, hash: g.location.hash };
+      });
+    await page.keyboard.press("Tab");
+    const skip = await focused();
+    expect(skip).toMatchObject({ text: "Skip to content", hash: "#/runners" });
+    expect(skip.left).toBeGreaterThanOrEqual(0);
+    expect(skip.outline).toMatch(/^solid [1-9]/);
+    await page.keyboard.press("Enter");
+    expect(await focused()).toMatchObject({ id: "main", hash: "#/runners" });
+    // Back from the content into the navigation (Log out, then the links), each stop with its ring.
+    for (let i = 0; i < 12 && (await focused()).text !== "Tokens"; i++) {
+      await page.keyboard.press("Shift+Tab");
+      expect((await focused()).outline).toMatch(/^solid [1-9]/);
+    }
+    expect((await focused()).text).toBe("Tokens");
+    await page.keyboard.press("Enter");
+    await page.getByTestId("tokens-table").waitFor();
+    expect((await focused()).hash).toBe("#/tokens");
   });
 
   it("every page passes an automated accessibility audit (axe-core, WCAG 2 A and AA)", async () => {

@@ -85,8 +85,8 @@ describe("one session end to end", () => {
     expect(new Set(publicEvents.map((e) => e.id)).size).toBe(publicEvents.length);
     expect(publicEvents.map((e) => e.id)).toEqual(events.map((e) => e.id));
     for (const e of publicEvents) {
-      const fixed = ["action", "actorId", "at", "id", "placementGeneration", "resource", "usage", "workspaceId"];
-      // A run event also names its app generation (`run`); no event carries anything else.
+      const fixed = ["action", "actorId", "at", "id", "placementGeneration", "resource", "seq", "usage", "workspaceId"];
+      // A run event also names its app generation (`run`); no event carries anything else (`seq` is its place in the stream, the API's cursor).
       expect(Object.keys(e).sort()).toEqual(e.action.startsWith("run.") ? [...fixed, "run"].sort() : fixed);
     }
     // Terminal bytes never reach the audit stream.

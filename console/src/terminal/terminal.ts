@@ -80,8 +80,6 @@ export function mountTerminal(container: HTMLElement, opts: TerminalOptions): Mo
   const fit = new FitAddon();
   term.loadAddon(fit);
   const styles = new StyleMirror();
-  styles.capture(() => term.open(screen));
-  styleCellsThroughCssom(term);
 
   let disposed = false;
   let lastSize = "";
@@ -150,8 +148,6 @@ export function mountTerminal(container: HTMLElement, opts: TerminalOptions): Mo
     }, RESIZE_DEBOUNCE_MS);
   };
   const observer = new ResizeObserver(refit);
-  observer.observe(screen);
-  fit.fit();
 
   const probe: TerminalProbe = {
     text: () => {
@@ -171,7 +167,12 @@ export function mountTerminal(container: HTMLElement, opts: TerminalOptions): Mo
   };
   Object.defineProperty(screen, "paddockTerminal", { value: probe, configurable: true });
 
+  // The ticket request and the socket's handshake run while xterm.js builds its DOM and measures its font.
   conn.start();
+  styles.capture(() => term.open(screen));
+  styleCellsThroughCssom(term);
+  observer.observe(screen);
+  fit.fit();
   if (controller) term.focus();
 
   return {
