@@ -1,3 +1,4 @@
+import { utf8ByteLength } from "./bytes.ts";
 import { z } from "zod";
 import { EpochMs, Id } from "./ids.ts";
 import { refuseNulAndDeepNesting } from "./body.ts";
@@ -146,7 +147,7 @@ export const PutSecretBody = z
     value: z
       .string()
       .min(1)
-      .refine((v) => Buffer.byteLength(v, "utf8") <= SECRET_VALUE_MAX_BYTES, `value: at most ${SECRET_VALUE_MAX_BYTES} bytes`)
+      .refine((v) => utf8ByteLength(v) <= SECRET_VALUE_MAX_BYTES, `value: at most ${SECRET_VALUE_MAX_BYTES} bytes`)
       // An env var cannot hold NUL; refusing it here keeps spawn errors (which may quote env) off the boot path.
       .refine((v) => !v.includes("\0"), "value: must not contain NUL"),
   })

@@ -1,3 +1,4 @@
+import { base64ByteLength, utf8ByteLength } from "./bytes.ts";
 import { z } from "zod";
 import { Generation, Id } from "./ids.ts";
 import type { Rpc } from "./rpc.ts";
@@ -34,7 +35,6 @@ export const MAX_SESSION_EXECS = 256;
 const MAX_EXEC_ENV = 128;
 
 const noNul = (s: string) => !s.includes("\0");
-const base64Bytes = (s: string) => Buffer.byteLength(s, "base64");
 
 /** A variable the caller may set; PADDOCK_ variables are the runner's own. */
 const ExecEnvName = z
@@ -73,7 +73,7 @@ export const ExecBody = z
   .strict()
   .superRefine((body, ctx) => {
     if (body.stdin === undefined) return;
-    const bytes = body.encoding === "base64" ? base64Bytes(body.stdin) : Buffer.byteLength(body.stdin);
+    const bytes = body.encoding === "base64" ? base64ByteLength(body.stdin) : utf8ByteLength(body.stdin);
     if (bytes > MAX_EXEC_STDIN_BYTES) ctx.addIssue({ code: "custom", path: ["stdin"], message: `at most ${MAX_EXEC_STDIN_BYTES} bytes` });
     if (body.encoding === "base64" && !/^[A-Za-z0-9+/]*={0,2}$/.test(body.stdin)) ctx.addIssue({ code: "custom", path: ["stdin"], message: "must be base64" });
   });

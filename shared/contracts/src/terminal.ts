@@ -120,9 +120,9 @@ export const INPUT_LOW_WATER_BYTES = 64 * 1024;
 export const INPUT_CREDIT_HOLD_MS = 10_000;
 
 /** Binary output frame: 8-byte big-endian cursor followed by raw bytes. */
-export function encodeOutputFrame(cursor: number, bytes: Uint8Array): Buffer {
-  const frame = Buffer.allocUnsafe(8 + bytes.byteLength);
-  frame.writeBigUInt64BE(BigInt(cursor), 0);
+export function encodeOutputFrame(cursor: number, bytes: Uint8Array): Uint8Array {
+  const frame = new Uint8Array(8 + bytes.byteLength);
+  new DataView(frame.buffer).setBigUint64(0, BigInt(cursor));
   frame.set(bytes, 8);
   return frame;
 }
