@@ -54,6 +54,8 @@ export async function serveRecordFeed<Line>(feed: RecordFeed<Line>): Promise<voi
     for (const s of feed.sources) watches.push(await s.kv.watch({ key: s.key ?? ">", include: KvWatchInclude.UpdatesOnly }));
     await feed.guard.ready();
     const initial = await feed.snapshot();
+    // A client gone while the snapshot was read: its close fired before anyone listened, so nothing would stop the watches.
+    if (res.destroyed || res.closed) return;
     res.once("close", stop);
     const stream = { tokenHash: feed.principal.tokenHash, revoke: () => res.destroy() };
     feed.guard.add(stream, feed.principal, feed.reauthorize);

@@ -1,3 +1,4 @@
+import { request as httpRequest } from "node:http";
 import { describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
 import { Subjects, type AuditEntry, type AuditEvent } from "@paddock/contracts";
@@ -103,6 +104,26 @@ describe("GET /v1/events?follow=true", () => {
     // The paged list carries the same sequences.
     const page = await api(h.url, "GET", "/v1/events?sessionId=fo-seq", { token: TOKENS.bob });
     expect((page.json as { events: AuditEntry[] }).events.map((e) => e.seq)).toEqual([...acks.map((a) => a.seq), ...resumed.events.map((e) => e.seq)]);
+  });
+
+  it("a client gone before the follow started leaves nothing behind: the handler ends", async () => {
+    h.scheduler.put(makeSession({ id: "fo-gone", workspaceId: WS1, creatorId: "alice" }));
+    const served = async () => (await h.metrics.httpRequests.get()).values.find((v) => v.labels.route === "GET /v1/events" && v.labels.status === "200")?.value ?? 0;
+    const before = await served();
+    const release = h.scheduler.hold("get");
+    const asked = h.scheduler.nextCall("get");
+    const req = httpRequest(`${h.url}/v1/events?follow=true&sessionId=fo-gone`, { headers: { authorization: `Bearer ${TOKENS.bob}` } });
+    req.on("error", () => undefined);
+    const closed = new Promise((resolve) => req.once("close", resolve));
+    req.end();
+    await asked;
+    req.destroy();
+    await closed;
+    // The gateway runs in this process: a few turns of the loop and it has seen the socket close.
+    for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+    release();
+    for (let i = 0; i < 10_000 && (await served()) === before; i++) await new Promise((r) => setImmediate(r));
+    expect(await served()).toBe(before + 1);
   });
 
   it("since=now follows only what happens after the follow opened", async () => {

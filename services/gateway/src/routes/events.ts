@@ -96,6 +96,8 @@ export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
     await guard.ready();
     const messages: ConsumerMessages = await consumer.consume(PULL_OPTIONS);
     const stop = () => void messages.close();
+    // A client gone before this point closed before anyone listened: stop now, or the loop below waits for a message forever.
+    if (res.destroyed || res.closed) stop();
     res.once("close", stop);
     // Revoked token, removed member: the stream is cut (not ended: the client must not take it as complete).
     const stream = { tokenHash: principal.tokenHash, revoke: () => res.destroy() };

@@ -44,6 +44,8 @@ export class FakeScheduler {
   afterAttach: ((granted: Session) => void) | undefined;
   private subs: Subscription[] = [];
   private callWaiters: Array<{ verb: string; resolve: (call: RpcCall) => void }> = [];
+  /** Verbs whose answers wait until the test releases them (hold). */
+  private readonly gates = new Map<string, Promise<void>>();
   private n = 0;
   private readonly idem = new Map<string, string>();
 
@@ -69,6 +71,7 @@ export class FakeScheduler {
         this.calls.push(call);
         for (const w of this.callWaiters.filter((x) => x.verb === verb)) w.resolve(call);
         this.callWaiters = this.callWaiters.filter((x) => x.verb !== verb);
+        await this.gates.get(verb);
         return fn(req);
       }, opts);
 
@@ -175,6 +178,16 @@ export class FakeScheduler {
     if (s.state === to) return s;
     if (!canTransition(s.state, to)) throw new ConflictError(`session ${s.id} cannot go from ${s.state} to ${to}`);
     return this.put({ ...s, state: to });
+  }
+
+  /** Holds the answers to verb's calls (each recorded at once) until the returned release is called. */
+  hold(verb: string): () => void {
+    let release!: () => void;
+    this.gates.set(verb, new Promise((resolve) => (release = resolve)));
+    return () => {
+      this.gates.delete(verb);
+      release();
+    };
   }
 
   /** The next call of verb this stand-in receives (from now on). */
