@@ -1,8 +1,7 @@
-import { request as httpRequest } from "node:http";
 import { describe, expect, it } from "vitest";
 import { jetstream } from "@nats-io/jetstream";
 import { Subjects, type AuditEntry, type AuditEvent } from "@paddock/contracts";
-import { followNdjson, type Follow } from "../testing/ndjson-follow.ts";
+import { followNdjson, leaveWhileHeld, type Follow } from "../testing/ndjson-follow.ts";
 import { makeAuditEvent } from "@paddock/testing";
 import { NDJSON } from "@paddock/contracts";
 import { api, expectError, makeSession, useHarness, TOKENS, WS1, WS2 } from "../testing/testkit.ts";
@@ -110,18 +109,7 @@ describe("GET /v1/events?follow=true", () => {
     h.scheduler.put(makeSession({ id: "fo-gone", workspaceId: WS1, creatorId: "alice" }));
     const served = async () => (await h.metrics.httpRequests.get()).values.find((v) => v.labels.route === "GET /v1/events" && v.labels.status === "200")?.value ?? 0;
     const before = await served();
-    const release = h.scheduler.hold("get");
-    const asked = h.scheduler.nextCall("get");
-    const req = httpRequest(`${h.url}/v1/events?follow=true&sessionId=fo-gone`, { headers: { authorization: `Bearer ${TOKENS.bob}` } });
-    req.on("error", () => undefined);
-    const closed = new Promise((resolve) => req.once("close", resolve));
-    req.end();
-    await asked;
-    req.destroy();
-    await closed;
-    // The gateway runs in this process: a few turns of the loop and it has seen the socket close.
-    for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
-    release();
+    await leaveWhileHeld(h, "get", "/v1/events?follow=true&sessionId=fo-gone", TOKENS.bob);
     for (let i = 0; i < 10_000 && (await served()) === before; i++) await new Promise((r) => setImmediate(r));
     expect(await served()).toBe(before + 1);
   });

@@ -3,12 +3,11 @@
  * GET /v1/tokens?follow=true, against a real nats-server (the changes come
  * from KV watches, as the scheduler and other gateways write them).
  */
-import { request as httpRequest } from "node:http";
 import { Kvm } from "@nats-io/kv";
 import { describe, expect, it } from "vitest";
 import { Buckets, runnerKey, type RunnerFeedLine, type TokenFeedLine } from "@paddock/contracts";
 import { api, expectError, makeRunner, RUNNER, TOKENS, useHarness } from "../testing/testkit.ts";
-import { followNdjson } from "../testing/ndjson-follow.ts";
+import { followNdjson, leaveWhileHeld } from "../testing/ndjson-follow.ts";
 
 const h = useHarness();
 
@@ -65,18 +64,7 @@ describe("GET /v1/runners?follow=true", () => {
   it("a client gone while the snapshot is read leaves nothing behind: the handler ends", async () => {
     const served = async () => (await h.metrics.httpRequests.get()).values.find((v) => v.labels.route === "GET /v1/runners" && v.labels.status === "200")?.value ?? 0;
     const before = await served();
-    const release = h.scheduler.hold("listRunners");
-    const asked = h.scheduler.nextCall("listRunners");
-    const req = httpRequest(`${h.url}/v1/runners?follow=true`, { headers: { authorization: `Bearer ${TOKENS.alice}` } });
-    req.on("error", () => undefined);
-    const closed = new Promise((resolve) => req.once("close", resolve));
-    req.end();
-    await asked;
-    req.destroy();
-    await closed;
-    // The gateway runs in this process: a few turns of the loop and it has seen the socket close.
-    for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
-    release();
+    await leaveWhileHeld(h, "listRunners", "/v1/runners?follow=true", TOKENS.alice);
     for (let i = 0; i < 10_000 && (await served()) === before; i++) await new Promise((r) => setImmediate(r));
     expect(await served()).toBe(before + 1);
   });

@@ -59,3 +59,28 @@ export function followNdjson<Line = unknown>(base: string, path: string, token: 
     req.end();
   });
 }
+
+/**
+ * Opens `path` as a follow, and leaves (destroys the request) while the
+ * scheduler's answer to `verb` is held; releases it once the gateway (in this
+ * process) has had a few turns of its loop to see the close.
+ */
+export async function leaveWhileHeld(
+  h: { url: string; scheduler: { hold(verb: string): () => void; nextCall(verb: string): Promise<unknown> } },
+  verb: string,
+  path: string,
+  token: string,
+): Promise<void> {
+  const release = h.scheduler.hold(verb);
+  const asked = h.scheduler.nextCall(verb);
+  const req = httpRequest(`${h.url}${path}`, { headers: { authorization: `Bearer ${token}` } });
+  req.on("error", () => undefined);
+  const closed = new Promise((resolve) => req.once("close", resolve));
+  req.end();
+  await asked;
+  req.destroy();
+  await closed;
+  // The gateway runs in this process: a few turns of the loop and it has seen the socket close.
+  for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+  release();
+}
