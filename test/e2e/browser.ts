@@ -51,6 +51,9 @@ export async function watchProblems(page: Page): Promise<PageProblems> {
     all: () => [...problems.console.map((m) => `console: ${m}`), ...problems.pageErrors.map((m) => `page error: ${m}`), ...problems.csp.map((m) => `csp: ${m}`)],
   };
   page.on("console", (msg) => {
+    // Chromium aborts requests in flight when the host's interfaces change — other test files create and remove
+    // sandbox veths meanwhile. Not the page's doing (its calls retry or its feeds reconnect); anything else counts.
+    if (msg.text().includes("net::ERR_NETWORK_CHANGED")) return;
     if (msg.type() === "error" || msg.type() === "warning") problems.console.push(`${msg.type()}: ${msg.text()}${msg.location().url ? ` (${msg.location().url})` : ""}`);
   });
   page.on("pageerror", (err) => problems.pageErrors.push(err.message));
