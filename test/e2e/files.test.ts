@@ -6,8 +6,8 @@
  * workspace, no symlink followed, no FIFO opened, no file of another user.
  */
 import { createHash } from "node:crypto";
-import { linkSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { get as httpGet } from "node:http";
+import { linkSync, readdirSync, readFileSync, statSync, watch, writeFileSync } from "node:fs";
+import { get as httpGet, request as httpRequest } from "node:http";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -186,6 +186,47 @@ describe("PUT and DELETE /v1/sessions/:id/files", () => {
     expect((await writeFile("path=x.txt", Buffer.alloc(MAX_UPLOAD + 1))).status).toBe(413);
     expect((await writeFile("path=x.txt", "x", MEMBER_TOKEN)).status).toBe(403);
     expect(((await list("")).body as FileList).entries.map((e) => e.path)).not.toContain("x.txt");
+  });
+
+  it("PUT of a body past one small message goes on the runner's data plane: refused paths and a client leaving mid-body leave nothing", async () => {
+    const body = Buffer.alloc(200_000, 3);
+    expect(await writeFile("path=dp/x.bin", body)).toEqual({ status: 200, body: { path: "dp/x.bin", size: body.length } });
+    expect(readFileSync(onHost("dp/x.bin")).equals(body)).toBe(true);
+    for (const query of ["path=src", "path=dirlink/x.bin"]) expect([query, (await writeFile(query, body)).status]).toEqual([query, 400]);
+    // Cut once the runner began writing (its temporary file appeared): no file, no temporary file left.
+    const began = new Promise<void>((resolve) => {
+      const watcher = watch(onHost("dp"), (_event, name) => {
+        if (!String(name).startsWith(".paddock-tmp-")) return;
+        watcher.close();
+        resolve();
+      });
+    });
+    const cut = httpRequest(`${stack.url}/v1/sessions/${sessionId}/files?path=dp/cut.bin`, { method: "PUT", headers: { authorization: `Bearer ${stack.token}`, "content-length": String(body.length * 2) } });
+    cut.on("error", () => undefined);
+    cut.write(body);
+    await began;
+    cut.destroy();
+    // The session's workspace operations run in order: this write's answer comes after the cut one ended.
+    expect((await writeFile("path=dp/after.txt", "after")).status).toBe(200);
+    expect(readdirSync(onHost("dp")).sort()).toEqual(["after.txt", "x.bin"]);
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${sessionId}/files?path=dp&recursive=true`)).status).toBe(200);
+  });
+
+  it("with no data plane on its runner, writes go inline or through a transfer object, and read back whole", async () => {
+    await stack.addRunner({ runnerId: "runner-files-bus", env: { PADDOCK_RUNNER_DATA_LISTEN: "off", PADDOCK_RUNNER_CAPABILITIES: "files-on-bus" } });
+    const env = await api(stack.url, stack.token, "POST", "/v1/environments", { name: "files-on-bus", requirements: { capabilities: ["files-on-bus"] } });
+    const own = await createSession({ environmentId: (env.body as { id: string }).id, spec: { cmd: ["sleep", "600"] } });
+    const running = (await api(stack.url, stack.token, "GET", `/v1/sessions/${own.id}?waitFor=running&timeoutMs=60000`)).body as { runnerId: string };
+    expect(running.runnerId).toBe("runner-files-bus");
+    const put = async (path: string, bytes: Buffer) => (await fetch(`${stack.url}/v1/sessions/${own.id}/files?path=${path}`, { method: "PUT", headers: { authorization: `Bearer ${stack.token}` }, body: bytes })).json();
+    const get = async (path: string) => Buffer.from(await (await fetch(`${stack.url}/v1/sessions/${own.id}/files?path=${path}`, { headers: { authorization: `Bearer ${stack.token}` } })).arrayBuffer());
+    // Past the data plane's bound but within one message (inline), and past one message (a transfer object).
+    for (const size of [80_000, 300_000]) {
+      const bytes = Buffer.alloc(size, size % 251);
+      expect(await put(`f${size}.bin`, bytes)).toEqual({ path: `f${size}.bin`, size });
+      expect((await get(`f${size}.bin`)).equals(bytes)).toBe(true);
+    }
+    await api(stack.url, stack.token, "DELETE", `/v1/sessions/${own.id}`);
   });
 
   it("DELETE removes a file or a link (never its target), an empty directory, and a tree only with recursive=true", async () => {

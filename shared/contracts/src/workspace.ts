@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { ErrorBody } from "./errors.ts";
 import { DataPlaneOffer, TunnelOpenReply, TunnelOpenRequest } from "./ports.ts";
 import { Generation, Id } from "./ids.ts";
 import type { Rpc } from "./rpc.ts";
@@ -231,15 +232,33 @@ export const FileWriteRequest = z
     /** The bytes through a transfer object (sealed under sealKey)… */
     transferId: Id.optional(),
     sealKey: SealKey.optional(),
-    /** …or inline: the bytes follow the request (a file that fits one message). */
+    /** …or inline: the bytes follow the request (a file that fits one message)… */
     inline: z.literal(true).optional(),
+    /** …or on the runner's data plane: exactly `size` bytes, then the writer's half-close (see FileWriteOutcome). */
+    data: z.object({ size: z.number().int().nonnegative() }).strict().optional(),
   })
   .strict()
-  .refine((r) => (r.inline === true) !== (r.transferId !== undefined && r.sealKey !== undefined), "either inline bytes or a transfer object with its key");
+  .refine(
+    (r) => [r.inline === true, r.transferId !== undefined && r.sealKey !== undefined, r.data !== undefined].filter(Boolean).length === 1 && (r.transferId === undefined) === (r.sealKey === undefined),
+    "one of: inline bytes, a transfer object with its key, or the data plane",
+  );
 export type FileWriteRequest = z.infer<typeof FileWriteRequest>;
 /** Also the body of `PUT /v1/sessions/:id/files`. */
 export const FileWriteReply = z.object({ path: z.string().max(MAX_WORKSPACE_PATH), size: z.number().int().nonnegative() }).strict();
 export type FileWriteReply = z.infer<typeof FileWriteReply>;
+/** A data-plane write's answer: where to send the bytes (the write's own result comes on that connection); null when the runner has no data plane (nothing was started). */
+export const FileWriteOffer = z.object({ data: DataPlaneOffer.nullable() }).strict();
+export type FileWriteOffer = z.infer<typeof FileWriteOffer>;
+export const FileWriteAnswer = z.union([FileWriteReply, FileWriteOffer]);
+/**
+ * What the runner sends back on a data-plane write's connection once the
+ * writer half-closed it: the write's result, or why it failed (nothing of the
+ * file is left then), as one JSON text, then its own end.
+ */
+export const FileWriteOutcome = z.discriminatedUnion("ok", [z.object({ ok: z.literal(true), result: FileWriteReply }).strict(), z.object({ ok: z.literal(false), error: ErrorBody }).strict()]);
+export type FileWriteOutcome = z.infer<typeof FileWriteOutcome>;
+/** The longest a data-plane write's outcome may be. */
+export const FILE_WRITE_OUTCOME_MAX_BYTES = 16 * 1024;
 
 export const FileDeleteRequest = z.object({ ...Target, path: WorkspacePath, recursive: z.boolean() }).strict();
 export type FileDeleteRequest = z.infer<typeof FileDeleteRequest>;
@@ -370,7 +389,7 @@ export function workspaceRpcs(poolId: string, runnerId: string) {
     diff: { subject: workspaceSubject(poolId, runnerId, "diff"), request: WorkspaceDiffRequest, result: WorkspaceDiffReply },
     read: { subject: workspaceSubject(poolId, runnerId, "read"), request: FileReadRequest, result: FileReadReply, withBytes: true },
     list: { subject: workspaceSubject(poolId, runnerId, "list"), request: FileListRequest, result: FileListColumns },
-    write: { subject: workspaceSubject(poolId, runnerId, "write"), request: FileWriteRequest, result: FileWriteReply, withBytes: true },
+    write: { subject: workspaceSubject(poolId, runnerId, "write"), request: FileWriteRequest, result: FileWriteAnswer, withBytes: true },
     delete: { subject: workspaceSubject(poolId, runnerId, "delete"), request: FileDeleteRequest, result: FileDeleteReply },
     repos: { subject: workspaceSubject(poolId, runnerId, "repos"), request: WorkspaceReposRequest, result: WorkspaceReposReply },
     watch: { subject: workspaceSubject(poolId, runnerId, "watch"), request: FileWatchRequest, result: FileWatchReply },

@@ -4,6 +4,7 @@
  * once the ticket is written.
  */
 import { connect as netConnect, type Socket } from "node:net";
+import { once } from "node:events";
 import { Transform, type Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { UnavailableError, type DataPlaneOffer } from "@paddock/contracts";
@@ -31,13 +32,18 @@ export class DataPlaneDialer {
     return (this.shunned.get(runner) ?? 0) <= this.now();
   }
 
+  /** Reaches runner on the bus for a while (it has no data plane, or it cannot be dialled). */
+  shun(runner: string): void {
+    this.shunned.set(runner, this.now() + SHUNNED_MS);
+  }
+
   /** The offer's connection, or undefined (remembered) when runner's data plane cannot be dialled. */
   async dial(runner: string, offer: DataPlaneOffer): Promise<Socket | undefined> {
     try {
       return await dialDataPlane(offer);
     } catch (err) {
       this.log.warn({ runner, host: offer.host, port: offer.port, err }, "runner's data plane not reachable; its bytes go on the bus for a while");
-      this.shunned.set(runner, this.now() + SHUNNED_MS);
+      this.shun(runner);
       return undefined;
     }
   }
@@ -80,4 +86,37 @@ export async function copyExactly(socket: Socket, out: Writable, length: number)
     out.destroy();
     throw err;
   }
+}
+
+/**
+ * Writes body on socket, half-closes it, and resolves with what the runner
+ * answers before its own end (at most maxAnswerBytes); the socket breaking
+ * first, or a longer answer, is unavailable.
+ */
+export async function sendForAnswer(socket: Socket, body: AsyncIterable<Uint8Array>, maxAnswerBytes: number): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  let size = 0;
+  const answered = new Promise<Buffer>((resolve, reject) => {
+    socket.on("data", (bytes: Buffer) => {
+      size += bytes.byteLength;
+      if (size > maxAnswerBytes) socket.destroy(new UnavailableError("the runner's answer is too long"));
+      else parts.push(bytes);
+    });
+    socket.once("end", () => resolve(Buffer.concat(parts)));
+    socket.once("error", reject);
+    socket.once("close", () => reject(new UnavailableError("the runner's data plane closed before it answered")));
+  });
+  // Settled by whoever waits on it; a body that failed is its own error.
+  answered.catch(() => undefined);
+  try {
+    for await (const chunk of body) {
+      if (socket.destroyed) break;
+      if (!socket.write(chunk)) await Promise.race([once(socket, "drain"), answered]);
+    }
+    socket.end();
+  } catch (err) {
+    socket.destroy();
+    throw err;
+  }
+  return answered;
 }

@@ -4,9 +4,13 @@ import { pipeline } from "node:stream/promises";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { Objm, type ObjectResult, type ObjectStore } from "@nats-io/obj";
 import { newSealKey, SealError, sealed, unsealed } from "@paddock/archive";
-import { callRpc, callRpcWithBytes } from "@paddock/bus";
+import { callRpc, callRpcWithBytes, decodeJson } from "@paddock/bus";
 import {
   Api,
+  errorFromBody,
+  FILE_WRITE_OUTCOME_MAX_BYTES,
+  FileWriteOutcome,
+  type FileWriteReply,
   ARCHIVE_CONTENT_TYPE,
   type ByteRange,
   ConflictError,
@@ -25,7 +29,7 @@ import {
   type Session,
 } from "@paddock/contracts";
 import { Action } from "../auth/auth.ts";
-import { copyExactly, type DataPlaneDialer } from "./data-plane.ts";
+import { copyExactly, sendForAnswer, type DataPlaneDialer } from "./data-plane.ts";
 import { wakeForUse } from "./wake.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
 import type { Route } from "../http/http.ts";
@@ -199,6 +203,29 @@ export function workspaceRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): R
     return Buffer.concat(parts);
   };
 
+  /**
+   * A file write whose bytes go on the runner's data plane (the request's
+   * declared length of them, then a half-close); its outcome comes back on
+   * the same connection. Undefined, with nothing read of the body, when the
+   * data plane cannot be dialled: the caller sends the bytes another way.
+   */
+  const writeOnDataPlane = async (session: Session, runner: string, query: { path: string; mode: number }, req: IncomingMessage, size: number): Promise<FileWriteReply | undefined> => {
+    const rpcs = workspaceRpcs(session.poolId ?? "", session.runnerId ?? "");
+    const { result } = await callRpcWithBytes(ctx.deps.nc, rpcs.write, { ...target(session), path: query.path, mode: query.mode, data: { size } }, new Uint8Array(0), rpcOpts);
+    if (!("data" in result)) throw new UnavailableError("the runner answered a data-plane write without its offer; retry");
+    if (result.data === null) {
+      dialer.shun(runner);
+      return undefined;
+    }
+    const socket = await dialer.dial(runner, result.data);
+    if (!socket) return undefined;
+    const answer = await sendForAnswer(socket, boundedBody(req, size) as unknown as AsyncIterable<Uint8Array>, FILE_WRITE_OUTCOME_MAX_BYTES);
+    const outcome = decodeJson(FileWriteOutcome, answer);
+    if (!outcome.ok) throw new UnavailableError("the runner's answer to a write is malformed; retry");
+    if (!outcome.value.ok) throw errorFromBody(outcome.value.error);
+    return outcome.value.result;
+  };
+
   /** A workspace fact committed on the record (one audit event) before the client is told. */
   const recordFact = (scope: Scope, sessionId: string, direction: TransferDirection) =>
     callRpc(ctx.deps.nc, Api.recordTransfer, { scope, sessionId, direction }, { timeoutMs: config.rpcTimeoutMs });
@@ -289,13 +316,18 @@ export function workspaceRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): R
       refuseDeclaredTooLarge(req);
       const { session, rpcs } = await authorized(scope, params.id, Action.writeFiles, "write");
       writable(session);
-      const write = async (bytes: { inline: Uint8Array } | { transferId: string; sealKey: string }) => {
+      const write = async (bytes: { inline: Uint8Array } | { transferId: string; sealKey: string }): Promise<FileWriteReply> => {
         const request = { ...target(session), path: query.path, mode: query.mode, ...("inline" in bytes ? { inline: true as const } : bytes) };
-        return (await callRpcWithBytes(ctx.deps.nc, rpcs.write, request, "inline" in bytes ? bytes.inline : new Uint8Array(0), rpcOpts)).result;
+        const { result } = await callRpcWithBytes(ctx.deps.nc, rpcs.write, request, "inline" in bytes ? bytes.inline : new Uint8Array(0), rpcOpts);
+        if ("data" in result) throw new UnavailableError("the runner offered its data plane for a write on the bus; retry");
+        return result;
       };
       const declared = req.headers["content-length"] === undefined ? undefined : Number(req.headers["content-length"]);
-      // A body that fits one message goes inline; a larger one, or one of unknown length, through a transfer object.
-      const reply = declared !== undefined && declared <= inlineLimit() ? await write({ inline: await wholeBody(req, declared) }) : await uploaded(req, session, write);
+      const runner = `${session.poolId ?? ""}/${session.runnerId ?? ""}`;
+      // Past one small message, a body of declared length goes on the runner's data plane when it can be dialled;
+      // else one that fits one message goes inline, and a larger one, or one of unknown length, through a transfer object.
+      const onData = declared !== undefined && declared > DATA_INLINE_MAX_BYTES && dialer.usable(runner) ? await writeOnDataPlane(session, runner, query, req, declared) : undefined;
+      const reply = onData ?? (declared !== undefined && declared <= inlineLimit() ? await write({ inline: await wholeBody(req, declared) }) : await uploaded(req, session, write));
       // Each write is a fact (one audit event, fixed fields only: no path, no content) before the client is told.
       await recordFact(scope, session.id, "file.write");
       return { status: 200, body: reply };

@@ -6,13 +6,13 @@
  * (small), through the runner's data plane (a read that asks for it), or
  * through object store `transfers`, sealed, as push and pull move archives.
  */
-import { Duplex, Readable } from "node:stream";
+import { Duplex, PassThrough, Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import type { ObjectStore } from "@nats-io/obj";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { FileTooLargeError, relativeSegments, SealError, sealed, sealKeyFrom, unsealed, type FileOwner } from "@paddock/archive";
-import { serveRpc, serveRpcWithBytes, type BusMetrics, type WithBytes } from "@paddock/bus";
-import { InvalidError, MAX_INLINE_FILE_BYTES, NotFoundError, TooLargeError, transferObjectName, transferRef, fileListColumns, type FileDeleteReply, type FileListColumns, type FileReadReply, type FileReadRequest, type DataPlaneOffer, type FileWriteReply, type FileWriteRequest, type workspaceRpcs } from "@paddock/contracts";
+import { serveRpc, serveRpcWithBytes, toPaddockError, type BusMetrics, type WithBytes } from "@paddock/bus";
+import { InvalidError, MAX_INLINE_FILE_BYTES, UnavailableError, type FileWriteOffer, type FileWriteOutcome, NotFoundError, TooLargeError, transferObjectName, transferRef, fileListColumns, type FileDeleteReply, type FileListColumns, type FileReadReply, type FileReadRequest, type DataPlaneOffer, type FileWriteReply, type FileWriteRequest, type workspaceRpcs } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { deleteInside, listInside, openFileInside, writeFileInside } from "./files.ts";
 
@@ -55,6 +55,51 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
       },
     };
   };
+  const write = async (req: FileWriteRequest, workspace: string, segments: string[], user: FileOwner | undefined, source: AsyncIterable<Uint8Array>): Promise<FileWriteReply> => {
+    let size: number;
+    try {
+      size = await writeFileInside(workspace, segments, source, { mode: req.mode, owner: user, maxBytes: c.maxBytes });
+    } catch (err) {
+      if (err instanceof SealError) throw new InvalidError("file does not open with its transfer key", { cause: err });
+      if (err instanceof FileTooLargeError) throw new TooLargeError(err.message, { cause: err });
+      throw err;
+    }
+    c.log.info({ sessionId: req.sessionId, bytes: size }, "file written");
+    return { path: segments.join("/"), size };
+  };
+  /**
+   * A write whose bytes come on the data plane: answered at once with the
+   * offer, then done inside the session's workspace task as the bytes arrive
+   * (exactly size of them, else nothing of the file is left); its outcome
+   * goes back on the same connection (FileWriteOutcome), then its end.
+   */
+  const offerWrite = (req: FileWriteRequest, size: number, attached: Uint8Array): FileWriteOffer => {
+    if (attached.byteLength > 0) throw new InvalidError("bytes after a write whose bytes come on the data plane");
+    if (size > c.maxBytes) throw new TooLargeError(`file is larger than ${c.maxBytes} bytes`);
+    const runtime = c.held(req);
+    const segments = relativeSegments(req.path);
+    const incoming = new PassThrough();
+    const outgoing = new PassThrough();
+    const conn = Duplex.from({ writable: incoming, readable: outgoing });
+    const data = c.offer?.(conn, req.sessionId);
+    // No data plane here: the gateway sends the bytes another way.
+    if (!data) return { data: null };
+    // The workspace is held only once the gateway dialled (an offer never taken holds nothing up).
+    const dialled = new Promise<boolean>((resolve) => {
+      conn.once("pipe", () => resolve(true));
+      conn.once("close", () => resolve(false));
+    });
+    const written = async () => {
+      if (!(await dialled)) throw new UnavailableError("the write's connection never came");
+      return runtime.workspaceTask((workspace, user) => write(req, workspace, segments, user, exactly(incoming, size)));
+    };
+    const outcome = translate(written).then(
+      (result): FileWriteOutcome => ({ ok: true, result }),
+      (err: unknown): FileWriteOutcome => ({ ok: false, error: toPaddockError(err).toBody() }),
+    );
+    void outcome.then((o) => outgoing.end(JSON.stringify(o)));
+    return { data };
+  };
   const onWorkspace = <T>(req: Target & { path: string }, fn: (workspace: string, segments: string[], user: FileOwner | undefined) => Promise<T>): Promise<T> =>
     translate(() => {
       const runtime = c.held(req);
@@ -84,21 +129,15 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
       }),
     c.serve),
     serveRpc(nc, rpcs.list, (req) => onWorkspace(req, async (workspace, segments, user): Promise<FileListColumns> => fileListColumns(await listInside(workspace, segments, req.depth, user))), c.serve),
-    serveRpcWithBytes(nc, rpcs.write, (req, attached) =>
-      onWorkspace(req, async (workspace, segments, user): Promise<WithBytes<FileWriteReply>> => {
-        const { source, done } = await writeSource(req, attached);
-        let size: number;
-        try {
-          size = await writeFileInside(workspace, segments, source, { mode: req.mode, owner: user, maxBytes: c.maxBytes });
-        } catch (err) {
-          if (err instanceof SealError) throw new InvalidError("file does not open with its transfer key", { cause: err });
-          if (err instanceof FileTooLargeError) throw new TooLargeError(err.message, { cause: err });
-          throw err;
-        }
-        await done();
-        c.log.info({ sessionId: req.sessionId, bytes: size }, "file written");
-        return { result: { path: segments.join("/"), size } };
-      }),
+    serveRpcWithBytes(nc, rpcs.write, (req, attached): Promise<WithBytes<FileWriteReply | FileWriteOffer>> =>
+      req.data !== undefined
+        ? translate(async () => ({ result: offerWrite(req, req.data?.size ?? 0, attached) }))
+        : onWorkspace(req, async (workspace, segments, user): Promise<WithBytes<FileWriteReply>> => {
+            const { source, done } = await writeSource(req, attached);
+            const result = await write(req, workspace, segments, user, source);
+            await done();
+            return { result };
+          }),
     c.serve),
     serveRpc(nc, rpcs.delete, (req) =>
       onWorkspace(req, async (workspace, segments): Promise<FileDeleteReply> => {
@@ -108,6 +147,17 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
       }),
     c.serve),
   ];
+}
+
+/** The bytes of source, which must be exactly size of them (a connection cut early, or one sending more, fails the write). */
+async function* exactly(source: AsyncIterable<Uint8Array>, size: number): AsyncGenerator<Uint8Array> {
+  let got = 0;
+  for await (const chunk of source) {
+    got += chunk.byteLength;
+    if (got > size) throw new InvalidError(`more bytes than the ${size} declared`);
+    yield chunk;
+  }
+  if (got !== size) throw new InvalidError(`the bytes ended after ${got} of ${size}`);
 }
 
 async function bytesOf(stream: AsyncIterable<Uint8Array>): Promise<Buffer> {
