@@ -97,7 +97,7 @@ async function main(): Promise<void> {
   const units = [
     nats,
     service("scheduler", "scheduler", ControlPlaneUsers.scheduler, () => ({ PADDOCK_SESSION_TOKEN_SECRET_FILE: secretFile("session-token-secret") })),
-    service("event-recorder", "event-recorder", ControlPlaneUsers.recorder, () => ({})),
+    service("event-recorder", "event-recorder", ControlPlaneUsers.recorder, () => ({ PADDOCK_SECRETS_KEY_FILE: secretFile("secrets-key") })),
     service("gateway", "gateway", ControlPlaneUsers.gateway, () => ({
       PADDOCK_HTTP_PORT: String(httpPort),
       ...upPreviewOrigin(httpPort, passthrough),

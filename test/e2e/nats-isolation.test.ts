@@ -5,6 +5,8 @@
  * allowed path working, and the whole stack running one session end to end
  * with per-service credentials and no violation in the server log.
  */
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -321,7 +323,7 @@ describe("the whole stack with per-service credentials", () => {
     stack = await startStack({
       isolated: { runners: [{ poolId: "default", runnerId: "runner-1" }, INTRUDER], extraConfig: `log_file: ${JSON.stringify(join(logDir, "nats.log"))}\n` },
       // Held checks every 200 ms, so the permission check below covers them too.
-      env: { "runner-agent": { PADDOCK_RUNNER_HELD_CHECK_MS: "200" } },
+      env: { "runner-agent": { PADDOCK_RUNNER_HELD_CHECK_MS: "200" }, gateway: { PADDOCK_WEBHOOK_ALLOW_PRIVATE: "1" }, "event-recorder": { PADDOCK_WEBHOOK_ALLOW_PRIVATE: "1" } },
     });
     const users = stack.natsUsers ?? {};
     nc = await connectAs(stack.nats.url, ControlPlaneUsers.provisioner, users[ControlPlaneUsers.provisioner] ?? "");
@@ -458,6 +460,31 @@ describe("the whole stack with per-service credentials", () => {
     expect(record).toMatchObject({ generation: s.generation, state: "active" });
     expect(sessionOf(await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}`))).toMatchObject({ state: "running", runnerId: "runner-1" });
     expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${s.id}`)).status).toBeLessThan(300);
+  });
+
+  it("delivers a webhook (its record, its AUDIT consumer, its deliveries record) and removes it", async () => {
+    let deliver: (body: string) => void = () => undefined;
+    const got = new Promise<string>((resolve) => (deliver = resolve));
+    const receiver = createServer((req, res) => {
+      let body = "";
+      req.on("data", (c: Buffer) => (body += c.toString()));
+      req.on("end", () => {
+        res.end();
+        deliver(body);
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+    try {
+      const hook = await api(stack.url, stack.token, "POST", "/v1/webhooks", { url: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/`, events: ["session.create"] });
+      expect(hook.status).toBe(201);
+      const created = await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sleep", "60"] } });
+      const id = sessionOf(created).id;
+      expect(JSON.parse(await got)).toMatchObject({ type: "session.create", data: { resource: { id } } });
+      expect((await api(stack.url, stack.token, "DELETE", `/v1/webhooks/${(hook.body as { id: string }).id}`)).status).toBe(200);
+      expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${id}`)).status).toBeLessThan(300);
+    } finally {
+      await new Promise<void>((resolve) => receiver.close(() => resolve()));
+    }
   });
 
   it("needed no permission it was not granted (server log)", () => {

@@ -7,6 +7,8 @@ export interface RecorderMetrics extends BusMetrics {
   recorded: Counter<"kind">;
   /** Runner revisions whose previous revision was gone, so no event could be derived. */
   gaps: Counter;
+  /** Webhook delivery attempts by outcome (delivered, retrying, failed). */
+  webhookAttempts: Counter<"outcome">;
 }
 
 export function createRecorderMetrics(registry?: Registry): RecorderMetrics {
@@ -23,6 +25,12 @@ export function createRecorderMetrics(registry?: Registry): RecorderMetrics {
     gaps: new Counter({
       name: "paddock_audit_runner_gaps_total",
       help: "Runner revisions whose previous revision was no longer retained, so no event could be derived",
+      registers,
+    }),
+    webhookAttempts: new Counter({
+      name: "paddock_webhook_attempts_total",
+      help: "Webhook delivery attempts by outcome (delivered, retrying, failed)",
+      labelNames: ["outcome"],
       registers,
     }),
   };

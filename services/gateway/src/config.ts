@@ -50,6 +50,8 @@ export const GatewayEnv = z.object({
   PADDOCK_CREATES_PER_MINUTE: z.coerce.number().int().positive().default(600),
   /** AES-256-GCM key sealing secret values in KV `secrets` (64 hex chars or base64 of 32 bytes); unset stores them as is. */
   PADDOCK_SECRETS_KEY: SecretsKeySetting,
+  /** `1`: webhooks may target private, loopback and link-local addresses (a deployment's own receivers, tests); refused otherwise. */
+  PADDOCK_WEBHOOK_ALLOW_PRIVATE: envSchemas.flag.default(false),
   /** A request whose headers are not complete this long after it started is answered 408 and closed (slow-header clients). */
   PADDOCK_HTTP_HEADERS_TIMEOUT_MS: envSchemas.positiveMs.default(10_000),
   /** Open connections (HTTP and WebSocket) in all; more are answered 503 at once. */
@@ -103,6 +105,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
     maxAttachPerSession: e.PADDOCK_MAX_ATTACH_PER_SESSION,
     createsPerMinute: e.PADDOCK_CREATES_PER_MINUTE,
     secretsKey: e.PADDOCK_SECRETS_KEY,
+    webhookAllowPrivate: e.PADDOCK_WEBHOOK_ALLOW_PRIVATE,
     previewOrigin: e.PADDOCK_PREVIEW_ORIGIN,
     httpHeadersTimeoutMs: e.PADDOCK_HTTP_HEADERS_TIMEOUT_MS,
     httpMaxConnections: e.PADDOCK_HTTP_MAX_CONNECTIONS,

@@ -38,6 +38,11 @@ export function isStreamNotFound(err: unknown): boolean {
   return err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound;
 }
 
+/** True when the consumer does not exist: API error 10014. */
+export function isConsumerNotFound(err: unknown): boolean {
+  return err instanceof JetStreamApiError && err.code === JetStreamApiCodes.ConsumerNotFound;
+}
+
 /** API error 10058: a stream of that name exists with another configuration (nats.js names no constant for it). */
 const STREAM_NAME_IN_USE = 10058;
 

@@ -63,7 +63,15 @@ export const commonEnv = {
   PADDOCK_VALIDATE_OUTGOING: z.enum(["true", "false"]).default("false"),
 };
 
-export const envSchemas = { port, positiveMs };
+/** An on/off setting: `1`/`true` or `0`/`false`. */
+const flag = z.enum(["1", "0", "true", "false"]).transform((v) => v === "1" || v === "true");
+/** Durations in ms, comma-separated (a schedule), at least one. */
+const msList = z
+  .string()
+  .regex(/^\d+(,\d+)*$/, "must be comma-separated milliseconds")
+  .transform((v) => v.split(",").map(Number));
+
+export const envSchemas = { port, positiveMs, flag, msList };
 
 /** What a NATS credentials file holds (JSON). */
 export const NatsCredentialsFile = z.object({ user: z.string().min(1).max(256), password: z.string().min(1).max(1024) }).strict();

@@ -13,6 +13,7 @@ export * from "./requirements.ts";
 export * from "./workspace.ts";
 export * from "./exec.ts";
 export * from "./agents.ts";
+export * from "./webhooks.ts";
 export * from "./ports.ts";
 export * from "./tokens.ts";
 export * from "./fleet-rpc.ts";

@@ -28,6 +28,10 @@ export const Buckets = {
   secrets: "secrets",
   /** Keys of sealed checkpoints and environment snapshots, under the sha256 of the object ref; the scheduler's alone. */
   sealKeys: "seal-keys",
+  /** Webhooks under `<workspace>.<id>` (WebhookRecord): the gateway writes, the event recorder reads and delivers. */
+  webhooks: "webhooks",
+  /** Each webhook's recent attempts under `<workspace>.<id>` (WebhookDeliveries): the event recorder writes, the gateway reads. */
+  webhookDeliveries: "webhook-deliveries",
 } as const;
 
 export const ObjectStores = {

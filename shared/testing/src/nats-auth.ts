@@ -166,6 +166,9 @@ export function gatewayPermissions(): Permissions {
         ...kvReadWrite(Buckets.members),
         // Secret store: put, purge, key listing (names) and the existence check of DELETE.
         ...kvReadWrite(Buckets.secrets),
+        // Webhooks: their records (the signing secret sealed), and their recent attempts by key.
+        ...kvReadWrite(Buckets.webhooks),
+        ...kvGet(Buckets.webhookDeliveries),
         // Runner records and leases, read-only: the runners feed (GET /v1/runners?follow=true) watches them.
         ...kvRead(Buckets.runners),
         ...kvRead(Buckets.runnerLeases),
@@ -205,6 +208,15 @@ export function recorderPermissions(): Permissions {
         `${API}.DIRECT.GET.${Streams.audit}`,
         `${API}.DIRECT.GET.${Streams.audit}.>`,
         Subjects.auditAll,
+        // Webhooks: read their records, keep their attempts, and one durable on AUDIT per webhook (made, fed, removed with it).
+        ...kvRead(Buckets.webhooks),
+        ...kvReadWrite(Buckets.webhookDeliveries),
+        `${API}.CONSUMER.CREATE.${Streams.audit}.*`,
+        `${API}.CONSUMER.CREATE.${Streams.audit}.*.>`,
+        `${API}.CONSUMER.INFO.${Streams.audit}.*`,
+        `${API}.CONSUMER.DELETE.${Streams.audit}.*`,
+        `${API}.CONSUMER.MSG.NEXT.${Streams.audit}.*`,
+        `$JS.ACK.${Streams.audit}.*.>`,
       ],
     },
     subscribe: { allow: [inbox(ControlPlaneUsers.recorder)] },

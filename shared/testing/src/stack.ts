@@ -116,7 +116,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   try {
     if (isolation) await provisionAs(nats.url, ControlPlaneUsers.provisioner, isolation.passwords[ControlPlaneUsers.provisioner] ?? "");
     const scheduler = await start("scheduler", files ? { PADDOCK_SESSION_TOKEN_SECRET_FILE: files.sessionTokenSecret } : { PADDOCK_SESSION_TOKEN_SECRET: randomBytes(24).toString("hex") });
-    const recorder = await start("event-recorder", {});
+    const recorder = await start("event-recorder", files ? { PADDOCK_SECRETS_KEY_FILE: files.secretsKey } : {});
     // Test workloads create far faster than a person; a test of the limit sets its own.
     const gateway = await start("gateway", { PADDOCK_CREATES_PER_MINUTE: "1000000", ...opts.env?.gateway, PADDOCK_HTTP_PORT: "0", ...(files ? { PADDOCK_DEV_TOKEN_FILE: files.devToken, PADDOCK_SECRETS_KEY_FILE: files.secretsKey } : { PADDOCK_DEV_TOKEN: token }) });
     gatewayUrl = `http://127.0.0.1:${String(gateway.ready.httpPort)}`;

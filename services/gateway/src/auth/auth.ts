@@ -147,6 +147,8 @@ export const Action = {
   /** List secret names (never values): any member. */
   listSecrets: "secret.list",
   deleteSecret: "secret.delete",
+  /** Register, list, remove webhooks and read their deliveries: admins only, never a session's token. */
+  manageWebhooks: "webhook.manage",
 } as const;
 export type Action = (typeof Action)[keyof typeof Action];
 
@@ -176,12 +178,12 @@ const ownerActions: ReadonlySet<Action> = new Set([
 
 /** Actions a service principal (a session's token, a runner) may never take, whatever its membership. */
 /** A session's own token never touches the secret store (its sandbox holds the values it was given). */
-const secretActions: ReadonlySet<Action> = new Set([Action.putSecret, Action.listSecrets, Action.deleteSecret]);
+const secretActions: ReadonlySet<Action> = new Set([Action.putSecret, Action.listSecrets, Action.deleteSecret, Action.manageWebhooks]);
 
 const userOnlyActions: ReadonlySet<Action> = new Set([Action.createToken]);
 
 /** Actions only a workspace admin may take (environments have no creator). */
-const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment, Action.grantSecrets, Action.putSecret, Action.deleteSecret]);
+const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment, Action.grantSecrets, Action.putSecret, Action.deleteSecret, Action.manageWebhooks]);
 
 /**
  * Actions on the fleet itself: only a fleet operator — a user who is an admin

@@ -46,7 +46,8 @@ describe("the HTTP contract is what the gateway serves", () => {
   it("the gateway's JSON answers parse with the contract's response schemas (what the CLI parses them with)", async () => {
     h.scheduler.put(makeSession({ id: "cs1", workspaceId: WS1, creatorId: "alice" }));
     h.scheduler.putEnv(makeEnvironment({ id: "ce1", workspaceId: WS1, name: "contract-env" }));
-    const ids: Record<string, string> = { sessions: "cs1", environments: "ce1", runners: RUNNER.id };
+    const hook = await api(h.url, "POST", "/v1/webhooks", { token: TOKENS.admin, body: JSON.stringify({ url: "https://93.184.215.14/contract" }), headers: { "content-type": "application/json" } });
+    const ids: Record<string, string> = { sessions: "cs1", environments: "ce1", runners: RUNNER.id, webhooks: (hook.json as { id: string }).id };
     let checked = 0;
     for (const r of Object.values(HttpApi) as readonly HttpRoute[]) {
       // Answered by the session's runner, which this harness has not (a resolve also needs its ?pid).
@@ -64,5 +65,6 @@ describe("the HTTP contract is what the gateway serves", () => {
       checked += 1;
     }
     expect(checked).toBeGreaterThanOrEqual(8);
+    expect((await api(h.url, "DELETE", `/v1/webhooks/${ids.webhooks}`, { token: TOKENS.admin })).status).toBe(200);
   });
 });

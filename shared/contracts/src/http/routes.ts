@@ -12,6 +12,7 @@ import { EmptyBody, httpRoute, json, jsonBody, NoQuery, pathParamNames, pathPatt
 import { QueryBool, QueryCursor, QueryLimit, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
 import { ExecRoutes } from "./exec-routes.ts";
 import { AgentRoutes } from "./agent-routes.ts";
+import { WebhookRoutes } from "./webhook-routes.ts";
 import { FileRoutes } from "./file-routes.ts";
 import { AuditEntry, EventsQuery, ListRunnersQuery, ListTokensQuery, RunnerFeedLine, TokenFeedLine } from "./feeds.ts";
 
@@ -200,6 +201,7 @@ export const HttpApi = {
   ...FileRoutes,
   ...ExecRoutes,
   ...AgentRoutes,
+  ...WebhookRoutes,
   readDiff: httpRoute({
     method: "GET",
     path: "/v1/sessions/:id/diff",
