@@ -18,6 +18,7 @@ import { fuzzNats, readBackInjected } from "./fuzz-nats.ts";
 import { fuzzWebSocket } from "./fuzz-ws.ts";
 import { fuzzFilesWatch } from "./fuzz-files-watch.ts";
 import { floodAndPaste } from "./fuzz-flood.ts";
+import { startWebhookReceiver } from "./fuzz-webhook.ts";
 import { sandboxCase } from "./fuzz-sandbox.ts";
 import { execCase } from "./fuzz-exec.ts";
 import { consoleCase } from "./fuzz-console.ts";
@@ -42,6 +43,7 @@ export const BAD_INPUT_ANOMALIES = [
   "exec processes left running",
   "agent facts out of order",
   "waits left open",
+  "webhook not delivered",
 ] as const;
 
 const WS = "default";
@@ -57,8 +59,14 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
   const crashBase = stack.crashes.length;
   const anomalies = new Anomalies(BAD_INPUT_ANOMALIES);
 
-  // Fixtures: a live session whose app ignores every keystroke (raw terminal), one that ended with a log,
+  // Fixtures: a webhook to a receiver here (registered first: the fixtures' events are delivered to it),
+  // a live session whose app ignores every keystroke (raw terminal), one that ended with a log,
   // an environment, a token and a secret, so generated requests reach past "not found".
+  const receiver = await startWebhookReceiver();
+  const hook = await api(stack.url, stack.token, "POST", "/v1/webhooks", { url: receiver.url, events: ["session.*"] });
+  if (hook.status !== 201) throw new Error(`fixture webhook answered ${hook.status}`);
+  const webhook = hook.body as { id: string; secret: string };
+  receiver.useSecret(webhook.secret);
   const running = await created(stack, { spec: { cmd: ["sh", "-c", "stty raw -echo; exec cat > /dev/null"] } });
   const dead = await created(stack, { spec: { cmd: ["sh", "-c", "echo fuzz-log; exit 0"] } });
   const runningRecord = await untilRecord(nc, WS, running.id, (s) => s.state === "running", 30_000);
@@ -84,6 +92,7 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
       environmentId: (env.body as { id: string }).id,
       tokenId: (token.body as { id: string }).id,
       secretName: "FUZZ_SECRET",
+      webhookId: webhook.id,
       agentIds: [(agent.body as { id: string }).id],
     },
     anomalies,
@@ -133,6 +142,9 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
     const probe = await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", "echo probe"] }, oneShot: true });
     const probed = probe.status === 201 ? await untilRecord(nc, WS, (probe.body as Session).id, (s) => s.state === "destroyed", 30_000) : undefined;
     if (!probed) anomalies.add("service stopped working", `after the inputs a one-shot session did not run to its end (create answered ${probe.status})`);
+    // The fixture webhook was delivered the sessions' events all along, each one signed.
+    if (receiver.received === 0) anomalies.add("webhook not delivered", "the fixture webhook received no delivery during the run");
+    if (receiver.unverified > 0) anomalies.add("webhook not delivered", `${receiver.unverified} of ${receiver.received} deliveries failed Standard Webhooks verification`);
     if (controller.closeCode !== undefined) log("bad-input", `the fixture controller was closed (${controller.closeCode}) during the run`);
   } finally {
     // Clean up what the scenario planted, so later checks on this stack see only real facts.
@@ -145,6 +157,8 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
     await api(stack.url, stack.token, "DELETE", `/v1/environments/${ctx.fixtures.environmentId}`);
     await api(stack.url, stack.token, "DELETE", `/v1/tokens/${ctx.fixtures.tokenId}`);
     await api(stack.url, stack.token, "DELETE", "/v1/secrets/FUZZ_SECRET");
+    await api(stack.url, stack.token, "DELETE", `/v1/webhooks/${webhook.id}`);
+    await receiver.close();
   }
 
   const sent = [...ctx.sent.values()].reduce((a, b) => a + b, 0);

@@ -237,6 +237,7 @@ export type StateSnapshot = Map<string, { summary: string; fields?: Record<strin
 
 const STATE_BUCKETS = [
   Buckets.sessions,
+  Buckets.webhooks,
   Buckets.runners,
   Buckets.environments,
   Buckets.idempotency,

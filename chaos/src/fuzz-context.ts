@@ -16,6 +16,8 @@ export interface FuzzContext {
     environmentId: string;
     tokenId: string;
     secretName: string;
+    /** A webhook delivering to the harness's receiver, so webhook routes reach past "not found". */
+    webhookId: string;
     /** Agents declared on the running session (issue 26), so agent routes reach past "not found". */
     agentIds: string[];
   };

@@ -40,6 +40,7 @@ const BODY_SAMPLES: Partial<Record<HttpRouteName, Omit<BodySpec, "schema">>> = {
   declareAgent: { sample: { pid: 1, pidNamespace: "pid:[4026531836]", runtime: "fuzz", model: "m", harnessId: "h", handoffId: "x", tmuxName: "t", version: "1" } },
   resumeAgent: { sample: { pid: 2, model: "m2" } },
   reportTurn: { sample: { event: "start", tokens: 10 } },
+  createWebhook: { sample: { url: "http://127.0.0.1:9/fuzz", events: ["session.*"], description: "fuzz" } },
 };
 
 /** Plausible (and a few refused) values of each query parameter the contract names. */
@@ -128,6 +129,7 @@ function paramValue(ctx: FuzzContext, p: Prng, route: RouteSpec, name: string): 
     runners: [...ctx.stack.runnerIds, "nope"],
     secrets: [f.secretName, "NOPE"],
     tokens: [f.tokenId, `tok_${p.string(20)}`],
+    webhooks: [f.webhookId, `wh_${p.string(20)}`],
   };
   if (name === "agentId") return p.pick([...f.agentIds, `agt_${p.string(20)}`]);
   return p.pick(valid[resource] ?? ["x"]);

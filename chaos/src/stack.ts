@@ -36,7 +36,9 @@ export const FAST_ENV: Partial<Record<ServiceName, Record<string, string>>> = {
     PADDOCK_MAX_SESSIONS_PER_USER: "100000",
   },
   "runner-agent": { PADDOCK_RUNNER_LEASE_TTL_MS: "2000", PADDOCK_RUNNER_LEASE_RENEW_MS: "400", PADDOCK_RUNNER_KILL_GRACE_MS: "1000", PADDOCK_RUNNER_HELD_CHECK_MS: "2000" },
-  gateway: { PADDOCK_CREATES_PER_MINUTE: "1000000", PADDOCK_WS_INPUT_FRAMES_PER_SECOND: "100000", PADDOCK_PREVIEW_ORIGIN: `http://${CHAOS_PREVIEW_HOST}` },
+  // Webhooks to the harness's receiver on loopback (bad-input's fixture webhook).
+  gateway: { PADDOCK_CREATES_PER_MINUTE: "1000000", PADDOCK_WS_INPUT_FRAMES_PER_SECOND: "100000", PADDOCK_PREVIEW_ORIGIN: `http://${CHAOS_PREVIEW_HOST}`, PADDOCK_WEBHOOK_ALLOW_PRIVATE: "1" },
+  "event-recorder": { PADDOCK_WEBHOOK_ALLOW_PRIVATE: "1" },
 };
 
 export interface Member {

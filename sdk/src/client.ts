@@ -1,19 +1,22 @@
 /**
  * `new Paddock({ baseUrl, token })`: sessions, environments, exec, files,
- * events, agents — each method one route of the HTTP contract, typed by it.
+ * events, agents, terminals, webhooks — each method one route of the HTTP
+ * contract, typed by it.
  */
 import {
   AuditEntry,
   ExecFrame,
   HttpApi,
-  type Agent,
   type BodyInput,
+  type Environment,
   type ExecResult,
   type JsonAnswer,
   type Session,
   type SessionState,
 } from "@paddock/contracts";
+import { Agents } from "./agents.ts";
 import { apiError, type PaddockApiError } from "./errors.ts";
+import { Webhooks } from "./webhooks.ts";
 import { Terminal, type AttachOptions } from "./terminal.ts";
 import { ndjson, Transport, type CallInput, type PaddockOptions } from "./transport.ts";
 
@@ -38,6 +41,7 @@ export class Paddock {
   readonly events: Events;
   readonly agents: Agents;
   readonly terminal: Terminals;
+  readonly webhooks: Webhooks;
 
   constructor(opts: PaddockOptions) {
     this.transport = new Transport(opts);
@@ -48,6 +52,7 @@ export class Paddock {
     this.events = new Events(this.transport);
     this.agents = new Agents(this.transport);
     this.terminal = new Terminals(this.transport);
+    this.webhooks = new Webhooks(this.transport);
   }
 }
 
@@ -102,6 +107,16 @@ export class Environments {
 
   create(body: BodyInput<typeof HttpApi.createEnvironment>, opts: CallOptions = {}): Promise<JsonAnswer<typeof HttpApi.createEnvironment>> {
     return this.t.call(HttpApi.createEnvironment, { body, signal: opts.signal });
+  }
+
+  /** Every environment (page after page, as they are read). */
+  async *list(opts: CallOptions = {}): AsyncGenerator<Environment> {
+    let cursor: string | undefined;
+    do {
+      const page = await this.t.call(HttpApi.listEnvironments, { query: { cursor }, signal: opts.signal });
+      yield* page.environments;
+      cursor = page.nextCursor;
+    } while (cursor);
   }
 
   get(id: string, opts: CallOptions = {}): Promise<JsonAnswer<typeof HttpApi.getEnvironment>> {
@@ -195,14 +210,6 @@ export class Events {
       }
       await this.t.backoff(attempt++, opts.signal);
     }
-  }
-}
-
-export class Agents {
-  constructor(private readonly t: Transport) {}
-
-  list(sessionId: string, opts: CallOptions = {}): Promise<Agent[]> {
-    return this.t.call(HttpApi.listAgents, { params: { id: sessionId }, signal: opts.signal }).then((r) => r.agents);
   }
 }
 

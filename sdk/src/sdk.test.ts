@@ -1,9 +1,12 @@
 /**
  * @paddock/sdk against a real stack (nats-server, scheduler, recorder,
  * gateway, runner): sessions, exec (buffered and streamed), files, events
- * followed across a dropped connection, typed errors, and a create retried
- * after its answer was lost that makes one session, not two.
+ * followed across a dropped connection, typed errors, a create retried
+ * after its answer was lost that makes one session, not two, environments
+ * listed, agents declared and parked, webhooks registered and delivered.
  */
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, type Stack } from "@paddock/testing";
 import type { AuditEntry } from "@paddock/contracts";
@@ -15,7 +18,8 @@ let pd: Paddock;
 let sessionId = "";
 
 beforeAll(async () => {
-  stack = await startStack();
+  const webhooks = { PADDOCK_WEBHOOK_ALLOW_PRIVATE: "1" };
+  stack = await startStack({ env: { gateway: webhooks, "event-recorder": webhooks } });
   pd = new Paddock({ baseUrl: stack.url, token: stack.token });
 });
 afterAll(async () => {
@@ -147,5 +151,42 @@ describe("@paddock/sdk", () => {
 
   it("lists the session's agents", async () => {
     expect(await pd.agents.list(sessionId)).toEqual([]);
+  });
+  it("lists environments; declares, parks and resumes an agent; registers a webhook that is delivered, lists its deliveries, removes it", async () => {
+    const env = await pd.environments.create({ name: "sdk-env" });
+    const envs = [];
+    for await (const e of pd.environments.list()) envs.push(e.id);
+    expect(envs).toContain(env.id);
+
+    // pid 1 of the session's exec namespace (its init): one process, named with its namespace.
+    const pidNamespace = (await pd.exec.run(sessionId, { cmd: ["readlink", "/proc/self/ns/pid"] })).stdout.trim();
+    const agent = await pd.agents.declare(sessionId, { pid: 1, pidNamespace, runtime: "sdk" });
+    expect((await pd.agents.get(sessionId, agent.id)).runtime).toBe("sdk");
+    expect((await pd.agents.park(sessionId, agent.id)).state).toBe("parked");
+    const next = await pd.agents.resume(sessionId, agent.id, { pid: 1, pidNamespace });
+    expect(next.predecessorId).toBe(agent.id);
+
+    let delivered: (body: string) => void = () => undefined;
+    const got = new Promise<string>((resolve) => (delivered = resolve));
+    const receiver = createServer((req, res) => {
+      let body = "";
+      req.on("data", (c: Buffer) => (body += c.toString()));
+      req.on("end", () => {
+        res.end();
+        if (body.includes('"environment.delete"')) delivered(body);
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+    try {
+      const hook = await pd.webhooks.create({ url: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/`, events: ["environment.*"] });
+      expect(hook.secret).toMatch(/^whsec_/);
+      expect((await pd.webhooks.list()).map((w) => w.id)).toContain(hook.id);
+      await pd.environments.delete(env.id);
+      expect(JSON.parse(await got)).toMatchObject({ type: "environment.delete", data: { resource: { id: env.id } } });
+      expect(await pd.webhooks.delete(hook.id)).toMatchObject({ id: hook.id });
+      await expect(pd.webhooks.deliveries(hook.id)).rejects.toBeInstanceOf(NotFound);
+    } finally {
+      await new Promise<void>((resolve) => receiver.close(() => resolve()));
+    }
   });
 });
