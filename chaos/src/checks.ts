@@ -238,6 +238,7 @@ export type StateSnapshot = Map<string, { summary: string; fields?: Record<strin
 const STATE_BUCKETS = [
   Buckets.sessions,
   Buckets.webhooks,
+  Buckets.workspaces,
   Buckets.runners,
   Buckets.environments,
   Buckets.idempotency,

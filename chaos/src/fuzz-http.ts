@@ -41,6 +41,9 @@ const BODY_SAMPLES: Partial<Record<HttpRouteName, Omit<BodySpec, "schema">>> = {
   resumeAgent: { sample: { pid: 2, model: "m2" } },
   reportTurn: { sample: { event: "start", tokens: 10 } },
   createWebhook: { sample: { url: "http://127.0.0.1:9/fuzz", events: ["session.*"], description: "fuzz" } },
+  createWorkspace: { sample: { id: "fuzz-ws", name: "fuzz" } },
+  putMember: { sample: { role: "member" } },
+  createMemberToken: { sample: { label: "fuzz" } },
 };
 
 /** Plausible (and a few refused) values of each query parameter the contract names. */
@@ -132,6 +135,8 @@ function paramValue(ctx: FuzzContext, p: Prng, route: RouteSpec, name: string): 
     webhooks: [f.webhookId, `wh_${p.string(20)}`],
   };
   if (name === "agentId") return p.pick([...f.agentIds, `agt_${p.string(20)}`]);
+  if (name === "ws") return p.pick(["default", "fleet", `ws_${p.string(20)}`]);
+  if (name === "actorId") return p.pick(["dev", `actor_${p.string(20)}`]);
   return p.pick(valid[resource] ?? ["x"]);
 }
 

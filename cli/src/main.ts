@@ -7,6 +7,7 @@ import { createCommand, recycleCommand, restartCommand, resumeCommand, snapshotC
 import { eventsCommand, getCommand, lsCommand, rmCommand } from "./commands/records.ts";
 import { runnerCommand, runnersCommand } from "./commands/runners.ts";
 import { tokenCommand } from "./commands/tokens.ts";
+import { memberCommand, workspaceCommand } from "./commands/members.ts";
 import { diffCommand } from "./commands/workspace.ts";
 import { cpCommand } from "./commands/cp.ts";
 import { execCommand } from "./commands/exec.ts";
@@ -38,6 +39,8 @@ export const commands: readonly Command[] = [
   diffCommand,
   agentsCommand,
   tokenCommand,
+  workspaceCommand,
+  memberCommand,
 ];
 
 export function topHelp(): string {

@@ -25,23 +25,32 @@ function tokensTable(tokens: readonly TokenInfo[]): string {
 const createSub: Command = {
   name: "token create",
   summary: "mint an API token",
-  help: `usage: paddock token create [--label L] [--expires DURATION] [--json]
+  help: `usage: paddock token create [--label L] [--expires DURATION] [--for ACTOR --workspace WS] [--json]
 
 Mints a token for you in your workspace and prints it: it is shown only this
 once (the gateway keeps only its hash). --expires takes 90s, 30m, 1h or 7d; a
-token cannot outlive the one that creates it.
+token cannot outlive the one that creates it. With --for, mints one for that
+member of workspace WS instead (its admins, or a fleet operator).
   --label L           a label shown by 'paddock token ls'
   --expires DURATION  the token stops working after this long (default: never)
+  --for ACTOR         mint for this member (needs --workspace)
+  --workspace WS      the member's workspace
   --json              print the whole answer (token, id, label, createdAt, expiresAt)
 `,
   async run(ctx, argv) {
-    const args = parseCommand(ctx, this, argv, { label: { type: "string" }, expires: { type: "string" }, json: { type: "boolean" } });
+    const args = parseCommand(ctx, this, argv, { label: { type: "string" }, expires: { type: "string" }, for: { type: "string" }, workspace: { type: "string" }, json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     positionals(this, args.positionals, []);
-    const body: Record<string, unknown> = {};
+    const body: { label?: string; expiresInMs?: number } = {};
     if (args.flags.label !== undefined) body.label = args.flags.label;
     if (args.flags.expires !== undefined) body.expiresInMs = parseDuration("paddock token create", args.flags.expires);
-    const created = await apiOf(ctx).call(HttpApi.createToken, { body });
+    const forActor = args.flags.for;
+    const ws = args.flags.workspace;
+    if ((forActor === undefined) !== (ws === undefined)) throw new UsageError("paddock token create: --for ACTOR and --workspace WS go together");
+    const created =
+      forActor !== undefined && ws !== undefined
+        ? await apiOf(ctx).call(HttpApi.createMemberToken, { params: { ws, actorId: forActor }, body })
+        : await apiOf(ctx).call(HttpApi.createToken, { body });
     await write(ctx.io.stdout, args.flags.json ? json(created) : `${created.token}\n`);
     if (!args.flags.json) ctx.io.stderr.write(`[paddock] token ${created.id}: store it now, it is not shown again\n`);
     return ExitCode.ok;

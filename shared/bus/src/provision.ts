@@ -130,6 +130,7 @@ function bucketOptions(opts: ProvisionOptions): Array<[string, Partial<KvOptions
     // One revision: a replaced or deleted value leaves no history behind.
     [Buckets.secrets, { ...r, history: 1 }],
     [Buckets.sealKeys, { ...r, history: 1 }],
+    [Buckets.workspaces, { ...r, history: 1 }],
     [Buckets.webhooks, { ...r, history: 1 }],
     [Buckets.webhookDeliveries, { ...r, history: 1 }],
   ];

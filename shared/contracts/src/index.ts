@@ -14,6 +14,7 @@ export * from "./workspace.ts";
 export * from "./exec.ts";
 export * from "./agents.ts";
 export * from "./webhooks.ts";
+export * from "./members.ts";
 export * from "./ports.ts";
 export * from "./tokens.ts";
 export * from "./fleet-rpc.ts";

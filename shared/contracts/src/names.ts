@@ -28,6 +28,8 @@ export const Buckets = {
   secrets: "secrets",
   /** Keys of sealed checkpoints and environment snapshots, under the sha256 of the object ref; the scheduler's alone. */
   sealKeys: "seal-keys",
+  /** Workspaces made through the API under their id (WorkspaceRecord); a workspace also exists by its members. */
+  workspaces: "workspaces",
   /** Webhooks under `<workspace>.<id>` (WebhookRecord): the gateway writes, the event recorder reads and delivers. */
   webhooks: "webhooks",
   /** Each webhook's recent attempts under `<workspace>.<id>` (WebhookDeliveries): the event recorder writes, the gateway reads. */

@@ -166,6 +166,8 @@ export function gatewayPermissions(): Permissions {
         ...kvReadWrite(Buckets.members),
         // Secret store: put, purge, key listing (names) and the existence check of DELETE.
         ...kvReadWrite(Buckets.secrets),
+        // Workspaces made through the API (members are in KV members).
+        ...kvReadWrite(Buckets.workspaces),
         // Webhooks: their records (the signing secret sealed), and their recent attempts by key.
         ...kvReadWrite(Buckets.webhooks),
         ...kvGet(Buckets.webhookDeliveries),

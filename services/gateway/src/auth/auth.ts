@@ -149,6 +149,10 @@ export const Action = {
   deleteSecret: "secret.delete",
   /** Register, list, remove webhooks and read their deliveries: admins only, never a session's token. */
   manageWebhooks: "webhook.manage",
+  /** List, add, change and remove a workspace's members and mint their tokens: its admins (or a fleet operator), never a session's token. */
+  manageMembers: "member.manage",
+  /** Create a workspace: fleet operators only. */
+  createWorkspace: "workspace.create",
 } as const;
 export type Action = (typeof Action)[keyof typeof Action];
 
@@ -178,19 +182,19 @@ const ownerActions: ReadonlySet<Action> = new Set([
 
 /** Actions a service principal (a session's token, a runner) may never take, whatever its membership. */
 /** A session's own token never touches the secret store (its sandbox holds the values it was given). */
-const secretActions: ReadonlySet<Action> = new Set([Action.putSecret, Action.listSecrets, Action.deleteSecret, Action.manageWebhooks]);
+const secretActions: ReadonlySet<Action> = new Set([Action.putSecret, Action.listSecrets, Action.deleteSecret, Action.manageWebhooks, Action.manageMembers]);
 
 const userOnlyActions: ReadonlySet<Action> = new Set([Action.createToken]);
 
 /** Actions only a workspace admin may take (environments have no creator). */
-const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment, Action.grantSecrets, Action.putSecret, Action.deleteSecret, Action.manageWebhooks]);
+const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Action.deleteEnvironment, Action.grantSecrets, Action.putSecret, Action.deleteSecret, Action.manageWebhooks, Action.manageMembers]);
 
 /**
  * Actions on the fleet itself: only a fleet operator — a user who is an admin
  * of the reserved FLEET_WORKSPACE — whatever workspace its token is for.
  * Runners serve every workspace, so no workspace's admin may steer them.
  */
-const fleetActions: ReadonlySet<Action> = new Set([Action.setRunnerState]);
+const fleetActions: ReadonlySet<Action> = new Set([Action.setRunnerState, Action.createWorkspace]);
 
 /** What a session's token may do to the sessions it created (its roster): read and release them. */
 const rosterActions: ReadonlySet<Action> = new Set([Action.getSession, Action.deleteSession, Action.recycleSession]);

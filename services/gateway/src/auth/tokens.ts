@@ -18,6 +18,8 @@ import {
   TokenRecord,
   UnauthenticatedError,
   type AttachMode,
+  type CreatedToken,
+  type CreateTokenBody,
   type Scope,
   type TokenFeedLine,
   type TokenInfo,
@@ -111,6 +113,40 @@ async function recordOf(kv: KV, key: string): Promise<{ hash: string; record: To
   return { hash: entry.value.hash, record: { ...decoded.value, id: decoded.value.id } };
 }
 
+/**
+ * Mints an API token for `owner` (the caller itself, or a member an admin
+ * mints one for): it cannot outlive the minter's own token, an actor holds at
+ * most MAX_TOKENS_PER_ACTOR in a workspace, and minting counts against the
+ * minter's create rate. The value is answered once and never stored.
+ */
+export async function mintToken(ctx: GatewayContext, minter: Principal, owner: Pick<TokenRecord, "workspaceId" | "actor">, body: CreateTokenBody): Promise<CreatedToken> {
+  const at = ctx.deps.now();
+  const expiresAt = body.expiresInMs !== undefined ? at + body.expiresInMs : undefined;
+  // A token cannot outlive the one that minted it (no lifetime escalation).
+  if (minter.expiresAt !== undefined && (expiresAt === undefined || expiresAt > minter.expiresAt)) {
+    throw new InvalidError("body: expiresInMs: a token cannot outlive the token that creates it");
+  }
+  const kv = await ctx.tokens();
+  if ((await collectKeys(kv, indexKey(owner.workspaceId, owner.actor.id, "*"))).length >= MAX_TOKENS_PER_ACTOR) {
+    throw new ConflictError(`at most ${MAX_TOKENS_PER_ACTOR} tokens per actor: revoke one first`);
+  }
+  ctx.creates.check(minter.tokenHash, "token creates");
+  const token = secret(TOKEN_PREFIX);
+  const hash = hashToken(token);
+  const record: TokenRecord & { id: string } = {
+    id: randomId("tok"),
+    workspaceId: owner.workspaceId,
+    actor: owner.actor,
+    ...(body.label !== undefined ? { label: body.label } : {}),
+    createdAt: at,
+    ...(expiresAt !== undefined ? { expiresAt } : {}),
+  };
+  // Index first: a record is never left without a way to list and revoke it.
+  await kv.create(indexKey(owner.workspaceId, owner.actor.id, record.id), encodeJson(TokenIndexEntry, { hash, info: infoOf(record) }));
+  await kv.create(hash, encodeJson(TokenRecord, record));
+  return { token, ...infoOf(record) };
+}
+
 export function tokenRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
   const { now } = ctx.deps;
   return [
@@ -118,31 +154,7 @@ export function tokenRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
       const { scope } = principal;
       await ctx.authorizer.authorize(scope, Action.createToken, workspaceResource(scope));
       const body = await readBody();
-      const at = now();
-      const expiresAt = body.expiresInMs !== undefined ? at + body.expiresInMs : undefined;
-      // A token cannot outlive the one that minted it (no lifetime escalation).
-      if (principal.expiresAt !== undefined && (expiresAt === undefined || expiresAt > principal.expiresAt)) {
-        throw new InvalidError("body: expiresInMs: a token cannot outlive the token that creates it");
-      }
-      const kv = await ctx.tokens();
-      if ((await collectKeys(kv, indexKey(scope.workspaceId, scope.actor.id, "*"))).length >= MAX_TOKENS_PER_ACTOR) {
-        throw new ConflictError(`at most ${MAX_TOKENS_PER_ACTOR} tokens per actor: revoke one first`);
-      }
-      ctx.creates.check(principal.tokenHash, "token creates");
-      const token = secret(TOKEN_PREFIX);
-      const hash = hashToken(token);
-      const record: TokenRecord & { id: string } = {
-        id: randomId("tok"),
-        workspaceId: scope.workspaceId,
-        actor: scope.actor,
-        ...(body.label !== undefined ? { label: body.label } : {}),
-        createdAt: at,
-        ...(expiresAt !== undefined ? { expiresAt } : {}),
-      };
-      // Index first: a record is never left without a way to list and revoke it.
-      await kv.create(indexKey(scope.workspaceId, scope.actor.id, record.id), encodeJson(TokenIndexEntry, { hash, info: infoOf(record) }));
-      await kv.create(hash, encodeJson(TokenRecord, record));
-      return { status: 201, body: { token, ...infoOf(record) } };
+      return { status: 201, body: await mintToken(ctx, principal, { workspaceId: scope.workspaceId, actor: scope.actor }, body) };
     }),
 
     ctx.serve(HttpApi.listTokens, async ({ caller: principal, query: q, res }) => {

@@ -5,6 +5,7 @@ import { followNdjson, leaveWhileHeld, type Follow } from "../testing/ndjson-fol
 import { makeAuditEvent } from "@paddock/testing";
 import { NDJSON } from "@paddock/contracts";
 import { api, expectError, makeSession, useHarness, TOKENS, WS1, WS2 } from "../testing/testkit.ts";
+import { EVENTS_SCAN_MAX } from "./events.ts";
 
 const h = useHarness();
 
@@ -153,5 +154,64 @@ describe("GET /v1/events?follow=true", () => {
     const r = await api(h.url, "GET", "/v1/events?follow=false&limit=1", { token: TOKENS.bob });
     expect(r.status).toBe(200);
     expect(r.headers.get("content-type")).toBe("application/json");
+  });
+});
+
+describe("GET /v1/events filters", () => {
+  const js = () => jetstream(h.nc);
+  const put = async (id: string, kind: "session" | "environment" | "runner", resourceId: string, action: AuditEvent["action"], actorId: string, at: number) =>
+    js().publish(Subjects.audit(WS1, kind, resourceId), JSON.stringify(makeAuditEvent({ id, workspaceId: WS1, sessionId: resourceId, action, actorId, at, resource: { kind, workspaceId: WS1, id: resourceId, creatorId: "alice" } })));
+  const ids = async (query: string) => {
+    const r = await api(h.url, "GET", `/v1/events?${query}`, { token: TOKENS.bob });
+    expect(r.status, query).toBe(200);
+    return (r.json as { events: AuditEntry[] }).events.map((e) => e.id);
+  };
+
+  it("by action, actor, resource kind and time range, alone and together, in pages and followed", async () => {
+    h.scheduler.put(makeSession({ id: "flt1", workspaceId: WS1, creatorId: "alice" }));
+    // Commit times as the recorder stamps them: just before each is stored.
+    const base = Date.now();
+    const first = await put("flt-e1", "session", "flt1", "create", "alice", base + 1);
+    await put("flt-e2", "session", "flt1", "exec", "bob", base + 2);
+    await put("flt-e3", "environment", "flt-env", "update", "alice", base + 3);
+    await put("flt-e4", "runner", "flt-r", "lose", "system", base + 4);
+    await put("flt-e5", "session", "flt2", "exec", "alice", base + 5);
+    const since = `since=${String(first.seq - 1)}`;
+    expect(await ids(since)).toEqual(["flt-e1", "flt-e2", "flt-e3", "flt-e4", "flt-e5"]);
+    expect(await ids(`${since}&action=exec`)).toEqual(["flt-e2", "flt-e5"]);
+    expect(await ids(`${since}&action=exec&actorId=alice`)).toEqual(["flt-e5"]);
+    expect(await ids(`${since}&resourceKind=environment`)).toEqual(["flt-e3"]);
+    expect(await ids(`${since}&resourceKind=runner`)).toEqual(["flt-e4"]);
+    expect(await ids(`${since}&resourceKind=session&action=create,exec`)).toEqual(["flt-e1", "flt-e2", "flt-e5"]);
+    expect(await ids(`${since}&endTime=${String(base + 2)}`)).toEqual(["flt-e1", "flt-e2"]);
+    // Long before these were stored: the read stops at once.
+    expect(await ids(`${since}&endTime=${String(base - 120_000)}`)).toEqual([]);
+    expect(await ids(`${since}&sessionId=flt1&action=exec`)).toEqual(["flt-e2"]);
+    expect(await ids(`${since}&sessionId=flt1&resourceKind=session&actorId=nobody`)).toEqual([]);
+
+    const followed = await follow(`follow=true&${since}&action=update,lose`, TOKENS.bob);
+    await followed.until(2);
+    await put("flt-e6", "session", "flt1", "create", "alice", base + 6);
+    await put("flt-e7", "environment", "flt-env", "update", "bob", base + 7);
+    await followed.until(3);
+    followed.close();
+    expect(followed.events.map((e) => e.id)).toEqual(["flt-e3", "flt-e4", "flt-e7"]);
+  });
+
+  it(`a selective filter answers a shorter page with its cursor after ${EVENTS_SCAN_MAX} stored events, and the next page goes on`, async () => {
+    const first = await put("scan-0", "environment", "scan-env", "create", "alice", 1);
+    for (let i = 0; i < EVENTS_SCAN_MAX; i += 500) await Promise.all(Array.from({ length: 500 }, (_, k) => put(`scan-${String(i + k + 1)}`, "environment", "scan-env", "update", "alice", 1)));
+    await put("scan-hit", "environment", "scan-env", "delete", "alice", 1);
+    const page = await api(h.url, "GET", `/v1/events?since=${String(first.seq)}&action=delete&resourceKind=environment`, { token: TOKENS.bob });
+    const body = page.json as { events: AuditEntry[]; nextCursor?: string };
+    expect(body.events).toEqual([]);
+    expect(body.nextCursor).toBe(String(first.seq + EVENTS_SCAN_MAX));
+    expect(await ids(`since=${body.nextCursor ?? ""}&action=delete&resourceKind=environment`)).toEqual(["scan-hit"]);
+  });
+
+  it("refuses bad filters (400) before reading anything", async () => {
+    for (const q of ["action=nope", "action=", "action=create,,exec", `action=${Array(17).fill("create").join(",")}`, "resourceKind=token", "resourceKind=", "actorId=a.b", "sessionId=s1&resourceKind=environment", "follow=true&endTime=5", "startTime=10&endTime=5", "endTime=-1", "endTime=soon"]) {
+      expectError(await api(h.url, "GET", `/v1/events?${q}`, { token: TOKENS.bob }), 400, "invalid");
+    }
   });
 });

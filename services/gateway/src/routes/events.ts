@@ -1,7 +1,7 @@
 import type { ServerResponse } from "node:http";
 import { DeliverPolicy, jetstream, type ConsumerMessages, type JetStreamManager, type OrderedConsumerOptions } from "@nats-io/jetstream";
 import { decodeJson, isDirectGetEmpty, PULL_OPTIONS } from "@paddock/bus";
-import { AuditEvent, HttpApi, type AuditEntry, LOG_CURSOR_HEADER, NDJSON, NotFoundError, PaddockError, Streams, Subjects, type Scope } from "@paddock/contracts";
+import { AuditEvent, HttpApi, type AuditEntry, type ResourceKind, LOG_CURSOR_HEADER, NDJSON, NotFoundError, PaddockError, Streams, Subjects, type Scope } from "@paddock/contracts";
 import { Action, type Principal } from "../auth/auth.ts";
 import { resolveApp, sessionResource, workspaceResource, type GatewayContext } from "../context.ts";
 import { drainOrClose, type Route } from "../http/http.ts";
@@ -30,6 +30,22 @@ async function firstSeqAt(jsm: JetStreamManager, subject: string, time: number):
   return Number.MAX_SAFE_INTEGER;
 }
 
+/** Stored messages one page read looks at, at most: a selective filter answers a shorter page and its cursor. */
+export const EVENTS_SCAN_MAX = 10_000;
+/** How far an event's stored time may trail its own `at` (the recorder publishes after the commit): an endTime read stops this far past it. */
+const STORED_AFTER_AT_MS = 60_000;
+
+/** The filters of a read beyond its subject (EventsQuery's action and actorId, and endTime on pages). */
+interface EventsFilter {
+  readonly action?: readonly string[] | undefined;
+  readonly actorId?: string | undefined;
+  readonly endTime?: number | undefined;
+}
+
+function matches(f: EventsFilter, e: AuditEntry): boolean {
+  return (f.action === undefined || f.action.includes(e.action)) && (f.actorId === undefined || e.actorId === f.actorId) && (f.endTime === undefined || e.at <= f.endTime);
+}
+
 /** undefined for a session that is not there (its record is gone); any other error goes on. */
 function unlessGone(err: unknown): undefined {
   if (err instanceof PaddockError && err.code === "not_found") return undefined;
@@ -40,11 +56,11 @@ export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
   const { log, metrics } = ctx.deps;
 
   /** The audit subject the caller may read, and how to re-check that it still may (a followed stream). */
-  const auditSubject = async (scope: Scope, sessionId: string | undefined): Promise<{ subject: string; reauthorize: Reauthorize }> => {
+  const auditSubject = async (scope: Scope, sessionId: string | undefined, kind?: ResourceKind): Promise<{ subject: string; reauthorize: Reauthorize }> => {
     if (sessionId === undefined) {
       const reauthorize: Reauthorize = (s) => ctx.authorizer.authorize(s, Action.readEvents, workspaceResource(s));
       await reauthorize(scope);
-      return { subject: Subjects.auditWorkspace(scope.workspaceId), reauthorize };
+      return { subject: kind === undefined ? Subjects.auditWorkspace(scope.workspaceId) : Subjects.audit(scope.workspaceId, kind, ">"), reauthorize };
     }
     const session = await ctx.getSession(scope, sessionId).catch(unlessGone);
     if (session === undefined) return endedSessionSubject(scope, sessionId);
@@ -90,7 +106,7 @@ export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
    * that can fail with a typed error (auth, query, consumer creation) has
    * happened before the 200 is written.
    */
-  const followEvents = async (principal: Principal, allowed: { subject: string; reauthorize: Reauthorize }, start: EventsStart, res: ServerResponse): Promise<void> => {
+  const followEvents = async (principal: Principal, allowed: { subject: string; reauthorize: Reauthorize }, start: EventsStart & EventsFilter, res: ServerResponse): Promise<void> => {
     const { scope } = principal;
     const consumer = await jetstream(ctx.deps.nc).consumers.get(Streams.audit, { filter_subjects: [allowed.subject], ...deliverFrom(start) });
     await guard.ready();
@@ -108,7 +124,7 @@ export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
       for await (const m of messages) {
         if (res.destroyed) break;
         const event = decodeEvent(scope, m);
-        if (!event) continue;
+        if (!event || !matches(start, event)) continue;
         if (!res.write(JSON.stringify(event) + "\n")) await drainOrClose(res);
       }
     } finally {
@@ -122,7 +138,7 @@ export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
   return [
     ctx.serve(HttpApi.listEvents, async ({ caller: principal, query: q, res }) => {
       const { scope } = principal;
-      const { subject, reauthorize } = await auditSubject(scope, q.sessionId);
+      const { subject, reauthorize } = await auditSubject(scope, q.sessionId, q.resourceKind);
       if (q.follow) {
         await followEvents(principal, { subject, reauthorize }, q, res);
         return;
@@ -132,14 +148,18 @@ export function eventRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
       let lastSeq = 0;
       let more = false;
       const from = q.startTime !== undefined ? await firstSeqAt(jsm, subject, q.startTime) : Number(q.since) + 1;
+      let scanned = 0;
       for await (const m of readRange(jsm, Streams.audit, subject, from)) {
-        if (events.length === q.limit) {
+        // Stored well after endTime: nothing at or before it comes later (the page is the last).
+        if (q.endTime !== undefined && m.time.getTime() > q.endTime + STORED_AFTER_AT_MS) break;
+        if (events.length === q.limit || scanned === EVENTS_SCAN_MAX) {
           more = true;
           break;
         }
+        scanned += 1;
         lastSeq = m.seq;
         const event = decodeEvent(scope, m);
-        if (event) events.push(event);
+        if (event && matches(q, event)) events.push(event);
       }
       return { status: 200, body: { events, ...(more ? { nextCursor: String(lastSeq) } : {}) } };
     }),

@@ -7,7 +7,7 @@
  * resumes after (`since=<seq>`) when the connection drops.
  */
 import { z } from "zod";
-import { AuditEvent } from "../audit.ts";
+import { AuditActionSchema, AuditEvent, ResourceKind } from "../audit.ts";
 import { Runner } from "../fleet.ts";
 import { EpochMs, Id } from "../ids.ts";
 import { TokenInfo } from "../tokens.ts";
@@ -69,17 +69,39 @@ const QueryEpochMs = z
   .regex(/^\d{1,15}$/, "must be epoch milliseconds")
   .transform(Number);
 
+/** `action=create,exec`: events of any of these actions (at most 16). */
+const QueryActions = z
+  .string()
+  .max(512)
+  .transform((v) => v.split(","))
+  .pipe(z.array(AuditActionSchema).min(1).max(16));
+
 /**
  * `follow=true` streams AuditEntry NDJSON from the start, then live; `limit`
  * pages only the non-followed read. The start is `since` (after that
- * sequence; `now` for a follow: nothing already stored) or `startTime`, not both.
+ * sequence; `now` for a follow: nothing already stored) or `startTime`, not
+ * both; `endTime` ends a page read (events at or before it). `action`,
+ * `actorId` and `resourceKind` keep only the events that match every one given.
  */
 export const EventsQuery = z
-  .object({ sessionId: Id.optional(), since: EventsSince, startTime: QueryEpochMs.optional(), limit: QueryLimitValue.optional(), follow: QueryBool })
+  .object({
+    sessionId: Id.optional(),
+    since: EventsSince,
+    startTime: QueryEpochMs.optional(),
+    endTime: QueryEpochMs.optional(),
+    action: QueryActions.optional(),
+    actorId: Id.optional(),
+    resourceKind: ResourceKind.optional(),
+    limit: QueryLimitValue.optional(),
+    follow: QueryBool,
+  })
   .strict()
   .superRefine((q, ctx) => {
     if (q.follow && q.limit !== undefined) ctx.addIssue({ code: "custom", path: ["limit"], message: "does not apply with follow=true" });
     if (!q.follow && q.since === "now") ctx.addIssue({ code: "custom", path: ["since"], message: '"now" applies with follow=true only' });
     if (q.startTime !== undefined && q.since !== 0) ctx.addIssue({ code: "custom", path: ["startTime"], message: "does not apply with since" });
+    if (q.follow && q.endTime !== undefined) ctx.addIssue({ code: "custom", path: ["endTime"], message: "does not apply with follow=true" });
+    if (q.endTime !== undefined && q.startTime !== undefined && q.endTime < q.startTime) ctx.addIssue({ code: "custom", path: ["endTime"], message: "is before startTime" });
+    if (q.sessionId !== undefined && q.resourceKind !== undefined && q.resourceKind !== "session") ctx.addIssue({ code: "custom", path: ["resourceKind"], message: "a session's events are all of kind session" });
   })
   .transform((q) => ({ ...q, limit: q.limit ?? DEFAULT_PAGE_LIMIT }));

@@ -13,6 +13,7 @@ import { QueryBool, QueryCursor, QueryLimit, QuerySeq, WaitForQuery, WaitQuery }
 import { ExecRoutes } from "./exec-routes.ts";
 import { AgentRoutes } from "./agent-routes.ts";
 import { WebhookRoutes } from "./webhook-routes.ts";
+import { MemberRoutes } from "./member-routes.ts";
 import { FileRoutes } from "./file-routes.ts";
 import { AuditEntry, EventsQuery, ListRunnersQuery, ListTokensQuery, RunnerFeedLine, TokenFeedLine } from "./feeds.ts";
 
@@ -202,6 +203,7 @@ export const HttpApi = {
   ...ExecRoutes,
   ...AgentRoutes,
   ...WebhookRoutes,
+  ...MemberRoutes,
   readDiff: httpRoute({
     method: "GET",
     path: "/v1/sessions/:id/diff",
