@@ -14,6 +14,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
+import { Paddock } from "@paddock/sdk";
 import { makeSourceRepo, startGitHttpServer, startStack, type Stack } from "@paddock/testing";
 import { stopStackKeepingData } from "./leftovers.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
@@ -29,7 +30,12 @@ export async function execBench(opts: { samples: number; megabytes: number; repo
   try {
     const s = await post(stack, "/v1/sessions", { spec: { cmd: ["sleep", "3600"] } });
     await watch.untilRunning(s.id);
-    return [...(await roundTrips(stack, s.id, opts.samples)), ...(await streaming(stack, watch, s.id, opts.megabytes)), ...(await cloning(stack, opts.repoMegabytes))];
+    return [
+      ...(await roundTrips(stack, s.id, opts.samples)),
+      ...(await sdkRoundTrips(stack, s.id, opts.samples)),
+      ...(await streaming(stack, watch, s.id, opts.megabytes)),
+      ...(await cloning(stack, opts.repoMegabytes)),
+    ];
   } finally {
     watch.stop();
     await nc.drain();
@@ -66,6 +72,29 @@ async function roundTrips(stack: Stack, sessionId: string, samples: number): Pro
     figure({ bench, metric: "exec `true` round trip p50", value: percentile(execMs, 50), unit: "ms", baseline: { name: "local spawn p50", value: percentile(spawnMs, 50) }, goal: "≤ 5 ms", met: percentile(execMs, 50) <= 5 }),
     figure({ bench, metric: "exec `true` round trip p99", value: percentile(execMs, 99), unit: "ms", baseline: { name: "local spawn p99", value: percentile(spawnMs, 99) }, goal: "≤ 20 ms", met: percentile(execMs, 99) <= 20 }),
   ];
+}
+
+/** The SDK's exec (`pd.exec.run`) beside a raw fetch of the same route, alternated so the VM's drift falls on both. */
+async function sdkRoundTrips(stack: Stack, sessionId: string, samples: number): Promise<Figure[]> {
+  const pd = new Paddock({ baseUrl: stack.url, token: stack.token });
+  const sdkMs: number[] = [];
+  const rawMs: number[] = [];
+  for (let i = 0; i < samples + 2; i++) {
+    let t0 = performance.now();
+    const res = await execCall(stack, sessionId, { cmd: ["true"] });
+    if ((await res.json() as { exitCode?: number }).exitCode !== 0) throw new Error("raw exec failed");
+    const raw = performance.now() - t0;
+    t0 = performance.now();
+    if ((await pd.exec.run(sessionId, { cmd: ["true"] })).exitCode !== 0) throw new Error("sdk exec failed");
+    const sdk = performance.now() - t0;
+    if (i >= 2) {
+      rawMs.push(raw);
+      sdkMs.push(sdk);
+    }
+  }
+  const p50 = percentile(sdkMs, 50);
+  const raw50 = percentile(rawMs, 50);
+  return [figure({ bench: "exec", metric: "SDK exec `true` round trip p50", value: p50, unit: "ms", baseline: { name: "raw fetch of the route p50", value: raw50 }, goal: "≤ 1.1x raw fetch", met: p50 <= 1.1 * raw50 })];
 }
 
 /** N MB of stdout as an exec's NDJSON stream (bytes of the frames' text: the output is ASCII). */
