@@ -167,6 +167,11 @@ async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContex
     ctx.waiters.notify(key, ctx.sessionView.get(key)?.value);
   });
   await ctx.runnerView.start(deps.nc, runnersKv, Buckets.runners, deps.log, () => ctx.requestPlacement());
+  // The fleet gauges on /metrics read the views at each scrape.
+  deps.metrics.setFleetSource({
+    sessions: () => [...ctx.sessionView.values()].map((v) => v.value),
+    runners: () => [...ctx.runnerView.values()].map((v) => v.value),
+  });
   await ctx.leases.start(leasesKv, deps.log);
   // The replica that ended one of these may have died before its end of life was done.
   const replayed = endOfLife.replayRecent();

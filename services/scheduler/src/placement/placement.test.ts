@@ -130,6 +130,39 @@ describe("batched placement", () => {
   });
 });
 
+describe("the fleet on /metrics", () => {
+  it("counts sessions by pool and state, runner slots, and placement latency", async () => {
+    const scheduler = await h.start();
+    const registry = h.registryOf(scheduler);
+    const inbox = await dispatchInbox(h.nc, "r1");
+    const created = [];
+    for (let i = 0; i < 3; i++) created.push((await create(h.nc, alice)).session);
+    h.clock.advance(200);
+    await register(h.nc, { runnerId: "r1", generation: 1, capacityTotal: 2 });
+    // Two starts dispatched: both placements were observed (before their dispatch).
+    await inbox.next();
+    await inbox.next();
+    await Promise.all(created.slice(0, 2).map((c) => untilSession(h.nc, c.id, (x) => x.state === "creating")));
+    const scrape = async () => (await registry.metrics()).split("\n");
+    const gauge = (lines: string[], name: string) => lines.filter((l) => l.startsWith(`${name}{`)).sort();
+    // The gauges read the scheduler's views, which follow KV: scraped again until they show the writes above.
+    let lines = await scrape();
+    for (let i = 0; i < 10_000 && !gauge(lines, "paddock_sessions").some((l) => l.includes('state="creating"} 2')); i++) {
+      await new Promise((r) => setImmediate(r));
+      lines = await scrape();
+    }
+    expect(gauge(lines, "paddock_sessions")).toEqual(['paddock_sessions{pool="default",state="creating"} 2', 'paddock_sessions{pool="none",state="queued"} 1']);
+    expect(gauge(lines, "paddock_runner_slots")).toEqual([
+      'paddock_runner_slots{pool="default",runner="r1",state="active",kind="total"} 2',
+      'paddock_runner_slots{pool="default",runner="r1",state="active",kind="used"} 2',
+    ]);
+    expect(lines).toContain("paddock_placement_seconds_count 2");
+    // Queued 200 ms (the test clock, which also ticks a little per read) before the runner came.
+    expect(lines).toContain('paddock_placement_seconds_bucket{le="0.25"} 2');
+    expect(lines).toContain('paddock_placement_seconds_bucket{le="0.1"} 0');
+  });
+});
+
 describe("placement beside the record's write (idle system)", () => {
   it("places an idle create with one reservation and dispatches its start", async () => {
     await h.start();

@@ -172,12 +172,13 @@ async function placeShare(ctx: SchedulerContext, share: Share, dispatch: (s: Ses
   if (!reserved) return;
   const outcomes = await Promise.all(share.sessions.slice(0, reserved.count).map((s) => placeSession(ctx, s, runner)));
   let unused = 0;
-  for (const o of outcomes) {
+  for (const [i, o] of outcomes.entries()) {
     if (typeof o === "string") {
       unused++;
       continue;
     }
     ctx.metrics.placements.inc();
+    ctx.metrics.placementSeconds.observe(Math.max(0, ctx.now() - (share.sessions[i]?.updatedAt ?? ctx.now())) / 1000);
     dispatch(o.session, reserved.generation, o.token);
   }
   if (unused > 0) await releaseSlot(ctx, runner.poolId, runner.id, unused);
@@ -282,6 +283,7 @@ export function createPlacer(ctx: Omit<SchedulerContext, "requestPlacement" | "p
             return;
           }
           ctx.metrics.placements.inc();
+          ctx.metrics.placementSeconds.observe(Math.max(0, ctx.now() - s.updatedAt) / 1000);
           dispatch(placed.session, reserved.generation, placed.token);
         })()
           .catch((err: unknown) => ctx.log.warn({ err, sessionId: s.id }, "placement beside the write failed; a pass places it"))
