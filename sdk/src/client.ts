@@ -71,6 +71,11 @@ export class Sessions {
     return this.t.call(HttpApi.createSession, { body: keyed, query: { wait: opts.wait, timeoutMs: opts.timeoutMs }, signal: opts.signal }, { retry: true });
   }
 
+  /** Its CPU, memory, disk and network samples (the last hour of its current placement; none without a live sandbox). */
+  metrics(id: string, opts: CallOptions = {}): Promise<JsonAnswer<typeof HttpApi.getSessionMetrics>> {
+    return this.t.call(HttpApi.getSessionMetrics, { params: { id }, signal: opts.signal });
+  }
+
   get(id: string, opts: CallOptions & { waitFor?: SessionState; timeoutMs?: number } = {}): Promise<JsonAnswer<typeof HttpApi.getSession>> {
     return this.t.call(HttpApi.getSession, { params: { id }, query: { waitFor: opts.waitFor, timeoutMs: opts.timeoutMs }, signal: opts.signal });
   }

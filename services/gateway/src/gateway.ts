@@ -15,6 +15,7 @@ import { runnerRoutes } from "./routes/runners.ts";
 import { secretRoutes } from "./routes/secrets.ts";
 import { webhookRoutes } from "./routes/webhooks.ts";
 import { memberRoutes } from "./auth/members.ts";
+import { sessionMetricsRoutes } from "./routes/session-metrics.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
 import { tokenRoutes } from "./auth/tokens.ts";
 import { rejectUpgrade, TerminalHub, TERMINAL_ROUTE } from "./terminal/terminal.ts";
@@ -56,7 +57,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const dialer = new DataPlaneDialer(deps.now, deps.log);
   const previews = new PreviewProxy(ctx, previewAccess, dialer);
   // Followed events and exec streams live by their token and access like terminal sockets: one guard for all.
-  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx, terminals.guard), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx, dialer), ...execRoutes(ctx, terminals.guard), ...agentRoutes(ctx), ...tokenRoutes(ctx, terminals.guard), ...secretRoutes(ctx), ...webhookRoutes(ctx), ...memberRoutes(ctx), ...previewAccess.routes()];
+  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx, terminals.guard), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx, dialer), ...execRoutes(ctx, terminals.guard), ...agentRoutes(ctx), ...tokenRoutes(ctx, terminals.guard), ...secretRoutes(ctx), ...webhookRoutes(ctx), ...memberRoutes(ctx), ...sessionMetricsRoutes(ctx), ...previewAccess.routes()];
   const { log, metrics, nc } = deps;
   let listening = false;
   const isReady = () => listening && !nc.isClosed();

@@ -23,6 +23,7 @@ import { noSecrets } from "./sessions/secrets.ts";
 import { SessionManager } from "./sessions/sessions.ts";
 import { heldAt, serveWorkspaceOps, translate, type Target, type WorkspaceOps } from "./workspace/workspace-ops.ts";
 import { serveExecOps } from "./exec/exec-ops.ts";
+import { serveMetricsOp } from "./sessions/metrics-op.ts";
 import { serveProbeOps } from "./agents/probe-ops.ts";
 import { DataPlane } from "./ports/data-plane.ts";
 import { serveTunnels } from "./ports/tunnels.ts";
@@ -311,7 +312,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       log,
     });
     const heldOps = { nc, poolId: config.poolId, runnerId: config.runnerId, held: (t: Target) => heldAt((id) => requireSessions().get(id), confirmed, t), translate, metrics, log };
-    execOps = [...serveExecOps({ ...heldOps, session: (id) => requireSessions().get(id) }), ...serveProbeOps(heldOps)];
+    execOps = [...serveExecOps({ ...heldOps, session: (id) => requireSessions().get(id) }), ...serveProbeOps(heldOps), serveMetricsOp(heldOps)];
     consumer = await consumeTyped(js, {
       stream: Streams.dispatch,
       consumer: dispatchConsumer.name,

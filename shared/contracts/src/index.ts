@@ -15,6 +15,7 @@ export * from "./exec.ts";
 export * from "./agents.ts";
 export * from "./webhooks.ts";
 export * from "./members.ts";
+export * from "./metrics.ts";
 export * from "./ports.ts";
 export * from "./tokens.ts";
 export * from "./fleet-rpc.ts";

@@ -51,7 +51,7 @@ describe("the HTTP contract is what the gateway serves", () => {
     let checked = 0;
     for (const r of Object.values(HttpApi) as readonly HttpRoute[]) {
       // Answered by the session's runner, which this harness has not (a resolve also needs its ?pid).
-      if (r === HttpApi.readDiff || r === HttpApi.listRepos || r === HttpApi.listFiles || r === HttpApi.listProcesses || r === HttpApi.resolveAgent) continue;
+      if (r === HttpApi.readDiff || r === HttpApi.listRepos || r === HttpApi.listFiles || r === HttpApi.listProcesses || r === HttpApi.resolveAgent || r === HttpApi.getSessionMetrics) continue;
       const answer = r.responses.find((x) => x.kind === "json");
       // GETs only: they change nothing, and every one answers from what the fake scheduler holds.
       if (r.method !== "GET" || !answer || answer.kind !== "json") continue;

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { describe, expect, it } from "vitest";
+import { SESSION_METRICS_RETENTION_MS } from "@paddock/contracts";
 import { storageBytes, UsageMeter } from "./usage.ts";
 
 describe("usage meter", () => {
@@ -60,5 +61,37 @@ describe("usage meter", () => {
     for (let i = 0; i < 700; i++) expected += i % 7;
     expect(await storageBytes(dir)).toBe(expected);
     expect(await storageBytes(join(dir, "no-such-dir"))).toBe(0);
+  });
+});
+
+describe("usage meter samples (per-session metrics)", () => {
+  it("keeps the last retention's samples oldest first, CPU cumulative, the workspace walked at most every 30 s unless fresh", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "paddock-usage-ring-"));
+    const idle = 2 ** 31 - 3;
+    let nanos = 1_000_000_000;
+    let clock = 0;
+    let egress = 0;
+    // Three samples fit the hour at 20 minutes each.
+    const meter = new UsageMeter(() => ({ uid: idle, cpuNanos: () => nanos }), () => clock, SESSION_METRICS_RETENTION_MS / 3, () => egress, dir);
+    for (let i = 1; i <= 5; i++) {
+      clock = i * 1_000;
+      nanos += 500_000_000;
+      egress += 10;
+      if (i === 2) writeFileSync(join(dir, "blob"), Buffer.alloc(4_096));
+      await meter.sample();
+    }
+    const samples = meter.samples();
+    expect(samples.map((s) => [s.at, s.cpuSeconds, s.networkBytes])).toEqual([
+      [3_000, 1.5, 30],
+      [4_000, 2, 40],
+      [5_000, 2.5, 50],
+    ]);
+    // Walked at the first sample (empty) and not again within 30 s: the file written since is not counted yet...
+    expect(samples.map((s) => s.diskBytes)).toEqual([0, 0, 0]);
+    // ...until a fresh sample (a read of the metrics).
+    clock = 6_000;
+    await meter.sample(true);
+    expect(meter.samples().at(-1)?.diskBytes).toBe(4_096);
+    expect(meter.samples()).toHaveLength(3);
   });
 });

@@ -2,7 +2,10 @@ import { lstatSync, readdirSync, type Dirent } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
 import { setImmediate } from "node:timers/promises";
 import { join } from "node:path";
-import type { Now, Usage } from "@paddock/contracts";
+import { SESSION_METRICS_RETENTION_MS, type Now, type SessionMetricSample, type Usage } from "@paddock/contracts";
+
+/** The workspace's size is walked at most this often for the metrics samples (a walk of a big tree costs). */
+const DISK_SAMPLE_EVERY_MS = 30_000;
 
 /** Linux /proc accounting units: clock ticks per second and the page size (the kernel defaults here). */
 const CLOCK_TICKS_PER_SECOND = 100;
@@ -150,15 +153,28 @@ export class UsageMeter {
   private lastSampleAt: number;
   private timer: NodeJS.Timeout | undefined;
   private sampling: Promise<void> = Promise.resolve();
+  /** The last hour of samples (SessionMetrics), oldest first. */
+  private readonly ring: SessionMetricSample[] = [];
+  private readonly ringSize: number;
+  private diskBytes = 0;
+  private diskAt = Number.NEGATIVE_INFINITY;
 
   constructor(
     private readonly scope: () => UsageScope,
     private readonly now: Now,
-    private readonly sampleMs: number,
+    readonly sampleMs: number,
     private readonly networkBytes: () => number = () => 0,
+    /** The workspace whose size the samples carry; none: 0. */
+    private readonly workspace?: string,
   ) {
     this.lastSampleAt = now();
     this.cpuNanosAtStart = cgroupCpuNanos(scope());
+    this.ringSize = Math.max(1, Math.ceil(SESSION_METRICS_RETENTION_MS / sampleMs));
+  }
+
+  /** The samples kept, oldest first (a copy). */
+  samples(): SessionMetricSample[] {
+    return [...this.ring];
   }
 
   start(): void {
@@ -181,8 +197,24 @@ export class UsageMeter {
         rss += p.rssBytes;
       }
       this.memoryByteSeconds += Math.round(rss * seconds);
+      await this.record(at, rss, fresh);
     });
     return this.sampling;
+  }
+
+  private async record(at: number, rssBytes: number, fresh: boolean): Promise<void> {
+    if (this.workspace !== undefined && (fresh || at - this.diskAt >= DISK_SAMPLE_EVERY_MS)) {
+      this.diskAt = at;
+      this.diskBytes = await storageBytes(this.workspace).catch(() => this.diskBytes);
+    }
+    this.ring.push({ at, cpuSeconds: this.cpuSeconds(), memoryBytes: rssBytes, diskBytes: this.diskBytes, networkBytes: this.networkBytes() });
+    if (this.ring.length > this.ringSize) this.ring.shift();
+  }
+
+  /** CPU time since the generation began: the cgroup's where there is one, else the processes' ticks. */
+  private cpuSeconds(): number {
+    const nanos = this.cpuNanosAtStart === undefined ? undefined : cgroupCpuNanos(this.scope());
+    return nanos === undefined || this.cpuNanosAtStart === undefined ? this.cpuTicks / CLOCK_TICKS_PER_SECOND : Math.max(0, nanos - this.cpuNanosAtStart) / 1e9;
   }
 
   /** Stops sampling and answers the generation's totals (with a last sample and the workspace size). */
@@ -190,9 +222,8 @@ export class UsageMeter {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
     await this.sample(true);
-    const nanos = this.cpuNanosAtStart === undefined ? undefined : cgroupCpuNanos(this.scope());
     return {
-      cpuTimeSeconds: nanos === undefined || this.cpuNanosAtStart === undefined ? this.cpuTicks / CLOCK_TICKS_PER_SECOND : Math.max(0, nanos - this.cpuNanosAtStart) / 1e9,
+      cpuTimeSeconds: this.cpuSeconds(),
       memoryByteSeconds: this.memoryByteSeconds,
       storageBytes: await storageBytes(workspace),
       networkBytes: this.networkBytes(),

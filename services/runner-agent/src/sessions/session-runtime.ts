@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import type { Subscription } from "@nats-io/transport-node";
-import { appsOf, declaredPorts, NotFoundError, type HeldSession, type RunTrigger, type SessionState, type Usage } from "@paddock/contracts";
+import { appsOf, declaredPorts, NotFoundError, type HeldSession, type RunTrigger, type SessionMetricSample, type SessionState, type Usage } from "@paddock/contracts";
 import type { AppSlot, GenerationEnd, GenerationStart } from "./app-slot.ts";
 import type { SavedCheckpoint } from "../workspace/checkpoint.ts";
 import { BootError, CommandRefusedError, RunnerError } from "../errors.ts";
@@ -133,8 +133,9 @@ export class SessionRuntime {
         starts.push([slot, started]);
       }
       this.phase = "running";
-      this.meter = new UsageMeter(() => sandbox.usageScope(this.apps()), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS, () => this.egress.bytes());
+      this.meter = new UsageMeter(() => sandbox.usageScope(this.apps()), this.deps.now, this.deps.usageSampleMs ?? DEFAULT_USAGE_SAMPLE_MS, () => this.egress.bytes(), this.workspace);
       this.meter.start();
+      void this.meter.sample();
       this.input = subscribeInput({
         ...this.deps,
         ...this.deps.runner,
@@ -225,6 +226,14 @@ export class SessionRuntime {
       this.require("running", "frozen");
       return fn(this.workspace, this.sandbox?.user);
     });
+  }
+
+  /** Its metrics samples with one taken now (the last is fresh); undefined while it has no sandbox here. */
+  async metricSamples(): Promise<{ sampleMs: number; samples: SessionMetricSample[] } | undefined> {
+    const meter = this.meter;
+    if (!meter) return undefined;
+    await meter.sample(true);
+    return { sampleMs: meter.sampleMs, samples: meter.samples() };
   }
 
   /** Runs fn on the session's exec'd processes after every earlier command, while it runs; refused otherwise. */

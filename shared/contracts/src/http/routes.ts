@@ -14,6 +14,7 @@ import { ExecRoutes } from "./exec-routes.ts";
 import { AgentRoutes } from "./agent-routes.ts";
 import { WebhookRoutes } from "./webhook-routes.ts";
 import { MemberRoutes } from "./member-routes.ts";
+import { MetricsRoutes } from "./metrics-routes.ts";
 import { FileRoutes } from "./file-routes.ts";
 import { AuditEntry, EventsQuery, ListRunnersQuery, ListTokensQuery, RunnerFeedLine, TokenFeedLine } from "./feeds.ts";
 
@@ -204,6 +205,7 @@ export const HttpApi = {
   ...AgentRoutes,
   ...WebhookRoutes,
   ...MemberRoutes,
+  ...MetricsRoutes,
   readDiff: httpRoute({
     method: "GET",
     path: "/v1/sessions/:id/diff",
