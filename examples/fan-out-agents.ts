@@ -23,13 +23,15 @@
  * ends early (its script failed: one-shot sessions are destroyed when their
  * command exits) fails the run with its terminal's last lines.
  *
- * Every call goes through a route of the HTTP contract (`HttpApi`), and each
- * JSON answer is parsed by that route's schema.
+ * Every call goes through `@paddock/sdk` (a route of the HTTP contract each,
+ * its JSON answer parsed by that route's schema; the events follow resumes
+ * from its last `seq` if its connection drops).
  */
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { AuditEntry, type AuditEvent, fillPath, HttpApi, type Agent, type BodyInput, type HttpRoute, type JsonAnswer } from "@paddock/contracts";
+import { HttpApi, type Agent, type AuditEvent } from "@paddock/contracts";
+import { Paddock } from "@paddock/sdk";
 
 /** The stand-in agent: `bash -c STAND_IN stand-in SUCCESSOR TURNS` in a child session's workspace. */
 export const STAND_IN = String.raw`set -euo pipefail
@@ -107,65 +109,6 @@ export interface FanOutSummary {
   tokens: number;
 }
 
-/** What a call through a contract route sends. */
-interface CallInput<R extends HttpRoute> {
-  params?: Record<string, string>;
-  query?: Record<string, string | number | boolean | undefined>;
-  body?: BodyInput<R>;
-  signal?: AbortSignal;
-}
-
-export class ApiCallError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-/** A small client of the public API: every call names a contract route; JSON answers are parsed by its schema. */
-export class Api {
-  constructor(
-    readonly url: string,
-    readonly token: string,
-  ) {}
-
-  private async send<R extends HttpRoute>(route: R, input: CallInput<R>, accept: string): Promise<Response> {
-    const target = new URL(this.url + fillPath(route.path, input.params ?? {}));
-    for (const [k, v] of Object.entries(input.query ?? {})) if (v !== undefined) target.searchParams.set(k, String(v));
-    const res = await fetch(target, {
-      method: route.method,
-      headers: { authorization: `Bearer ${this.token}`, accept, ...(input.body !== undefined ? { "content-type": "application/json" } : {}) },
-      ...(input.body !== undefined ? { body: JSON.stringify(input.body) } : {}),
-      ...(input.signal ? { signal: input.signal } : {}),
-    });
-    if (!res.ok) throw new ApiCallError(res.status, `${route.method} ${target.pathname}: HTTP ${res.status} ${await res.text()}`);
-    return res;
-  }
-
-  async call<R extends HttpRoute>(route: R, input: CallInput<R> = {}): Promise<JsonAnswer<R>> {
-    const res = await this.send(route, input, "application/json");
-    const answer = route.responses.find((r) => r.kind === "json");
-    if (answer?.kind !== "json") throw new Error(`${route.method} ${route.path} has no JSON answer`);
-    return answer.schema.parse(await res.json()) as JsonAnswer<R>;
-  }
-
-  /** A session's audit events as they are recorded, from its first one on (NDJSON), until `signal` aborts. */
-  async *follow(sessionId: string, signal: AbortSignal): AsyncGenerator<AuditEvent> {
-    const res = await this.send(HttpApi.listEvents, { query: { sessionId, follow: true }, signal }, "application/x-ndjson");
-    if (!res.body) throw new Error("the events stream has no body");
-    const decoder = new TextDecoder();
-    let rest = "";
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-      rest += decoder.decode(chunk, { stream: true });
-      const lines = rest.split("\n");
-      rest = lines.pop() ?? "";
-      for (const line of lines) if (line.trim() !== "") yield AuditEntry.parse(JSON.parse(line));
-    }
-  }
-}
-
 /** Actions after which a child's command no longer runs in its sandbox: its agents will take no more turns. */
 const ENDED = new Set<string>(["exit", "fail", "cancel", "delete", "expire", "timeout", "suspend", "evict"]);
 
@@ -182,10 +125,10 @@ class ChildEvents {
   /** Aborted by close(): ends the stream and any call made with it. */
   readonly signal = this.abort.signal;
 
-  constructor(api: Api, readonly sessionId: string) {
+  constructor(pd: Paddock, readonly sessionId: string) {
     void (async () => {
       try {
-        for await (const e of api.follow(sessionId, this.signal)) {
+        for await (const e of pd.events.follow({ sessionId, signal: this.signal })) {
           this.events.push(e);
           if (ENDED.has(e.action)) this.failure ??= new Error(`session ${sessionId} ended (${e.action}) before its agents were done`);
           this.wake();
@@ -227,10 +170,10 @@ class ChildEvents {
 }
 
 /** Long-polls the wait route until the agent's turn `turn` has ended (asking again when a wait times out). */
-async function waitForTurn(api: Api, sessionId: string, agentId: string, turn: number, waitMs: number, signal: AbortSignal): Promise<Agent> {
+async function waitForTurn(pd: Paddock, sessionId: string, agentId: string, turn: number, waitMs: number, signal: AbortSignal): Promise<Agent> {
   for (;;) {
     signal.throwIfAborted();
-    const waited = await api.call(HttpApi.waitAgent, { params: { id: sessionId, agentId }, query: { turn, timeoutMs: waitMs }, signal });
+    const waited = await pd.agents.wait(sessionId, agentId, { turn, timeoutMs: waitMs, signal });
     if (!waited.timedOut) return waited.agent;
   }
 }
@@ -240,25 +183,25 @@ export function filesOfDiff(diff: string): string[] {
   return [...diff.matchAll(/^\+\+\+ b\/(.+)$/gm)].map((m) => m[1] ?? "");
 }
 
-async function runChild(api: Api, opts: Required<Pick<FanOutOptions, "turns" | "waitMs">> & FanOutOptions, sessionId: string): Promise<ChildResult> {
-  const events = new ChildEvents(api, sessionId);
+async function runChild(pd: Paddock, opts: Required<Pick<FanOutOptions, "turns" | "waitMs">> & FanOutOptions, sessionId: string): Promise<ChildResult> {
+  const events = new ChildEvents(pd, sessionId);
   try {
     const work = (async () => {
       const declared = await events.next((e) => e.action === "agent.declare");
       const firstId = declared.agent?.id ?? "";
       // The first agent's last turn ended (it parks right after).
-      await waitForTurn(api, sessionId, firstId, opts.turns, opts.waitMs, events.signal);
+      await waitForTurn(pd, sessionId, firstId, opts.turns, opts.waitMs, events.signal);
       const resumed = await events.next((e) => e.action === "agent.resume" && e.agent?.id === firstId);
       const successorId = resumed.agent?.successorId ?? "";
-      await waitForTurn(api, sessionId, successorId, 1, opts.waitMs, events.signal);
+      await waitForTurn(pd, sessionId, successorId, 1, opts.waitMs, events.signal);
       return { firstId, successorId };
     })();
     const { firstId, successorId } = await Promise.race([work, events.ended()]);
-    const { agents } = await api.call(HttpApi.listAgents, { params: { id: sessionId } });
+    const agents = await pd.agents.list(sessionId);
     const lineage: Agent[] = [];
     for (let a = agents.find((x) => x.id === firstId); a; a = agents.find((x) => x.id === a?.successorId)) lineage.push(a);
     if (lineage.at(-1)?.id !== successorId) throw new Error(`session ${sessionId}: the lineage of ${firstId} does not end at ${successorId}`);
-    const { repos } = await api.call(HttpApi.readDiff, { params: { id: sessionId } });
+    const { repos } = await pd.transport.call(HttpApi.readDiff, { params: { id: sessionId } });
     const diff = repos.map((r) => r.diff).join("");
     const result: ChildResult = {
       sessionId,
@@ -276,39 +219,37 @@ async function runChild(api: Api, opts: Required<Pick<FanOutOptions, "turns" | "
 }
 
 /** The last lines of a child's terminal, for an error message. */
-async function tail(api: Api, sessionId: string): Promise<string> {
-  const res = await fetch(`${api.url}${fillPath(HttpApi.readLog.path, { id: sessionId })}`, { headers: { authorization: `Bearer ${api.token}` } });
+async function tail(pd: Paddock, sessionId: string): Promise<string> {
+  const res = await pd.transport.send(HttpApi.readLog, { params: { id: sessionId } }, { accept: "application/octet-stream" });
   return (await res.text()).split(/\r?\n/).slice(-10).join("\n");
 }
 
 /** Runs the whole fan-out; the children are released whether it succeeds or fails. */
 export async function fanOutAgents(options: FanOutOptions): Promise<FanOutSummary> {
   const opts = { turns: 2, waitMs: 60_000, ...options };
-  const api = new Api(opts.url.replace(/\/$/, ""), opts.token);
+  const pd = new Paddock({ baseUrl: opts.url, token: opts.token });
   const cmd = ["bash", "-c", STAND_IN, "stand-in", SUCCESSOR, String(opts.turns)];
   const created = await Promise.allSettled(
     Array.from({ length: opts.children }, () =>
-      api.call(HttpApi.createSession, {
-        // One-shot: should a stand-in fail, its session ends (destroyed) by itself; the lifetime bounds a lost orchestrator.
-        body: { spec: { cmd }, oneShot: true, maxLifetimeMs: 30 * 60_000, ...(opts.parentId !== undefined ? { parentId: opts.parentId } : {}) },
-      }),
+      // One-shot: should a stand-in fail, its session ends (destroyed) by itself; the lifetime bounds a lost orchestrator.
+      pd.sessions.create({ spec: { cmd }, oneShot: true, maxLifetimeMs: 30 * 60_000, ...(opts.parentId !== undefined ? { parentId: opts.parentId } : {}) }),
     ),
   );
   const ids = created.flatMap((c) => (c.status === "fulfilled" ? [c.value.id] : []));
-  const results = await Promise.allSettled(ids.map((id) => runChild(api, opts, id)));
+  const results = await Promise.allSettled(ids.map((id) => runChild(pd, opts, id)));
   // Release every child, done or not, waiting until each is destroyed (one that ended by itself already is).
   const released = await Promise.all(
     ids.map((id) =>
-      api
-        .call(HttpApi.deleteSession, { params: { id }, query: { wait: "destroyed", timeoutMs: 60_000 } })
-        .catch(() => api.call(HttpApi.getSession, { params: { id } }))
+      pd.sessions
+        .delete(id, { wait: "destroyed", timeoutMs: 60_000 })
+        .catch(() => pd.sessions.get(id))
         .then((s) => s.state),
     ),
   );
   const failed = [...created, ...results].find((r) => r.status === "rejected");
   if (failed?.status === "rejected") {
     const which = results.findIndex((r) => r.status === "rejected");
-    const log = which >= 0 ? `\n--- last lines of ${ids[which] ?? ""}:\n${await tail(api, ids[which] ?? "")}` : "";
+    const log = which >= 0 ? `\n--- last lines of ${ids[which] ?? ""}:\n${await tail(pd, ids[which] ?? "")}` : "";
     throw new Error(`fan-out failed: ${String(failed.reason)}${log}`, { cause: failed.reason });
   }
   const children = results.map((r, i) => ({ ...(r as PromiseFulfilledResult<ChildResult>).value, releasedState: released[i] ?? "" }));

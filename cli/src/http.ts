@@ -1,5 +1,6 @@
 import type { z } from "zod";
 import { ErrorBody, ErrorCode, fillPath, httpStatusOf, MAX_PAGE_LIMIT, describeZodError, type BodyInput, type HttpRoute, type JsonAnswer } from "@paddock/contracts";
+import { PaddockApiError, Transport, type SendOptions } from "@paddock/sdk";
 import { ApiError } from "./io.ts";
 
 export type Query = Readonly<Record<string, string | number | boolean | undefined>>;
@@ -24,20 +25,28 @@ function answerSchema(route: HttpRoute): z.ZodType {
 }
 
 export interface RequestOptions {
-  readonly query?: Query;
-  readonly body?: unknown;
   /** The media type asked for (JSON unless said): NDJSON for a route's streamed form. */
   readonly accept?: string;
   /** Aborting it ends the request (and a streamed answer) on the gateway's side too. */
   readonly signal?: AbortSignal;
 }
 
-/** A client of the public HTTP API: every call goes through a route of the HTTP contract (HttpApi), and every JSON answer is parsed by that route's schema. */
+/**
+ * A client of the public HTTP API, on the SDK's transport (`@paddock/sdk`):
+ * every call goes through a route of the HTTP contract (HttpApi), and every
+ * JSON answer is parsed by that route's schema. The CLI asks once (no
+ * retries: a person sees a failure at once and may run the command again)
+ * and says what went wrong in its own words (`ApiError`, exit codes).
+ */
 export class ApiClient {
+  private readonly transport: Transport;
+
   constructor(
     readonly baseUrl: string,
     readonly token: string,
-  ) {}
+  ) {
+    this.transport = new Transport({ baseUrl, token, maxRetries: 0 });
+  }
 
   url(path: string, query: Query = {}): URL {
     const url = new URL(this.baseUrl + path);
@@ -51,54 +60,29 @@ export class ApiClient {
 
   /** Calls a contract route and parses its JSON answer with the route's schema. */
   async call<R extends HttpRoute>(route: R, input: CallInput<R> = {}): Promise<JsonAnswer<R>> {
-    const { path, query } = target(route, input);
-    return (await this.json(route.method, path, answerSchema(route), { query, ...(input.body !== undefined ? { body: input.body } : {}) })) as JsonAnswer<R>;
-  }
-
-  /** Calls a contract route whose answer is streamed (bytes, NDJSON); returns the successful response. */
-  async open<R extends HttpRoute>(route: R, input: CallInput<R> = {}, opts: Pick<RequestOptions, "accept" | "signal"> = {}): Promise<Response> {
-    const { path, query } = target(route, input);
-    return this.send(route.method, path, { query, ...(input.body !== undefined ? { body: input.body } : {}), ...opts });
-  }
-
-  /** Sends a request and parses a JSON answer with schema. */
-  private async json<S extends z.ZodType>(method: string, path: string, schema: S, opts: RequestOptions = {}): Promise<z.infer<S>> {
-    const res = await this.send(method, path, opts);
+    const res = await this.send(route, input, {});
+    const what = `${route.method} ${target(route, input).path}`;
     const text = await res.text();
     let data: unknown;
     try {
       data = JSON.parse(text);
     } catch {
-      throw new ApiError("internal", `${method} ${path}: the gateway answered HTTP ${String(res.status)} with a body that is not JSON`);
+      throw new ApiError("internal", `${what}: the gateway answered HTTP ${String(res.status)} with a body that is not JSON`);
     }
-    const parsed = schema.safeParse(data);
-    if (!parsed.success) {
-      throw new ApiError("internal", `${method} ${path}: unexpected answer: ${describeZodError(parsed.error)}`);
-    }
-    return parsed.data;
+    const parsed = answerSchema(route).safeParse(data);
+    if (!parsed.success) throw new ApiError("internal", `${what}: unexpected answer: ${describeZodError(parsed.error)}`);
+    return parsed.data as JsonAnswer<R>;
   }
 
-  /** Streams body to a contract route that takes raw bytes (its content type); an error answer is thrown. */
-  async uploadTo<R extends HttpRoute>(route: R, input: Omit<CallInput<R>, "body">, body: ReadableStream<Uint8Array>, signal?: AbortSignal): Promise<Response> {
+  /** Calls a contract route whose answer is streamed (bytes, NDJSON); returns the successful response. */
+  open<R extends HttpRoute>(route: R, input: CallInput<R> = {}, opts: Pick<RequestOptions, "accept" | "signal"> = {}): Promise<Response> {
+    return this.send(route, { ...input, signal: opts.signal }, opts.accept !== undefined ? { accept: opts.accept } : {});
+  }
+
+  /** Streams body (chunked; never held in memory) to a contract route that takes raw bytes; an error answer is thrown. */
+  uploadTo<R extends HttpRoute>(route: R, input: Omit<CallInput<R>, "body">, body: ReadableStream<Uint8Array>, signal?: AbortSignal): Promise<Response> {
     if (route.body.kind !== "bytes") throw new Error(`${route.method} ${route.path} takes no raw body`);
-    const { path, query } = target(route, input);
-    return this.upload(route.method, path, body, { query, contentType: route.body.contentType, signal });
-  }
-
-  /**
-   * Sends a streamed body (chunked; never held in memory) and returns the
-   * successful response; an error answer is thrown as its ApiError.
-   */
-  private async upload(method: string, path: string, body: ReadableStream<Uint8Array>, opts: { query?: Query; contentType?: string; signal?: AbortSignal | undefined } = {}): Promise<Response> {
-    const headers = { authorization: this.authHeader, accept: "application/json", "content-type": opts.contentType ?? "application/octet-stream" };
-    let res: Response;
-    try {
-      res = await fetch(this.url(path, opts.query), { method, headers, body, duplex: "half", ...(opts.signal ? { signal: opts.signal } : {}) } as RequestInit);
-    } catch (err) {
-      throw unreachable(this.baseUrl, err);
-    }
-    if (!res.ok) throw await errorOf(res);
-    return res;
+    return this.send(route, { ...input, signal }, { raw: body });
   }
 
   /**
@@ -124,21 +108,16 @@ export class ApiClient {
     }
   }
 
-  private async send(method: string, path: string, opts: RequestOptions): Promise<Response> {
-    const headers: Record<string, string> = { authorization: this.authHeader, accept: opts.accept ?? "application/json" };
-    let body: string | undefined;
-    if (opts.body !== undefined) {
-      headers["content-type"] = "application/json";
-      body = JSON.stringify(opts.body);
-    }
-    let res: Response;
+  /** The SDK's send, once; its typed errors said as the CLI says them. */
+  private async send<R extends HttpRoute>(route: R, input: CallInput<R> & { signal?: AbortSignal | undefined }, opts: SendOptions): Promise<Response> {
     try {
-      res = await fetch(this.url(path, opts.query), { method, headers, body, ...(opts.signal ? { signal: opts.signal } : {}) });
+      return await this.transport.send(route, input, { ...opts, retry: false });
     } catch (err) {
-      throw unreachable(this.baseUrl, err);
+      if (!(err instanceof PaddockApiError)) throw err;
+      // No answer at all (status 0): what the platform's fetch said.
+      if (err.status === 0) throw unreachable(this.baseUrl, err.cause);
+      throw new ApiError(err.code, err.message.replace(/^the gateway answered (HTTP \d+)$/, "$1"), err.status);
     }
-    if (!res.ok) throw await errorOf(res);
-    return res;
   }
 }
 
@@ -190,12 +169,6 @@ export async function* ndjsonOf<S extends z.ZodType>(res: Response, schema: S, w
 export function unreachable(baseUrl: string, err: unknown): ApiError {
   const cause = err instanceof Error && err.cause instanceof Error ? err.cause.message : String(err);
   return new ApiError("unavailable", `cannot reach the gateway at ${baseUrl}: ${cause}`);
-}
-
-/** Reads an error answer: the contract's `{error: {code, message}}`, or a description of what came instead. */
-export async function errorOf(res: { status: number; text(): Promise<string> }): Promise<ApiError> {
-  const text = await res.text().catch(() => "");
-  return errorFromText(res.status, text);
 }
 
 export function errorFromText(status: number, text: string): ApiError {

@@ -90,8 +90,9 @@ export class Sessions {
     } while (cursor);
   }
 
-  delete(id: string, opts: CallOptions = {}): Promise<JsonAnswer<typeof HttpApi.deleteSession>> {
-    return this.t.call(HttpApi.deleteSession, { params: { id }, signal: opts.signal });
+  /** Deletes a session; `wait: "destroyed"` answers once its sandbox is gone (or timeoutMs passed: see `waited`). */
+  delete(id: string, opts: CallOptions & { wait?: SessionState; timeoutMs?: number } = {}): Promise<JsonAnswer<typeof HttpApi.deleteSession>> {
+    return this.t.call(HttpApi.deleteSession, { params: { id }, query: { wait: opts.wait, timeoutMs: opts.timeoutMs }, signal: opts.signal });
   }
 
   suspend(id: string, warm: boolean, opts: CallOptions & { wait?: SessionState; timeoutMs?: number } = {}): Promise<JsonAnswer<typeof HttpApi.suspendSession>> {

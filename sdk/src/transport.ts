@@ -11,7 +11,7 @@
  * jittered backoff; anything else fails at once with its typed error.
  */
 import type { z } from "zod";
-import { ErrorBody, fillPath, type BodyInput, type HttpRoute, type JsonAnswer } from "@paddock/contracts";
+import { ErrorBody, ErrorCode, fillPath, httpStatusOf, type BodyInput, type HttpRoute, type JsonAnswer } from "@paddock/contracts";
 import { apiError, type PaddockApiError } from "./errors.ts";
 
 export interface PaddockOptions {
@@ -84,8 +84,13 @@ export async function errorOf(res: Response): Promise<PaddockApiError> {
   }
   const retryAfterMs = retryAfterOf(res);
   if (body?.success) return apiError(body.data.code, body.data.message, res.status, { retryAfterMs });
-  const code = res.status === 503 ? "unavailable" : res.status === 429 ? "rate_limited" : "internal";
-  return apiError(code, `the gateway answered HTTP ${res.status}`, res.status, { retryAfterMs });
+  return apiError(codeOfStatus(res.status), `the gateway answered HTTP ${res.status}`, res.status, { retryAfterMs });
+}
+
+/** The contract's code of an HTTP status without an error body (a proxy's answer): httpStatusOf inverted; anything else ≥ 500 is internal. */
+function codeOfStatus(status: number): ErrorCode {
+  const code = (Object.values(ErrorCode) as ErrorCode[]).find((c) => c !== ErrorCode.internal && httpStatusOf[c] === status);
+  return code ?? (status >= 500 ? ErrorCode.internal : ErrorCode.invalid);
 }
 
 export class Transport {
@@ -159,7 +164,9 @@ export class Transport {
       headers["content-type"] = "application/json";
       body = JSON.stringify(input.body);
     }
-    return { method: route.method, headers, ...(body !== undefined ? { body } : {}), ...(input.signal ? { signal: input.signal } : {}) };
+    // A streamed body goes half-duplex (what fetch asks of a ReadableStream body; not in every platform's RequestInit type).
+    const streamed = typeof ReadableStream !== "undefined" && body instanceof ReadableStream ? { duplex: "half" } : {};
+    return { method: route.method, headers, ...(body !== undefined ? { body } : {}), ...streamed, ...(input.signal ? { signal: input.signal } : {}) } as RequestInit;
   }
 }
 
