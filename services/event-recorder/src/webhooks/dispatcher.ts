@@ -156,7 +156,7 @@ class WebhookFeed {
       try {
         const consumer = await jetstream(this.deps.nc).consumers.get(Streams.audit, this.name);
         this.messages = await consumer.consume({ max_messages: IN_FLIGHT_PER_WEBHOOK, expires: 5_000 });
-        for await (const msg of this.messages) void this.handle(msg);
+        for await (const msg of this.messages) void this.handle(msg).catch((err: unknown) => this.deps.log.warn({ err, webhookId: this.info.id }, "webhook delivery not settled; redelivered after the ack wait"));
       } catch (err) {
         if (!this.stopped) this.deps.log.warn({ err, webhookId: this.info.id }, "webhook feed stopped; starting it again");
       }

@@ -1,7 +1,8 @@
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { serveRpc, type BusMetrics } from "@paddock/bus";
-import { ConflictError, SESSION_METRICS_RETENTION_MS, sessionMetricsRpc, type SessionMetricSample } from "@paddock/contracts";
+import { ConflictError, SESSION_METRICS_RETENTION_MS, sessionMetricsRpc } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
+import type { UsageMeter } from "../sandbox/usage.ts";
 
 interface Target {
   sessionId: string;
@@ -14,7 +15,7 @@ export interface MetricsOpDeps {
   poolId: string;
   runnerId: string;
   /** The held session a request names, at its placement generation (conflict otherwise). */
-  held: (t: Target) => { metricSamples(): Promise<{ sampleMs: number; samples: SessionMetricSample[] } | undefined> };
+  held: (t: Target) => { readonly meter: UsageMeter | undefined };
   translate: <T>(fn: () => Promise<T>) => Promise<T>;
   metrics: BusMetrics;
   log: Logger;
@@ -28,9 +29,11 @@ export function serveMetricsOp(deps: MetricsOpDeps): Subscription {
     rpc,
     (req) =>
       deps.translate(async () => {
-        const got = await deps.held(req).metricSamples();
-        if (!got) throw new ConflictError("the session has no sandbox on this runner");
-        return { sessionId: req.sessionId, placementGeneration: req.placementGeneration, sampleMs: got.sampleMs, retentionMs: SESSION_METRICS_RETENTION_MS, samples: got.samples };
+        const meter = deps.held(req).meter;
+        if (!meter) throw new ConflictError("the session has no sandbox on this runner");
+        // One sample now: the last is fresh (the workspace walked again too).
+        await meter.sample(true);
+        return { sessionId: req.sessionId, placementGeneration: req.placementGeneration, sampleMs: meter.sampleMs, retentionMs: SESSION_METRICS_RETENTION_MS, samples: meter.samples() };
       }),
     { queue: `metrics-${deps.runnerId}`, metrics: deps.metrics, log: deps.log },
   );

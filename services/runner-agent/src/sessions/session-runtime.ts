@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import type { Subscription } from "@nats-io/transport-node";
-import { appsOf, declaredPorts, NotFoundError, type HeldSession, type RunTrigger, type SessionMetricSample, type SessionState, type Usage } from "@paddock/contracts";
+import { appsOf, declaredPorts, NotFoundError, type HeldSession, type RunTrigger, type SessionState, type Usage } from "@paddock/contracts";
 import type { AppSlot, GenerationEnd, GenerationStart } from "./app-slot.ts";
 import type { SavedCheckpoint } from "../workspace/checkpoint.ts";
 import { BootError, CommandRefusedError, RunnerError } from "../errors.ts";
@@ -20,7 +20,6 @@ import type { WatchReloader } from "./watch-reload.ts";
 import { watchSessionWorkspace } from "./session-watch.ts";
 
 const DEFAULT_USAGE_SAMPLE_MS = 5_000; // sampling interval of a session's CPU and memory
-
 /**
  * One placement of a session on this runner: its sandbox directory, apps and
  * their generations, and the facts it reports (in order, through one chain).
@@ -45,8 +44,8 @@ export class SessionRuntime {
   private restarting = 0;
   /** The fact a cold suspend released the sandbox with (the manager keeps it across a re-registration). */
   releasedBy: FactBody | undefined;
-  /** Measures this placement generation's usage from running until it ends. */
-  private meter: UsageMeter | undefined;
+  /** Measures this placement generation's usage from running until it ends (its samples are the session's metrics). */
+  meter: UsageMeter | undefined;
   /** Egress: this session's proxy (egressAllow), from boot until the session ends; its byte count outlives it. */
   private readonly egress = new SessionEgress();
   /** This placement's facts (session-facts.ts); silenced once discarded, nothing more is reported. */
@@ -226,14 +225,6 @@ export class SessionRuntime {
       this.require("running", "frozen");
       return fn(this.workspace, this.sandbox?.user);
     });
-  }
-
-  /** Its metrics samples with one taken now (the last is fresh); undefined while it has no sandbox here. */
-  async metricSamples(): Promise<{ sampleMs: number; samples: SessionMetricSample[] } | undefined> {
-    const meter = this.meter;
-    if (!meter) return undefined;
-    await meter.sample(true);
-    return { sampleMs: meter.sampleMs, samples: meter.samples() };
   }
 
   /** Runs fn on the session's exec'd processes after every earlier command, while it runs; refused otherwise. */
