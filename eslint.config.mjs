@@ -4,7 +4,7 @@ import tseslint from "typescript-eslint";
 import importX from "eslint-plugin-import-x";
 
 export default tseslint.config(
-  { ignores: ["**/node_modules/**", ".tools/**", "bench-results/**", "**/*.mjs", "**/*.js"] },
+  { ignores: ["**/node_modules/**", "**/dist/**", ".tools/**", "bench-results/**", "**/*.mjs", "**/*.js"] },
   {
     files: ["**/*.ts"],
     extends: [tseslint.configs.base],

@@ -186,7 +186,7 @@ function ensureConsole(required) {
   log(`${message}; the gateway answers / with 503 until \`npm run build:console\` succeeds`);
 }
 
-const COMMANDS = ["up", "test", "bench", "chaos"];
+const COMMANDS = ["up", "test", "bench", "chaos", "build"];
 const USAGE = `usage: node scripts/bootstrap.mjs <${COMMANDS.join("|")}> [flags...]
   installs what is missing (pnpm, node modules, nats-server) into the project, then runs the command;
   \`npm run <command> -- --help\` lists a command's flags`;
@@ -223,6 +223,7 @@ function main() {
     ],
     bench: [tsx("bench/run.ts")],
     chaos: [tsx("chaos/run.ts")],
+    build: [tsx("scripts/build.ts")],
   }[command];
   for (const [cmd, args] of steps) {
     const r = spawnSync(cmd, args, { stdio: "inherit", cwd: root, env });
