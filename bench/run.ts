@@ -1,4 +1,4 @@
-// `pnpm bench [--quick] [--only lifecycle,checkpoint,terminal,memory,images,sandbox,files,exec,preview,console,webhooks]`: every speed figure
+// `pnpm bench [--quick] [--only lifecycle,checkpoint,terminal,memory,images,sandbox,files,exec,preview,console,webhooks,build]`: every speed figure
 // next to a baseline measured in the same run, and their ratio; JSON under bench-results/.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -18,6 +18,7 @@ import { sandboxRunnerBenches } from "./src/sandbox-runner.ts";
 import { terminalBenches } from "./src/terminal.ts";
 import { consoleBench } from "./src/console.ts";
 import { webhooksBench } from "./src/webhooks.ts";
+import { buildBench } from "./src/build.ts";
 
 const { quick, only } = parseScriptArgsOrExit(BENCH_USAGE, parseBenchArgs);
 
@@ -40,6 +41,7 @@ async function main(): Promise<void> {
   if (only.has("exec")) figures.push(...(await execBench(quick ? { samples: 20, megabytes: 20, repoMegabytes: 10 } : { samples: 200, megabytes: 100, repoMegabytes: 50 })));
   if (only.has("console")) figures.push(...(await consoleBench({ samples: quick ? 10 : 50 })));
   if (only.has("webhooks")) figures.push(...(await webhooksBench({ events: quick ? 30 : 300 })));
+  if (only.has("build")) figures.push(...(await buildBench({ samples: quick ? 2 : 5 })));
   process.stdout.write(formatTable(figures) + "\n");
   const dir = join(repoRoot, "bench-results");
   mkdirSync(dir, { recursive: true });

@@ -2,7 +2,7 @@
 import { choiceListFlag, parseScriptFlags, switchFlag, type ScriptArgs } from "@paddock/testing";
 
 /** The benchmark groups in the order a run executes them. */
-export const BENCH_GROUPS = ["lifecycle", "checkpoint", "terminal", "memory", "images", "sandbox", "files", "exec", "preview", "console", "webhooks"] as const;
+export const BENCH_GROUPS = ["lifecycle", "checkpoint", "terminal", "memory", "images", "sandbox", "files", "exec", "preview", "console", "webhooks", "build"] as const;
 export type BenchGroup = (typeof BENCH_GROUPS)[number];
 
 export interface BenchArgs {

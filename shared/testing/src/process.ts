@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { repoRoot } from "./nats-server.ts";
 
 export interface ServiceProcess {
@@ -32,13 +32,18 @@ export type ServiceName = keyof typeof serviceEntry;
 
 export const tsxBin = join(repoRoot, "node_modules", ".bin", "tsx");
 
+/** Where `npm run build` puts each service's bundle (scripts/build.ts), relative to the repo root. */
+export const builtEntry = (name: ServiceName): string => `services/${name}/dist/main.js`;
+
 /**
  * Starts a service as its own OS process (tsx, no build step) and resolves
  * once it logs "ready". Rejects with its output if it exits first.
  */
 export interface StartServiceOptions {
-  /** Entry file relative to the repo root; the service's main.ts by default. */
+  /** Entry file, absolute or relative to the repo root; the service's main.ts (its bundle when `built`) by default. */
   entry?: string;
+  /** Run the production build with plain `node` (no TypeScript loader): the bundle of `npm run build`. */
+  built?: boolean;
   /** Where to append the output instead of keeping it in memory (long-running use). */
   logTo?: NodeJS.WritableStream;
   /** Called with the child as soon as it is spawned, before it is ready (a supervisor can stop it while it starts). */
@@ -55,10 +60,11 @@ export function startService(
   env: Record<string, string>,
   opts: StartServiceOptions = {},
 ): Promise<ServiceProcess> {
-  const file = opts.entry ?? serviceEntry[name as ServiceName];
+  const file = resolve(repoRoot, opts.entry ?? (opts.built === true ? builtEntry(name as ServiceName) : serviceEntry[name as ServiceName]));
   // One OS process per service (node with the tsx loader, not the tsx CLI,
   // which would put a wrapper process in front): signals reach the service itself.
-  const argv = [...(opts.wrap ?? []), process.execPath, "--import", "tsx", join(repoRoot, file)];
+  const loader = opts.built === true ? [] : ["--import", "tsx"];
+  const argv = [...(opts.wrap ?? []), process.execPath, ...loader, file];
   const child = spawn(argv[0]!, argv.slice(1), {
     cwd: repoRoot,
     env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", ...env },

@@ -40,6 +40,8 @@ export interface RunnerOptions {
   env?: Record<string, string>;
   /** A command the runner-agent runs under (StartServiceOptions.wrap): a runner of its own user. */
   wrap?: readonly string[];
+  /** With the stack's `built`: this runner's bundle (e.g. inside a production deploy of it). */
+  entry?: string;
 }
 
 export interface StackOptions {
@@ -69,6 +71,8 @@ export interface StackOptions {
    * file per service), named by `<NAME>_FILE` / PADDOCK_NATS_CREDS_FILE.
    */
   secretFiles?: boolean;
+  /** Every service runs its production bundle (`npm run build`) with plain `node`, no TypeScript loader. */
+  built?: boolean;
 }
 
 /**
@@ -92,9 +96,13 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     if (pass === undefined) throw new Error(`isolated stack: no NATS user ${user} (declare the runner in isolated.runners)`);
     return { PADDOCK_NATS_USER: user, PADDOCK_NATS_PASS: pass };
   };
-  const start = async (name: "scheduler" | "event-recorder" | "gateway" | "runner-agent", env: Record<string, string>, wrap?: readonly string[]) => {
+  const start = async (name: "scheduler" | "event-recorder" | "gateway" | "runner-agent", env: Record<string, string>, how: { wrap?: readonly string[] | undefined; entry?: string | undefined } = {}) => {
     const user = name === "runner-agent" ? runnerUser(env.PADDOCK_POOL_ID ?? "default", env.PADDOCK_RUNNER_ID ?? "") : name;
-    const svc = await startService(name, { ...commonEnv, ...opts.env?.[name], ...env, ...credentials(user) }, wrap ? { wrap } : {});
+    const svc = await startService(name, { ...commonEnv, ...opts.env?.[name], ...env, ...credentials(user) }, {
+      ...(how.wrap ? { wrap: how.wrap } : {}),
+      ...(how.entry !== undefined ? { entry: how.entry } : {}),
+      ...(opts.built === true ? { built: true } : {}),
+    });
     started.push(svc);
     return svc;
   };
@@ -111,7 +119,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       PADDOCK_RUNNER_DATA_DIR: join(dataDir, runnerId),
       ...(files ? { PADDOCK_SECRETS_KEY_FILE: files.secretsKey } : {}),
       ...r.env,
-    }, r.wrap);
+    }, { wrap: r.wrap, entry: r.entry });
   };
   try {
     if (isolation) await provisionAs(nats.url, ControlPlaneUsers.provisioner, isolation.passwords[ControlPlaneUsers.provisioner] ?? "");
