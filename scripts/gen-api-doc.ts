@@ -13,7 +13,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { z } from "zod";
 import * as contracts from "@paddock/contracts";
-import { HealthRoutes, HttpApi, httpStatusOf, pathParamNames, routeName, type HttpRoute } from "@paddock/contracts";
+import { HealthRoutes, HttpApi, httpStatusOf, PublicApi, pathParamNames, routeName, type HttpRoute } from "@paddock/contracts";
 
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 export const API_DOC_PATH = "docs/api.md";
@@ -115,6 +115,8 @@ export function apiDoc(): string {
     "",
   ];
   for (const [key, r] of Object.entries(HttpApi) as Array<[string, HttpRoute]>) out.push(...renderRoute(key, r, names, used, true));
+  out.push("## Without a token", "", "How a person gets a token (single sign-on, docs/auth.md); an Authorization header is ignored.", "");
+  for (const [key, r] of Object.entries(PublicApi) as Array<[string, HttpRoute]>) out.push(...renderRoute(key, r, names, used, false));
   out.push("## Probes", "");
   for (const [key, r] of Object.entries(HealthRoutes) as Array<[string, HttpRoute]>) out.push(...renderRoute(key, r, names, used, false));
   out.push("## Schemas", "", "JSON Schema (draft 2020-12) of each named shape above, as the contract's zod schema defines it.", "");

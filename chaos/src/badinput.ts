@@ -172,7 +172,7 @@ export async function badInputScenario(stack: ChaosStack, nc: NatsConnection, op
     seconds: (Date.now() - started) / 1000,
     figures: [
       ...[...ctx.sent.entries()].map(([target, n]) => ({ metric: `inputs: ${target}`, value: n, unit: "" })),
-      { metric: "HTTP routes fuzzed", value: HTTP_ROUTES.length + 1, unit: "", method: "every route of the HTTP contract (HttpApi), the terminal upgrade included" },
+      { metric: "HTTP routes fuzzed", value: HTTP_ROUTES.length + 1, unit: "", method: "every route of the HTTP contract (HttpApi and PublicApi), the terminal upgrade included" },
       { metric: "answers by status", value: statuses.reduce((a, [, n]) => a + n, 0), unit: "", method: statuses.map(([s, n]) => `${s}×${n}`).join(" ") },
       { metric: "invalid messages counted by services", value: invalidAfter - invalidBefore, unit: "", method: "paddock_invalid_messages_total delta over every service" },
       { metric: "state compared", value: before.size, unit: "keys/objects", method: "KV buckets (all but runner-leases) and object stores, revision + sha256; agent logs (AGENTS), facts per session" },

@@ -8,7 +8,7 @@
 import { Agent, request } from "node:http";
 import { connect as tcpConnect } from "node:net";
 import { z } from "zod";
-import { ARCHIVE_CONTENT_TYPE, HttpApi, pathParamNames, type HttpRoute, type HttpRouteName } from "@paddock/contracts";
+import { ARCHIVE_CONTENT_TYPE, HANDOFF_PREFIX, HttpApi, pathParamNames, PublicApi, type HttpRoute, type HttpRouteName, type PublicRouteName } from "@paddock/contracts";
 import { countStatus, excerpt, nextInput, type FuzzContext } from "./fuzz-context.ts";
 import { badId, badImageBody, encode, nastyString, nulOrDeepBody, randomJson, rawBadSegment, refusedBy, refusedText } from "./fuzz-values.ts";
 import type { Prng } from "./prng.ts";
@@ -25,8 +25,10 @@ const SESSION_OS_SAMPLE = {
 };
 const ENVIRONMENT_OS_SAMPLE = { name: "fuzz", image: "img", setup: "make", init: "true", egressAllow: ["example.com"], connectors: [{ type: "t", raw: { a: "b" } }] };
 
+type RouteName = HttpRouteName | PublicRouteName;
+
 /** A valid body per route (the schema comes from the contract); a route whose schema takes `{}` needs none here. */
-const BODY_SAMPLES: Partial<Record<HttpRouteName, Omit<BodySpec, "schema">>> = {
+const BODY_SAMPLES: Partial<Record<RouteName, Omit<BodySpec, "schema">>> = {
   createSession: { sample: { spec: { cmd: ["true"], ports: [{ port: 8080, public: true }] }, name: "n", oneShot: true, idle: { warmAfterMs: 60_000 }, maxLifetimeMs: 600_000 }, osSample: SESSION_OS_SAMPLE },
   suspendSession: { sample: { warm: true } },
   createAttachTicket: { sample: { mode: "viewer" } },
@@ -44,6 +46,8 @@ const BODY_SAMPLES: Partial<Record<HttpRouteName, Omit<BodySpec, "schema">>> = {
   createWorkspace: { sample: { id: "fuzz-ws", name: "fuzz" } },
   putMember: { sample: { role: "member" } },
   createMemberToken: { sample: { label: "fuzz" } },
+  oidcRedeem: { sample: { handoff: `${HANDOFF_PREFIX}${"A".repeat(43)}` } },
+  oidcExchange: { sample: { idToken: "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", workspaceId: "default" } },
 };
 
 /** Plausible (and a few refused) values of each query parameter the contract names. */
@@ -70,11 +74,13 @@ const QUERY_VALUES: Record<string, string[]> = {
   turn: ["1", "2", "0", "x"],
 };
 
-/** GETs that still change state: a workspace pull records a transfer in the audit. */
-const MUTATING_GETS: ReadonlySet<HttpRouteName> = new Set(["pullWorkspace"]);
+/** GETs that still change state: a workspace pull records a transfer in the audit; a sign-in start stores its login, its callback spends it. */
+const MUTATING_GETS: ReadonlySet<RouteName> = new Set(["pullWorkspace", "oidcLogin", "oidcCallback"]);
 
 interface RouteSpec {
-  name: HttpRouteName;
+  name: RouteName;
+  /** A route without a token (single sign-on): an Authorization header is ignored, so a bad one is no defect. */
+  public: boolean;
   method: string;
   path: string;
   /** Whether a valid call changes state (then every generated call carries a refused defect). */
@@ -88,10 +94,10 @@ interface RouteSpec {
   query: Record<string, string[]>;
 }
 
-function specOf(name: HttpRouteName, r: HttpRoute): RouteSpec {
+function specOf(name: RouteName, r: HttpRoute, isPublic = false): RouteSpec {
   const keys = Object.keys((z.toJSONSchema(r.query, { io: "input", unrepresentable: "any" }) as { properties?: object }).properties ?? {});
   const query = Object.fromEntries(keys.map((k) => [k, QUERY_VALUES[k] ?? ["x"]]));
-  const spec: RouteSpec = { name, method: r.method, path: r.path, mutates: r.method !== "GET" || MUTATING_GETS.has(name), query };
+  const spec: RouteSpec = { name, public: isPublic, method: r.method, path: r.path, mutates: r.method !== "GET" || MUTATING_GETS.has(name), query };
   if (r.body.kind === "bytes" && r.body.contentType === ARCHIVE_CONTENT_TYPE) spec.archive = true;
   else if (r.body.kind === "bytes") spec.rawBytes = true;
   if (r.body.kind === "json") {
@@ -103,12 +109,14 @@ function specOf(name: HttpRouteName, r: HttpRoute): RouteSpec {
 }
 
 /**
- * Every HTTP route of the contract (the terminal upgrade is fuzz-ws's): the
- * gateway serves exactly these, so nothing it serves goes unfuzzed.
+ * Every HTTP route of the contract (the terminal upgrade is fuzz-ws's), those
+ * without a token included: the gateway serves exactly these, so nothing it
+ * serves goes unfuzzed.
  */
-export const HTTP_ROUTES: RouteSpec[] = (Object.entries(HttpApi) as Array<[HttpRouteName, HttpRoute]>)
-  .filter(([, r]) => !r.responses.some((x) => x.kind === "websocket"))
-  .map(([name, r]) => specOf(name, r));
+export const HTTP_ROUTES: RouteSpec[] = [
+  ...(Object.entries(HttpApi) as Array<[HttpRouteName, HttpRoute]>).filter(([, r]) => !r.responses.some((x) => x.kind === "websocket")).map(([name, r]) => specOf(name, r)),
+  ...(Object.entries(PublicApi) as Array<[PublicRouteName, HttpRoute]>).map(([name, r]) => specOf(name, r, true)),
+];
 
 type Defect = "query" | "auth" | "id" | "body" | "method";
 
@@ -142,7 +150,7 @@ function paramValue(ctx: FuzzContext, p: Prng, route: RouteSpec, name: string): 
 
 function generate(ctx: FuzzContext, p: Prng, route: RouteSpec): { req: Req; defects: Defect[] } {
   const params = pathParamNames(route.path);
-  const possible: Defect[] = ["query", "auth", "method", ...(params.length > 0 ? (["id"] as const) : []), ...(route.body || route.archive ? (["body"] as const) : [])];
+  const possible: Defect[] = ["query", ...(route.public ? [] : (["auth"] as const)), "method", ...(params.length > 0 ? (["id"] as const) : []), ...(route.body || route.archive ? (["body"] as const) : [])];
   const defects = new Set<Defect>();
   for (const d of possible) if (p.bool(0.3)) defects.add(d);
   if (route.mutates && defects.size === 0) defects.add(p.pick(possible));

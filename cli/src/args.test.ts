@@ -79,7 +79,7 @@ describe("bad invocations exit 2 without a server", () => {
   it("a missing token is a usage error", async () => {
     const r = await runCli(["ls"], { PADDOCK_URL: "http://127.0.0.1:9" });
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/no API token: pass --token TOKEN or set PADDOCK_TOKEN/);
+    expect(r.stderr).toMatch(/no API token: run 'paddock login', pass --token TOKEN or set PADDOCK_TOKEN/);
   });
 
   it("--help needs no token and exits 0", async () => {

@@ -1,4 +1,5 @@
 import { extractGlobalFlags } from "./args.ts";
+import { configDirOf, storedToken } from "./credentials.ts";
 import { UsageError, type CliEnv } from "./io.ts";
 
 export const DEFAULT_URL = "http://127.0.0.1:8080";
@@ -7,13 +8,16 @@ export const DEFAULT_URL = "http://127.0.0.1:8080";
 export interface CliConfig {
   url: string;
   token: string | undefined;
+  /** Where the CLI keeps its files (`paddock login`'s token); undefined without a home. */
+  configDir: string | undefined;
   /** argv without --url/--token. */
   argv: string[];
 }
 
 /**
  * The one place the CLI reads its environment: flags `--url`/`--token` win
- * over `PADDOCK_URL`/`PADDOCK_TOKEN`.
+ * over `PADDOCK_URL`/`PADDOCK_TOKEN`, which win over the token `paddock login`
+ * stored for this gateway (credentials.ts).
  */
 export function loadCliConfig(argv: readonly string[], env: CliEnv): CliConfig {
   const globals = extractGlobalFlags(argv);
@@ -27,9 +31,12 @@ export function loadCliConfig(argv: readonly string[], env: CliEnv): CliConfig {
   if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
     throw new UsageError(`paddock: gateway URL must be http:// or https://, got ${JSON.stringify(url)}`);
   }
+  const base = url.replace(/\/+$/, "");
+  const configDir = configDirOf(env);
   return {
-    url: url.replace(/\/+$/, ""),
-    token: nonEmpty(globals.token) ?? nonEmpty(env.PADDOCK_TOKEN),
+    url: base,
+    token: nonEmpty(globals.token) ?? nonEmpty(env.PADDOCK_TOKEN) ?? storedToken(configDir, base, Date.now())?.token,
+    configDir,
     argv: globals.rest,
   };
 }
@@ -37,7 +44,7 @@ export function loadCliConfig(argv: readonly string[], env: CliEnv): CliConfig {
 /** The token, or the usage error every API command gives without one. */
 export function requireToken(config: CliConfig): string {
   if (config.token === undefined) {
-    throw new UsageError("paddock: no API token: pass --token TOKEN or set PADDOCK_TOKEN");
+    throw new UsageError("paddock: no API token: run 'paddock login', pass --token TOKEN or set PADDOCK_TOKEN");
   }
   return config.token;
 }

@@ -8,6 +8,7 @@ import { eventsCommand, getCommand, lsCommand, rmCommand } from "./commands/reco
 import { runnerCommand, runnersCommand } from "./commands/runners.ts";
 import { tokenCommand } from "./commands/tokens.ts";
 import { memberCommand, workspaceCommand } from "./commands/members.ts";
+import { loginCommand } from "./commands/login.ts";
 import { diffCommand } from "./commands/workspace.ts";
 import { cpCommand } from "./commands/cp.ts";
 import { execCommand } from "./commands/exec.ts";
@@ -38,6 +39,7 @@ export const commands: readonly Command[] = [
   filesCommand,
   diffCommand,
   agentsCommand,
+  loginCommand,
   tokenCommand,
   workspaceCommand,
   memberCommand,
@@ -52,7 +54,7 @@ ${commands.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`).join("\n")}
 
 Global flags (anywhere before --):
   --url URL       the gateway (default: $PADDOCK_URL, else http://127.0.0.1:8080)
-  --token TOKEN   the API token (default: $PADDOCK_TOKEN)
+  --token TOKEN   the API token (default: $PADDOCK_TOKEN, else the one 'paddock login' kept)
 
 Run 'paddock COMMAND --help' for a command's flags.
 `;

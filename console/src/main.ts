@@ -7,7 +7,7 @@
 // First: zod must not probe `new Function` (the CSP forbids eval) when the contracts build their schemas.
 import "./zod-config.ts";
 import "@xterm/xterm/css/xterm.css";
-import { adoptFragmentToken, login, logout, token } from "./auth.ts";
+import { adoptFragmentToken, login, logout, redeemHandoff, ssoLoginUrl, ssoOffered, takeFragmentHandoff, token } from "./auth.ts";
 import { h, replace } from "./dom.ts";
 import { Router } from "./router.ts";
 import { environmentsPage } from "./pages/environments.ts";
@@ -25,7 +25,20 @@ const NAV = [
   ["#/tokens", "Tokens"],
 ] as const;
 
-function loginForm(app: HTMLElement): void {
+/** "Sign in with SSO", when the gateway offers it: to the gateway's sign-in, with a workspace when one is named. */
+function ssoSection(): HTMLElement {
+  const ws = h("input", { id: "sso-workspace", type: "text", autocomplete: "off", "aria-describedby": "sso-help" });
+  return h(
+    "div",
+    { class: "sso" },
+    h("label", { for: "sso-workspace" }, "Workspace (optional)"),
+    ws,
+    h("p", { id: "sso-help", class: "hint" }, "Needed only if you are a member of several."),
+    h("button", { type: "button", onclick: () => location.assign(ssoLoginUrl(ws.value)) }, "Sign in with SSO"),
+  );
+}
+
+function loginForm(app: HTMLElement, failure?: string): void {
   const input = h("input", { id: "token", type: "password", autocomplete: "off", required: true, "aria-describedby": "token-help" });
   const form = h(
     "form",
@@ -39,6 +52,7 @@ function loginForm(app: HTMLElement): void {
       },
     },
     h("h1", {}, "Paddock"),
+    failure !== undefined && h("p", { class: "error", role: "alert" }, `Sign-in failed: ${failure}`),
     h("label", { for: "token" }, "API token"),
     input,
     h("p", { id: "token-help", class: "hint" }, "Kept in this tab only (sessionStorage); never sent in a URL."),
@@ -46,6 +60,7 @@ function loginForm(app: HTMLElement): void {
   );
   replace(app, form);
   input.focus();
+  void ssoOffered().then((offered) => offered && form.isConnected && form.append(ssoSection()));
 }
 
 function shell(app: HTMLElement): HTMLElement {
@@ -89,4 +104,10 @@ function boot(app: HTMLElement): void {
 
 adoptFragmentToken();
 const app = document.getElementById("app");
-if (app) boot(app);
+const handoff = takeFragmentHandoff();
+if (app && handoff !== undefined) {
+  redeemHandoff(handoff).then(
+    () => boot(app),
+    (err: unknown) => loginForm(app, err instanceof Error ? err.message : String(err)),
+  );
+} else if (app) boot(app);

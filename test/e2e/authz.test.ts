@@ -11,6 +11,8 @@
  *   not any workspace's admin; another workspace's resource is always 404, never 403, and its
  *   404 is byte-for-byte the 404 of an id that does not exist; a revoked,
  *   expired or missing token is 401, always with the same body.
+ * The single sign-on routes (issue 28 item 8) take no token: each answers
+ * every principal byte for byte the same.
  * Also walked (issue 21, items 7 and 13): a session's own service token (of
  * another session of `default`) and a token whose membership was removed —
  * neither may see `default`'s resources, so each existing one is the 404 of
@@ -602,6 +604,25 @@ describe("nothing leaks to another workspace", () => {
     const peer = JSON.stringify((await call("peer", "GET", "/v1/tokens")).body);
     expect(peer).not.toContain(ownerTokenId);
     expect(JSON.stringify((await call("owner", "GET", "/v1/tokens")).body)).toContain(ownerTokenId);
+  });
+});
+
+describe("routes without a token (single sign-on, off on this stack)", () => {
+  // How a person gets a token: no principal, valid or not, answers differently (the header is never read).
+  const PUBLIC: Array<[string, string, unknown?]> = [
+    ["GET", "/v1/auth/oidc"],
+    ["GET", "/v1/auth/oidc/login?returnTo=/"],
+    ["GET", "/v1/auth/oidc/callback?code=c&state=s"],
+    ["POST", "/v1/auth/oidc/redeem", { handoff: `pdh_${"A".repeat(43)}` }],
+    ["POST", "/v1/auth/oidc/exchange", { idToken: "eyJhbGciOiJSUzI1NiJ9.e30.c2ln" }],
+  ];
+  it.each(PUBLIC)("%s %s answers every principal the same", async (method, path, body) => {
+    const answers = new Map<Principal, ApiAnswer>();
+    for (const p of P) answers.set(p, await call(p, method, path, body));
+    const none = answers.get("none");
+    expect(none?.status).toBe(path === "/v1/auth/oidc" ? 200 : 404);
+    for (const p of P) expect(answers.get(p), `${method} ${path} as ${p}`).toEqual(none);
+    matrix.push({ route: `${method} ${path.split("?")[0] ?? path}`, ...Object.fromEntries(P.map((p) => [p, String(answers.get(p)?.status)])) });
   });
 });
 

@@ -1,8 +1,8 @@
 import { resolve } from "node:path";
 import { z } from "zod";
-import { commonConfig, commonEnv, envSchemas, parseEnv } from "@paddock/config";
+import { commonConfig, commonEnv, ConfigError, envSchemas, parseEnv } from "@paddock/config";
 import { SecretsKeySetting } from "@paddock/bus";
-import { Id, MAX_INLINE_FILE_BYTES } from "@paddock/contracts";
+import { Id, MAX_INLINE_FILE_BYTES, MAX_TOKEN_LIFETIME_MS } from "@paddock/contracts";
 
 const bytes = z.coerce.number().int().positive();
 
@@ -80,7 +80,62 @@ export const GatewayEnv = z.object({
     .transform((d) => resolve(d)),
   /** Open connections from one client address; more are answered 429 at once. */
   PADDOCK_HTTP_MAX_CONNECTIONS_PER_ADDRESS: z.coerce.number().int().positive().default(2_048),
+  /**
+   * The gateway as people's browsers reach it (`https://paddock.example.com`):
+   * the single sign-on redirect URI is `<this>/v1/auth/oidc/callback`. Unset:
+   * built from the sign-in request's Host as http:// (development on loopback).
+   */
+  PADDOCK_PUBLIC_URL: z
+    .url({ protocol: /^https?$/ })
+    .refine((u) => URL.parse(u)?.search === "" && URL.parse(u)?.hash === "" && URL.parse(u)?.username === "", "scheme://host[:port][/path] (no query, fragment or credentials)")
+    .transform((u) => u.replace(/\/+$/, ""))
+    .optional(),
+  /** Single sign-on through this OpenID Connect provider (docs/auth.md); unset: off. https, or http on a loopback address. */
+  PADDOCK_OIDC_ISSUER: z
+    .url({ protocol: /^https?$/ })
+    .refine((u) => URL.parse(u)?.protocol === "https:" || isLoopback(URL.parse(u)?.hostname ?? ""), "https:// (http:// only on a loopback address)")
+    .optional(),
+  /** The console's client at the provider; the gateway is its relying party (authorization code, PKCE S256). */
+  PADDOCK_OIDC_CLIENT_ID: z.string().min(1).max(256).optional(),
+  /** That client's secret, when it is confidential (also as PADDOCK_OIDC_CLIENT_SECRET_FILE). */
+  PADDOCK_OIDC_CLIENT_SECRET: z.string().min(1).optional(),
+  /** The CLI's public native client (loopback redirects, device grant): ID tokens issued to it are exchanged for Paddock tokens. */
+  PADDOCK_OIDC_CLI_CLIENT_ID: z.string().min(1).max(256).optional(),
+  /** The ID token claim that names the actor (`email`, `sub`, `preferred_username`, ...); `email` must be verified. */
+  PADDOCK_OIDC_ACTOR_CLAIM: z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/).default("email"),
+  /** Scopes asked for; must include openid. */
+  PADDOCK_OIDC_SCOPES: z
+    .string()
+    .default("openid email profile")
+    .refine((v) => v.split(" ").includes("openid"), "must include openid"),
+  /** Lifetime of a Paddock token minted by single sign-on. */
+  PADDOCK_OIDC_TOKEN_TTL_MS: envSchemas.positiveMs.min(60_000).max(MAX_TOKEN_LIFETIME_MS).default(12 * 60 * 60_000),
 });
+
+function isLoopback(host: string): boolean {
+  return host === "localhost" || host === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
+/** Single sign-on's settings; undefined when no issuer is configured. */
+function oidcConfig(e: z.infer<typeof GatewayEnv>) {
+  if (e.PADDOCK_OIDC_ISSUER === undefined) return undefined;
+  if (e.PADDOCK_OIDC_CLIENT_ID === undefined && e.PADDOCK_OIDC_CLI_CLIENT_ID === undefined) {
+    throw new ConfigError("invalid configuration: PADDOCK_OIDC_ISSUER: set PADDOCK_OIDC_CLIENT_ID (console), PADDOCK_OIDC_CLI_CLIENT_ID (CLI) or both");
+  }
+  if (e.PADDOCK_OIDC_CLIENT_SECRET !== undefined && e.PADDOCK_OIDC_CLIENT_ID === undefined) {
+    throw new ConfigError("invalid configuration: PADDOCK_OIDC_CLIENT_SECRET: needs PADDOCK_OIDC_CLIENT_ID");
+  }
+  return {
+    issuer: e.PADDOCK_OIDC_ISSUER,
+    clientId: e.PADDOCK_OIDC_CLIENT_ID,
+    clientSecret: e.PADDOCK_OIDC_CLIENT_SECRET,
+    cliClientId: e.PADDOCK_OIDC_CLI_CLIENT_ID,
+    actorClaim: e.PADDOCK_OIDC_ACTOR_CLAIM,
+    scopes: e.PADDOCK_OIDC_SCOPES,
+    tokenTtlMs: e.PADDOCK_OIDC_TOKEN_TTL_MS,
+  };
+}
+export type OidcConfig = NonNullable<ReturnType<typeof oidcConfig>>;
 
 /** The gateway's settings, named as it uses them; the type is inferred from GatewayEnv (no hand-written twin). */
 export function loadConfig(env: Record<string, string | undefined>) {
@@ -111,6 +166,8 @@ export function loadConfig(env: Record<string, string | undefined>) {
     httpMaxConnections: e.PADDOCK_HTTP_MAX_CONNECTIONS,
     httpMaxConnectionsPerAddress: e.PADDOCK_HTTP_MAX_CONNECTIONS_PER_ADDRESS,
     consoleDir: e.PADDOCK_CONSOLE_DIR,
+    publicUrl: e.PADDOCK_PUBLIC_URL,
+    oidc: oidcConfig(e),
   };
 }
 

@@ -18,6 +18,7 @@ import { memberRoutes } from "./auth/members.ts";
 import { sessionMetricsRoutes } from "./routes/session-metrics.ts";
 import { sessionRoutes } from "./routes/sessions.ts";
 import { tokenRoutes } from "./auth/tokens.ts";
+import { oidcRoutes } from "./auth/oidc-routes.ts";
 import { rejectUpgrade, TerminalHub, TERMINAL_ROUTE } from "./terminal/terminal.ts";
 import { workspaceRoutes } from "./routes/workspace.ts";
 import { execRoutes } from "./routes/exec.ts";
@@ -57,7 +58,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const dialer = new DataPlaneDialer(deps.now, deps.log);
   const previews = new PreviewProxy(ctx, previewAccess, dialer);
   // Followed events and exec streams live by their token and access like terminal sockets: one guard for all.
-  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx, terminals.guard), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx, dialer), ...execRoutes(ctx, terminals.guard), ...agentRoutes(ctx), ...tokenRoutes(ctx, terminals.guard), ...secretRoutes(ctx), ...webhookRoutes(ctx), ...memberRoutes(ctx), ...sessionMetricsRoutes(ctx), ...previewAccess.routes()];
+  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx, terminals.guard), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx, dialer), ...execRoutes(ctx, terminals.guard), ...agentRoutes(ctx), ...tokenRoutes(ctx, terminals.guard), ...secretRoutes(ctx), ...webhookRoutes(ctx), ...memberRoutes(ctx), ...oidcRoutes(ctx), ...sessionMetricsRoutes(ctx), ...previewAccess.routes()];
   const { log, metrics, nc } = deps;
   let listening = false;
   const isReady = () => listening && !nc.isClosed();

@@ -10,7 +10,7 @@ import { Kvm, type KvOptions } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import { jserrors } from "@nats-io/jetstream/internal";
 import { NoRespondersError, RequestError, TimeoutError, type NatsConnection } from "@nats-io/transport-node";
-import { Buckets, kvStreamName, MAX_AGENT_FACTS_PER_SESSION, MAX_SCREEN_CHECKPOINT_BYTES, ObjectStores, runnerObjectStore, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
+import { Buckets, kvStreamName, MAX_AGENT_FACTS_PER_SESSION, MAX_SCREEN_CHECKPOINT_BYTES, OIDC_BUCKET_TTL_MS, ObjectStores, runnerObjectStore, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
 import { isStreamNameInUse, isStreamNotFound } from "./errors.ts";
 
 const NS_PER_MS = 1_000_000;
@@ -133,6 +133,8 @@ function bucketOptions(opts: ProvisionOptions): Array<[string, Partial<KvOptions
     [Buckets.workspaces, { ...r, history: 1 }],
     [Buckets.webhooks, { ...r, history: 1 }],
     [Buckets.webhookDeliveries, { ...r, history: 1 }],
+    // Sign-on in flight: nothing in it outlives the bucket's TTL, used or not (abandoned logins too).
+    [Buckets.oidc, { ...r, history: 1, ttl: OIDC_BUCKET_TTL_MS }],
   ];
 }
 

@@ -14,7 +14,7 @@ export class ConfigError extends Error {
  * (not readable by group or others) whose contents, trimmed, are the value, so
  * the secret stays out of the environment (`npm run up` passes them so).
  */
-export const FILE_SECRET_SETTINGS = ["PADDOCK_SECRETS_KEY", "PADDOCK_SESSION_TOKEN_SECRET", "PADDOCK_DEV_TOKEN"] as const;
+export const FILE_SECRET_SETTINGS = ["PADDOCK_SECRETS_KEY", "PADDOCK_SESSION_TOKEN_SECRET", "PADDOCK_DEV_TOKEN", "PADDOCK_OIDC_CLIENT_SECRET"] as const;
 
 function withFileSecrets(env: Record<string, string | undefined>): Record<string, string | undefined> {
   const out = { ...env };

@@ -18,6 +18,7 @@ export * from "./members.ts";
 export * from "./metrics.ts";
 export * from "./ports.ts";
 export * from "./tokens.ts";
+export * from "./oidc.ts";
 export * from "./fleet-rpc.ts";
 export * from "./body.ts";
 export * from "./http/index.ts";

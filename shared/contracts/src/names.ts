@@ -34,7 +34,12 @@ export const Buckets = {
   webhooks: "webhooks",
   /** Each webhook's recent attempts under `<workspace>.<id>` (WebhookDeliveries): the event recorder writes, the gateway reads. */
   webhookDeliveries: "webhook-deliveries",
+  /** Single sign-on in flight (pending logins, handoff codes, spent ID tokens): the gateway's alone; every entry expires (OIDC_BUCKET_TTL_MS). */
+  oidc: "oidc",
 } as const;
+
+/** How long anything in KV `oidc` lives: longer than a login, a handoff and an ID token's acceptance. */
+export const OIDC_BUCKET_TTL_MS = 15 * 60_000;
 
 export const ObjectStores = {
   checkpoints: "checkpoints",

@@ -1,6 +1,6 @@
 /**
  * The OpenAPI 3.1 description of the public HTTP API, generated from the HTTP
- * contract (every route of HttpApi and HealthRoutes, their zod schemas through
+ * contract (every route of HttpApi, PublicApi and HealthRoutes, their zod schemas through
  * zod 4's JSON Schema output, draft 2020-12 as OpenAPI 3.1 uses). The gateway
  * serves it at GET /v1/openapi.json and docs/openapi.json is its committed
  * rendering. A module of its own (`@paddock/contracts/openapi`): it reads the
@@ -9,7 +9,7 @@
 import { z } from "zod";
 import * as contracts from "./index.ts";
 import { ErrorBody, httpStatusOf, type ErrorCode } from "./errors.ts";
-import { HealthRoutes, HttpApi } from "./http/routes.ts";
+import { HealthRoutes, HttpApi, PublicApi } from "./http/routes.ts";
 import { NDJSON, pathParamNames, type HttpRoute } from "./http/route.ts";
 
 type Json = Record<string, unknown>;
@@ -148,7 +148,7 @@ function responses(route: HttpRoute, names: Names, authenticated: boolean): Json
   return out;
 }
 
-/** The OpenAPI 3.1 document of every route (HttpApi under bearer auth, HealthRoutes without). */
+/** The OpenAPI 3.1 document of every route (HttpApi under bearer auth, PublicApi and HealthRoutes without). */
 export function openApiDocument(): Json {
   const schemas = namedSchemas();
   const named = { ...components(schemas, "output", ""), ...components(schemas, "input", "Input") };
@@ -156,6 +156,7 @@ export function openApiDocument(): Json {
   const paths: Record<string, Record<string, Json>> = {};
   const entries: Array<[string, HttpRoute, boolean]> = [
     ...(Object.entries(HttpApi) as Array<[string, HttpRoute]>).map(([n, r]) => [n, r, true] as [string, HttpRoute, boolean]),
+    ...(Object.entries(PublicApi) as Array<[string, HttpRoute]>).map(([n, r]) => [n, r, false] as [string, HttpRoute, boolean]),
     ...(Object.entries(HealthRoutes) as Array<[string, HttpRoute]>).map(([n, r]) => [n, r, false] as [string, HttpRoute, boolean]),
   ];
   for (const [name, route, authenticated] of entries) {

@@ -13,3 +13,4 @@ export * from "./escape-battery.ts";
 export * from "./stack-secrets.ts";
 export * from "./git-server.ts";
 export * from "./preview-app.ts";
+export * from "./oidc-provider.ts";

@@ -171,6 +171,8 @@ export function gatewayPermissions(): Permissions {
         // Webhooks: their records (the signing secret sealed), and their recent attempts by key.
         ...kvReadWrite(Buckets.webhooks),
         ...kvGet(Buckets.webhookDeliveries),
+        // Single sign-on in flight: pending logins, handoff codes, spent ID tokens.
+        ...kvReadWrite(Buckets.oidc),
         // Runner records and leases, read-only: the runners feed (GET /v1/runners?follow=true) watches them.
         ...kvRead(Buckets.runners),
         ...kvRead(Buckets.runnerLeases),

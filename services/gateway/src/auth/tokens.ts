@@ -147,6 +147,20 @@ export async function mintToken(ctx: GatewayContext, minter: Principal, owner: P
   return { token, ...infoOf(record) };
 }
 
+/**
+ * Removes an actor's expired tokens of one label (single sign-on mints one per
+ * sign-in: without this, expired ones would count against MAX_TOKENS_PER_ACTOR).
+ */
+export async function purgeExpiredTokens(ctx: GatewayContext, owner: { workspaceId: string; actorId: string }, label: string): Promise<void> {
+  const kv = await ctx.tokens();
+  for (const key of await collectKeys(kv, indexKey(owner.workspaceId, owner.actorId, "*"))) {
+    const found = await recordOf(kv, key);
+    if (!found || found.record.label !== label || found.record.expiresAt === undefined || found.record.expiresAt > ctx.deps.now()) continue;
+    await kv.purge(found.hash);
+    await kv.purge(key);
+  }
+}
+
 export function tokenRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
   const { now } = ctx.deps;
   return [

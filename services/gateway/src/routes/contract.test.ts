@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { fillPath, HealthRoutes, HttpApi, pathParamNames, routeName, type HttpRoute } from "@paddock/contracts";
+import { fillPath, HealthRoutes, HttpApi, pathParamNames, PublicApi, routeName, type HttpRoute } from "@paddock/contracts";
 import { api, expectError, makeEnvironment, makeSession, openTerminal, RUNNER, TOKENS, useHarness, WS1 } from "../testing/testkit.ts";
 
 /*
@@ -10,7 +10,7 @@ import { api, expectError, makeEnvironment, makeSession, openTerminal, RUNNER, T
  */
 const h = useHarness();
 
-const contract: readonly HttpRoute[] = [...Object.values(HttpApi), ...Object.values(HealthRoutes)];
+const contract: readonly HttpRoute[] = [...Object.values(HttpApi), ...Object.values(PublicApi), ...Object.values(HealthRoutes)];
 const sample = (r: HttpRoute) => fillPath(r.path, Object.fromEntries(pathParamNames(r.path).map((p) => [p, "x1"])));
 
 describe("the HTTP contract is what the gateway serves", () => {
@@ -30,6 +30,12 @@ describe("the HTTP contract is what the gateway serves", () => {
       expect(res.json?.error?.code, routeName(r)).toBe("unauthenticated");
     }
     expectError(await api(h.url, "GET", "/v1/sessions/x1/nonsense"), 404, "not_found");
+  });
+
+  it("every route without a token is matched too: single sign-on, off here, is not_found after its input is checked", async () => {
+    expect(await api(h.url, "GET", "/v1/auth/oidc")).toMatchObject({ status: 200, json: { enabled: false } });
+    for (const r of [PublicApi.oidcLogin, PublicApi.oidcCallback]) expectError(await api(h.url, r.method, r.path), 404, "not_found");
+    for (const r of [PublicApi.oidcRedeem, PublicApi.oidcExchange]) expectError(await api(h.url, r.method, r.path, { body: "{}", headers: { "content-type": "application/json" } }), 400, "invalid");
   });
 
   it("path parameters are parsed by the contract's schemas: a bad one is invalid on every route that has one", async () => {

@@ -14,6 +14,7 @@ import { ExecRoutes } from "./exec-routes.ts";
 import { AgentRoutes } from "./agent-routes.ts";
 import { WebhookRoutes } from "./webhook-routes.ts";
 import { MemberRoutes } from "./member-routes.ts";
+import { OidcRoutes } from "./oidc-routes.ts";
 import { MetricsRoutes } from "./metrics-routes.ts";
 import { FileRoutes } from "./file-routes.ts";
 import { AuditEntry, EventsQuery, ListRunnersQuery, ListTokensQuery, RunnerFeedLine, TokenFeedLine } from "./feeds.ts";
@@ -341,6 +342,14 @@ export const HttpApi = {
 } as const satisfies Record<string, HttpRoute>;
 export type HttpApi = typeof HttpApi;
 export type HttpRouteName = keyof HttpApi;
+
+/**
+ * Unauthenticated /v1 routes that are how a person gets a token (single
+ * sign-on): no bearer token is read, so they are outside HttpApi, whose every
+ * route authenticates.
+ */
+export const PublicApi = { ...OidcRoutes } as const satisfies Record<string, HttpRoute>;
+export type PublicRouteName = keyof typeof PublicApi;
 
 /** Unauthenticated routes: the probes outside /v1 (load balancers, orchestrators) and the API's own description. */
 export const HealthRoutes = {
