@@ -155,7 +155,7 @@ describe("the scripts themselves", () => {
     expect(bad.stderr).not.toContain("[bootstrap]");
     const help = spawnSync(process.execPath, ["scripts/bootstrap.mjs", "--help"], { cwd: repoRoot, encoding: "utf8", timeout: 30_000 });
     expect(help.status).toBe(0);
-    expect(help.stdout).toMatch(/^usage: node scripts\/bootstrap\.mjs <up\|test\|bench\|chaos>/);
+    expect(help.stdout).toMatch(/^usage: node scripts\/bootstrap\.mjs <up\|test\|bench\|chaos\|build>/);
   });
 
   it("up with a bad port creates nothing: no data dir, no server", () => {
