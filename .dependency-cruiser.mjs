@@ -54,6 +54,13 @@ export default {
       to: { path: "^services/runner-agent/src/" },
     },
     {
+      name: "runner-agent-join",
+      severity: "error",
+      comment: "runner-agent join/ (paddock-runner join, run once on a host) imports nothing of the agent.",
+      from: { path: "^services/runner-agent/src/join/", pathNot: "\\.test\\.ts$" },
+      to: { path: "^services/runner-agent/src/", pathNot: "^services/runner-agent/src/join/" },
+    },
+    {
       name: "runner-agent-fleet",
       severity: "error",
       comment: "fleet/ (registration, lease, dispatch, held check, facts) imports no sibling folder: see fleet/README.md.",

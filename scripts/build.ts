@@ -77,6 +77,7 @@ const SERVICES = ["scheduler", "runner-agent", "gateway", "event-recorder"] as c
 const STEPS: Step[] = [
   ...SERVICES.map((name): Step => ({ name, target: "services", run: bundle(`services/${name}/src/main.ts`, `services/${name}/dist/main.js`) })),
   { name: "paddock (CLI)", target: "services", run: bundle("cli/src/main.ts", "cli/dist/paddock.mjs", true) },
+  { name: "paddock-runner join", target: "services", run: bundle("services/runner-agent/src/join/main.ts", "services/runner-agent/dist/paddock-runner.mjs", true) },
   { name: "@paddock/contracts", target: "sdk", run: tscBuild("shared/contracts") },
   { name: "@paddock/sdk", target: "sdk", run: tscBuild("sdk") },
   { name: "console", target: "console", run: () => exec(bin("vite", join(root, "console")), ["build", "--logLevel", "error"], join(root, "console")) },

@@ -48,6 +48,8 @@ const BODY_SAMPLES: Partial<Record<RouteName, Omit<BodySpec, "schema">>> = {
   createMemberToken: { sample: { label: "fuzz" } },
   oidcRedeem: { sample: { handoff: `${HANDOFF_PREFIX}${"A".repeat(43)}` } },
   oidcExchange: { sample: { idToken: "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", workspaceId: "default" } },
+  createJoinToken: { sample: { poolId: "default", ttlMs: 60_000 } },
+  joinRunner: { sample: { joinToken: `pdj_${"A".repeat(43)}`, publicKey: `U${"A".repeat(55)}`, runnerId: "fuzz-runner" } },
 };
 
 /** Plausible (and a few refused) values of each query parameter the contract names. */

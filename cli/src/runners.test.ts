@@ -7,7 +7,12 @@ import { expectUsageError, runCli } from "./testing/run-cli.ts";
 describe("paddock runner(s): bad usage exits 2 without a server", () => {
   const env = { PADDOCK_TOKEN: "t", PADDOCK_URL: "http://127.0.0.1:9" };
   it.each([
-    [["runner"], /expected a subcommand: drain, cordon, uncordon or get/],
+    [["runner"], /expected a subcommand: drain, cordon, uncordon, get, join-token or revoke/],
+    [["runner", "join-token"], /--pool is required/],
+    [["runner", "join-token", "--pool", "p", "--ttl-ms", "soon"], /must be a positive integer/],
+    [["runner", "join-token", "--pool", "p", "extra"], /expected nothing, got "extra"/],
+    [["runner", "revoke"], /paddock runner revoke: expected ID/],
+    [["runner", "revoke", "a", "b"], /expected ID/],
     [["runner", "reboot", "r1"], /unknown subcommand "reboot"/],
     [["runner", "--json"], /unknown subcommand "--json"/],
     [["runner", "drain"], /paddock runner drain: expected ID, got nothing/],

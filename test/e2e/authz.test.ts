@@ -363,6 +363,9 @@ const ROUTES: RouteCase[] = [
   // Runners (reads; state changes are the last describe)
   { name: "GET /v1/runners", kind: "fleetRead", ok: 200, run: async (p) => ({ answer: await call(p, "GET", "/v1/runners") }) },
   { name: "GET /v1/runners/:id", kind: "fleetRead", ok: 200, run: async (p) => ({ answer: await call(p, "GET", "/v1/runners/runner-1") }) },
+  // Runner joins are off on this stack (no callout issuer): past authorization a fleet operator gets not_found (test/e2e/runner-join.test.ts runs them).
+  { name: "POST /v1/runners/join-tokens", kind: "fleetAdmin", ok: 404, run: async (p) => ({ answer: await call(p, "POST", "/v1/runners/join-tokens", { poolId: "default" }) }) },
+  { name: "POST /v1/runners/:id/revoke", kind: "fleetAdmin", ok: 404, run: async (p) => ({ answer: await call(p, "POST", "/v1/runners/runner-1/revoke", {}) }) },
   // Tokens
   { name: "POST /v1/tokens", kind: "workspace", ok: 201, run: async (p) => ({ answer: await call(p, "POST", "/v1/tokens", { label: uniq(p) }) }) },
   { name: "GET /v1/tokens", kind: "workspace", ok: 200, run: async (p) => ({ answer: await call(p, "GET", "/v1/tokens") }) },
@@ -607,7 +610,7 @@ describe("nothing leaks to another workspace", () => {
   });
 });
 
-describe("routes without a token (single sign-on, off on this stack)", () => {
+describe("routes without a token (single sign-on and runner joins, off on this stack)", () => {
   // How a person gets a token: no principal, valid or not, answers differently (the header is never read).
   const PUBLIC: Array<[string, string, unknown?]> = [
     ["GET", "/v1/auth/oidc"],
@@ -615,6 +618,8 @@ describe("routes without a token (single sign-on, off on this stack)", () => {
     ["GET", "/v1/auth/oidc/callback?code=c&state=s"],
     ["POST", "/v1/auth/oidc/redeem", { handoff: `pdh_${"A".repeat(43)}` }],
     ["POST", "/v1/auth/oidc/exchange", { idToken: "eyJhbGciOiJSUzI1NiJ9.e30.c2ln" }],
+    // The join token is the credential of a join (runner joins are off on this stack too).
+    ["POST", "/v1/runners/join", { joinToken: `pdj_${"A".repeat(43)}`, publicKey: `U${"A".repeat(55)}` }],
   ];
   it.each(PUBLIC)("%s %s answers every principal the same", async (method, path, body) => {
     const answers = new Map<Principal, ApiAnswer>();

@@ -3,13 +3,12 @@
  * SIGSTOPped past its lease while its session moves on, runners and
  * schedulers SIGKILLed mid-placement, and nats-server restarted under load.
  */
-import { existsSync, watch } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { DispatchCommand, Headers, Subjects, type Session } from "@paddock/contracts";
-import { previewAppSpec, putPreviewApp, startNatsServer, untilAnswers, startService, startStack, untilSession, type Stack } from "@paddock/testing";
+import { previewAppSpec, putPreviewApp, untilGone, startNatsServer, untilAnswers, startService, startStack, untilSession, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal } from "./helpers.ts";
 
 /** Short leases and fast sweeps so faults play out in seconds (defaults are 10 s + 20 s). */
@@ -90,22 +89,6 @@ function placedOnce(starts: DispatchCommand[]): void {
   }
 }
 
-/** Resolves once `path` no longer exists (fs.watch on its parent, no polling). */
-async function gone(path: string): Promise<void> {
-  if (!existsSync(path)) return;
-  await new Promise<void>((resolve) => {
-    const w = watch(join(path, ".."), () => {
-      if (!existsSync(path)) {
-        w.close();
-        resolve();
-      }
-    });
-    if (!existsSync(path)) {
-      w.close();
-      resolve();
-    }
-  });
-}
 
 describe("takeover", () => {
   it("SIGSTOP a runner past its lease: the session resumes elsewhere from its checkpoint; after SIGCONT nothing stale lands and the old copy is torn down", async () => {
@@ -125,7 +108,7 @@ describe("takeover", () => {
     await viewer.until((t) => t.output().includes("gen2-restored"));
     first.process.kill("SIGCONT");
     // The old runner learns it was fenced, re-registers, and destroys its copy.
-    await gone(join(s.dataDir, "runner-1", "sessions", session.id));
+    await untilGone(join(s.dataDir, "runner-1", "sessions", session.id));
     await viewer.until((t) => (t.output().match(/tick\d+/g) ?? []).length > 0 && t.output().lastIndexOf("gen2-restored") < t.output().length - 40);
     // Stop taking frames before reading the log, so every cursor the viewer saw is in it.
     viewer.ws.close();

@@ -1,7 +1,7 @@
 import { HttpApi } from "@paddock/contracts";
 import { apiOf, commandGroup, parseCommand, positionals, type Command } from "../command.ts";
 import { json, keyValues, runnersTable } from "../format.ts";
-import { ExitCode, write } from "../io.ts";
+import { ExitCode, UsageError, write } from "../io.ts";
 
 /** The contract route of each state change. */
 const STATE_ROUTES = { drain: HttpApi.drainRunner, cordon: HttpApi.cordonRunner, uncordon: HttpApi.uncordonRunner } as const;
@@ -73,11 +73,57 @@ Prints the runner record as key: value lines, or as JSON with --json.
   },
 };
 
-const subcommands: readonly Command[] = [drainSub, cordonSub, uncordonSub, getSub];
+const joinTokenSub: Command = {
+  name: "runner join-token",
+  summary: "mint a one-time token a runner host joins with",
+  help: `usage: paddock runner join-token --pool POOL [--ttl-ms N] [--json]
+
+Mints a one-time join token for POOL (fleet operators) and prints it once.
+On the runner host: paddock-runner join --gateway URL --token TOKEN
+(deploy/runner/README.md). The token is spent by the first join, and expires
+after --ttl-ms (default 1 hour, at most 7 days).
+  --pool POOL   the pool the runner joins
+  --ttl-ms N    lifetime of the token in milliseconds
+  --json        print {token, poolId, expiresAt}
+`,
+  async run(ctx, argv) {
+    const args = parseCommand(ctx, this, argv, { pool: { type: "string" }, "ttl-ms": { type: "int" }, json: { type: "boolean" } });
+    if (!args) return ExitCode.ok;
+    positionals(this, args.positionals, []);
+    if (args.flags.pool === undefined) throw new UsageError("paddock runner join-token: --pool is required");
+    const ttlMs = args.flags["ttl-ms"];
+    const created = await apiOf(ctx).call(HttpApi.createJoinToken, { body: { poolId: args.flags.pool, ...(ttlMs !== undefined ? { ttlMs } : {}) } });
+    await write(ctx.io.stdout, args.flags.json ? json(created) : `${created.token}\n`);
+    return ExitCode.ok;
+  },
+};
+
+const revokeSub: Command = {
+  name: "runner revoke",
+  summary: "cut a joined runner off: close its connections, move its sessions",
+  help: `usage: paddock runner revoke ID [--json]
+
+Revokes a joined runner (fleet operators): its NATS connections are closed, it
+can no longer connect, and it is declared lost so its sessions resume
+elsewhere from their last checkpoint. Prints "ID revoked N" (connections
+closed; the answer with --json).
+  --json   print {identity, connectionsClosed}
+`,
+  async run(ctx, argv) {
+    const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
+    if (!args) return ExitCode.ok;
+    const [id = ""] = positionals(this, args.positionals, ["id"]);
+    const revoked = await apiOf(ctx).call(HttpApi.revokeRunner, { params: { id }, body: {} });
+    await write(ctx.io.stdout, args.flags.json ? json(revoked) : `${revoked.identity.runnerId} revoked ${String(revoked.connectionsClosed)}\n`);
+    return ExitCode.ok;
+  },
+};
+
+const subcommands: readonly Command[] = [drainSub, cordonSub, uncordonSub, getSub, joinTokenSub, revokeSub];
 
 export const runnerCommand: Command = commandGroup({
   name: "runner",
-  summary: "administer one runner (drain, cordon, uncordon, get)",
+  summary: "administer one runner (drain, cordon, uncordon, get, join-token, revoke)",
   subcommands,
   usage: "paddock runner SUBCOMMAND ID [--json]",
   footer: "Run 'paddock runner SUBCOMMAND --help' for its flags; 'paddock runners' lists them.",

@@ -31,3 +31,22 @@ describe("single sign-on settings", () => {
     expect(() => loadConfig({ PADDOCK_PUBLIC_URL: "https://paddock.example.com/?x=1" })).toThrow(/PADDOCK_PUBLIC_URL/);
   });
 });
+
+describe("runner join settings", () => {
+  const issuer = `SA${"A".repeat(56)}`;
+  it("are off without an issuer seed; with one the NATS URLs for runners default to the gateway's", () => {
+    expect(loadConfig({}).runnerJoin).toBeUndefined();
+    expect(loadConfig({ PADDOCK_AUTH_CALLOUT_ISSUER_SEED: issuer, PADDOCK_NATS_URL: "nats://a:4222" }).runnerJoin).toEqual({
+      issuerSeed: issuer,
+      systemSeed: undefined,
+      natsUrls: ["nats://a:4222"],
+      credentialsTtlMs: 3_600_000,
+    });
+    expect(loadConfig({ PADDOCK_AUTH_CALLOUT_ISSUER_SEED: issuer, PADDOCK_RUNNER_NATS_URLS: "nats://x:4222, nats://y:4222" }).runnerJoin?.natsUrls).toEqual(["nats://x:4222", "nats://y:4222"]);
+  });
+
+  it("refuse a user seed as the issuer, and a system seed without an issuer", () => {
+    expect(() => loadConfig({ PADDOCK_AUTH_CALLOUT_ISSUER_SEED: `SU${"A".repeat(56)}` })).toThrow(/PADDOCK_AUTH_CALLOUT_ISSUER_SEED/);
+    expect(() => loadConfig({ PADDOCK_NATS_SYSTEM_SEED: `SU${"A".repeat(56)}` })).toThrow(/needs PADDOCK_AUTH_CALLOUT_ISSUER_SEED/);
+  });
+});

@@ -110,7 +110,31 @@ export const GatewayEnv = z.object({
     .refine((v) => v.split(" ").includes("openid"), "must include openid"),
   /** Lifetime of a Paddock token minted by single sign-on. */
   PADDOCK_OIDC_TOKEN_TTL_MS: envSchemas.positiveMs.min(60_000).max(MAX_TOKEN_LIFETIME_MS).default(12 * 60 * 60_000),
+  /**
+   * Runners that join (deploy/runner/README.md): the account nkey seed (`SA...`;
+   * best as PADDOCK_AUTH_CALLOUT_ISSUER_SEED_FILE) whose public key is the
+   * nats-server's `auth_callout.issuer`. Set: this gateway answers the
+   * server's auth callout and the join routes work. Unset: they are not_found.
+   */
+  PADDOCK_AUTH_CALLOUT_ISSUER_SEED: z.string().regex(/^SA[A-Z2-7]{56}$/, "an account nkey seed (SA..., 58 characters)").optional(),
+  /** The system-account user's nkey seed (`SU...`; or _FILE): closes a revoked runner's live connections. Unset: revoke only refuses new ones. */
+  PADDOCK_NATS_SYSTEM_SEED: z.string().regex(/^SU[A-Z2-7]{56}$/, "a user nkey seed (SU..., 58 characters)").optional(),
+  /** NATS URLs a joining runner is told to use (comma-separated): where runner hosts reach NATS. Default PADDOCK_NATS_URL. */
+  PADDOCK_RUNNER_NATS_URLS: z.string().min(1).max(4096).optional(),
+  /** How long the credentials the callout issues a runner last; it then reconnects and is checked again. */
+  PADDOCK_RUNNER_CREDENTIALS_TTL_MS: envSchemas.positiveMs.min(60_000).max(7 * 24 * 60 * 60_000).default(60 * 60_000),
 });
+
+/** Runners that join: settings of the auth callout, the join routes and revocation; undefined without an issuer seed. */
+function runnerJoinConfig(e: z.infer<typeof GatewayEnv>) {
+  if (e.PADDOCK_AUTH_CALLOUT_ISSUER_SEED === undefined) {
+    if (e.PADDOCK_NATS_SYSTEM_SEED !== undefined) throw new ConfigError("invalid configuration: PADDOCK_NATS_SYSTEM_SEED: needs PADDOCK_AUTH_CALLOUT_ISSUER_SEED");
+    return undefined;
+  }
+  const urls = (e.PADDOCK_RUNNER_NATS_URLS ?? e.PADDOCK_NATS_URL).split(",").map((u) => u.trim()).filter((u) => u.length > 0);
+  return { issuerSeed: e.PADDOCK_AUTH_CALLOUT_ISSUER_SEED, systemSeed: e.PADDOCK_NATS_SYSTEM_SEED, natsUrls: urls, credentialsTtlMs: e.PADDOCK_RUNNER_CREDENTIALS_TTL_MS };
+}
+export type RunnerJoinConfig = NonNullable<ReturnType<typeof runnerJoinConfig>>;
 
 function isLoopback(host: string): boolean {
   return host === "localhost" || host === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
@@ -168,6 +192,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
     consoleDir: e.PADDOCK_CONSOLE_DIR,
     publicUrl: e.PADDOCK_PUBLIC_URL,
     oidc: oidcConfig(e),
+    runnerJoin: runnerJoinConfig(e),
   };
 }
 

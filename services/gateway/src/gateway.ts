@@ -29,6 +29,7 @@ import { PreviewProxy } from "./routes/preview.ts";
 import { matchPreview, matchPreviewHost, previewHostsOf } from "./routes/preview-match.ts";
 import { PreviewAccess } from "./routes/preview-access.ts";
 import { wakeForUse } from "./routes/wake.ts";
+import { runnerJoin } from "./runner-join/join-routes.ts";
 
 export interface Gateway {
   /** Binds the public API; resolves with the bound port (useful with port 0). */
@@ -57,8 +58,9 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const previewAccess = new PreviewAccess(ctx);
   const dialer = new DataPlaneDialer(deps.now, deps.log);
   const previews = new PreviewProxy(ctx, previewAccess, dialer);
+  const join = runnerJoin(ctx);
   // Followed events and exec streams live by their token and access like terminal sockets: one guard for all.
-  const routes: Route[] = [...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx, terminals.guard), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx, dialer), ...execRoutes(ctx, terminals.guard), ...agentRoutes(ctx), ...tokenRoutes(ctx, terminals.guard), ...secretRoutes(ctx), ...webhookRoutes(ctx), ...memberRoutes(ctx), ...oidcRoutes(ctx), ...sessionMetricsRoutes(ctx), ...previewAccess.routes()];
+  const routes: Route[] = [...join.routes, ...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx, terminals.guard), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx, dialer), ...execRoutes(ctx, terminals.guard), ...agentRoutes(ctx), ...tokenRoutes(ctx, terminals.guard), ...secretRoutes(ctx), ...webhookRoutes(ctx), ...memberRoutes(ctx), ...oidcRoutes(ctx), ...sessionMetricsRoutes(ctx), ...previewAccess.routes()];
   const { log, metrics, nc } = deps;
   let listening = false;
   const isReady = () => listening && !nc.isClosed();
@@ -186,6 +188,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
     served,
     isReady,
     listen: async (port = deps.config.httpPort, host = deps.config.httpHost) => {
+      // The auth callout answers nats-server from here on (joined runners can connect).
+      join.start();
       const loaded = await consoleAssets.load();
       if (loaded.kind === "loaded") log.info({ files: loaded.files, bytes: loaded.bytes }, "console loaded");
       else log.warn({ reason: loaded.reason }, "console not built: `/` answers 503 (npm run build:console)");
@@ -203,6 +207,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       terminals.close();
       previews.stop();
       fileWatches.close();
+      await join.stop();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();

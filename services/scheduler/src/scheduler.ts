@@ -23,6 +23,7 @@ import type { SchedulerMetrics } from "./metrics.ts";
 import { createSession } from "./api/create.ts";
 import { applyRunnerFact } from "./facts/facts.ts";
 import { registerRunner, registrationRefusal, setRunnerState } from "./fleet/runners.ts";
+import { loseRunnerNow } from "./fleet/liveness.ts";
 import { createPlacer, type Placer } from "./placement/placement.ts";
 import { attachSession, deleteSession, getSession, listRunners, listSessions, previewTarget } from "./api/queries.ts";
 import { RunnerRecords, SessionRecords } from "./state/store.ts";
@@ -188,6 +189,7 @@ function serveApi(ctx: SchedulerContext): Subscription[] {
     serveRpc(ctx.nc, Api.attachSession, async (req) => ({ session: await attachSession(ctx, req.scope, req.sessionId, req.mode) }), opts),
     serveRpc(ctx.nc, Api.listRunners, async (req) => listRunners(ctx, req), opts),
     serveRpc(ctx.nc, Api.setRunnerState, async (req) => ({ runner: await setRunnerState(ctx, req.runnerId, req.state) }), opts),
+    serveRpc(ctx.nc, Api.loseRunner, async (req) => ({ lost: await loseRunnerNow(ctx, req.poolId, req.runnerId, req.reason) }), opts),
     serveRpc(ctx.nc, Api.suspendSession, async (req) => ({ session: await suspendSession(ctx, req.scope, req.sessionId, req.warm) }), opts),
     serveRpc(ctx.nc, Api.resumeSession, async (req) => ({ session: await resumeSession(ctx, req.scope, req.sessionId) }), opts),
     serveRpc(ctx.nc, Api.snapshotSession, (req) => snapshotSession(ctx, req.scope, req.sessionId), opts),

@@ -1,4 +1,4 @@
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { connect, nkeyAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { inboxPrefixOf } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { setBusEncoder } from "./outgoing.ts";
@@ -10,6 +10,13 @@ export interface BusConnectOptions {
   name: string;
   user?: string | undefined;
   pass?: string | undefined;
+  /**
+   * An nkey seed (`SU...`): authenticate by signing the server's nonce
+   * instead of a password (a joined runner, admitted by the auth callout;
+   * docs/decisions/0061-runner-join.md). `user` then only names the inbox
+   * prefix, the name the callout gives this connection.
+   */
+  nkeySeed?: string | undefined;
   /**
    * Check every message sent on this connection against its schema too
    * (receivers always check): a debugging aid, see encoderOf. From the
@@ -29,7 +36,8 @@ export async function connectBus(opts: BusConnectOptions, log?: Logger): Promise
     name: opts.name,
     // With credentials, replies come under the user's own inbox prefix: its
     // permissions let it read nothing else, and responders can tell who asks.
-    ...(opts.user ? { user: opts.user, pass: opts.pass ?? "", inboxPrefix: inboxPrefixOf(opts.user) } : {}),
+    ...(opts.user && opts.nkeySeed === undefined ? { user: opts.user, pass: opts.pass ?? "", inboxPrefix: inboxPrefixOf(opts.user) } : {}),
+    ...(opts.nkeySeed !== undefined ? { authenticator: nkeyAuthenticator(new TextEncoder().encode(opts.nkeySeed)), ...(opts.user ? { inboxPrefix: inboxPrefixOf(opts.user) } : {}) } : {}),
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
     waitOnFirstConnect: true,

@@ -10,7 +10,7 @@ import { Kvm, type KvOptions } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import { jserrors } from "@nats-io/jetstream/internal";
 import { NoRespondersError, RequestError, TimeoutError, type NatsConnection } from "@nats-io/transport-node";
-import { Buckets, kvStreamName, MAX_AGENT_FACTS_PER_SESSION, MAX_SCREEN_CHECKPOINT_BYTES, OIDC_BUCKET_TTL_MS, ObjectStores, runnerObjectStore, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
+import { Buckets, kvStreamName, MAX_AGENT_FACTS_PER_SESSION, MAX_SCREEN_CHECKPOINT_BYTES, JOIN_TOKEN_MAX_TTL_MS, OIDC_BUCKET_TTL_MS, ObjectStores, runnerObjectStore, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
 import { isStreamNameInUse, isStreamNotFound } from "./errors.ts";
 
 const NS_PER_MS = 1_000_000;
@@ -135,6 +135,10 @@ function bucketOptions(opts: ProvisionOptions): Array<[string, Partial<KvOptions
     [Buckets.webhookDeliveries, { ...r, history: 1 }],
     // Sign-on in flight: nothing in it outlives the bucket's TTL, used or not (abandoned logins too).
     [Buckets.oidc, { ...r, history: 1, ttl: OIDC_BUCKET_TTL_MS }],
+    // Identities stay (a revoked one too: its revokedAt is what the callout refuses).
+    [Buckets.runnerIdentities, { ...r, history: 1 }],
+    // A join token is spent by deleting it; one never spent expires with the bucket's TTL.
+    [Buckets.joinTokens, { ...r, history: 1, ttl: JOIN_TOKEN_MAX_TTL_MS }],
   ];
 }
 

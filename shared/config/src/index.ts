@@ -14,7 +14,15 @@ export class ConfigError extends Error {
  * (not readable by group or others) whose contents, trimmed, are the value, so
  * the secret stays out of the environment (`npm run up` passes them so).
  */
-export const FILE_SECRET_SETTINGS = ["PADDOCK_SECRETS_KEY", "PADDOCK_SESSION_TOKEN_SECRET", "PADDOCK_DEV_TOKEN", "PADDOCK_OIDC_CLIENT_SECRET"] as const;
+export const FILE_SECRET_SETTINGS = [
+  "PADDOCK_SECRETS_KEY",
+  "PADDOCK_SESSION_TOKEN_SECRET",
+  "PADDOCK_DEV_TOKEN",
+  "PADDOCK_OIDC_CLIENT_SECRET",
+  "PADDOCK_NATS_NKEY_SEED",
+  "PADDOCK_AUTH_CALLOUT_ISSUER_SEED",
+  "PADDOCK_NATS_SYSTEM_SEED",
+] as const;
 
 function withFileSecrets(env: Record<string, string | undefined>): Record<string, string | undefined> {
   const out = { ...env };
@@ -51,6 +59,13 @@ export const commonEnv = {
    * not be readable by group or others; excludes PADDOCK_NATS_USER/PASS.
    */
   PADDOCK_NATS_CREDS_FILE: z.string().min(1).optional(),
+  /**
+   * An nkey seed (`SU...`; best as PADDOCK_NATS_NKEY_SEED_FILE, 0600): sign the
+   * server's nonce instead of a password. A joined runner's own key, admitted
+   * by the gateway's auth callout (deploy/runner/README.md); PADDOCK_NATS_USER
+   * then only names its inbox prefix. Excludes PADDOCK_NATS_PASS and a creds file.
+   */
+  PADDOCK_NATS_NKEY_SEED: z.string().regex(/^SU[A-Z2-7]{56}$/, "a user nkey seed (SU..., 58 characters)").optional(),
   /** Replica count for streams and buckets: 1 on one machine, 3 on a cluster. */
   PADDOCK_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
   PADDOCK_LOG_LEVEL: z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]).default("info"),
@@ -114,13 +129,25 @@ export function readNatsCredentials(file: string): NatsCredentialsFile {
 /** The shared settings as parsed (any service's env schema extends commonEnv). */
 type CommonEnv = z.infer<z.ZodObject<typeof commonEnv>>;
 
-function natsCredentials(e: Pick<CommonEnv, "PADDOCK_NATS_USER" | "PADDOCK_NATS_PASS" | "PADDOCK_NATS_CREDS_FILE">) {
-  if (e.PADDOCK_NATS_CREDS_FILE === undefined) return { natsUser: e.PADDOCK_NATS_USER, natsPass: e.PADDOCK_NATS_PASS };
+interface NatsCredentials {
+  natsUser: string | undefined;
+  natsPass: string | undefined;
+  natsNkeySeed: string | undefined;
+}
+
+function natsCredentials(e: Pick<CommonEnv, "PADDOCK_NATS_USER" | "PADDOCK_NATS_PASS" | "PADDOCK_NATS_CREDS_FILE" | "PADDOCK_NATS_NKEY_SEED">): NatsCredentials {
+  if (e.PADDOCK_NATS_NKEY_SEED !== undefined) {
+    if (e.PADDOCK_NATS_PASS !== undefined || e.PADDOCK_NATS_CREDS_FILE !== undefined) {
+      throw new ConfigError("invalid configuration: PADDOCK_NATS_NKEY_SEED: set either it or a password (PADDOCK_NATS_PASS, PADDOCK_NATS_CREDS_FILE), not both");
+    }
+    return { natsUser: e.PADDOCK_NATS_USER, natsPass: undefined, natsNkeySeed: e.PADDOCK_NATS_NKEY_SEED };
+  }
+  if (e.PADDOCK_NATS_CREDS_FILE === undefined) return { natsUser: e.PADDOCK_NATS_USER, natsPass: e.PADDOCK_NATS_PASS, natsNkeySeed: undefined };
   if (e.PADDOCK_NATS_USER !== undefined || e.PADDOCK_NATS_PASS !== undefined) {
     throw new ConfigError("invalid configuration: PADDOCK_NATS_CREDS_FILE: set either it or PADDOCK_NATS_USER/PASS, not both");
   }
   const creds = readNatsCredentials(e.PADDOCK_NATS_CREDS_FILE);
-  return { natsUser: creds.user, natsPass: creds.password };
+  return { natsUser: creds.user, natsPass: creds.password, natsNkeySeed: undefined };
 }
 
 /** The shared settings, named as services use them. */

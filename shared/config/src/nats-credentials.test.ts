@@ -79,3 +79,18 @@ describe("secret settings from files (<NAME>_FILE)", () => {
     }
   });
 });
+
+describe("an nkey seed instead of a password (joined runners)", () => {
+  const seed = `SU${"A".repeat(56)}`;
+  it("reads the seed from a 0600 file, keeping the user as the inbox name only", () => {
+    const file = credsFile("runner.seed", `${seed}\n`);
+    expect(load({ PADDOCK_NATS_NKEY_SEED_FILE: file, PADDOCK_NATS_USER: "runner-7-default-r1" })).toMatchObject({ natsUser: "runner-7-default-r1", natsPass: undefined, natsNkeySeed: seed });
+    expect(() => load({ PADDOCK_NATS_NKEY_SEED_FILE: credsFile("open.seed", seed, 0o644) })).toThrow(/readable by others/);
+  });
+
+  it("refuses a malformed seed, and a seed together with a password", () => {
+    expect(() => load({ PADDOCK_NATS_NKEY_SEED: "SAnot" })).toThrow(ConfigError);
+    expect(() => load({ PADDOCK_NATS_NKEY_SEED: seed, PADDOCK_NATS_PASS: "p" })).toThrow(/not both/);
+    expect(() => load({ PADDOCK_NATS_NKEY_SEED: seed, PADDOCK_NATS_CREDS_FILE: credsFile("both.json", JSON.stringify({ user: "u", password: "p" })) })).toThrow(/not both/);
+  });
+});

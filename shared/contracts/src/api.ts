@@ -173,6 +173,13 @@ export const Api = {
     z.object({ scope: Scope, runnerId: Id, state: SettableRunnerState }).strict(),
     z.object({ runner: Runner }).strict(),
   ),
+  /** Declare a runner lost now (its identity was revoked): its sessions move on as when its lease expires. `lost` is false when it already was, or is unknown. */
+  loseRunner: rpc(
+    "runners",
+    "lose",
+    z.object({ scope: Scope, poolId: Id, runnerId: Id, reason: z.string().min(1).max(256) }).strict(),
+    z.object({ lost: z.boolean() }).strict(),
+  ),
   listRunners: rpc(
     "runners",
     "list",

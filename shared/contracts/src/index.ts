@@ -20,5 +20,7 @@ export * from "./ports.ts";
 export * from "./tokens.ts";
 export * from "./oidc.ts";
 export * from "./fleet-rpc.ts";
+export * from "./nats-permissions.ts";
+export * from "./runner-join.ts";
 export * from "./body.ts";
 export * from "./http/index.ts";

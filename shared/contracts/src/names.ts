@@ -36,6 +36,10 @@ export const Buckets = {
   webhookDeliveries: "webhook-deliveries",
   /** Single sign-on in flight (pending logins, handoff codes, spent ID tokens): the gateway's alone; every entry expires (OIDC_BUCKET_TTL_MS). */
   oidc: "oidc",
+  /** Runners that joined with a join token (RunnerIdentity under the runner id): the gateway's alone; its auth callout admits their nkeys. */
+  runnerIdentities: "runner-identities",
+  /** Unspent join tokens (JoinTokenRecord under the sha256 of the token): the gateway's alone; every entry expires (JOIN_TOKEN_MAX_TTL_MS). */
+  joinTokens: "join-tokens",
 } as const;
 
 /** How long anything in KV `oidc` lives: longer than a login, a handoff and an ID token's acceptance. */

@@ -59,6 +59,7 @@ export function runService<C extends CommonServiceConfig>(definition: ServiceDef
         name: definition.connectionName?.(config) ?? definition.name,
         user: config.natsUser,
         pass: config.natsPass,
+        nkeySeed: config.natsNkeySeed,
         validateOutgoing: config.validateOutgoing,
       },
       log,

@@ -14,3 +14,5 @@ export * from "./stack-secrets.ts";
 export * from "./git-server.ts";
 export * from "./preview-app.ts";
 export * from "./oidc-provider.ts";
+export * from "./net-hosts.ts";
+export * from "./fs-wait.ts";

@@ -33,6 +33,8 @@ export interface NatsServerOptions {
   storeDir?: string;
   /** Fixed port; a random free one by default. */
   port?: number;
+  /** The IPv4 address it listens on (and `url` names); 127.0.0.1 by default. */
+  host?: string;
   /** Called with the child as soon as it is spawned, before it listens (a supervisor can stop it while it starts). */
   onSpawn?: (child: ChildProcess) => void;
 }
@@ -52,7 +54,7 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
   writeFileSync(
     conf,
     [
-      `listen: "127.0.0.1:${opts.port ?? -1}"`,
+      `listen: "${opts.host ?? "127.0.0.1"}:${opts.port ?? -1}"`,
       `jetstream { store_dir: ${JSON.stringify(storeDir)} }`,
       // One file of up to 2 MiB crosses the bus in one message (MAX_INLINE_FILE_BYTES, base64): the default 1 MB is too small for it.
       `max_payload: ${NATS_MAX_PAYLOAD}`,
@@ -71,7 +73,7 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
   const port = await waitForPortsFile(portsDir, child, () => stderr);
   const exited = new Promise<void>((r) => child.once("exit", () => r()));
   return {
-    url: `nats://127.0.0.1:${port}`,
+    url: `nats://${opts.host ?? "127.0.0.1"}:${port}`,
     port,
     storeDir,
     process: child,

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { startNatsServer, type NatsServerHandle } from "./nats-server.ts";
 import { startService, type ServiceProcess } from "./process.ts";
-import { connectAs, ControlPlaneUsers, natsAuthConfig, runnerUser, type RunnerPrincipal } from "./nats-auth.ts";
+import { connectAs, ControlPlaneUsers, natsAuthConfig, runnerUser, type NatsCalloutOptions, type RunnerPrincipal } from "./nats-auth.ts";
 import { writeStackSecretFiles, type StackSecretFiles } from "./stack-secrets.ts";
 
 export interface Stack {
@@ -55,7 +55,7 @@ export interface StackOptions {
    * Runners must be declared up front (default: `runner-1..N` of pool
    * `default`); `addRunner` of an undeclared one fails. Off by default.
    */
-  isolated?: boolean | { runners?: RunnerPrincipal[]; extraConfig?: string };
+  isolated?: boolean | { runners?: RunnerPrincipal[]; extraConfig?: string; callout?: NatsCalloutOptions };
   /**
    * Services also check the messages they send against their schemas
    * (`PADDOCK_VALIDATE_OUTGOING`; receivers always check). On by default here, so a
@@ -73,6 +73,12 @@ export interface StackOptions {
   secretFiles?: boolean;
   /** Every service runs its production bundle (`npm run build`) with plain `node`, no TypeScript loader. */
   built?: boolean;
+  /**
+   * The IPv4 address nats-server and the gateway listen on, and their URLs
+   * name (127.0.0.1 by default): a bridge address runners in other network
+   * namespaces reach (net-hosts.ts).
+   */
+  listenHost?: string;
 }
 
 /**
@@ -81,7 +87,8 @@ export interface StackOptions {
  */
 export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const isolation = opts.isolated ? isolationOf(opts.isolated, opts.runners ?? 1) : undefined;
-  const nats = await startNatsServer(isolation ? { extraConfig: isolation.config } : {});
+  const listenHost = opts.listenHost ?? "127.0.0.1";
+  const nats = await startNatsServer({ ...(isolation ? { extraConfig: isolation.config } : {}), ...(opts.listenHost !== undefined ? { host: opts.listenHost } : {}) });
   const dataDir = mkdtempSync(join(opts.dataDirParent ?? tmpdir(), "paddock-stack-"));
   // Passable (not listable): a bwrap runner's sessions bind their directories below it as their own uid.
   chmodSync(dataDir, 0o711);
@@ -126,8 +133,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     const scheduler = await start("scheduler", files ? { PADDOCK_SESSION_TOKEN_SECRET_FILE: files.sessionTokenSecret } : { PADDOCK_SESSION_TOKEN_SECRET: randomBytes(24).toString("hex") });
     const recorder = await start("event-recorder", files ? { PADDOCK_SECRETS_KEY_FILE: files.secretsKey } : {});
     // Test workloads create far faster than a person; a test of the limit sets its own.
-    const gateway = await start("gateway", { PADDOCK_CREATES_PER_MINUTE: "1000000", ...opts.env?.gateway, PADDOCK_HTTP_PORT: "0", ...(files ? { PADDOCK_DEV_TOKEN_FILE: files.devToken, PADDOCK_SECRETS_KEY_FILE: files.secretsKey } : { PADDOCK_DEV_TOKEN: token }) });
-    gatewayUrl = `http://127.0.0.1:${String(gateway.ready.httpPort)}`;
+    const gateway = await start("gateway", { PADDOCK_CREATES_PER_MINUTE: "1000000", ...opts.env?.gateway, ...(opts.listenHost !== undefined ? { PADDOCK_HTTP_HOST: opts.listenHost } : {}), PADDOCK_HTTP_PORT: "0", ...(files ? { PADDOCK_DEV_TOKEN_FILE: files.devToken, PADDOCK_SECRETS_KEY_FILE: files.secretsKey } : { PADDOCK_DEV_TOKEN: token }) });
+    gatewayUrl = `http://${listenHost}:${String(gateway.ready.httpPort)}`;
     const runners: ServiceProcess[] = [];
     for (let i = 0; i < (opts.runners ?? 1); i++) runners.push(await addRunner());
     return {
@@ -156,13 +163,14 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   }
 }
 
-function isolationOf(isolated: true | { runners?: RunnerPrincipal[]; extraConfig?: string }, count: number) {
+function isolationOf(isolated: true | { runners?: RunnerPrincipal[]; extraConfig?: string; callout?: NatsCalloutOptions }, count: number) {
   const declared = isolated === true ? undefined : isolated.runners;
   const runners = declared ?? Array.from({ length: count }, (_, i) => ({ poolId: "default", runnerId: `runner-${String(i + 1)}` }));
   const names = [...Object.values(ControlPlaneUsers), ...runners.map((r) => runnerUser(r.poolId, r.runnerId))];
   const passwords = Object.fromEntries(names.map((n) => [n, randomBytes(18).toString("hex")]));
   const extra = isolated === true ? "" : (isolated.extraConfig ?? "");
-  return { passwords, config: natsAuthConfig({ runners, passwords, provisioner: true }) + extra };
+  const callout = isolated === true ? undefined : isolated.callout;
+  return { passwords, config: natsAuthConfig({ runners, passwords, provisioner: true, ...(callout ? { callout } : {}) }) + extra };
 }
 
 /** In isolated mode storage is created once by the provisioner, before any service starts. */

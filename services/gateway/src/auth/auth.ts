@@ -126,6 +126,9 @@ export const Action = {
   listRunners: "runner.list",
   getRunner: "runner.get",
   setRunnerState: "runner.set_state",
+  /** Mint a join token for a pool, and revoke a joined runner: fleet operators only. */
+  createJoinToken: "runner.create_join_token",
+  revokeRunner: "runner.revoke",
   createEnvironment: "environment.create",
   /**
    * Reference secrets from an environment (create with secretRefs; an update
@@ -194,7 +197,7 @@ const adminActions: ReadonlySet<Action> = new Set([Action.updateEnvironment, Act
  * of the reserved FLEET_WORKSPACE — whatever workspace its token is for.
  * Runners serve every workspace, so no workspace's admin may steer them.
  */
-const fleetActions: ReadonlySet<Action> = new Set([Action.setRunnerState, Action.createWorkspace]);
+const fleetActions: ReadonlySet<Action> = new Set([Action.setRunnerState, Action.createWorkspace, Action.createJoinToken, Action.revokeRunner]);
 
 /** What a session's token may do to the sessions it created (its roster): read and release them. */
 const rosterActions: ReadonlySet<Action> = new Set([Action.getSession, Action.deleteSession, Action.recycleSession]);

@@ -98,6 +98,24 @@ describe("liveness", () => {
   });
 });
 
+describe("liveness of a runner that joins later", () => {
+  it("is judged from its registration, not the scheduler's start: not lost before its first lease reaches the watch", async () => {
+    const s = await h.start({ PADDOCK_RUNNER_LOST_GRACE_MS: "20000" });
+    // Long after the scheduler started (past one TTL plus the grace), a runner registers; its first
+    // lease put has not reached the watch yet (a runner registers, then puts it): here it never does.
+    h.clock.advance(60_000);
+    const req: RegisterRunnerRequest = { poolId: "default", runnerId: "late", generation: 1, capacityTotal: 1, capabilities: [], sessions: [] };
+    const reply = decodeJson(RegisterRunnerReply, (await h.nc.request(Subjects.register("default", "late"), encodeJson(RegisterRunnerRequest, req), { timeout: 5_000 })).data);
+    expect(reply.ok && reply.value.accepted).toBe(true);
+    await s.sweep();
+    expect((await runner("late"))?.state).toBe("active");
+    // Without any lease for a TTL plus the grace after registering, it is lost.
+    h.clock.advance(31_000);
+    await s.sweep();
+    await waitForRunnerState("late", "lost");
+  });
+});
+
 /** The tracker sees the delete marker (watch), so the clock can be moved past the grace period. */
 async function waitForLeaseGone(runnerId: string): Promise<void> {
   const leases = await new Kvm(h.nc).open("runner-leases");

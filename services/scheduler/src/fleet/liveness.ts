@@ -37,23 +37,35 @@ async function loseSession(ctx: SchedulerContext, s: Session, runnerId: string):
 }
 
 /** Declares a runner lost (CAS on its record) and applies the policy to what it held. */
-export async function markRunnerLost(ctx: SchedulerContext, runner: Runner): Promise<void> {
+export async function markRunnerLost(ctx: SchedulerContext, runner: Runner, lostReason = "lease expired"): Promise<boolean> {
   const key = runnerKey(runner.poolId, runner.id);
   const current = await ctx.runners.get(key);
-  if (!current || current.value.state === "lost" || current.value.generation !== runner.generation) return;
+  if (!current || current.value.state === "lost" || current.value.generation !== runner.generation) return false;
   try {
-    await writeRunner(ctx, { ...current.value, state: "lost", lostReason: "lease expired", capacityUsed: 0 }, current.revision);
+    await writeRunner(ctx, { ...current.value, state: "lost", lostReason, capacityUsed: 0 }, current.revision);
   } catch (err) {
-    if (err instanceof CasConflictError) return;
+    if (err instanceof CasConflictError) return false;
     throw err;
   }
-  ctx.log.warn({ runnerId: runner.id, poolId: runner.poolId, generation: runner.generation }, "runner lost");
+  ctx.log.warn({ runnerId: runner.id, poolId: runner.poolId, generation: runner.generation, lostReason }, "runner lost");
   for (const { value } of ctx.sessionView.values()) {
     if (value.runnerId === runner.id && value.poolId === runner.poolId && occupiesSlot(value.state)) {
       await loseSession(ctx, value, runner.id);
     }
   }
   ctx.requestPlacement();
+  return true;
+}
+
+/**
+ * A revoked runner (the gateway closed its connections and its nkey is
+ * refused): lost at once, through the same path as an expired lease, so its
+ * sessions resume elsewhere from their last checkpoint.
+ */
+export async function loseRunnerNow(ctx: SchedulerContext, poolId: string, runnerId: string, reason: string): Promise<boolean> {
+  const current = await ctx.runners.get(runnerKey(poolId, runnerId));
+  if (!current) return false;
+  return markRunnerLost(ctx, current.value, reason);
 }
 
 /** Runners whose lease has been gone longer than the grace period. */
@@ -61,7 +73,9 @@ export function lostRunners(ctx: SchedulerContext, startedAt: number): Runner[] 
   const lost: Runner[] = [];
   for (const { value } of ctx.runnerView.values()) {
     if (value.state === "lost") continue;
-    if (ctx.leases.expiredFor(runnerKey(value.poolId, value.id), startedAt, ctx.config.leaseTtlMs, ctx.config.lostGraceMs)) lost.push(value);
+    // The stored lastSeenAt is the latest registration's time (renewals are never written).
+    const since = Math.max(startedAt, value.lastSeenAt);
+    if (ctx.leases.expiredFor(runnerKey(value.poolId, value.id), since, ctx.config.leaseTtlMs, ctx.config.lostGraceMs)) lost.push(value);
   }
   return lost;
 }

@@ -53,13 +53,21 @@ export class LeaseTracker {
 
   /**
    * Whether the runner's lease has been gone for longer than the grace period.
-   * A lease never seen by this replica counts from its start, plus one TTL.
+   * `since` is the later of this replica's start and the runner's latest
+   * registration: a lease not seen since then counts from then, plus one TTL.
+   * A runner registers before it puts its first lease, so judging a new
+   * runner from the replica's start, or a re-registered one from the expiry
+   * of its previous lease, would declare it lost again between its
+   * registration and its first renewal.
    */
-  expiredFor(key: string, startedAt: number, leaseTtlMs: number, graceMs: number): boolean {
-    const s = this.seen.get(key);
+  expiredFor(key: string, since: number, leaseTtlMs: number, graceMs: number): boolean {
+    const { renewedAt, expiredAt } = this.seen.get(key) ?? {};
     const now = this.now();
-    if (s?.expiredAt !== undefined && (s.renewedAt === undefined || s.expiredAt >= s.renewedAt)) return now - s.expiredAt > graceMs;
-    if (s?.renewedAt !== undefined) return false;
-    return now - startedAt > leaseTtlMs + graceMs;
+    // Expired after its latest renewal and after `since`: gone since then.
+    if (expiredAt !== undefined && expiredAt >= since && (renewedAt === undefined || expiredAt >= renewedAt)) return now - expiredAt > graceMs;
+    // Renewed after it last expired: alive.
+    if (renewedAt !== undefined && (expiredAt === undefined || renewedAt > expiredAt)) return false;
+    // Never seen, or only an expiry from before `since`: judged from `since`.
+    return now - since > leaseTtlMs + graceMs;
   }
 }

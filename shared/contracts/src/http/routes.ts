@@ -15,6 +15,7 @@ import { AgentRoutes } from "./agent-routes.ts";
 import { WebhookRoutes } from "./webhook-routes.ts";
 import { MemberRoutes } from "./member-routes.ts";
 import { OidcRoutes } from "./oidc-routes.ts";
+import { RunnerJoinPublicRoutes, RunnerJoinRoutes } from "./runner-join-routes.ts";
 import { MetricsRoutes } from "./metrics-routes.ts";
 import { FileRoutes } from "./file-routes.ts";
 import { AuditEntry, EventsQuery, ListRunnersQuery, ListTokensQuery, RunnerFeedLine, TokenFeedLine } from "./feeds.ts";
@@ -206,6 +207,7 @@ export const HttpApi = {
   ...AgentRoutes,
   ...WebhookRoutes,
   ...MemberRoutes,
+  ...RunnerJoinRoutes,
   ...MetricsRoutes,
   readDiff: httpRoute({
     method: "GET",
@@ -348,7 +350,7 @@ export type HttpRouteName = keyof HttpApi;
  * sign-on): no bearer token is read, so they are outside HttpApi, whose every
  * route authenticates.
  */
-export const PublicApi = { ...OidcRoutes } as const satisfies Record<string, HttpRoute>;
+export const PublicApi = { ...OidcRoutes, ...RunnerJoinPublicRoutes } as const satisfies Record<string, HttpRoute>;
 export type PublicRouteName = keyof typeof PublicApi;
 
 /** Unauthenticated routes: the probes outside /v1 (load balancers, orchestrators) and the API's own description. */
