@@ -314,7 +314,8 @@ describe("the web console in Chromium", () => {
       found.push(...violations.map((v) => `${route}: ${v}`));
     }
     expect(found.join("\n")).toBe("");
-  });
+    // Six pages, each a full axe-core run: minutes of CPU on a loaded 2-core machine, not seconds.
+  }, 180_000);
 
   it("the other pages render live, with no page error or CSP violation anywhere", async () => {
     for (const [route, testid] of [
@@ -330,5 +331,5 @@ describe("the web console in Chromium", () => {
     const listed = (await api(stack.url, stack.token, "GET", "/v1/sessions")).body as { sessions: Session[] };
     expect(listed.sessions.some((s) => s.id === sessionId)).toBe(true);
     expect(problems.flatMap((p) => p.all()).join("\n")).toBe("");
-  });
+  }, 120_000);
 });

@@ -23,6 +23,13 @@ let stack: Stack;
 let nc: NatsConnection;
 let dir: string;
 const started: ServiceProcess[] = [];
+/** Each joined runner's agent process, by runner id. */
+const agents = new Map<string, ServiceProcess>();
+const runnerAgentOf = (runnerId: string): ServiceProcess => {
+  const agent = agents.get(runnerId);
+  if (!agent) throw new Error(`no agent started for ${runnerId}`);
+  return agent;
+};
 const issuer = createAccount();
 const system = createUser();
 
@@ -92,13 +99,14 @@ async function mintWithCli(): Promise<string> {
 }
 
 /** Joins a host as `runnerId` (its token minted by the CLI) and starts its runner-agent from the written config. */
-async function joinAndStart(runnerId: string): Promise<{ agent: ServiceProcess; config: string; seed: string }> {
+async function joinAndStart(runnerId: string, capacity = 8): Promise<{ agent: ServiceProcess; config: string; seed: string }> {
   const config = join(dir, `${runnerId}.env`);
   const joined = await joinProcess(["--gateway", stack.url, "--token", await mintWithCli(), "--runner-id", runnerId, "--config", config]);
   expect(joined.code, joined.out).toBe(0);
   const env = envOf(config);
-  const agent = await startService("runner-agent", { ...stack.commonEnv, ...env, PADDOCK_RUNNER_DATA_DIR: join(dir, `${runnerId}-data`), PADDOCK_GATEWAY_URL: stack.url });
+  const agent = await startService("runner-agent", { ...stack.commonEnv, ...env, PADDOCK_RUNNER_CAPACITY: String(capacity), PADDOCK_RUNNER_DATA_DIR: join(dir, `${runnerId}-data`), PADDOCK_GATEWAY_URL: stack.url });
   started.push(agent);
+  agents.set(runnerId, agent);
   return { agent, config, seed: env.PADDOCK_NATS_NKEY_SEED_FILE ?? "" };
 }
 
@@ -194,7 +202,8 @@ describe("a joined runner", () => {
     // A checkpoint to resume from, and a second joined runner to resume on.
     expect((await api(stack.url, stack.token, "POST", `/v1/sessions/${session.id}/snapshot`, {})).status).toBeLessThan(300);
     await untilSession(nc, session.id, (s) => s.checkpoint !== undefined && s.state === "running");
-    const b = await joinAndStart("joined-2");
+    // One slot: full once the session moves here (the next test needs that).
+    const b = await joinAndStart("joined-2", 1);
     const disconnected = a.agent.waitForLog((l) => l.nats === "disconnect");
     const revoked = await runCli(["runner", "revoke", "joined-1", "--json"], { PADDOCK_URL: stack.url, PADDOCK_TOKEN: stack.token });
     expect(revoked.code, revoked.stderr).toBe(0);
@@ -208,5 +217,29 @@ describe("a joined runner", () => {
     const exec = await api(stack.url, stack.token, "POST", `/v1/sessions/${session.id}/exec`, { cmd: ["sh", "-c", "echo moved"] });
     expect(exec).toMatchObject({ status: 200, body: { stdout: "moved\n" } });
     expect(b.agent.output()).not.toContain("permissions violation");
+  }, 180_000);
+
+  it("a runner that joins later is readable by those already connected: its session resumes on one of them", async () => {
+    // joined-2 connected before joined-3 joined, so its first credentials did not name joined-3's store.
+    const peer = runnerAgentOf("joined-2");
+    const reconnects = () => peer.logs.filter((l) => l.nats === "reconnect").length;
+    const before = reconnects();
+    const refreshed = peer.waitForLog((l) => l.nats === "reconnect" && reconnects() > before);
+    await joinAndStart("joined-3");
+    await refreshed;
+    // joined-2 is full: the new session can only go to joined-3.
+    const later = sessionOf(await api(stack.url, stack.token, "POST", "/v1/sessions", { spec: { cmd: ["sh", "-c", "echo late > late.txt; exec sleep 600"] } }));
+    expect((await untilSession(nc, later.id, (s) => s.state === "running")).runnerId).toBe("joined-3");
+    expect((await api(stack.url, stack.token, "POST", `/v1/sessions/${later.id}/snapshot`, {})).status).toBeLessThan(300);
+    await untilSession(nc, later.id, (s) => s.checkpoint !== undefined && s.state === "running");
+    // Room on joined-2, then joined-3 goes: the session must be restored from joined-3's store by joined-2.
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${session.id}`)).status).toBeLessThan(300);
+    await untilSession(nc, session.id, (s) => s.state === "destroyed");
+    const revoked = await runCli(["runner", "revoke", "joined-3"], { PADDOCK_URL: stack.url, PADDOCK_TOKEN: stack.token });
+    expect(revoked.code, revoked.stderr).toBe(0);
+    await untilSession(nc, later.id, (s) => s.state === "running" && s.runnerId === "joined-2");
+    const exec = await api(stack.url, stack.token, "POST", `/v1/sessions/${later.id}/exec`, { cmd: ["cat", "late.txt"] });
+    expect(exec).toMatchObject({ status: 200, body: { exitCode: 0, stdout: "late\n" } });
+    expect(runnerAgentOf("joined-2").output()).not.toContain("permissions violation");
   }, 180_000);
 });

@@ -12,12 +12,12 @@ const NOW = 1_800_000_000_000;
 const identity: RunnerIdentity = { runnerId: "r1", poolId: "default", publicKey: runnerKey.getPublicKey(), joinedAt: 1 };
 const peer: RunnerIdentity = { runnerId: "r2", poolId: "default", publicKey: createUser().getPublicKey(), joinedAt: 2 };
 
-/** The store as the callout reads it: identities by key and by id, and the active ones. */
+/** The store as the callout reads it: identities by key and by id, and every joined one. */
 function storeOf(records: RunnerIdentity[]): JoinStore {
   return {
     identityOfKey: (k: string) => Promise.resolve(records.find((r) => r.publicKey === k)),
     identity: (id: string) => Promise.resolve(records.find((r) => r.runnerId === id)),
-    active: () => Promise.resolve(records.filter((r) => r.revokedAt === undefined)),
+    all: () => Promise.resolve(records),
   } as unknown as JoinStore;
 }
 

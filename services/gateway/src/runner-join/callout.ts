@@ -103,7 +103,7 @@ export class AuthCallout {
 
   /** The runner's user JWT: its own permissions, peers' stores readable (a takeover restores from them). */
   private async userJwt(identity: RunnerIdentity, userNkey: string): Promise<string> {
-    const peers = (await this.store.active()).map((p) => ({ poolId: p.poolId, runnerId: p.runnerId }));
+    const peers = (await this.store.all()).map((p) => ({ poolId: p.poolId, runnerId: p.runnerId }));
     const perms = runnerPermissions({ poolId: identity.poolId, runnerId: identity.runnerId }, peers);
     const expSec = Math.floor((this.opts.now() + this.opts.credentialsTtlMs) / 1000);
     return encodeUser(runnerUser(identity.poolId, identity.runnerId), userNkey, this.issuer, jwtPermissions(perms), { aud: GLOBAL_ACCOUNT, exp: expSec });

@@ -37,6 +37,22 @@ export function runnerJoin(ctx: GatewayContext): RunnerJoin {
   const open = <R extends HttpRoute>(contract: R, handler: (input: Input<R, undefined>) => Promise<Answer<R> | void>) =>
     serve(contract, { authenticate: () => Promise.resolve(undefined), maxBodyBytes: config.maxBodyBytes }, handler);
 
+  /**
+   * A runner's credentials name the peers whose stores it may read as they
+   * were when it connected. The pool's other joined runners are made to
+   * reconnect (their connections kicked; nats.js reconnects at once and the
+   * callout answers with the newcomer among their peers), so that any of them
+   * can resume the newcomer's sessions from its store. Best effort: one not
+   * refreshed now is at its next reconnect (credentialsTtlMs at the latest).
+   */
+  const refreshPeers = async (poolId: string, newcomer: string): Promise<void> => {
+    if (!kicker) return;
+    const others = (await store.all()).filter((p) => p.poolId === poolId && p.runnerId !== newcomer && p.revokedAt === undefined);
+    const kicked = await Promise.allSettled(others.map((p) => kicker.kickUser(runnerUser(p.poolId, p.runnerId))));
+    const failed = kicked.filter((k) => k.status === "rejected").length;
+    if (failed > 0) log.warn({ poolId, failed }, "some peers' credentials were not refreshed after a join");
+  };
+
   const routes: Route[] = [
     ctx.serve(HttpApi.createJoinToken, async ({ caller, body }) => {
       const { poolId, ttlMs } = await body();
@@ -62,6 +78,7 @@ export function runnerJoin(ctx: GatewayContext): RunnerJoin {
       await store.spend(joinToken, revision);
       await store.register({ runnerId, poolId: record.poolId, publicKey, joinedAt: now() });
       log.info({ runnerId, poolId: record.poolId, publicKey }, "runner joined");
+      await refreshPeers(record.poolId, runnerId);
       return { status: 201, body: { runnerId, poolId: record.poolId, natsUrls: joined.natsUrls } };
     }),
 

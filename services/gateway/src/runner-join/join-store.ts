@@ -103,13 +103,17 @@ export class JoinStore {
     return revoked;
   }
 
-  /** Every joined, unrevoked runner (peers whose stores a runner may read). */
-  async active(): Promise<RunnerIdentity[]> {
+  /**
+   * Every joined runner, revoked ones included: the peers whose stores a
+   * runner may read. A revoked runner's store still holds the checkpoints its
+   * sessions resume from elsewhere.
+   */
+  async all(): Promise<RunnerIdentity[]> {
     const kv = await this.identities();
     const out: RunnerIdentity[] = [];
     for await (const key of await kv.keys("id.*")) {
       const identity = await this.read(key);
-      if (identity && identity.revokedAt === undefined) out.push(identity);
+      if (identity) out.push(identity);
     }
     return out;
   }

@@ -1,0 +1,140 @@
+// `node --import tsx scripts/restore.ts --nats URL --from DIR`: writes a backup
+// of scripts/backup.ts into a fresh NATS (docs/operations.md, Backup and
+// restore), before any Paddock service starts. In order: every file is checked
+// against the manifest (a corrupt backup writes nothing); a server already
+// holding Paddock state is refused unless --force (nothing written); the
+// storage is provisioned as the services would; keys and objects are written;
+// what the server then holds is compared with the backup.
+import { createReadStream, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { Readable } from "node:stream";
+import { isStreamNotFound, provision } from "@paddock/bus";
+import { kvStreamName } from "@paddock/contracts";
+import { parseScriptArgsOrExit } from "@paddock/testing";
+import { BACKUP_FORMAT, BackupCorruptError, backedUpBuckets, credentialsOf, isBackedUpStore, parseRestoreArgs, RESTORE_USAGE, RestoreTargetNotEmptyError, RestoreVerifyError, sha256OfFile, type KvLine, type Manifest } from "./backup-format.ts";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { Objm } from "@nats-io/obj";
+
+/** The manifest, and every file it names checked for length and sha256; throws BackupCorruptError. */
+async function verifiedManifest(dir: string): Promise<Manifest> {
+  let manifest: Manifest;
+  try {
+    manifest = JSON.parse(readFileSync(join(dir, "manifest.json"), "utf8")) as Manifest;
+  } catch (err) {
+    throw new BackupCorruptError(`${dir}/manifest.json is unreadable: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  if (manifest.format !== BACKUP_FORMAT) throw new BackupCorruptError(`${dir}/manifest.json: format ${JSON.stringify(manifest.format)}, expected ${BACKUP_FORMAT}`);
+  const listed = new Set(manifest.files.map((f) => f.path));
+  for (const f of manifest.files) {
+    let digest: string;
+    try {
+      digest = await sha256OfFile(join(dir, f.path));
+    } catch (err) {
+      throw new BackupCorruptError(`${f.path}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    if (digest !== f.sha256) throw new BackupCorruptError(`${f.path}: sha256 ${digest}, the manifest says ${f.sha256}`);
+  }
+  // A bucket or object whose file the manifest does not vouch for is not restored on trust.
+  for (const path of [...manifest.kv.map((b) => b.file), ...manifest.objectStores.flatMap((s) => s.objects.map((o) => o.file))]) {
+    if (!listed.has(path)) throw new BackupCorruptError(`${path} has no digest in the manifest`);
+  }
+  for (const b of manifest.kv) if (!backedUpBuckets().includes(b.bucket)) throw new BackupCorruptError(`bucket ${b.bucket} is not one Paddock backs up`);
+  for (const s of manifest.objectStores) if (!isBackedUpStore(s.store)) throw new BackupCorruptError(`object store ${s.store} is not one Paddock backs up`);
+  return manifest;
+}
+
+async function messagesIn(jsm: JetStreamManager, stream: string): Promise<number> {
+  try {
+    return (await jsm.streams.info(stream)).state.messages;
+  } catch (err) {
+    if (isStreamNotFound(err)) return 0;
+    throw err;
+  }
+}
+
+/** The buckets and stores of the backup that already hold something on the server. */
+async function occupied(jsm: JetStreamManager, manifest: Manifest): Promise<string[]> {
+  const streams = [...manifest.kv.map((b) => kvStreamName(b.bucket)), ...manifest.objectStores.map((s) => `OBJ_${s.store}`)];
+  const found: string[] = [];
+  for (const stream of streams) if ((await messagesIn(jsm, stream)) > 0) found.push(stream);
+  return found;
+}
+
+async function* kvLines(path: string): AsyncGenerator<KvLine> {
+  for await (const line of createInterface({ input: createReadStream(path), crlfDelay: Infinity })) {
+    if (line !== "") yield JSON.parse(line) as KvLine;
+  }
+}
+
+async function writeAll(nc: NatsConnection, dir: string, manifest: Manifest, replicas: number): Promise<void> {
+  const kvm = new Kvm(nc);
+  for (const b of manifest.kv) {
+    const kv = await kvm.open(b.bucket);
+    for await (const line of kvLines(join(dir, b.file))) await kv.put(line.key, Buffer.from(line.value, "base64"));
+  }
+  const objm = new Objm(nc);
+  for (const s of manifest.objectStores) {
+    // Per-runner stores are made by their runner's provisioning; made here as it would (same options).
+    const os = await objm.create(s.store, { replicas });
+    for (const o of s.objects) {
+      const data = Readable.toWeb(createReadStream(join(dir, o.file))) as ReadableStream<Uint8Array>;
+      await os.put({ name: o.name, ...(o.description !== undefined ? { description: o.description } : {}), ...(o.metadata !== undefined ? { metadata: o.metadata } : {}) }, data);
+    }
+  }
+}
+
+/** Reads back what was written: every key's value and every object's size and digest equal the backup's. */
+async function verify(nc: NatsConnection, dir: string, manifest: Manifest): Promise<{ keys: number; objects: number }> {
+  let keys = 0;
+  let objects = 0;
+  const kvm = new Kvm(nc);
+  for (const b of manifest.kv) {
+    const kv = await kvm.open(b.bucket);
+    let n = 0;
+    for await (const line of kvLines(join(dir, b.file))) {
+      const entry = await kv.get(line.key);
+      if (entry?.operation !== "PUT" || Buffer.from(entry.value).toString("base64") !== line.value) throw new RestoreVerifyError(`${b.bucket}: key ${line.key} does not hold the backed-up value`);
+      n += 1;
+    }
+    if (n !== b.entries) throw new RestoreVerifyError(`${b.bucket}: ${String(n)} keys in the file, the manifest says ${String(b.entries)}`);
+    keys += n;
+  }
+  const objm = new Objm(nc);
+  for (const s of manifest.objectStores) {
+    const os = await objm.open(s.store);
+    for (const o of s.objects) {
+      const info = await os.info(o.name);
+      if (info === null || info.size !== o.size || info.digest !== o.digest) throw new RestoreVerifyError(`${s.store}: object ${o.name} is not the backed-up one`);
+      objects += 1;
+    }
+  }
+  return { keys, objects };
+}
+
+async function main(): Promise<void> {
+  const args = parseScriptArgsOrExit(RESTORE_USAGE, parseRestoreArgs);
+  const manifest = await verifiedManifest(args.from);
+  const creds = credentialsOf(args);
+  const nc = await connect({ servers: args.nats.split(",").map((s) => s.trim()), name: "paddock-restore", ...(creds ?? {}) });
+  try {
+    const jsm = await jetstreamManager(nc);
+    const found = await occupied(jsm, manifest);
+    if (found.length > 0 && !args.force) throw new RestoreTargetNotEmptyError(`the server already holds Paddock state (${found.join(", ")}); restore into a fresh server, or pass --force to overwrite`);
+    await provision(nc, { replicas: args.replicas });
+    await writeAll(nc, args.from, manifest, args.replicas);
+    const counts = await verify(nc, args.from, manifest);
+    process.stdout.write(`${JSON.stringify({ buckets: manifest.kv.length, keys: counts.keys, stores: manifest.objectStores.length, objects: counts.objects, verified: true })}\n`);
+  } finally {
+    await nc.close();
+  }
+}
+
+main().catch((err: unknown) => {
+  const code = (err as { code?: unknown }).code;
+  process.stderr.write(`restore: ${typeof code === "string" ? `${code}: ` : ""}${err instanceof Error ? err.message : String(err)}\n`);
+  // 3: refused before anything was written (a corrupt backup, a server not empty); 1: failed on the way.
+  process.exit(err instanceof BackupCorruptError || err instanceof RestoreTargetNotEmptyError ? 3 : 1);
+});
