@@ -8,21 +8,11 @@ import { afterEach, describe, expect, it } from "vitest";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { DispatchCommand, Headers, Subjects, type Session } from "@paddock/contracts";
-import { previewAppSpec, putPreviewApp, untilGone, startNatsServer, untilAnswers, startService, startStack, untilSession, type Stack } from "@paddock/testing";
+import { FAST_LIVENESS_ENV, previewAppSpec, putPreviewApp, untilGone, startNatsServer, untilAnswers, startService, startStack, untilSession, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal } from "./helpers.ts";
 
-/** Short leases and fast sweeps so faults play out in seconds (defaults are 10 s + 20 s). */
-const FAST = {
-  scheduler: {
-    PADDOCK_SCHEDULER_TICK_MS: "200",
-    PADDOCK_RUNNER_LEASE_TTL_MS: "2000",
-    PADDOCK_RUNNER_LOST_GRACE_MS: "1000",
-    PADDOCK_REDISPATCH_AFTER_MS: "1000",
-    PADDOCK_CAPACITY_REPAIR_QUIET_MS: "2000",
-    PADDOCK_CREATING_TIMEOUT_MS: "20000",
-  },
-  "runner-agent": { PADDOCK_RUNNER_LEASE_TTL_MS: "2000", PADDOCK_RUNNER_LEASE_RENEW_MS: "400" },
-};
+/** Short leases and fast sweeps so faults play out in seconds. */
+const FAST = FAST_LIVENESS_ENV;
 
 let stack: Stack | undefined;
 let nc: NatsConnection | undefined;

@@ -20,6 +20,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Headers, Runner, Subjects } from "@paddock/contracts";
 import {
   createNetHosts,
+  FAST_LIVENESS_ENV,
   establishedTcp,
   netHostsUnavailable,
   netnsInode,
@@ -34,19 +35,14 @@ import {
 } from "@paddock/testing";
 import { api, sessionOf, Terminal } from "./helpers.ts";
 
-/** Short leases and fast sweeps, as test/e2e/faults.test.ts: the cut plays out in seconds (defaults are 10 s + 20 s). Sessions run on the process backend (see the top). */
+/** Short leases and fast sweeps: the cut plays out in seconds. Sessions run on the process backend (see the top). */
 const FAST = {
   scheduler: {
-    PADDOCK_SCHEDULER_TICK_MS: "200",
-    PADDOCK_RUNNER_LEASE_TTL_MS: "2000",
-    PADDOCK_RUNNER_LOST_GRACE_MS: "1000",
-    PADDOCK_REDISPATCH_AFTER_MS: "1000",
-    PADDOCK_CAPACITY_REPAIR_QUIET_MS: "2000",
-    PADDOCK_CREATING_TIMEOUT_MS: "20000",
+    ...FAST_LIVENESS_ENV.scheduler,
     // No periodic checkpoints: the test's snapshot is the only one, so what B restores is exactly what it held.
     PADDOCK_CHECKPOINT_INTERVAL_MS: "0",
   },
-  "runner-agent": { PADDOCK_RUNNER_LEASE_TTL_MS: "2000", PADDOCK_RUNNER_LEASE_RENEW_MS: "400", PADDOCK_SANDBOX: "process" },
+  "runner-agent": { ...FAST_LIVENESS_ENV["runner-agent"], PADDOCK_SANDBOX: "process" },
 };
 
 /** In the app's command line, so the hosts' process tables show which copy is where. */

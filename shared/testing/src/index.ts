@@ -16,3 +16,4 @@ export * from "./preview-app.ts";
 export * from "./oidc-provider.ts";
 export * from "./net-hosts.ts";
 export * from "./fs-wait.ts";
+export * from "./fast-liveness.ts";
