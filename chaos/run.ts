@@ -14,6 +14,7 @@ import { freshSeed, Prng } from "./src/prng.ts";
 import { ChaosExit, formatResults, log, runExitCode, summaryLine, totalAnomalies, type ScenarioResult } from "./src/report.ts";
 import { ChaosStack } from "./src/stack.ts";
 import { takeoverScenario } from "./src/takeover.ts";
+import { upgradeScenario } from "./src/upgrade.ts";
 
 const args = parseScriptArgsOrExit(CHAOS_USAGE, parseChaosArgs);
 const quick = args.quick;
@@ -22,8 +23,8 @@ const only = args.only;
 
 /** Sizes: full runs meet the issue's numbers; quick runs keep every scenario and finish in under two minutes. */
 const size = quick
-  ? { rounds: 3, takeoverSessions: 2, crashSessions: 40, killEveryMs: 2_000, minKills: 5, badInputs: 1_000, broker: { kills: 1, beforeMs: 1_500, downMs: 3_000, afterMs: 1_500 } }
-  : { rounds: 200, takeoverSessions: 2, crashSessions: 1_000, killEveryMs: 4_000, minKills: 25, badInputs: 12_000, broker: { kills: 3, beforeMs: 3_000, downMs: 5_000, afterMs: 3_000 } };
+  ? { rounds: 3, takeoverSessions: 2, crashSessions: 40, killEveryMs: 2_000, minKills: 5, badInputs: 1_000, broker: { kills: 1, beforeMs: 1_500, downMs: 3_000, afterMs: 1_500 }, upgrade: { printers: 3, clients: 2 } }
+  : { rounds: 200, takeoverSessions: 2, crashSessions: 1_000, killEveryMs: 4_000, minKills: 25, badInputs: 12_000, broker: { kills: 3, beforeMs: 3_000, downMs: 5_000, afterMs: 3_000 }, upgrade: { printers: 8, clients: 4 } };
 
 async function main(): Promise<number> {
   process.stderr.write(`[chaos] seed ${seed} (repeat with --seed ${seed})${quick ? ", quick" : ""}\n`);
@@ -62,6 +63,7 @@ async function main(): Promise<number> {
     }
   }
   await run("broker", () => brokerScenario({ ...size.broker, keepData: args.keepData }, prngs.broker));
+  await run("upgrade", () => upgradeScenario({ ...size.upgrade, drainDeadlineMs: 60_000, keepData: args.keepData }, prngs.upgrade));
 
   process.stdout.write(`${formatResults(results)}\n`);
   const total = results.reduce((n, r) => n + totalAnomalies(r), 0);

@@ -2,7 +2,7 @@
 import { choiceListFlag, intFlag, parseScriptFlags, switchFlag, type ScriptArgs } from "@paddock/testing";
 
 /** The scenarios in the order a run executes them. */
-export const CHAOS_SCENARIOS = ["takeovers", "bad-input", "crashes", "broker"] as const;
+export const CHAOS_SCENARIOS = ["takeovers", "bad-input", "crashes", "broker", "upgrade"] as const;
 export type ChaosScenario = (typeof CHAOS_SCENARIOS)[number];
 
 export interface ChaosArgs {

@@ -42,7 +42,7 @@ export const FAST_ENV: Partial<Record<ServiceName, Record<string, string>>> = {
 };
 
 export interface Member {
-  /** "scheduler", "event-recorder", "gateway" or the runner id. */
+  /** "scheduler", "event-recorder", "gateway" (a replica: "scheduler-2", …) or the runner id. */
   id: string;
   role: ServiceName;
   env: Record<string, string>;
@@ -65,6 +65,8 @@ export interface ChaosStackOptions {
   /** A 3-node cluster with R3 streams and buckets instead of one server. */
   cluster?: boolean;
   env?: Partial<Record<ServiceName, Record<string, string>>>;
+  /** Replicas of each control-plane service (default 1 each): members `scheduler-2`, `gateway-2` (its own port), …. */
+  replicas?: { scheduler?: number; recorder?: number; gateway?: number };
 }
 
 /** The whole system as OS processes, where any member can be killed, stopped or restarted as itself. */
@@ -73,6 +75,10 @@ export class ChaosStack {
   /** Service processes that exited without the harness asking. */
   readonly crashes: Crash[] = [];
   readonly runnerIds: string[] = [];
+  /** The control-plane members (every replica), in start order. */
+  readonly controlPlane: string[] = [];
+  /** Every gateway's base URL; `url` is the first one's. */
+  readonly gatewayUrls: string[] = [];
   /** Starts that exited before ready and were retried (with the reason's first line). */
   readonly startFailures: string[] = [];
   private readonly logs = new Map<string, WriteStream>();
@@ -104,9 +110,16 @@ export class ChaosStack {
       PADDOCK_REPLICAS: cluster ? "3" : "1",
     };
     const envOf = (role: ServiceName, own: Record<string, string>) => ({ ...common, ...FAST_ENV[role], ...opts.env?.[role], ...own });
-    stack.define("scheduler", "scheduler", envOf("scheduler", { PADDOCK_SESSION_TOKEN_SECRET: randomBytes(24).toString("hex") }));
-    stack.define("event-recorder", "event-recorder", envOf("event-recorder", {}));
-    stack.define("gateway", "gateway", envOf("gateway", { PADDOCK_HTTP_PORT: String(httpPort), PADDOCK_DEV_TOKEN: token }));
+    // Replicas share what must agree (the session-token secret, the dev token); each gateway has its own port.
+    const tokenSecret = randomBytes(24).toString("hex");
+    const named = (base: string, i: number) => (i === 1 ? base : `${base}-${i}`);
+    for (let i = 1; i <= (opts.replicas?.scheduler ?? 1); i++) stack.defineControl(named("scheduler", i), "scheduler", envOf("scheduler", { PADDOCK_SESSION_TOKEN_SECRET: tokenSecret }));
+    for (let i = 1; i <= (opts.replicas?.recorder ?? 1); i++) stack.defineControl(named("event-recorder", i), "event-recorder", envOf("event-recorder", {}));
+    for (let i = 1; i <= (opts.replicas?.gateway ?? 1); i++) {
+      const port = i === 1 ? httpPort : await freePort();
+      stack.gatewayUrls.push(`http://127.0.0.1:${port}`);
+      stack.defineControl(named("gateway", i), "gateway", envOf("gateway", { PADDOCK_HTTP_PORT: String(port), PADDOCK_DEV_TOKEN: token }));
+    }
     for (let i = 1; i <= opts.runners; i++) {
       const id = `runner-${i}`;
       stack.runnerIds.push(id);
@@ -125,13 +138,18 @@ export class ChaosStack {
     }
     try {
       // Control plane first (the runners register with the scheduler), each group in parallel.
-      await Promise.all(["scheduler", "event-recorder", "gateway"].map((id) => stack.startWithRetries(id)));
+      await Promise.all(stack.controlPlane.map((id) => stack.startWithRetries(id)));
       await Promise.all(stack.runnerIds.map((id) => stack.startWithRetries(id)));
     } catch (err) {
       await stack.stop({ keepData: true });
       throw err;
     }
     return stack;
+  }
+
+  private defineControl(id: string, role: ServiceName, env: Record<string, string>): void {
+    this.controlPlane.push(id);
+    this.define(id, role, env);
   }
 
   private define(id: string, role: ServiceName, env: Record<string, string>): void {

@@ -78,7 +78,7 @@ describe("chaos args", () => {
   });
 
   it.each([["crash"], ["takeovers,"], [""]])("rejects --only %j naming the choices", (only) => {
-    expect(usageError(() => parseChaosArgs([`--only=${only}`])).message).toMatch(/expected a comma-separated list of takeovers, bad-input, crashes, broker$/);
+    expect(usageError(() => parseChaosArgs([`--only=${only}`])).message).toMatch(/expected a comma-separated list of takeovers, bad-input, crashes, broker, upgrade$/);
   });
 });
 

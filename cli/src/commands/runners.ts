@@ -50,8 +50,8 @@ Prints "ID STATE" (the runner record with --json). Needs a workspace admin.
 
 const drainSub = stateSub(
   "drain",
-  "take no new sessions, finish the ones held",
-  "Drains the runner: it takes no new sessions and finishes the ones it holds.",
+  "take no new sessions, move the ones held to other runners",
+  "Drains the runner: it takes no new sessions, and the scheduler moves each running one to another runner of the pool (cold suspend, resume elsewhere from the checkpoint), a few at a time and only as free slots allow. Watch `paddock runner get ID` reach 0 used slots before stopping it.",
 );
 const cordonSub = stateSub("cordon", "take no new sessions", "Cordons the runner: it takes no new sessions; the ones it holds keep running.");
 const uncordonSub = stateSub("uncordon", "make a runner active again", "Makes a drained or cordoned runner active: it takes new sessions again.");

@@ -5,6 +5,7 @@ import { openApiDocument } from "@paddock/contracts/openapi";
 import { ConnectionGate } from "./http/connections.ts";
 import { ConsoleAssets } from "./http/console-assets.ts";
 import { refuseForeignOrigin } from "./http/origin.ts";
+import { GracefulClose } from "./http/graceful-close.ts";
 import { GatewayContext, type GatewayDeps } from "./context.ts";
 import { environmentRoutes } from "./routes/environments.ts";
 import { eventRoutes } from "./routes/events.ts";
@@ -50,6 +51,8 @@ export interface Gateway {
  */
 /** How long an idle keep-alive connection is kept (advertised as Keep-Alive: timeout=65). */
 const KEEP_ALIVE_TIMEOUT_MS = 65_000;
+/** How long a closing gateway lets requests in flight finish before cutting them (long polls and streams are cut; their clients retry). */
+const SHUTDOWN_GRACE_MS = 10_000;
 
 export function createGateway(deps: GatewayDeps): Gateway {
   const ctx = new GatewayContext(deps);
@@ -146,6 +149,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       connectionsCheckingInterval: Math.max(10, Math.min(1_000, Math.floor(headersTimeout / 4))),
     },
     (req, res) => {
+      graceful.track(req, res);
       if (gate.isRefused(req.socket)) {
         req.socket.destroy();
         return;
@@ -156,6 +160,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       });
     },
   );
+  const graceful = new GracefulClose(server);
   const gate = new ConnectionGate(
     { maxConnections: deps.config.httpMaxConnections, maxConnectionsPerAddress: deps.config.httpMaxConnectionsPerAddress },
     (reason) => metrics.connectionsRefused.inc({ reason }),
@@ -207,11 +212,11 @@ export function createGateway(deps: GatewayDeps): Gateway {
       terminals.close();
       previews.stop();
       fileWatches.close();
+      // New connections are refused from here; what is in flight is answered (GracefulClose).
+      const pending = graceful.pending;
+      const { forced } = await graceful.close(SHUTDOWN_GRACE_MS);
+      log.info({ pending, forced }, "http server closed");
       await join.stop();
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      });
     },
   };
 }

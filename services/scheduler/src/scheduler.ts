@@ -39,6 +39,7 @@ import { CoalescedReads } from "./state/coalesce.ts";
 import { bootEnvironmentOf } from "./state/layering.ts";
 import { serveRunnerRpc } from "./fleet/runner-rpc.ts";
 import { SealKeys } from "./state/seal-keys.ts";
+import { InFlight } from "./state/in-flight.ts";
 import { createCheckpointGc, type CheckpointGcResult } from "./policies/checkpoint-gc.ts";
 import { createFactBacklog, RUNNER_FACTS_CONSUMER } from "./state/fact-backlog.ts";
 import { createEnvironmentStore, isDeleted } from "./state/environment-store.ts";
@@ -84,6 +85,8 @@ function sessionOfFact(msg: JsMsg): string {
  * sessions reach running: 64 capped a 10,000-session run at ~400/s.
  */
 const FACT_LANES = 256;
+/** Beyond the longest wait an API call has for its runner (operationWaitMs): how long a stopping replica gives requests it took. */
+const STOP_GRACE_MS = 2_000;
 
 
 async function ensureFactsConsumer(nc: NatsConnection): Promise<void> {
@@ -179,24 +182,24 @@ async function buildContext(deps: SchedulerDeps): Promise<{ ctx: SchedulerContex
   return { ctx, placer, endOfLife, replayed };
 }
 
-function serveApi(ctx: SchedulerContext): Subscription[] {
+function serveApi(ctx: SchedulerContext, inFlight: InFlight): Subscription[] {
   const opts = { metrics: ctx.bus, log: ctx.log };
   return [
-    serveRpc(ctx.nc, Api.createSession, (req) => createSession(ctx, req.scope, req.body), opts),
-    serveRpc(ctx.nc, Api.getSession, async (req) => ({ session: (await getSession(ctx, req.scope, req.sessionId)).value }), opts),
-    serveRpc(ctx.nc, Api.listSessions, async (req) => listSessions(ctx, req), opts),
-    serveRpc(ctx.nc, Api.deleteSession, async (req) => ({ session: await deleteSession(ctx, req.scope, req.sessionId) }), opts),
-    serveRpc(ctx.nc, Api.attachSession, async (req) => ({ session: await attachSession(ctx, req.scope, req.sessionId, req.mode) }), opts),
-    serveRpc(ctx.nc, Api.listRunners, async (req) => listRunners(ctx, req), opts),
-    serveRpc(ctx.nc, Api.setRunnerState, async (req) => ({ runner: await setRunnerState(ctx, req.runnerId, req.state) }), opts),
-    serveRpc(ctx.nc, Api.loseRunner, async (req) => ({ lost: await loseRunnerNow(ctx, req.poolId, req.runnerId, req.reason) }), opts),
-    serveRpc(ctx.nc, Api.suspendSession, async (req) => ({ session: await suspendSession(ctx, req.scope, req.sessionId, req.warm) }), opts),
-    serveRpc(ctx.nc, Api.resumeSession, async (req) => ({ session: await resumeSession(ctx, req.scope, req.sessionId) }), opts),
-    serveRpc(ctx.nc, Api.snapshotSession, (req) => snapshotSession(ctx, req.scope, req.sessionId), opts),
-    serveRpc(ctx.nc, Api.recycleSession, (req) => recycleSession(ctx, req.scope, req.sessionId), opts),
-    serveRpc(ctx.nc, Api.previewTarget, (req) => previewTarget(ctx, req.sessionId, req.port), opts),
-    serveRpc(ctx.nc, Api.recordTransfer, async (req) => ({ session: await recordTransfer(ctx, req.scope, req.sessionId, req.direction) }), opts),
-    serveRpc(ctx.nc, Api.restartApp, async (req) => ({ session: await restartApp(ctx, req.scope, req.sessionId, req.app) }), opts),
+    serveRpc(ctx.nc, Api.createSession, inFlight.track((req) => createSession(ctx, req.scope, req.body)), opts),
+    serveRpc(ctx.nc, Api.getSession, inFlight.track(async (req) => ({ session: (await getSession(ctx, req.scope, req.sessionId)).value })), opts),
+    serveRpc(ctx.nc, Api.listSessions, inFlight.track(async (req) => listSessions(ctx, req)), opts),
+    serveRpc(ctx.nc, Api.deleteSession, inFlight.track(async (req) => ({ session: await deleteSession(ctx, req.scope, req.sessionId) })), opts),
+    serveRpc(ctx.nc, Api.attachSession, inFlight.track(async (req) => ({ session: await attachSession(ctx, req.scope, req.sessionId, req.mode) })), opts),
+    serveRpc(ctx.nc, Api.listRunners, inFlight.track(async (req) => listRunners(ctx, req)), opts),
+    serveRpc(ctx.nc, Api.setRunnerState, inFlight.track(async (req) => ({ runner: await setRunnerState(ctx, req.runnerId, req.state) })), opts),
+    serveRpc(ctx.nc, Api.loseRunner, inFlight.track(async (req) => ({ lost: await loseRunnerNow(ctx, req.poolId, req.runnerId, req.reason) })), opts),
+    serveRpc(ctx.nc, Api.suspendSession, inFlight.track(async (req) => ({ session: await suspendSession(ctx, req.scope, req.sessionId, req.warm) })), opts),
+    serveRpc(ctx.nc, Api.resumeSession, inFlight.track(async (req) => ({ session: await resumeSession(ctx, req.scope, req.sessionId) })), opts),
+    serveRpc(ctx.nc, Api.snapshotSession, inFlight.track((req) => snapshotSession(ctx, req.scope, req.sessionId)), opts),
+    serveRpc(ctx.nc, Api.recycleSession, inFlight.track((req) => recycleSession(ctx, req.scope, req.sessionId)), opts),
+    serveRpc(ctx.nc, Api.previewTarget, inFlight.track((req) => previewTarget(ctx, req.sessionId, req.port)), opts),
+    serveRpc(ctx.nc, Api.recordTransfer, inFlight.track(async (req) => ({ session: await recordTransfer(ctx, req.scope, req.sessionId, req.direction) })), opts),
+    serveRpc(ctx.nc, Api.restartApp, inFlight.track(async (req) => ({ session: await restartApp(ctx, req.scope, req.sessionId, req.app) })), opts),
   ];
 }
 
@@ -253,7 +256,8 @@ async function startScheduler(deps: SchedulerDeps): Promise<Scheduler> {
       if (outcome !== "applied") ctx.log.debug({ sessionId: fact.sessionId, type: fact.type, outcome }, "runner fact not applied");
     },
   });
-  const subs = [...serveApi(ctx), ...createEnvironmentApi(ctx, ctx.envs), serveRegistration(ctx), ...serveRunnerRpc(ctx)];
+  const inFlight = new InFlight();
+  const subs = [...serveApi(ctx, inFlight), ...createEnvironmentApi(ctx, ctx.envs), serveRegistration(ctx), ...serveRunnerRpc(ctx)];
   ctx.presence.start(deps.nc, deps.bus);
   const startedAt = deps.now();
   let sweeping: Promise<void> | undefined;
@@ -290,6 +294,11 @@ async function startScheduler(deps: SchedulerDeps): Promise<Scheduler> {
     sweep: runSweep,
     collectCheckpoints: collect,
     stop: async () => {
+      // Stop taking requests (those already delivered are still handled: drain, not unsubscribe; the
+      // queue group sends new ones to the other replicas), then answer what was taken, within a bound.
+      await Promise.all(subs.map((sub) => sub.drain().catch(() => undefined)));
+      const unanswered = await inFlight.settled(deps.config.operationWaitMs + STOP_GRACE_MS);
+      if (unanswered > 0) ctx.log.warn({ unanswered }, "stopping with requests still unanswered");
       clearInterval(tick);
       clearInterval(gcTimer);
       await collecting?.catch(() => undefined);
@@ -298,7 +307,6 @@ async function startScheduler(deps: SchedulerDeps): Promise<Scheduler> {
       endOfLife.stop();
       await placer.stop();
       await sweeping;
-      for (const s of subs) s.unsubscribe();
       await facts.stop();
       ctx.sessionView.stop();
       ctx.runnerView.stop();

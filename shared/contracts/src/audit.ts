@@ -2,6 +2,14 @@ import { z } from "zod";
 import { EpochMs, Generation, Id } from "./ids.ts";
 
 /**
+ * Why the scheduler moved a session by itself: it was idle, its lifetime
+ * ended, or its runner is draining (the session is moved to another runner:
+ * cold-suspended, then resumed elsewhere).
+ */
+export const PolicyReason = z.enum(["idle", "lifetime", "drain"]);
+export type PolicyReason = z.infer<typeof PolicyReason>;
+
+/**
  * The audit action vocabulary: the control contract's operation verbs plus the
  * lifecycle verbs a fixed-field event needs, since an event carries no state
  * field (see ARCHITECTURE.md, "Departures").
@@ -102,8 +110,8 @@ export const AuditEvent = z
     run: RunRef.optional(),
     /** On `agent.*` events: which agent (and on `agent.resume`, its successor); `usage.agentTokenCount` is what a turn reported. */
     agent: z.object({ id: Id, successorId: Id.optional(), turn: z.enum(["start", "end"]).optional() }).strict().optional(),
-    /** On a step the scheduler took by itself: why (`idle`, `lifetime`). */
-    reason: z.enum(["idle", "lifetime"]).optional(),
+    /** On a step the scheduler took by itself: why (`idle`, `lifetime`, `drain`). */
+    reason: PolicyReason.optional(),
   })
   .strict();
 export type AuditEvent = z.infer<typeof AuditEvent>;

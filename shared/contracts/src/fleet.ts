@@ -52,6 +52,8 @@ export const Runner = z
     reservations: z.array(SlotReservation).max(MAX_RESERVATIONS).optional(),
     /** Why the runner is lost (lease expired), when it is. */
     lostReason: z.string().max(256).optional(),
+    /** An operator's state (draining, cordoned) the runner had when it was lost: it has it again when it registers. */
+    stateBeforeLost: z.enum(["draining", "cordoned"]).optional(),
   })
   .strict();
 export type Runner = z.infer<typeof Runner>;

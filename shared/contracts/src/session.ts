@@ -4,7 +4,7 @@ import { ImageRef } from "./image-ref.ts";
 import { EpochMs, Generation, Id } from "./ids.ts";
 import { declaredPorts, MAX_PORTS, PortList, SessionPort } from "./ports.ts";
 import { Requirements } from "./requirements.ts";
-import { RunRef, RunTrigger, Usage } from "./audit.ts";
+import { PolicyReason, RunRef, RunTrigger, Usage } from "./audit.ts";
 
 /** The session lifecycle vocabulary of the control contract. */
 export const SessionState = {
@@ -81,9 +81,6 @@ export const IdlePolicy = z
 export type IdlePolicy = z.infer<typeof IdlePolicy>;
 export const MaxLifetimeMs = z.number().int().min(1_000).max(MAX_POLICY_MS);
 
-/** Why the scheduler moved a session by itself: it was idle, or its lifetime ended. */
-export const PolicyReason = z.enum(["idle", "lifetime"]);
-export type PolicyReason = z.infer<typeof PolicyReason>;
 
 /** A workspace secret's name (env-var style): environments reference them, a repository may authenticate with one. */
 export const SecretName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "secret names are env-var style");
@@ -328,7 +325,7 @@ export const Session = z
     /** Its idle policy and lifetime, the session's own over its environment's (at create). */
     idle: IdlePolicy.optional(),
     maxLifetimeMs: MaxLifetimeMs.optional(),
-    /** Why it is in its state when a policy put it there (idle, lifetime); cleared when it runs again. */
+    /** Why it is in its state when a policy put it there (idle, lifetime, drain); cleared when it runs again. */
     stateReason: PolicyReason.optional(),
     /** Its declared ports and their preview URLs (from the spec, at create). */
     ports: z.array(SessionPort).max(16 * MAX_PORTS).optional(),

@@ -69,6 +69,27 @@ describe("suspend and resume", () => {
     expect((await resuming).session).toMatchObject({ state: "running", placementGeneration: 1 });
   });
 
+  it("a resume while another is under way joins it: one command to the runner, both callers see the one request", async () => {
+    // A short operation wait: a runner that has not answered yet returns the pending record, which names the request.
+    await h.start({ PADDOCK_OPERATION_WAIT_MS: "200" });
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session } = await runningSession(h.nc, "r1", inbox);
+    const suspending = callRpc(h.nc, Api.suspendSession, { scope: alice, sessionId: session.id, warm: true });
+    await publishFact(h.nc, factFor("r1", await inbox.next(), { type: "suspended", warm: true }));
+    await suspending;
+
+    const first = await callRpc(h.nc, Api.resumeSession, { scope: alice, sessionId: session.id });
+    const resume = await inbox.next();
+    if (resume.type !== "resume") throw new Error(`expected a resume, got ${resume.type}`);
+    expect(first.session.pending).toMatchObject({ op: "resume_warm", requestId: resume.requestId });
+    const second = await callRpc(h.nc, Api.resumeSession, { scope: alice, sessionId: session.id });
+    expect(second.session.pending).toMatchObject({ op: "resume_warm", requestId: resume.requestId });
+    expect(await inbox.remaining()).toBe(0);
+    await publishFact(h.nc, factFor("r1", resume, { type: "resumed" }));
+    expect(await waitForState(h.nc, session.id, "running")).toMatchObject({ state: "running" });
+  });
+
   it("cold: checkpoints and frees the slot; resume places it again on another runner and restores", async () => {
     await h.start();
     const inbox1 = await dispatchInbox(h.nc, "r1");

@@ -96,10 +96,19 @@ async function waitSettled(ctx: SchedulerContext, s: Session, requestId: string)
  * freed. Answers once the runner confirmed (or with the pending record when it
  * is slow; the pending timeout then moves it on).
  */
-export async function suspendSession(ctx: SchedulerContext, scope: Scope, sessionId: string, warm: boolean, actorId = scope.actor.id, reason?: PolicyReason): Promise<Session> {
+export async function suspendSession(
+  ctx: SchedulerContext,
+  scope: Scope,
+  sessionId: string,
+  warm: boolean,
+  actorId = scope.actor.id,
+  reason?: PolicyReason,
+  /** A policy's condition on the record as it is written (e.g. still in the placement it judged): else nothing is done. */
+  onlyIf?: (s: Session) => boolean,
+): Promise<Session> {
   const target = warm ? "suspended_warm" : "suspended_cold";
   const { after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => {
-    if (s.state === target) return undefined;
+    if (s.state === target || (onlyIf && !onlyIf(s))) return undefined;
     if (s.pending) throw new ConflictError(`session is busy (${s.pending.op})`);
     if (s.state !== "running" && !(s.state === "suspended_warm" && !warm)) {
       throw new ConflictError(`a ${s.state} session cannot be suspended ${warm ? "warm" : "cold"}`);
@@ -116,8 +125,10 @@ export async function resumeSession(ctx: SchedulerContext, scope: Scope, session
   // A suspend under way (an idle one the scheduler started, say) is let finish first: the resume then undoes it.
   const { value: current } = await getSession(ctx, scope, sessionId);
   if (current.pending?.op === "suspend_warm" || current.pending?.op === "suspend_cold") await waitSettled(ctx, current, current.pending.requestId).catch(() => undefined);
-  const { after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => {
+  const { before, after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => {
     if (s.state === "running" || s.state === "queued" || s.state === "creating") return undefined;
+    // A resume already under way (a controller's attach woke it, say) is joined: resuming is idempotent.
+    if (s.pending?.op === "resume_warm") return undefined;
     if (s.pending) throw new ConflictError(`session is busy (${s.pending.op})`);
     if (s.state === "suspended_warm") {
       const { stateReason: _reason, ...rest } = s;
@@ -134,7 +145,8 @@ export async function resumeSession(ctx: SchedulerContext, scope: Scope, session
     return (await ctx.waiters.wait(ctx.sessions.keyOf(after), after, (x) => x.state !== "queued" && x.state !== "creating", ctx.config.operationWaitMs)) ?? after;
   }
   if (!after.pending) return after;
-  await sendCommand(ctx, after, { type: "resume", requestId: after.pending.requestId });
+  // Only the request that set the pending op sends it; a joined one waits on it.
+  if (before !== after) await sendCommand(ctx, after, { type: "resume", requestId: after.pending.requestId });
   return (await waitSettled(ctx, after, after.pending.requestId)) ?? after;
 }
 

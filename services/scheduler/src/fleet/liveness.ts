@@ -42,7 +42,9 @@ export async function markRunnerLost(ctx: SchedulerContext, runner: Runner, lost
   const current = await ctx.runners.get(key);
   if (!current || current.value.state === "lost" || current.value.generation !== runner.generation) return false;
   try {
-    await writeRunner(ctx, { ...current.value, state: "lost", lostReason, capacityUsed: 0 }, current.revision);
+    const was = current.value.state;
+    const kept = was === "draining" || was === "cordoned" ? { stateBeforeLost: was } : {};
+    await writeRunner(ctx, { ...current.value, state: "lost", lostReason, capacityUsed: 0, ...kept }, current.revision);
   } catch (err) {
     if (err instanceof CasConflictError) return false;
     throw err;

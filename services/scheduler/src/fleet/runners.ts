@@ -25,6 +25,12 @@ function sessionsPlacedOn(ctx: SchedulerContext, poolId: string, runnerId: strin
   return placed;
 }
 
+/** The state a registration keeps: an operator's drain or cordon outlives a restart, and a loss. */
+function operatorStateOf(r: Runner | undefined): Runner["state"] {
+  if (r?.state === "draining" || r?.state === "cordoned") return r.state;
+  return r?.state === "lost" && r.stateBeforeLost ? r.stateBeforeLost : "active";
+}
+
 /**
  * Stores the claim if it is newer than the stored generation, by create or
  * compare-and-set; a stale claim is refused with the authoritative generation.
@@ -43,7 +49,7 @@ async function claimRegistration(
     const next: Runner = {
       id: req.runnerId,
       poolId: req.poolId,
-      state: current?.value.state === "draining" || current?.value.state === "cordoned" ? current.value.state : "active",
+      state: operatorStateOf(current?.value),
       generation: req.generation,
       capacityUsed: sessionsPlacedOn(ctx, req.poolId, req.runnerId).length,
       capacityTotal: req.capacityTotal,
@@ -148,7 +154,7 @@ export async function setRunnerState(ctx: SchedulerContext, runnerId: string, st
   let refused: string | undefined;
   const written = await ctx.runners.mutate(key, (r) => {
     if (r.state === "lost") {
-      refused = "the runner is lost; it becomes active again when it registers";
+      refused = "the runner is lost; it takes its state before the loss again when it registers";
       return undefined;
     }
     return r.state === state ? undefined : { ...r, state };

@@ -1,11 +1,12 @@
 import { isTerminal, occupiesSlot, type Session } from "@paddock/contracts";
 import type { SchedulerContext } from "../context.ts";
 import { casSession, SCHEDULER_ACTOR, transition, withFact } from "../state/writes.ts";
-import { suspendSession } from "../api/lifecycle.ts";
+import { resumeSession, suspendSession } from "../api/lifecycle.ts";
 import { deleteSession } from "../api/queries.ts";
 import { dispatchDestroy, dispatchStart, releaseSlot, runnerGenerationOf, sendCommand } from "../fleet/slots.ts";
 import { lostRunners, markRunnerLost, repairCapacity } from "../fleet/liveness.ts";
 import { perPass, type FactBacklog } from "../state/fact-backlog.ts";
+import { drainRunners, newDrainMemory, type DrainMemory } from "./drain.ts";
 
 const SECOND_MS = 1_000;
 const schedulerScope = (s: Session) => ({ workspaceId: s.workspaceId, actor: { id: SCHEDULER_ACTOR, kind: "service" as const } });
@@ -19,7 +20,8 @@ type SweepStep =
   | { kind: "idle_suspend"; warm: boolean }
   | { kind: "lifetime_end" }
   | { kind: "periodic_checkpoint"; requestId: string }
-  | { kind: "redispatch" };
+  | { kind: "redispatch" }
+  | { kind: "move_on" };
 
 /** What a replica's sweeps remember between passes. */
 export interface SweepMemory {
@@ -37,10 +39,12 @@ export interface SweepMemory {
    * resume): the idle window of a watch session never reaches back before it.
    */
   runningSince: Map<string, number>;
+  /** The moves off draining runners this replica has under way (drain.ts). */
+  drain: DrainMemory;
 }
 
 export function newSweepMemory(): SweepMemory {
-  return { redispatched: new Map(), timeoutBarriers: new Map(), runningSince: new Map() };
+  return { redispatched: new Map(), timeoutBarriers: new Map(), runningSince: new Map(), drain: newDrainMemory() };
 }
 
 const placementKey = (s: Session) => `${s.id}.${s.placementGeneration}`;
@@ -87,6 +91,7 @@ function stepFor(ctx: SchedulerContext, s: Session, startedAt: number, memory: S
   if (s.pending && now - s.pending.requestedAt > c.pendingTimeoutMs) {
     return { kind: "clear_pending", reason: `${s.pending.op} not confirmed by the runner within ${Math.round(c.pendingTimeoutMs / SECOND_MS)} s` };
   }
+  if (s.state === "suspended_cold" && !s.pending && movesOn(s)) return { kind: "move_on" };
   if (s.state === "suspended_cold" && age > c.suspendedTtlMs) return { kind: "expire_suspended" };
   if (isTerminal(s.state) && age > c.terminalTtlMs) return { kind: "expire_record" };
   if (s.maxLifetimeMs !== undefined && !isTerminal(s.state) && now - s.createdAt > s.maxLifetimeMs) return { kind: "lifetime_end" };
@@ -98,6 +103,15 @@ function stepFor(ctx: SchedulerContext, s: Session, startedAt: number, memory: S
     return { kind: "periodic_checkpoint", requestId: `chk_${Math.floor(now / c.checkpointIntervalMs)}` };
   }
   return undefined;
+}
+
+/**
+ * A cold-suspended session the scheduler took off its runner to run it
+ * elsewhere (a drain, a lost runner): the record says so, so any replica
+ * finishes the move even if the one that started it died between its halves.
+ */
+function movesOn(s: Session): boolean {
+  return s.stateReason === "drain" || s.lastFact.action === "lose";
 }
 
 /**
@@ -156,6 +170,10 @@ async function apply(ctx: SchedulerContext, key: string, step: SweepStep): Promi
     case "periodic_checkpoint":
       await sendCommand(ctx, s, { type: "checkpoint", requestId: step.requestId });
       return;
+    case "move_on":
+      if (s.state !== "suspended_cold" || s.pending || !movesOn(s)) return;
+      void resumeSession(ctx, schedulerScope(s), s.id).catch((err: unknown) => ctx.log.warn({ err, sessionId: s.id }, "resuming a moved session failed"));
+      return;
     case "redispatch": {
       const generation = s.state === "creating" ? await runnerGenerationOf(ctx, s) : undefined;
       if (generation !== undefined) await dispatchStart(ctx, s, generation);
@@ -167,7 +185,7 @@ async function apply(ctx: SchedulerContext, key: string, step: SweepStep): Promi
 /**
  * One pass of the policies that keep every session moving: timeouts of every
  * transitional state, record TTLs, idle suspend of watch sessions, periodic
- * checkpoints. Every replica sweeps; each change is a compare-and-set, so a
+ * checkpoints, moves off draining runners. Every replica sweeps; each change is a compare-and-set, so a
  * race between replicas applies it once.
  */
 export async function sweep(ctx: SchedulerContext, startedAt: number, memory: SweepMemory = newSweepMemory()): Promise<void> {
@@ -175,6 +193,7 @@ export async function sweep(ctx: SchedulerContext, startedAt: number, memory: Sw
     await markRunnerLost(ctx, runner).catch((err: unknown) => ctx.log.warn({ err, runnerId: runner.id }, "marking runner lost failed"));
   }
   await repairCapacity(ctx).catch((err: unknown) => ctx.log.warn({ err }, "capacity repair failed"));
+  drainRunners(ctx, memory.drain);
   const due: Array<[Session, SweepStep]> = [];
   const creating = new Set<string>();
   const running = new Set<string>();

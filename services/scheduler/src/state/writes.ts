@@ -38,6 +38,8 @@ export function transition(
   const next = withFact(ctx, { ...s, ...patch, state: to }, action, actorId);
   // Nothing is pending on a session that has ended: its runner will not answer.
   if (isTerminal(to)) delete next.pending;
+  // Why a policy put it where it was (idle, lifetime, drain) no longer holds once it is on its way to run.
+  if (to === "queued" || to === "creating" || to === "running") delete next.stateReason;
   return next;
 }
 

@@ -149,6 +149,8 @@ export async function dispatchInbox(nc: NatsConnection, runnerId: string, poolId
       if (!decoded.ok) throw new Error(decoded.reason);
       return decoded.value;
     },
+    /** Commands sent to the runner and not yet taken by next(). */
+    remaining: async (): Promise<number> => (await consumer.info()).num_pending,
   };
 }
 
