@@ -83,17 +83,48 @@ interface Walk {
 }
 
 function walk(dir: DirFd, prefix: string, level: number, w: Walk): void {
-  for (const name of readdirSync(dir.self()).sort()) {
+  const names = readdirSync(dir.self()).sort();
+  for (let from = 0; from < names.length; ) {
     if (w.out.entries.length >= MAX_LIST_ENTRIES) {
       w.out.truncated = true;
       return;
     }
-    const stat = lstatOrGone(dir.at(name));
-    const type = stat ? typeOf(stat) : undefined;
-    if (!stat || !type || (type === "file" && w.owner !== undefined && stat.uid !== w.owner.uid)) continue;
-    const path = prefix === "" ? name : `${prefix}/${name}`;
-    w.out.entries.push(entryOf(path, type, stat));
-    if (type === "dir" && level < w.depth) walkChild(dir, name, path, level + 1, w);
+    // Stat no more than could still be listed: a huge directory is not stat'ed whole for a truncated answer.
+    const batch = names.slice(from, from + MAX_LIST_ENTRIES - w.out.entries.length);
+    from += batch.length;
+    const stats = statsIn(dir, batch);
+    for (const [i, name] of batch.entries()) {
+      const stat = stats[i];
+      const type = stat ? typeOf(stat) : undefined;
+      if (!stat || !type || (type === "file" && w.owner !== undefined && stat.uid !== w.owner.uid)) continue;
+      const path = prefix === "" ? name : `${prefix}/${name}`;
+      w.out.entries.push(entryOf(path, type, stat));
+      if (type === "dir" && level < w.depth) walkChild(dir, name, path, level + 1, w);
+      if (w.out.entries.length >= MAX_LIST_ENTRIES && (i < batch.length - 1 || from < names.length)) {
+        w.out.truncated = true;
+        return;
+      }
+    }
+  }
+}
+
+/**
+ * lstat of each name in dir (undefined for one gone meanwhile). Relative to
+ * the directory itself, held by its descriptor: the process's working
+ * directory is set to it (through /proc/self/fd, so to that inode whatever
+ * happened to its path) for this synchronous loop only, and set back before
+ * anything else runs. A bare name resolves one component, never through a
+ * link, as fstatat(fd, name, AT_SYMLINK_NOFOLLOW) would; and it costs a third
+ * less than the same lstat through /proc/self/fd/N/name (10,000 entries here:
+ * 36 against 55 ms). The runner names every other path absolutely.
+ */
+function statsIn(dir: DirFd, names: readonly string[]): Array<Stats | undefined> {
+  const back = process.cwd();
+  process.chdir(dir.self());
+  try {
+    return names.map((name) => lstatSync(name, { throwIfNoEntry: false }));
+  } finally {
+    process.chdir(back);
   }
 }
 
