@@ -18,8 +18,9 @@ function target<R extends HttpRoute>(route: R, input: CallInput<R>): { path: str
 }
 
 /** The schema of a route's JSON answer. */
-function answerSchema(route: HttpRoute): z.ZodType {
-  const json = route.responses.find((r) => r.kind === "json");
+/** The JSON schema the route declares for status (a 202 may answer another shape than the 200), else its first. */
+function answerSchema(route: HttpRoute, status: number): z.ZodType {
+  const json = route.responses.find((r) => r.kind === "json" && r.status.includes(status)) ?? route.responses.find((r) => r.kind === "json");
   if (!json || json.kind !== "json") throw new Error(`${route.method} ${route.path} has no JSON answer`);
   return json.schema;
 }
@@ -69,7 +70,7 @@ export class ApiClient {
     } catch {
       throw new ApiError("internal", `${what}: the gateway answered HTTP ${String(res.status)} with a body that is not JSON`);
     }
-    const parsed = answerSchema(route).safeParse(data);
+    const parsed = answerSchema(route, res.status).safeParse(data);
     if (!parsed.success) throw new ApiError("internal", `${what}: unexpected answer: ${describeZodError(parsed.error)}`);
     return parsed.data as JsonAnswer<R>;
   }

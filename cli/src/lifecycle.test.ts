@@ -101,6 +101,16 @@ describe("against the fake gateway", () => {
     expect(await runCli(["suspend", "s2"], env)).toEqual({ code: 1, stdout: "", stderr: "error: conflict: the runner refused: checkpoint could not be stored\n" });
   });
 
+  it("a snapshot slower than the API's wait (202) is waited for on its request until taken, or printed refused", async () => {
+    await runCli(["create", "--", "x"], env);
+    gw.slowRunner = { reads: 2 };
+    expect(await runCli(["snapshot", "s1"], env)).toEqual({ code: 0, stdout: "checkpoints/default/s1-1\n", stderr: "" });
+    // The POST, then three waits on the request it named: two still pending, the third the checkpoint.
+    expect(gw.requests.filter((r) => r.path === "/v1/sessions/s1/snapshots/req_1").map((r) => r.method)).toEqual(["GET", "GET", "GET"]);
+    gw.slowRunner = { reads: 0, refuse: "no space left for the checkpoint" };
+    expect(await runCli(["snapshot", "s1"], env)).toEqual({ code: 1, stdout: "", stderr: "error: conflict: the runner refused: no space left for the checkpoint\n" });
+  });
+
   it("an API error is printed as error: code: message, exit 1", async () => {
     await runCli(["create", "--", "x"], env);
     expect(await runCli(["resume", "s1"], env)).toEqual({ code: 1, stdout: "", stderr: "error: conflict: session is running\n" });

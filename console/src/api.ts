@@ -6,7 +6,7 @@
  */
 import "./zod-config.ts";
 import type { z } from "zod";
-import { ErrorBody, fillPath, type BodyInput, type HttpRoute, type JsonAnswer } from "@paddock/contracts";
+import { ErrorBody, fillPath, HttpApi, type BodyInput, type Checkpoint, type HttpRoute, type JsonAnswer } from "@paddock/contracts";
 import { token } from "./auth.ts";
 
 export type Query = Readonly<Record<string, string | number | boolean | undefined>>;
@@ -73,9 +73,17 @@ export async function send<R extends HttpRoute>(route: R, input: CallInput<R> = 
 export async function call<R extends HttpRoute>(route: R, input: CallInput<R> = {}): Promise<JsonAnswer<R>> {
   const res = await send(route, input);
   if (res.status === 204) return undefined as JsonAnswer<R>;
-  const schema = route.responses.find((r) => r.kind === "json");
+  // The schema the route declares for this status (a 202 may answer another shape than the 200).
+  const schema = route.responses.find((r) => r.kind === "json" && r.status.includes(res.status)) ?? route.responses.find((r) => r.kind === "json");
   const body: unknown = await res.json();
   return (schema && schema.kind === "json" ? schema.schema.parse(body) : body) as JsonAnswer<R>;
+}
+
+/** A snapshot of the session, waited for past one call when the runner takes long (202, then GET …/snapshots/:requestId). */
+export async function takeSnapshot(id: string): Promise<Checkpoint> {
+  let answer = await call(HttpApi.snapshotSession, { params: { id }, body: {} });
+  while ("requestId" in answer) answer = await call(HttpApi.getSnapshot, { params: { id, requestId: answer.requestId } });
+  return answer;
 }
 
 /** The lines of an NDJSON answer as parsed values, until it ends or `signal` aborts. */

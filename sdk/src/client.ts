@@ -8,6 +8,7 @@ import {
   ExecFrame,
   HttpApi,
   type BodyInput,
+  type Checkpoint,
   type Environment,
   type ExecResult,
   type JsonAnswer,
@@ -103,8 +104,16 @@ export class Sessions {
     return this.t.call(HttpApi.resumeSession, { params: { id }, body: {}, query: { wait: opts.wait, timeoutMs: opts.timeoutMs }, signal: opts.signal });
   }
 
-  snapshot(id: string, opts: CallOptions = {}): Promise<JsonAnswer<typeof HttpApi.snapshotSession>> {
-    return this.t.call(HttpApi.snapshotSession, { params: { id }, body: {}, signal: opts.signal });
+  /**
+   * Checkpoints the session's workspace; answers the checkpoint once taken.
+   * A snapshot the runner has not finished within one call (a large
+   * workspace: 202) is waited for on its request, call after call, until it
+   * is taken, refused (a `conflict`) or opts.signal aborts.
+   */
+  async snapshot(id: string, opts: CallOptions = {}): Promise<Checkpoint> {
+    let answer = await this.t.call(HttpApi.snapshotSession, { params: { id }, body: {}, signal: opts.signal });
+    while ("requestId" in answer) answer = await this.t.call(HttpApi.getSnapshot, { params: { id, requestId: answer.requestId }, signal: opts.signal });
+    return answer;
   }
 }
 

@@ -146,12 +146,18 @@ export const snapshotCommand: Command = {
 
 Checkpoints the session's workspace without stopping it and prints the
 checkpoint's ref (the checkpoint {ref, format, capabilities} with --json).
+A large workspace can take longer than one call: the gateway then answers
+202 and the command waits on GET /v1/sessions/ID/snapshots/REQUEST until
+the checkpoint is taken (or refused: exit 1 with the runner's reason).
 `,
   async run(ctx, argv) {
     const args = parseCommand(ctx, this, argv, { json: { type: "boolean" } });
     if (!args) return ExitCode.ok;
     const [id = ""] = positionals(this, args.positionals, ["id"]);
-    const checkpoint = await apiOf(ctx).call(HttpApi.snapshotSession, { params: { id }, body: {} });
+    const api = apiOf(ctx);
+    let answer = await api.call(HttpApi.snapshotSession, { params: { id }, body: {} });
+    while ("requestId" in answer) answer = await api.call(HttpApi.getSnapshot, { params: { id, requestId: answer.requestId } });
+    const checkpoint = answer;
     await write(ctx.io.stdout, args.flags.json ? json(checkpoint) : `${checkpoint.ref}\n`);
     return ExitCode.ok;
   },

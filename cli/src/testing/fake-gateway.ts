@@ -70,7 +70,10 @@ export interface FakeGateway {
   pageSize: number;
   /** A restart answers the pending record (the runner has not started the new generation yet). */
   restartPending: boolean;
-  /** A runner slower than the API's wait: suspend and resume answer the pending record, which the next `reads` GETs still show; then it is done, or refused with `refuse`. */
+  /**
+   * A runner slower than the API's wait: suspend and resume answer the pending record, which the next `reads` GETs still show;
+   * a snapshot answers 202, and the next `reads` GETs of its request 202 again; then it is done, or refused with `refuse`.
+   */
   slowRunner?: { reads: number; refuse?: string };
   /** Called when a session is created (its "process" starts), and on each input chunk. */
   program: { start?(t: FakeTerminal): void; input?(t: FakeTerminal, bytes: Buffer): void };
@@ -252,8 +255,22 @@ export async function startFakeGateway(): Promise<FakeGateway> {
         if (gw.slowRunner && s.state === "suspended_warm") return answerPending(res, s, "resume_warm", "running");
         // A warm session wakes in place; anything else resumes by queueing again (which only a cold one may).
         return moveTo(res, s, s.state === "suspended_warm" ? "running" : "queued");
-      case "snapshotSession":
-        return send(res, 200, { ref: `checkpoints/default/${s.id}-1`, format: "tar+gzip", capabilities: ["portable"] });
+      case "snapshotSession": {
+        if (!gw.slowRunner) return send(res, 200, checkpointOf(s));
+        const requestId = `req_${String(slow.size + 1)}`;
+        slow.set(s.id, { op: "snapshot", requestId, to: s.state, reads: gw.slowRunner.reads, ...(gw.slowRunner.refuse === undefined ? {} : { refuse: gw.slowRunner.refuse }) });
+        res.setHeader("location", `/v1/sessions/${s.id}/snapshots/${requestId}`);
+        return send(res, 202, { sessionId: s.id, requestId, status: "pending" });
+      }
+      case "getSnapshot": {
+        const op = slow.get(s.id);
+        const { requestId } = call.params as { requestId: string };
+        if (op?.op !== "snapshot" || op.requestId !== requestId) return fail(res, 404, { code: "not_found", message: "snapshot request not found" });
+        if (op.reads-- > 0) return send(res, 202, { sessionId: s.id, requestId, status: "pending" });
+        slow.delete(s.id);
+        if (op.refuse !== undefined) return fail(res, 409, { code: "conflict", message: `the runner refused: ${op.refuse}` });
+        return send(res, 200, checkpointOf(s));
+      }
       case "recycleSession": {
         s.state = "destroyed";
         seq += 1;
@@ -271,6 +288,10 @@ export async function startFakeGateway(): Promise<FakeGateway> {
       }
     }
     fail(res, 404, { code: "not_found", message: "no such route in the fake" });
+  }
+
+  function checkpointOf(s: Session) {
+    return { ref: `checkpoints/default/${s.id}-1`, format: "tar+gzip", capabilities: ["portable"] };
   }
 
   /** The record with the operation pending, as the API answers it when the runner is slower than its wait. */

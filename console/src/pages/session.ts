@@ -6,7 +6,7 @@
  * about. The unmount stops the follow, the terminal and every request.
  */
 import { HttpApi, isTerminal, type AttachMode, type Session } from "@paddock/contracts";
-import { call } from "../api.ts";
+import { call, takeSnapshot } from "../api.ts";
 import { ago, h, replace } from "../dom.ts";
 import { debounce } from "../live.ts";
 import type { Page } from "../router.ts";
@@ -52,7 +52,7 @@ export const sessionPage: Page = (root, params) => {
     done.show("Resuming.");
   });
   const snapshot = actionButton("Snapshot", { testid: "snapshot", ariaLabel: "Checkpoint the workspace" }, alert, async () => {
-    const cp = await call(HttpApi.snapshotSession, { params: { id }, body: {} });
+    const cp = await takeSnapshot(id);
     done.show(`Snapshot taken (${cp.format}).`);
     await reload();
   });

@@ -5,7 +5,7 @@
  * Kept current from the audit stream (live.ts).
  */
 import { HttpApi, SessionState, type Environment, type Session } from "@paddock/contracts";
-import { call } from "../api.ts";
+import { call, takeSnapshot } from "../api.ts";
 import { ago, h } from "../dom.ts";
 import { liveRefresh } from "../live.ts";
 import type { Page } from "../router.ts";
@@ -45,7 +45,7 @@ export const sessionsPage: Page = (root) => {
       case "resume":
         return call(HttpApi.resumeSession, { params, body: {} }).then(refreshSoon);
       case "snapshot":
-        return call(HttpApi.snapshotSession, { params, body: {} }).then((c) => status.show(`Snapshot of ${s.name ?? s.id} taken: ${c.ref}`));
+        return takeSnapshot(s.id).then((c) => status.show(`Snapshot of ${s.name ?? s.id} taken: ${c.ref}`));
       case "recycle":
         return call(HttpApi.recycleSession, { params, body: {} }).then((r) => {
           status.show("Recycled; the new session is ", sessionLink(r.session));

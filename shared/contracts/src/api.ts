@@ -91,11 +91,12 @@ export const Api = {
     z.object({ session: Session }).strict(),
   ),
   /** Checkpoints a running session without stopping it. */
+  /** Without `checkpoint` the runner has not finished within the call's wait: `requestId` names the request to wait on (snapshotOutcome). */
   snapshotSession: rpc(
     "sessions",
     "snapshot",
     z.object({ scope: Scope, sessionId: Id }).strict(),
-    z.object({ checkpoint: Checkpoint, session: Session }).strict(),
+    z.object({ requestId: Id, checkpoint: Checkpoint.optional(), session: Session }).strict(),
   ),
   /**
    * Releases the session and creates a fresh one with the same spec and a new

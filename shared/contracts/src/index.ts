@@ -23,4 +23,5 @@ export * from "./fleet-rpc.ts";
 export * from "./nats-permissions.ts";
 export * from "./runner-join.ts";
 export * from "./body.ts";
+export * from "./snapshot.ts";
 export * from "./http/index.ts";

@@ -278,6 +278,16 @@ export const Refusal = z
   .strict();
 export type Refusal = z.infer<typeof Refusal>;
 
+/** The latest snapshot a client asked for, once the runner took it: found by its request even after a later checkpoint. */
+export const TakenSnapshot = z
+  .object({
+    requestId: Id,
+    checkpoint: Checkpoint,
+    at: EpochMs,
+  })
+  .strict();
+export type TakenSnapshot = z.infer<typeof TakenSnapshot>;
+
 /** The session record stored in KV `sessions` under `<workspace>.<session>`. */
 export const Session = z
   .object({
@@ -318,6 +328,8 @@ export const Session = z
     pending: PendingOp.optional(),
     /** The latest operation the runner refused, with its reason (the API answers that request 409). */
     refusal: Refusal.optional(),
+    /** The latest snapshot a client asked for (POST …/snapshot), once taken. */
+    snapshot: TakenSnapshot.optional(),
     /** Per-app generations, by app name. */
     apps: z.record(z.string(), AppRun).optional(),
     /** The last placement generation whose usage was recorded (a repeated report is not counted twice). */

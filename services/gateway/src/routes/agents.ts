@@ -23,6 +23,10 @@ import { Action } from "../auth/auth.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
 import type { Route } from "../http/http.ts";
 import { AgentLog, type AgentLogState, type AgentRecord } from "./agent-log.ts";
+import { watchSession } from "./wait-state.ts";
+
+/** How long a declaration waits for its session's record to say it started (the runner's start fact behind its processes). */
+const START_WAIT_MS = 10_000;
 
 /** The agent an answer shows: its claim, lineage, turns and tokens, and its liveness as judged now (never the host's view). */
 function viewOf(a: AgentRecord, live: boolean): Agent {
@@ -67,6 +71,15 @@ export function agentRoutes(ctx: GatewayContext): Route[] {
     await ctx.authorizer.authorize(scope, action, sessionResource(found));
     return found;
   };
+
+  /**
+   * The session once its record says it started: a process that declares
+   * itself the moment it starts can be ahead of the runner's start fact (the
+   * record still `creating`), so that is waited for, on the record's facts
+   * and bounded, rather than refused.
+   */
+  const started = (scope: Scope, s: Session, res: ServerResponse): Promise<Session> =>
+    s.state !== "creating" ? Promise.resolve(s) : watchSession(ctx, scope, s, (current, over) => (current.state !== "creating" || over ? current : undefined), START_WAIT_MS, res);
 
   /** Liveness of each agent, judged now: one question to the runner for all the ones that could be live. */
   const judge = async (s: Session, agents: readonly AgentRecord[]): Promise<Set<string>> => {
@@ -234,7 +247,7 @@ export function agentRoutes(ctx: GatewayContext): Route[] {
 
   return [
     ctx.serve(HttpApi.declareAgent, async (input) => {
-      const s = await session(input.caller.scope, input.params.id, Action.writeAgents);
+      const s = await started(input.caller.scope, await session(input.caller.scope, input.params.id, Action.writeAgents), input.res);
       const { agent, created } = await declare(input.caller.scope, s, await input.body());
       return { status: created ? 201 : 200, body: (await views(s, [agent]))[0] as Agent };
     }),
@@ -274,7 +287,7 @@ export function agentRoutes(ctx: GatewayContext): Route[] {
       return { status: 200, body: viewOf(await park(input.caller.scope, s, input.params.agentId), false) };
     }),
     ctx.serve(HttpApi.resumeAgent, async (input) => {
-      const s = await session(input.caller.scope, input.params.id, Action.writeAgents);
+      const s = await started(input.caller.scope, await session(input.caller.scope, input.params.id, Action.writeAgents), input.res);
       const { agent, created } = await resume(input.caller.scope, s, input.params.agentId, await input.body());
       return { status: created ? 201 : 200, body: (await views(s, [agent]))[0] as Agent };
     }),

@@ -1,9 +1,15 @@
 import type { ServerResponse } from "node:http";
-import { Api, HttpApi, type Session, type SessionState } from "@paddock/contracts";
+import { Api, ConflictError, DEFAULT_WAIT_MS, HttpApi, NotFoundError, snapshotOutcome, SnapshotStatus, type Session, type SessionState } from "@paddock/contracts";
 import { Action, type Principal } from "../auth/auth.ts";
 import { resolveApp, sessionResource, type GatewayContext } from "../context.ts";
 import type { Route } from "../http/http.ts";
-import { waitForState } from "./wait-state.ts";
+import { waitForState, watchSession } from "./wait-state.ts";
+
+/** 202: the runner is still taking the snapshot; Location is where to wait for it. */
+function snapshotPending(res: ServerResponse, sessionId: string, requestId: string) {
+  res.setHeader("location", `/v1/sessions/${encodeURIComponent(sessionId)}/snapshots/${encodeURIComponent(requestId)}`);
+  return { status: 202 as const, body: { sessionId, requestId, status: "pending" as const } };
+}
 
 /**
  * The session lifecycle routes: suspend, resume, snapshot, recycle and app
@@ -41,7 +47,30 @@ export function lifecycleRoutes(ctx: GatewayContext): Route[] {
     ctx.serve(HttpApi.snapshotSession, async (input) => {
       const session = await prepare(input, Action.snapshotSession);
       const r = await ctx.call(Api.snapshotSession, { scope: input.caller.scope, sessionId: session.id });
-      return { status: 200, body: r.checkpoint };
+      if (r.checkpoint) return { status: 200, body: r.checkpoint };
+      return snapshotPending(input.res, session.id, r.requestId);
+    }),
+
+    // Waits for a snapshot a 202 named, on the record's committed facts (no polling). A read: whoever may get the session.
+    ctx.serve(HttpApi.getSnapshot, async ({ caller: { scope }, params, query, res }) => {
+      const session = await ctx.getSession(scope, params.id);
+      await ctx.authorizer.authorize(scope, Action.getSession, sessionResource(session));
+      const outcome = await watchSession(ctx, scope, session, (current, over) => {
+        const o = snapshotOutcome(current, params.requestId);
+        return o.status !== SnapshotStatus.pending || over ? o : undefined;
+      }, query.timeoutMs ?? DEFAULT_WAIT_MS, res);
+      switch (outcome.status) {
+        case SnapshotStatus.taken:
+          return { status: 200, body: outcome.checkpoint };
+        case SnapshotStatus.pending:
+          return snapshotPending(res, session.id, params.requestId);
+        case SnapshotStatus.refused:
+          throw new ConflictError(`the runner refused: ${outcome.reason}`);
+        case SnapshotStatus.ended:
+          throw new ConflictError(`the session ended (${outcome.state}) before the snapshot`);
+        case SnapshotStatus.unknown:
+          throw new NotFoundError("snapshot request");
+      }
     }),
 
     ctx.serve(HttpApi.recycleSession, async (input) => {

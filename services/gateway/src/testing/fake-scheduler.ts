@@ -119,7 +119,8 @@ export class FakeScheduler {
       serve("snapshot", Api.snapshotSession, (req) => {
         const s = get(req.scope, req.sessionId);
         const checkpoint = { ref: `checkpoints/${s.workspaceId}/${s.id}-1`, format: "tar+gzip", capabilities: ["portable"] };
-        return { checkpoint, session: this.put({ ...s, checkpoint, checkpointedAt: NOW }) };
+        const requestId = `req${++this.n}`;
+        return { requestId, checkpoint, session: this.put({ ...s, checkpoint, checkpointedAt: NOW, snapshot: { requestId, checkpoint, at: NOW } }) };
       }),
       serve("recycle", Api.recycleSession, (req) => {
         const s = get(req.scope, req.sessionId);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { Api, Presence, RunnerActivity, Streams, Subjects, type Checkpoint, type Scope } from "@paddock/contracts";
+import { Api, Presence, RunnerActivity, snapshotOutcome, Streams, Subjects, type Checkpoint, type Scope } from "@paddock/contracts";
 import { tokenKey } from "@paddock/contracts/token-key";
 import { callRpc, encodeJson } from "@paddock/bus";
 import { untilSession } from "@paddock/testing";
@@ -130,6 +130,28 @@ describe("suspend and resume", () => {
     const { checkpoint, session: after } = await snapping;
     expect(checkpoint).toEqual(checkpointOf(cmd.requestId));
     expect(after.state).toBe("running");
+  });
+
+  it("a snapshot the runner finishes after the call's wait answers its request, not a failure; the record keeps it past a later checkpoint", async () => {
+    await h.start({ PADDOCK_OPERATION_WAIT_MS: "200" });
+    const inbox = await dispatchInbox(h.nc, "r1");
+    await register(h.nc, { runnerId: "r1", generation: 1 });
+    const { session } = await runningSession(h.nc, "r1", inbox);
+    const answer = await callRpc(h.nc, Api.snapshotSession, { scope: alice, sessionId: session.id });
+    const cmd = await inbox.next();
+    if (cmd.type !== "checkpoint") throw new Error(`expected checkpoint, got ${cmd.type}`);
+    expect(answer.checkpoint).toBeUndefined();
+    expect(answer.requestId).toBe(cmd.requestId);
+    expect(snapshotOutcome(answer.session, answer.requestId)).toEqual({ status: "pending" });
+
+    await publishFact(h.nc, factFor("r1", cmd, { type: "checkpointed", requestId: cmd.requestId, checkpoint: checkpointOf(cmd.requestId), sealKey: testSealKey }));
+    const taken = await untilSession(h.nc, session.id, (x) => x.snapshot !== undefined);
+    expect(snapshotOutcome(taken, cmd.requestId)).toEqual({ status: "taken", checkpoint: checkpointOf(cmd.requestId) });
+    // A periodic checkpoint (not a client's request) moves `checkpoint` on; the snapshot stays findable by its request.
+    await publishFact(h.nc, factFor("r1", cmd, { type: "checkpointed", requestId: "chk_1", checkpoint: checkpointOf("chk_1"), sealKey: testSealKey }));
+    const later = await untilSession(h.nc, session.id, (x) => x.checkpoint?.ref === checkpointOf("chk_1").ref);
+    expect(snapshotOutcome(later, cmd.requestId)).toEqual({ status: "taken", checkpoint: checkpointOf(cmd.requestId) });
+    expect(snapshotOutcome(later, "req_never")).toEqual({ status: "unknown" });
   });
 
   it("refuses what the state machine does not allow, as a typed conflict that changes nothing", async () => {

@@ -4,7 +4,8 @@ import {
   isTerminal,
   NotFoundError,
   sessionKey,
-  UnavailableError,
+  snapshotOutcome,
+  SnapshotStatus,
   type AuditAction,
   type Checkpoint,
   type CreateSessionBody,
@@ -150,8 +151,13 @@ export async function resumeSession(ctx: SchedulerContext, scope: Scope, session
   return (await waitSettled(ctx, after, after.pending.requestId)) ?? after;
 }
 
-/** Checkpoints a running session without stopping it. */
-export async function snapshotSession(ctx: SchedulerContext, scope: Scope, sessionId: string): Promise<{ checkpoint: Checkpoint; session: Session }> {
+/**
+ * Checkpoints a running session without stopping it. Answers the checkpoint,
+ * or (the runner not done within operationWaitMs: a large workspace) the
+ * request to wait on; the outcome lands on the record either way
+ * (`snapshot`, `refusal`), never a failure for work that is still going.
+ */
+export async function snapshotSession(ctx: SchedulerContext, scope: Scope, sessionId: string): Promise<{ requestId: string; checkpoint?: Checkpoint; session: Session }> {
   const { after } = await mutateSession(ctx, scope, sessionId, ({ value: s }) => {
     if (s.state !== "running" && s.state !== "suspended_warm") throw new ConflictError(`a ${s.state} session cannot be snapshotted`);
     if (s.pending) throw new ConflictError(`session is busy (${s.pending.op})`);
@@ -160,11 +166,11 @@ export async function snapshotSession(ctx: SchedulerContext, scope: Scope, sessi
   const requestId = after.pending?.requestId ?? "";
   await sendCommand(ctx, after, { type: "checkpoint", requestId });
   const settled = await waitSettled(ctx, after, requestId);
-  if (!settled) throw new UnavailableError("the runner did not finish the snapshot in time");
-  if (!settled.checkpoint || !settled.checkpoint.ref.endsWith(requestId)) {
-    throw new ConflictError(isTerminal(settled.state) ? `the session ended (${settled.state}) before the snapshot` : "the runner could not take the snapshot");
-  }
-  return { checkpoint: settled.checkpoint, session: settled };
+  if (!settled) return { requestId, session: after };
+  const outcome = snapshotOutcome(settled, requestId);
+  if (outcome.status === SnapshotStatus.taken) return { requestId, checkpoint: outcome.checkpoint, session: settled };
+  if (outcome.status === SnapshotStatus.pending) return { requestId, session: settled };
+  throw new ConflictError(outcome.status === SnapshotStatus.ended ? `the session ended (${outcome.state}) before the snapshot` : "the runner could not take the snapshot");
 }
 
 /** What a replacement is created from: the released session's spec, name, environment, mode and parent. */

@@ -114,8 +114,11 @@ function nextFor(ctx: SchedulerContext, s: Session, fact: RunnerFact): Session |
       if (s.state !== "suspended_warm") return "illegal";
       return transition(ctx, withoutPending(s), "running", "resume", actor);
     case "checkpointed": {
-      const base = s.pending?.requestId === fact.requestId ? withoutPending(s) : s;
-      return { ...withFact(ctx, base, "snapshot", actor), checkpoint: fact.checkpoint, checkpointedAt: fact.at };
+      const settles = s.pending?.requestId === fact.requestId;
+      const base = settles ? withoutPending(s) : s;
+      const next = { ...withFact(ctx, base, "snapshot", actor), checkpoint: fact.checkpoint, checkpointedAt: fact.at };
+      // A client's snapshot is kept by its request (a periodic checkpoint replaces `checkpoint`, not this).
+      return settles && s.pending?.op === "snapshot" ? { ...next, snapshot: { requestId: fact.requestId, checkpoint: fact.checkpoint, at: fact.at } } : next;
     }
     case "refused":
       return onRefused(ctx, s, fact);

@@ -9,7 +9,7 @@ import { AttachTicket, AttachTicketBody, CreatedToken, CreateTokenBody, TokenInf
 import { PortNumber, PreviewTicket } from "../ports.ts";
 import { WorkspaceDiffReply, WorkspacePath, WorkspacePushReply, WorkspaceReposReply } from "../workspace.ts";
 import { EmptyBody, httpRoute, json, jsonBody, NoQuery, pathParamNames, pathPattern, type HttpRoute } from "./route.ts";
-import { QueryBool, QueryCursor, QueryLimit, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
+import { DEFAULT_WAIT_MS, QueryBool, QueryCursor, QueryLimit, QuerySeq, QueryWaitMs, WaitForQuery, WaitQuery } from "./query.ts";
 import { ExecRoutes } from "./exec-routes.ts";
 import { AgentRoutes } from "./agent-routes.ts";
 import { WebhookRoutes } from "./webhook-routes.ts";
@@ -54,6 +54,16 @@ export const SessionPage = Api.listSessions.result;
 export const EnvironmentPage = Api.listEnvironments.result;
 export const RunnerPage = Api.listRunners.result;
 export const EventPage = z.object({ events: z.array(AuditEntry), nextCursor: z.string().optional() }).strict();
+/**
+ * A snapshot the runner had not finished within the call's wait (a large
+ * workspace): 202 with this and `Location: /v1/sessions/:id/snapshots/:requestId`,
+ * which answers the Checkpoint once it is taken.
+ */
+export const SnapshotPending = z.object({ sessionId: Id, requestId: Id, status: z.literal("pending") }).strict();
+export type SnapshotPending = z.infer<typeof SnapshotPending>;
+/** `?timeoutMs=N` of GET …/snapshots/:requestId: how long to wait for it (DEFAULT_WAIT_MS when absent). */
+export const SnapshotWaitQuery = z.object({ timeoutMs: QueryWaitMs }).strict();
+
 /** The released session and its replacement; `waited` says how a wait for the replacement's state ended. */
 export const RecycleAnswer = Api.recycleSession.result.extend({ waited: Waited.optional() });
 export const SecretList = z.object({ secrets: z.array(z.object({ name: SecretName }).strict()) }).strict();
@@ -128,11 +138,25 @@ export const HttpApi = {
   suspendSession: lifecycle("suspend", "Suspend a session: warm (processes stopped in place) or cold (checkpointed, sandbox removed).", SuspendBody, false),
   resumeSession: lifecycle("resume", "Resume a suspended session.", EmptyBody, true),
   snapshotSession: {
-    ...lifecycle("snapshot", "Checkpoint a running session's workspace; answers the Checkpoint.", EmptyBody, true),
+    ...lifecycle(
+      "snapshot",
+      "Checkpoint a running or warm-suspended session's workspace; answers the Checkpoint, or 202 and where to wait for it when the runner has not finished within the call's wait.",
+      EmptyBody,
+      true,
+    ),
     // A snapshot changes no state: nothing to wait for.
     query: NoQuery,
-    responses: [json(Checkpoint)],
+    responses: [json(Checkpoint), json(SnapshotPending, [202], "the runner has not finished yet: GET the Location header's …/snapshots/:requestId")],
   },
+  getSnapshot: httpRoute({
+    method: "GET",
+    path: "/v1/sessions/:id/snapshots/:requestId",
+    summary: `Wait for a snapshot a 202 named: its Checkpoint once taken, 202 again if ?timeoutMs (default ${DEFAULT_WAIT_MS}) passed first; 409 if the runner refused it or the session ended; 404 if unknown or given up.`,
+    params: z.object({ id: Id, requestId: Id }).strict(),
+    query: SnapshotWaitQuery,
+    responses: [json(Checkpoint), json(SnapshotPending, [202], "not taken yet")],
+    errors: ["forbidden", "not_found", "conflict"],
+  }),
   recycleSession: {
     ...lifecycle("recycle", "Replace a session by a fresh one from its latest checkpoint; answers both.", EmptyBody, true),
     responses: [json(RecycleAnswer, [201])],
