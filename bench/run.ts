@@ -16,6 +16,7 @@ import { memoryBenches } from "./src/memory.ts";
 import { sandboxBenches } from "./src/sandbox.ts";
 import { sandboxRunnerBenches } from "./src/sandbox-runner.ts";
 import { terminalBenches } from "./src/terminal.ts";
+import { terminalWorkloadsBench } from "./src/terminal-workloads.ts";
 import { consoleBench } from "./src/console.ts";
 import { webhooksBench } from "./src/webhooks.ts";
 import { buildBench } from "./src/build.ts";
@@ -29,7 +30,10 @@ async function main(): Promise<void> {
     figures.push(...(await checkpointBench({ megabytes: quick ? 10 : 100 })));
     figures.push(...(await checkpointBench({ megabytes: quick ? 10 : 100, compression: "none" })));
   }
-  if (only.has("terminal")) figures.push(...(await terminalBenches(quick ? { latencySamples: 20, echoSamples: 100, megabytes: 5 } : { latencySamples: 200, echoSamples: 1000, megabytes: 200 })));
+  if (only.has("terminal")) {
+    figures.push(...(await terminalBenches(quick ? { latencySamples: 20, echoSamples: 100, megabytes: 5 } : { latencySamples: 200, echoSamples: 1000, megabytes: 200 })));
+    figures.push(...(await terminalWorkloadsBench({ megabytes: quick ? 16 : 64 })));
+  }
   if (only.has("memory")) figures.push(...(await memoryBenches(quick ? { clients: 100, idleSessions: 20 } : { clients: 1000, idleSessions: 200 })));
   if (only.has("images")) figures.push(...(await imagesBench(quick ? { megabytes: 48, samples: 2 } : { megabytes: 48, samples: 5 })));
   if (only.has("sandbox")) {

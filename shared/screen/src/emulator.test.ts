@@ -47,7 +47,9 @@ const lines = (n: number, from = 0, eol = "\r\n") => Array.from({ length: n }, (
 
 describe("plain text", () => {
   it("is printable text, TAB, CR and LF, and UTF-8 other than C1 controls", () => {
-    expect(scanPlainText(Buffer.from("a\tb\nc\r\nd\n"))).toEqual({ plain: true, lineFeeds: 3, hasCR: true, lineFeedsAfterCR: 2 });
+    expect(scanPlainText(Buffer.from("a\tb\nc\r\nd\n"))).toEqual({ plain: true, lineFeeds: 3, hasCR: true, lineFeedsAfterCR: 2, flat: false });
+    expect(scanPlainText(Buffer.from("only printable ASCII, any length ~!"))).toMatchObject({ plain: true, flat: true });
+    for (const notFlat of ["a\tb", "a\rb", "a\nb", "h\u00e9"]) expect(scanPlainText(Buffer.from(notFlat))).toMatchObject({ plain: true, flat: false });
     expect(scanPlainText(Buffer.from("héllo ✓ 漢字\n"))).toMatchObject({ plain: true, lineFeeds: 1, hasCR: false });
     for (const bad of ["\x1b[31m", "a\bb", "\x0e", "\x07", "\x00", "\x7f"]) expect(scanPlainText(Buffer.from(bad)).plain).toBe(false);
     // C1 controls as UTF-8 (U+009B is CSI), and a C2 that may start one in the next chunk.
@@ -63,6 +65,34 @@ describe("screen emulator", () => {
     const got = await emulated(log);
     expect(got.screen).toBe(await reference(log));
     expect(got.skipped).toBeGreaterThan(Buffer.byteLength(lines(3000)) / 2);
+  });
+
+  it("renders long lines without a line break exactly as parsing every byte would, without parsing most of them", async () => {
+    let seed = 7;
+    const letter = () => String.fromCharCode(33 + ((seed = (seed * 48271) % 2147483647) % 94));
+    const flat = (n: number) => Array.from({ length: n }, letter).join("");
+    // From several cursor columns and states: a fresh screen, mid-line, the last column with a wrap pending, a colour set.
+    for (const start of ["", "\x1b[1;32mabc", `\x1b[10;1H${"z".repeat(40)}`, "\x1b[5;17Hmid", "\x1b[7m"]) {
+      const log = chunked(`${start}${flat(120_000)}`, [4096, 333, 1, 9000, 64]);
+      const got = await emulated(log);
+      expect(got.screen).toBe(await reference(log));
+      expect(got.skipped).toBeGreaterThan(100_000);
+    }
+    // Another size, and a run that ends the log with a line feed after it.
+    const wide = { cols: 97, rows: 13, scrollback: 7 };
+    const log = chunked(`${flat(50_001)}\r\nafter`, [5000, 17]);
+    expect((await emulated(log, wide)).screen).toBe(await reference(log, wide));
+  });
+
+  it("parses a flat run whole where a byte's cell depends on more than its column: autowrap off, insert mode on", async () => {
+    let n = 0;
+    const flat = (k: number) => Array.from({ length: k }, () => String.fromCharCode(65 + (n++ % 26))).join("");
+    for (const mode of ["\x1b[?7l", "\x1b[4h"]) {
+      const log = chunked(`${mode}${flat(60_000)}`, [4096, 100]);
+      const got = await emulated(log);
+      expect(got.screen).toBe(await reference(log));
+      expect(got.skipped).toBe(0);
+    }
   });
 
   it("equals the reference through alternate screens, colors, UTF-8 split across chunks and LF-only lines", async () => {
@@ -111,7 +141,11 @@ describe("screen emulator", () => {
     for (let round = 0; round < 6; round++) {
       const parts: string[] = [];
       for (let i = 0; i < 40; i++) {
-        parts.push(rand(3) === 0 ? (escapes[rand(escapes.length)] ?? "") : lines(rand(400), rand(1000), rand(4) === 0 ? "\n" : "\r\n"));
+        const kind = rand(4);
+        if (kind === 0) parts.push(escapes[rand(escapes.length)] ?? "");
+        // A long line without a break, of varied letters (a misplaced one shows).
+        else if (kind === 1) parts.push(Array.from({ length: rand(12_000) }, (_, k) => String.fromCharCode(33 + ((k * 7 + round) % 94))).join(""));
+        else parts.push(lines(rand(400), rand(1000), rand(4) === 0 ? "\n" : "\r\n"));
       }
       const text = Buffer.from(parts.join(""));
       const cuts: Uint8Array[] = [];

@@ -66,6 +66,15 @@ interface CoreProbe {
  * screen and the scrollback, and plain text changes no other state, so the
  * screen and scrollback are exactly what parsing everything gives. A log of
  * bulk output costs a byte scan, not a parse.
+ *
+ * Long lines without any line break (printable ASCII only, "flat") are cut
+ * the same way by columns: with autowrap on and insert mode off, each byte
+ * takes the next cell and wraps at the last column, so a byte's column is
+ * fixed by its distance from the run's end modulo the width. Dropping a
+ * multiple of `cols` bytes from the front of a flat run, while more than
+ * 2 × (rows + scrollback + 1) lines' worth stay, leaves every kept byte in
+ * the cell it would have taken, and everything before it scrolled out of the
+ * screen and the scrollback either way.
  */
 export class ScreenEmulator {
   /** The size as of everything written so far (resizes included), parsed or not. */
@@ -86,6 +95,10 @@ export class ScreenEmulator {
   private withCR: number[] = [];
   /** Whether the parser was at rest where the held run starts; undefined until the check ran. */
   private runAtRest: boolean | undefined;
+  /** Whether, there, printing wraps at the last column and overwrites (autowrap on, insert mode off). */
+  private runWraps = false;
+  /** Whether every held piece is flat (printable ASCII only). */
+  private heldFlat = true;
   private runId = 0;
   /** Plain-text bytes dropped without parsing (tests and metrics). */
   skippedBytes = 0;
@@ -110,6 +123,7 @@ export class ScreenEmulator {
     if (this.heldCount() === 0) this.startRun();
     if (scan.hasCR) this.withCR.push(this.held.length);
     this.held.push({ ...scan, bytes, lineFeedsBefore: this.heldLineFeeds });
+    this.heldFlat &&= scan.flat;
     this.heldBytes += bytes.byteLength;
     this.heldLineFeeds += scan.lineFeeds;
     this.trim();
@@ -219,18 +233,24 @@ export class ScreenEmulator {
     });
   }
 
+  /** The parser's state where the held run starts (it has parsed everything before). */
+  private judgeRun(): void {
+    this.runAtRest = atRestForText(this.term);
+    this.runWraps = wrapsText(this.term);
+  }
+
   /** A plain run begins after everything already with the parser: check its state once that is parsed. */
   private startRun(): void {
     const id = ++this.runId;
     // Nothing waits for the parser: its state is final now.
     if (this.unparsed === 0 && !this.resizing()) {
-      this.runAtRest = atRestForText(this.term);
+      this.judgeRun();
       return;
     }
     this.runAtRest = undefined;
     this.term.write(EMPTY, () => {
       if (this.runId !== id || this.disposed) return;
-      this.runAtRest = atRestForText(this.term);
+      this.judgeRun();
       this.trim();
     });
   }
@@ -249,10 +269,32 @@ export class ScreenEmulator {
         this.heldBytes -= dropped.bytes.byteLength;
         this.skippedBytes += dropped.bytes.byteLength;
       }
+      if (this.heldFlat && this.runWraps) this.dropFlatFront();
       // Compact now and then: dropped pieces are not kept alive by the array.
       if (this.heldHead > 64 && this.heldHead * 2 > this.held.length) this.compact();
     }
     if (this.heldBytes > MAX_HELD_BYTES || this.heldCount() > MAX_HELD_PIECES) this.release();
+  }
+
+  /** Drops whole lines' worth (a multiple of cols) from the front of a flat run, keeping 2 × (rows + scrollback + 1) lines of it. */
+  private dropFlatFront(): void {
+    const { cols, rows, scrollback } = this.current;
+    const excess = this.heldBytes - 2 * (rows + scrollback + 1) * cols;
+    let drop = excess - (excess % cols);
+    if (drop <= 0) return;
+    this.heldBytes -= drop;
+    this.skippedBytes += drop;
+    while (drop > 0) {
+      const piece = this.held[this.heldHead] as Held;
+      if (piece.bytes.byteLength <= drop) {
+        drop -= piece.bytes.byteLength;
+        this.held[this.heldHead] = undefined;
+        this.heldHead++;
+      } else {
+        this.held[this.heldHead] = { ...piece, bytes: piece.bytes.subarray(drop) };
+        drop = 0;
+      }
+    }
   }
 
   /** A resize written is not applied yet (the parser has not reached it). */
@@ -286,6 +328,7 @@ export class ScreenEmulator {
     this.heldHead = 0;
     this.heldBytes = 0;
     this.heldLineFeeds = 0;
+    this.heldFlat = true;
     this.withCR = [];
     return held;
   }
@@ -298,6 +341,12 @@ export class ScreenEmulator {
     this.runAtRest = undefined;
     for (const h of held) this.parse(h.bytes);
   }
+}
+
+/** Printing wraps at the last column and overwrites (DECAWM on, IRM off): where a flat byte lands depends on its column only. */
+function wrapsText(term: xterm.Terminal): boolean {
+  const modes = term.modes as xterm.IModes & { wraparoundMode?: boolean };
+  return modes.wraparoundMode === true && !modes.insertMode;
 }
 
 /** Parser in ground state, no partial UTF-8 character, scroll region the whole screen: plain text then changes nothing else. */

@@ -14,9 +14,11 @@ export interface PlainText {
   /** Whether it holds a CR, and how many of its line feeds come after the first one. */
   hasCR: boolean;
   lineFeedsAfterCR: number;
+  /** Printable ASCII only (no TAB, CR, LF or UTF-8): each byte one cell, left to right. */
+  flat: boolean;
 }
 
-const NOT_PLAIN: PlainText = { plain: false, lineFeeds: 0, hasCR: false, lineFeedsAfterCR: 0 };
+const NOT_PLAIN: PlainText = { plain: false, lineFeeds: 0, hasCR: false, lineFeedsAfterCR: 0, flat: false };
 
 const LF = 0x0a;
 const CR = 0x0d;
@@ -24,6 +26,7 @@ const TAB = 0x09;
 
 export function scanPlainText(bytes: Uint8Array): PlainText {
   let lineFeeds = 0;
+  let flat = true;
   let firstCR = -1;
   let lineFeedsAtCR = 0;
   const n = bytes.length;
@@ -47,6 +50,7 @@ export function scanPlainText(bytes: Uint8Array): PlainText {
     const b = bytes[i] as number;
     i++;
     if (b >= 0x20 && b < 0x7f) continue;
+    flat = false;
     if (b === LF) {
       lineFeeds++;
       continue;
@@ -66,5 +70,5 @@ export function scanPlainText(bytes: Uint8Array): PlainText {
       if (next === -1 || (next >= 0x80 && next <= 0x9f)) return NOT_PLAIN;
     }
   }
-  return { plain: true, lineFeeds, hasCR: firstCR >= 0, lineFeedsAfterCR: firstCR >= 0 ? lineFeeds - lineFeedsAtCR : 0 };
+  return { plain: true, lineFeeds, hasCR: firstCR >= 0, lineFeedsAfterCR: firstCR >= 0 ? lineFeeds - lineFeedsAtCR : 0, flat };
 }
