@@ -9,8 +9,9 @@ import { AttachTicket, AttachTicketBody, CreatedToken, CreateTokenBody, TokenInf
 import { PortNumber, PreviewTicket } from "../ports.ts";
 import { WorkspaceDiffReply, WorkspacePath, WorkspacePushReply, WorkspaceReposReply } from "../workspace.ts";
 import { EmptyBody, httpRoute, json, jsonBody, NoQuery, pathParamNames, pathPattern, type HttpRoute } from "./route.ts";
-import { DEFAULT_WAIT_MS, QueryBool, QueryCursor, QueryLimit, QuerySeq, QueryWaitMs, WaitForQuery, WaitQuery } from "./query.ts";
+import { QueryBool, QueryCursor, QueryLimit, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
 import { ExecRoutes } from "./exec-routes.ts";
+import { SnapshotPending, SnapshotRoutes } from "./snapshot-routes.ts";
 import { AgentRoutes } from "./agent-routes.ts";
 import { WebhookRoutes } from "./webhook-routes.ts";
 import { MemberRoutes } from "./member-routes.ts";
@@ -23,6 +24,7 @@ import { AuditEntry, EventsQuery, ListRunnersQuery, ListTokensQuery, RunnerFeedL
 export { NDJSON } from "./route.ts";
 export { AuditEntry, EventsQuery, ListRunnersQuery, ListTokensQuery, RunnerFeedLine, TokenFeedLine } from "./feeds.ts";
 export { ProcessOutput, ProcessOutputQuery, ProcessSignalBody, ProcessStdinQuery } from "./exec-routes.ts";
+export { SnapshotPending, SnapshotWaitQuery } from "./snapshot-routes.ts";
 /** Response header of the log route: the cursor of the last chunk included (resume with ?since). */
 export const LOG_CURSOR_HEADER = "paddock-cursor";
 /** Content type of a workspace archive (tar, gzip). */
@@ -54,15 +56,6 @@ export const SessionPage = Api.listSessions.result;
 export const EnvironmentPage = Api.listEnvironments.result;
 export const RunnerPage = Api.listRunners.result;
 export const EventPage = z.object({ events: z.array(AuditEntry), nextCursor: z.string().optional() }).strict();
-/**
- * A snapshot the runner had not finished within the call's wait (a large
- * workspace): 202 with this and `Location: /v1/sessions/:id/snapshots/:requestId`,
- * which answers the Checkpoint once it is taken.
- */
-export const SnapshotPending = z.object({ sessionId: Id, requestId: Id, status: z.literal("pending") }).strict();
-export type SnapshotPending = z.infer<typeof SnapshotPending>;
-/** `?timeoutMs=N` of GET …/snapshots/:requestId: how long to wait for it (DEFAULT_WAIT_MS when absent). */
-export const SnapshotWaitQuery = z.object({ timeoutMs: QueryWaitMs }).strict();
 
 /** The released session and its replacement; `waited` says how a wait for the replacement's state ended. */
 export const RecycleAnswer = Api.recycleSession.result.extend({ waited: Waited.optional() });
@@ -148,15 +141,6 @@ export const HttpApi = {
     query: NoQuery,
     responses: [json(Checkpoint), json(SnapshotPending, [202], "the runner has not finished yet: GET the Location header's …/snapshots/:requestId")],
   },
-  getSnapshot: httpRoute({
-    method: "GET",
-    path: "/v1/sessions/:id/snapshots/:requestId",
-    summary: `Wait for a snapshot a 202 named: its Checkpoint once taken, 202 again if ?timeoutMs (default ${DEFAULT_WAIT_MS}) passed first; 409 if the runner refused it or the session ended; 404 if unknown or given up.`,
-    params: z.object({ id: Id, requestId: Id }).strict(),
-    query: SnapshotWaitQuery,
-    responses: [json(Checkpoint), json(SnapshotPending, [202], "not taken yet")],
-    errors: ["forbidden", "not_found", "conflict"],
-  }),
   recycleSession: {
     ...lifecycle("recycle", "Replace a session by a fresh one from its latest checkpoint; answers both.", EmptyBody, true),
     responses: [json(RecycleAnswer, [201])],
@@ -227,6 +211,7 @@ export const HttpApi = {
     errors: ["forbidden", "not_found", "conflict"],
   }),
   ...FileRoutes,
+  ...SnapshotRoutes,
   ...ExecRoutes,
   ...AgentRoutes,
   ...WebhookRoutes,

@@ -1,0 +1,28 @@
+import { z } from "zod";
+import { Id } from "../ids.ts";
+import { Checkpoint } from "../session.ts";
+import { httpRoute, json } from "./route.ts";
+import { DEFAULT_WAIT_MS, QueryWaitMs } from "./query.ts";
+
+/**
+ * A snapshot the runner had not finished within the call's wait (a large
+ * workspace): 202 with this and `Location: /v1/sessions/:id/snapshots/:requestId`,
+ * which answers the Checkpoint once it is taken.
+ */
+export const SnapshotPending = z.object({ sessionId: Id, requestId: Id, status: z.literal("pending") }).strict();
+export type SnapshotPending = z.infer<typeof SnapshotPending>;
+/** `?timeoutMs=N` of GET …/snapshots/:requestId: how long to wait for it (DEFAULT_WAIT_MS when absent). */
+export const SnapshotWaitQuery = z.object({ timeoutMs: QueryWaitMs }).strict();
+
+/** Waiting on a snapshot a 202 named (POST …/snapshot stays with the lifecycle routes). */
+export const SnapshotRoutes = {
+  getSnapshot: httpRoute({
+    method: "GET",
+    path: "/v1/sessions/:id/snapshots/:requestId",
+    summary: `Wait for a snapshot a 202 named: its Checkpoint once taken, 202 again if ?timeoutMs (default ${DEFAULT_WAIT_MS}) passed first; 409 if the runner refused it or the session ended; 404 if unknown or given up.`,
+    params: z.object({ id: Id, requestId: Id }).strict(),
+    query: SnapshotWaitQuery,
+    responses: [json(Checkpoint), json(SnapshotPending, [202], "not taken yet")],
+    errors: ["forbidden", "not_found", "conflict"],
+  }),
+} as const;
