@@ -3,6 +3,7 @@
 // command lines and the typed errors both scripts share.
 import { createHash } from "node:crypto";
 import { createReadStream, readFileSync } from "node:fs";
+import { z } from "zod";
 import { Buckets, ObjectStores, objectStoreKind } from "@paddock/contracts";
 import { intFlag, parseScriptFlags, ScriptUsageError, stringFlag, switchFlag, type ScriptArgs } from "@paddock/testing";
 
@@ -30,6 +31,25 @@ export function isBackedUpStore(store: string): boolean {
   return store !== ObjectStores.transfers && objectStoreKind(store) !== undefined;
 }
 
+/**
+ * A runner's chunk stream (`runnerChunkStream`, docs/decisions/0062): the
+ * chunks its manifest checkpoints name. Backed up with the checkpoint stores,
+ * or a restored manifest checkpoint could not be restored. Its owner is
+ * `chunkStreamOwner` (@paddock/contracts).
+ */
+export function isChunkStream(name: string): boolean {
+  return /^chunks-runner-[A-Za-z0-9_-]+$/.test(name);
+}
+
+/** One runner's chunk stream in a backup: its records file (scripts/backup-chunks.ts) and how many chunks it holds. */
+export const ManifestChunkStream = z.object({
+  stream: z.string().refine(isChunkStream, "is not a chunk stream"),
+  /** The data file (relative path). */
+  file: z.string().min(1),
+  chunks: z.number().int().nonnegative(),
+});
+export type ManifestChunkStream = z.infer<typeof ManifestChunkStream>;
+
 export interface ManifestFile {
   /** Relative to the backup directory. */
   path: string;
@@ -53,6 +73,8 @@ export interface Manifest {
   createdAt: string;
   kv: Array<{ bucket: string; file: string; entries: number }>;
   objectStores: Array<{ store: string; objects: ManifestObject[] }>;
+  /** One file of chunk records per runner's chunk stream (scripts/backup-chunks.ts); absent from backups older than chunks. */
+  chunkStreams?: ManifestChunkStream[];
   /** Every data file with its length and sha256: a restore checks them all before it writes anything. */
   files: ManifestFile[];
 }

@@ -2,7 +2,8 @@
 // Paddock's state (docs/operations.md, Backup and restore): the latest value of
 // every key of every backed-up KV bucket (JSON lines, values base64) and every
 // object of the checkpoint and environment-snapshot stores (one file each, its
-// metadata in the manifest), with a manifest of counts and sha256 digests.
+// metadata in the manifest), every chunk of the runners' chunk streams (one
+// file of records per stream), with a manifest of counts and sha256 digests.
 // Each bucket and store is read in turn, not at one instant: see the doc for
 // what a backup taken under load may miss.
 import { createHash } from "node:crypto";
@@ -12,7 +13,8 @@ import { once } from "node:events";
 import { isStreamNotFound } from "@paddock/bus";
 import { kvStreamName } from "@paddock/contracts";
 import { parseScriptArgsOrExit } from "@paddock/testing";
-import { BACKUP_FORMAT, BACKUP_USAGE, backedUpBuckets, credentialsOf, isBackedUpStore, parseBackupArgs, type KvLine, type Manifest, type ManifestFile, type ManifestObject } from "./backup-format.ts";
+import { encodeChunkRecord } from "./backup-chunks.ts";
+import { BACKUP_FORMAT, BACKUP_USAGE, backedUpBuckets, credentialsOf, isBackedUpStore, isChunkStream, parseBackupArgs, type KvLine, type Manifest, type ManifestFile, type ManifestObject } from "./backup-format.ts";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
@@ -114,6 +116,31 @@ async function backupObjectStores(nc: NatsConnection, jsm: JetStreamManager, dir
   }
 }
 
+/** Each runner's chunk stream as one file of records (scripts/backup-chunks.ts), sorted by subject. */
+async function backupChunkStreams(jsm: JetStreamManager, dir: string, manifest: Manifest): Promise<void> {
+  mkdirSync(join(dir, "chunks"), { mode: 0o700 });
+  const streams: string[] = [];
+  for await (const name of jsm.streams.names()) if (isChunkStream(name)) streams.push(name);
+  streams.sort();
+  manifest.chunkStreams = [];
+  for (const stream of streams) {
+    // One message per subject (max_msgs_per_subject 1): the subjects are the chunks.
+    const subjects = Object.keys((await jsm.streams.info(stream, { subjects_filter: ">" })).state.subjects ?? {}).sort();
+    const file = new HashedFile(dir, join("chunks", `${stream}.bin`));
+    let chunks = 0;
+    for (const subject of subjects) {
+      // Collected (unreferenced) since the listing: nothing names it any more.
+      const m = await jsm.direct.getMessage(stream, { last_by_subj: subject });
+      if (m === null) continue;
+      for (const part of encodeChunkRecord(subject, m.data)) await file.write(part);
+      chunks += 1;
+    }
+    const written = await file.close();
+    manifest.files.push(written);
+    manifest.chunkStreams.push({ stream, file: written.path, chunks });
+  }
+}
+
 async function main(): Promise<void> {
   const args = parseScriptArgsOrExit(BACKUP_USAGE, parseBackupArgs);
   // Never mixed into an older backup: its manifest would not describe the files.
@@ -129,10 +156,14 @@ async function main(): Promise<void> {
     const manifest: Manifest = { format: BACKUP_FORMAT, createdAt: new Date().toISOString(), kv: [], objectStores: [], files: [] };
     await backupBuckets(nc, jsm, args.out, manifest);
     await backupObjectStores(nc, jsm, args.out, manifest);
+    // After the stores, so every chunk a backed-up manifest names is still there: the collector deletes a chunk only
+    // after a grace period in which no manifest named it (a chunk stored in between is copied too, named by nothing).
+    await backupChunkStreams(jsm, args.out, manifest);
     writeFileSync(join(args.out, "manifest.json"), `${JSON.stringify(manifest, null, 2)}\n`, { mode: 0o600 });
     const objects = manifest.objectStores.reduce((sum, s) => sum + s.objects.length, 0);
     const keys = manifest.kv.reduce((sum, b) => sum + b.entries, 0);
-    process.stdout.write(`${JSON.stringify({ buckets: manifest.kv.length, keys, stores: manifest.objectStores.length, objects })}\n`);
+    const chunks = (manifest.chunkStreams ?? []).reduce((sum, c) => sum + c.chunks, 0);
+    process.stdout.write(`${JSON.stringify({ buckets: manifest.kv.length, keys, stores: manifest.objectStores.length, objects, chunkStreams: manifest.chunkStreams?.length ?? 0, chunks })}\n`);
   } finally {
     await nc.close();
   }

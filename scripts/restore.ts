@@ -3,18 +3,19 @@
 // restore), before any Paddock service starts. In order: every file is checked
 // against the manifest (a corrupt backup writes nothing); a server already
 // holding Paddock state is refused unless --force (nothing written); the
-// storage is provisioned as the services would; keys and objects are written;
-// what the server then holds is compared with the backup.
+// storage is provisioned as the services would; keys, objects and chunks are
+// written; what the server then holds is compared with the backup.
 import { createReadStream, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { Readable } from "node:stream";
-import { isStreamNotFound, provision } from "@paddock/bus";
-import { kvStreamName } from "@paddock/contracts";
+import { chunkStreamConfig, isStreamNameInUse, isStreamNotFound, provision } from "@paddock/bus";
+import { chunkStreamOwner, kvStreamName } from "@paddock/contracts";
 import { parseScriptArgsOrExit } from "@paddock/testing";
-import { BACKUP_FORMAT, BackupCorruptError, backedUpBuckets, credentialsOf, isBackedUpStore, parseRestoreArgs, RESTORE_USAGE, RestoreTargetNotEmptyError, RestoreVerifyError, sha256OfFile, type KvLine, type Manifest } from "./backup-format.ts";
+import { checkChunkFile, readChunkRecords } from "./backup-chunks.ts";
+import { BACKUP_FORMAT, BackupCorruptError, backedUpBuckets, credentialsOf, isBackedUpStore, ManifestChunkStream, parseRestoreArgs, RESTORE_USAGE, RestoreTargetNotEmptyError, RestoreVerifyError, sha256OfFile, type KvLine, type Manifest } from "./backup-format.ts";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 
@@ -37,13 +38,19 @@ async function verifiedManifest(dir: string): Promise<Manifest> {
     }
     if (digest !== f.sha256) throw new BackupCorruptError(`${f.path}: sha256 ${digest}, the manifest says ${f.sha256}`);
   }
+  // Absent from backups older than chunk streams; where present, every entry must name a chunk stream.
+  const parsedChunkStreams = ManifestChunkStream.array().optional().safeParse(manifest.chunkStreams);
+  if (!parsedChunkStreams.success) throw new BackupCorruptError(`${dir}/manifest.json: chunkStreams: ${parsedChunkStreams.error.issues.map((i) => `${i.path.join(".")} ${i.message}`).join("; ")}`);
+  const chunkStreams = parsedChunkStreams.data ?? [];
   // A bucket or object whose file the manifest does not vouch for is not restored on trust.
-  for (const path of [...manifest.kv.map((b) => b.file), ...manifest.objectStores.flatMap((s) => s.objects.map((o) => o.file))]) {
+  for (const path of [...manifest.kv.map((b) => b.file), ...manifest.objectStores.flatMap((s) => s.objects.map((o) => o.file)), ...chunkStreams.map((c) => c.file)]) {
     if (!listed.has(path)) throw new BackupCorruptError(`${path} has no digest in the manifest`);
   }
   for (const b of manifest.kv) if (!backedUpBuckets().includes(b.bucket)) throw new BackupCorruptError(`bucket ${b.bucket} is not one Paddock backs up`);
   for (const s of manifest.objectStores) if (!isBackedUpStore(s.store)) throw new BackupCorruptError(`object store ${s.store} is not one Paddock backs up`);
-  return manifest;
+  // Every record is read here, before anything is written: one publishing outside its stream's subjects is refused.
+  for (const c of chunkStreams) await checkChunkFile(join(dir, c.file), c.stream, c.chunks);
+  return { ...manifest, chunkStreams };
 }
 
 async function messagesIn(jsm: JetStreamManager, stream: string): Promise<number> {
@@ -55,9 +62,9 @@ async function messagesIn(jsm: JetStreamManager, stream: string): Promise<number
   }
 }
 
-/** The buckets and stores of the backup that already hold something on the server. */
+/** The buckets, stores and chunk streams of the backup that already hold something on the server. */
 async function occupied(jsm: JetStreamManager, manifest: Manifest): Promise<string[]> {
-  const streams = [...manifest.kv.map((b) => kvStreamName(b.bucket)), ...manifest.objectStores.map((s) => `OBJ_${s.store}`)];
+  const streams = [...manifest.kv.map((b) => kvStreamName(b.bucket)), ...manifest.objectStores.map((s) => `OBJ_${s.store}`), ...(manifest.chunkStreams ?? []).map((c) => c.stream)];
   const found: string[] = [];
   for (const stream of streams) if ((await messagesIn(jsm, stream)) > 0) found.push(stream);
   return found;
@@ -84,12 +91,25 @@ async function writeAll(nc: NatsConnection, dir: string, manifest: Manifest, rep
       await os.put({ name: o.name, ...(o.description !== undefined ? { description: o.description } : {}), ...(o.metadata !== undefined ? { metadata: o.metadata } : {}) }, data);
     }
   }
+  const jsm = await jetstreamManager(nc);
+  const js = jetstream(nc);
+  for (const c of manifest.chunkStreams ?? []) {
+    const owner = chunkStreamOwner(c.stream);
+    if (owner === undefined) throw new BackupCorruptError(`chunk stream ${c.stream} names no runner`); // checked by verifiedManifest
+    // Made by its runner's provisioning; made here as it would (same config). With --force it may already exist
+    // (the same config adds as a no-op; another one, e.g. other replicas, is left as its runner made it).
+    await jsm.streams.add(chunkStreamConfig(owner.poolId, owner.runnerId, replicas)).catch((err: unknown) => {
+      if (!isStreamNameInUse(err)) throw err;
+    });
+    for await (const r of readChunkRecords(join(dir, c.file))) await js.publish(r.subject, r.data);
+  }
 }
 
-/** Reads back what was written: every key's value and every object's size and digest equal the backup's. */
-async function verify(nc: NatsConnection, dir: string, manifest: Manifest): Promise<{ keys: number; objects: number }> {
+/** Reads back what was written: every key's value, every object's size and digest and every chunk's bytes equal the backup's. */
+async function verify(nc: NatsConnection, dir: string, manifest: Manifest): Promise<{ keys: number; objects: number; chunks: number }> {
   let keys = 0;
   let objects = 0;
+  let chunks = 0;
   const kvm = new Kvm(nc);
   for (const b of manifest.kv) {
     const kv = await kvm.open(b.bucket);
@@ -111,7 +131,15 @@ async function verify(nc: NatsConnection, dir: string, manifest: Manifest): Prom
       objects += 1;
     }
   }
-  return { keys, objects };
+  const jsm = await jetstreamManager(nc);
+  for (const c of manifest.chunkStreams ?? []) {
+    for await (const r of readChunkRecords(join(dir, c.file))) {
+      const m = await jsm.direct.getMessage(c.stream, { last_by_subj: r.subject });
+      if (m === null || m.data.length !== r.data.length || !Buffer.from(m.data).equals(r.data)) throw new RestoreVerifyError(`${c.stream}: chunk ${r.subject} is not the backed-up one`);
+      chunks += 1;
+    }
+  }
+  return { keys, objects, chunks };
 }
 
 async function main(): Promise<void> {
@@ -126,7 +154,7 @@ async function main(): Promise<void> {
     await provision(nc, { replicas: args.replicas });
     await writeAll(nc, args.from, manifest, args.replicas);
     const counts = await verify(nc, args.from, manifest);
-    process.stdout.write(`${JSON.stringify({ buckets: manifest.kv.length, keys: counts.keys, stores: manifest.objectStores.length, objects: counts.objects, verified: true })}\n`);
+    process.stdout.write(`${JSON.stringify({ buckets: manifest.kv.length, keys: counts.keys, stores: manifest.objectStores.length, objects: counts.objects, chunkStreams: manifest.chunkStreams?.length ?? 0, chunks: counts.chunks, verified: true })}\n`);
   } finally {
     await nc.close();
   }

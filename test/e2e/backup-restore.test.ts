@@ -4,8 +4,10 @@
  * scripts/restore.ts writes them into a brand-new nats-server; the services
  * started on it with the same secrets take up the old state — the environment,
  * the member and her token, and a cold-suspended session that resumes from
- * its restored checkpoint with its file. A corrupt backup and a server that is
- * not empty are refused before anything is written; bad flags are usage errors.
+ * its restored checkpoint with its file (a manifest checkpoint: its chunks
+ * come back from the backed-up chunk stream). A corrupt backup, a chunk file
+ * publishing outside its stream and a server that is not empty are refused
+ * before anything is written; bad flags are usage errors.
  */
 import { spawn } from "node:child_process";
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -15,9 +17,10 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { Buckets, ObjectStores } from "@paddock/contracts";
+import { Buckets, MANIFEST_FORMAT, ObjectStores, runnerChunkStream, Subjects } from "@paddock/contracts";
 import { repoRoot, startNatsServer, startService, startStack, untilSession, type NatsServerHandle, type ServiceProcess, type Stack } from "@paddock/testing";
 import type { Manifest } from "../../scripts/backup-format.ts";
+import { encodeChunkRecord, readChunkRecords } from "../../scripts/backup-chunks.ts";
 import { api } from "./helpers.ts";
 
 /** Runs one of the scripts to its exit. */
@@ -108,9 +111,12 @@ describe("backup and restore", () => {
     }
   });
 
-  it("backs up the live stack: every bucket and checkpoint store, each file's sha256 in the manifest", async () => {
+  it("backs up the live stack: every bucket, checkpoint store and chunk stream, each file's sha256 in the manifest", async () => {
     const r = await runScript("backup", ["--nats", stack.nats.url, "--out", backupDir]);
     expect(r.code, r.stderr).toBe(0);
+    const summary = JSON.parse(r.stdout) as { chunkStreams: number; chunks: number };
+    expect(summary.chunkStreams).toBeGreaterThanOrEqual(1);
+    expect(summary.chunks).toBeGreaterThan(0);
     const manifest = JSON.parse(readFileSync(join(backupDir, "manifest.json"), "utf8")) as Manifest;
     for (const f of manifest.files) expect(createHash("sha256").update(readFileSync(join(backupDir, f.path))).digest("hex"), f.path).toBe(f.sha256);
     const entries = Object.fromEntries(manifest.kv.map((b) => [b.bucket, b.entries]));
@@ -123,6 +129,12 @@ describe("backup and restore", () => {
     // The cold checkpoint is in the runner's own store.
     const checkpoints = manifest.objectStores.filter((s) => s.store.startsWith(ObjectStores.checkpoints)).flatMap((s) => s.objects);
     expect(checkpoints.length).toBeGreaterThanOrEqual(1);
+    // Checkpoints are manifests (the runner's default): without their chunks they could not be restored.
+    expect(checkpoints.map((o) => o.description)).toContain(MANIFEST_FORMAT);
+    const chunkStreams = manifest.chunkStreams ?? [];
+    expect(chunkStreams.map((c) => c.stream)).toContain(runnerChunkStream("default", "runner-1"));
+    expect(chunkStreams.reduce((sum, c) => sum + c.chunks, 0)).toBe(summary.chunks);
+    for (const c of chunkStreams) expect(manifest.files.map((f) => f.path)).toContain(c.file);
     expect(manifest.objectStores.map((s) => s.store)).not.toContain(ObjectStores.transfers);
   });
 
@@ -142,10 +154,42 @@ describe("backup and restore", () => {
     expect(await streamsOf(fresh.url)).toEqual({});
   });
 
-  it("restores into a brand-new server and verifies every key and object", async () => {
+  it("a chunk file with a record outside its stream's subjects is refused before anything is written, its digest right or not", async () => {
+    const bad = join(work, "foreign-chunk");
+    cpSync(backupDir, bad, { recursive: true });
+    const manifest = JSON.parse(readFileSync(join(bad, "manifest.json"), "utf8")) as Manifest;
+    const victim = (manifest.chunkStreams ?? []).find((c) => c.chunks > 0)!;
+    // The first chunk moved to another runner's subjects: a restore must not publish into a stream it is not restoring.
+    const parts: Uint8Array[] = [];
+    let first = true;
+    for await (const rec of readChunkRecords(join(bad, victim.file))) {
+      const subject = first ? Subjects.chunk("default", "intruder", rec.subject.slice(rec.subject.lastIndexOf(".") + 1)) : rec.subject;
+      first = false;
+      parts.push(...encodeChunkRecord(subject, rec.data));
+    }
+    const bytes = Buffer.concat(parts);
+    writeFileSync(join(bad, victim.file), bytes);
+    // The manifest vouches for the altered file: only the subject check stands in the way.
+    const entry = manifest.files.find((f) => f.path === victim.file)!;
+    entry.bytes = bytes.length;
+    entry.sha256 = createHash("sha256").update(bytes).digest("hex");
+    writeFileSync(join(bad, "manifest.json"), JSON.stringify(manifest));
+    const r = await runScript("restore", ["--nats", fresh!.url, "--from", bad]);
+    expect([r.code, r.stderr]).toEqual([3, expect.stringContaining("backup-corrupt")]);
+    expect(r.stderr).toContain("is not a chunk of");
+    expect(await streamsOf(fresh!.url)).toEqual({});
+  });
+
+  it("restores into a brand-new server and verifies every key, object and chunk", async () => {
     const r = await runScript("restore", ["--nats", fresh!.url, "--from", backupDir]);
     expect(r.code, r.stderr).toBe(0);
-    expect(JSON.parse(r.stdout)).toMatchObject({ verified: true });
+    const restored = JSON.parse(r.stdout) as { verified: boolean; chunks: number };
+    expect(restored.verified).toBe(true);
+    expect(restored.chunks).toBeGreaterThan(0);
+    // The runner's chunk stream is back with every chunk.
+    const manifest = JSON.parse(readFileSync(join(backupDir, "manifest.json"), "utf8")) as Manifest;
+    const streams = await streamsOf(fresh!.url);
+    for (const c of manifest.chunkStreams ?? []) expect(streams[c.stream], c.stream).toBe(c.chunks);
   });
 
   it("a server that already holds state is refused with nothing written, unless --force", async () => {

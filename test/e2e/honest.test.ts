@@ -57,7 +57,7 @@ describe("honest answers", () => {
     expect(sessionOf(warm).state).toBe("suspended_warm");
     const cold = await post(`/v1/sessions/${s.id}/suspend`, { warm: false });
     expect(cold.status).toBe(200);
-    expect(sessionOf(cold)).toMatchObject({ state: "suspended_cold", checkpoint: { format: "tar+gzip+aes256gcm" } });
+    expect(sessionOf(cold)).toMatchObject({ state: "suspended_cold", checkpoint: { format: "manifest+aes256gcm" } });
 
     const resumed = await post(`/v1/sessions/${s.id}/resume`, {});
     expect(sessionOf(resumed)).toMatchObject({ state: "running", placementGeneration: 2 });

@@ -82,7 +82,7 @@ describe("suspend and resume", () => {
     const first = await getSession(s.id);
     const suspended = sessionOf(await post(`/v1/sessions/${s.id}/suspend`, { warm: false }));
     expect(suspended.state).toBe("suspended_cold");
-    expect(suspended.checkpoint).toMatchObject({ format: "tar+gzip+aes256gcm" });
+    expect(suspended.checkpoint).toMatchObject({ format: "manifest+aes256gcm" });
     await expectSealed(suspended);
     // Load the first runner so placement (most free capacity first) picks the new one.
     const ballast = await createSession({ spec: { cmd: ["sleep", "600"] } });
@@ -131,7 +131,7 @@ describe("snapshot, one-shot, recycle, apps", () => {
     await outputOf(s.id, (t) => t.includes("ready"));
     const snap = await post(`/v1/sessions/${s.id}/snapshot`);
     expect(snap.status).toBe(200);
-    expect(snap.body).toMatchObject({ format: "tar+gzip+aes256gcm", capabilities: ["portable"] });
+    expect(snap.body).toMatchObject({ format: "manifest+aes256gcm", capabilities: ["portable"] });
     await expectSealed(await getSession(s.id));
     expect((await getSession(s.id)).state).toBe("running");
   });

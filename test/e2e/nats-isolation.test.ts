@@ -17,7 +17,7 @@ import { Kvm } from "@nats-io/kv";
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { callRpc, provision } from "@paddock/bus";
 import { Objm } from "@nats-io/obj";
-import { FleetRpc, Headers, inboxPrefixOf, ObjectStores, runnerObjectStore, Subjects } from "@paddock/contracts";
+import { FleetRpc, Headers, inboxPrefixOf, ObjectStores, runnerChunkStream, runnerObjectStore, Subjects } from "@paddock/contracts";
 import { connectAs, ControlPlaneUsers, natsAuthConfig, runnerUser, startNatsServer, startStack, type NatsServerHandle, type Stack } from "@paddock/testing";
 import { api, sessionOf, Terminal, waitForAuditEvents } from "./helpers.ts";
 import { denied } from "./nats-denied.ts";
@@ -373,7 +373,7 @@ describe("the whole stack with per-service credentials", () => {
     await before.until((t) => t.output().includes("wrote"));
     before.ws.close();
     const suspended = await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/suspend`, { warm: false });
-    expect(sessionOf(suspended)).toMatchObject({ state: "suspended_cold", checkpoint: { format: "tar+gzip+aes256gcm" } });
+    expect(sessionOf(suspended)).toMatchObject({ state: "suspended_cold", checkpoint: { format: "manifest+aes256gcm" } });
     const resumed = await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/resume`, {});
     expect(sessionOf(resumed)).toMatchObject({ state: "running", placementGeneration: 2 });
     const after = await Terminal.open(stack.url, stack.token, s.id, "mode=viewer&since=all");
@@ -396,6 +396,15 @@ describe("the whole stack with per-service credentials", () => {
     expect(await denied(intruder, `$O.${store}.C.`, () => os.putBlob({ name: path.join("/") }, new TextEncoder().encode("garbage")))).toMatch(/permissions violation/i);
     const jsm = await jetstreamManager(intruder);
     expect(await denied(intruder, `$JS.API.STREAM.PURGE.OBJ_${store}`, () => jsm.streams.purge(`OBJ_${store}`))).toMatch(/permissions violation/i);
+    // Its chunks (the checkpoint is a manifest naming them): readable, as a takeover needs, but neither replaced nor purged.
+    const chunks = runnerChunkStream("default", "runner-1");
+    // Listed as the operator (a runner may not ask another's stream for its subjects).
+    const subjects = Object.keys((await (await jetstreamManager(nc)).streams.info(chunks, { subjects_filter: ">" })).state.subjects ?? {});
+    expect(subjects.length).toBeGreaterThan(0);
+    const chunkSubject = subjects[0] ?? "";
+    expect((await jsm.direct.getMessage(chunks, { last_by_subj: chunkSubject }))?.data.length).toBeGreaterThan(0);
+    expect(await denied(intruder, chunkSubject, () => jetstream(intruder).publish(chunkSubject, new TextEncoder().encode("garbage")))).toMatch(/permissions violation/i);
+    expect(await denied(intruder, `$JS.API.STREAM.PURGE.${chunks}`, () => jsm.streams.purge(chunks, { filter: chunkSubject }))).toMatch(/permissions violation/i);
     expect(sessionOf(await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/resume`, {}))).toMatchObject({ state: "running", placementGeneration: 2 });
     const after = await Terminal.open(stack.url, stack.token, s.id, "mode=viewer&since=all");
     await after.until((t) => t.output().includes("restored:kept"));

@@ -10,7 +10,7 @@ import type { SandboxSettings } from "./sandbox-choice.ts";
 import type { SecretResolver } from "./sessions/secrets.ts";
 import type { SessionManager } from "./sessions/sessions.ts";
 import type { TerminalSettings } from "./terminal/term-options.ts";
-import type { CheckpointCompression } from "./workspace/checkpoint.ts";
+import type { CheckpointCompression, CheckpointFormat } from "./workspace/checkpoint.ts";
 import type { WorkspaceLimits } from "./workspace/workspace-ops.ts";
 
 export type AgentConfig = Pick<
@@ -42,6 +42,7 @@ export type AgentConfig = Pick<
   execReaderTimeoutMs?: number;
   /** How checkpoints are packed; gzip when absent. */
   checkpointCompression?: CheckpointCompression;
+  checkpointFormat?: CheckpointFormat;
   /** Stream replicas (`PADDOCK_REPLICAS`); 1 when absent (a single server). */
   replicas?: number;
   /** Held check interval (`PADDOCK_RUNNER_HELD_CHECK_MS`); 30 s when absent, 0 disables. */

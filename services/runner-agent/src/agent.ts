@@ -239,7 +239,11 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       metrics,
       facts,
       sandbox: backend,
-      checkpoints: createCheckpointStore(nc, { poolId: config.poolId, runnerId: config.runnerId }, config.checkpointCompression),
+      checkpoints: createCheckpointStore(
+        nc,
+        { poolId: config.poolId, runnerId: config.runnerId },
+        { compression: config.checkpointCompression, format: config.checkpointFormat, onManifest: (stats) => log.info(stats, "checkpoint manifest stored") },
+      ),
       secrets: deps.secrets ?? noSecrets,
       now: deps.now,
       dataDir: config.dataDir,

@@ -76,6 +76,8 @@ export interface CheckpointGcMetrics {
   collected: Counter<"store">;
   /** Seal keys deleted whose object was already gone. */
   orphanKeys: Counter;
+  /** Checkpoint chunks deleted (docs/decisions/0062). */
+  chunks: Counter;
 }
 
 export function createCheckpointGcMetrics(registry: Registry): CheckpointGcMetrics {
@@ -89,6 +91,11 @@ export function createCheckpointGcMetrics(registry: Registry): CheckpointGcMetri
     orphanKeys: new Counter({
       name: "paddock_seal_keys_collected_total",
       help: "Seal keys deleted because their object no longer exists",
+      registers: [registry],
+    }),
+    chunks: new Counter({
+      name: "paddock_checkpoint_chunks_collected_total",
+      help: "Chunks of incremental checkpoints deleted because no kept manifest names them",
       registers: [registry],
     }),
   };

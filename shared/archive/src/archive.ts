@@ -205,11 +205,13 @@ export async function extractArchive(source: Readable, dir: string | DirFd, limi
     source.destroy();
     throw err;
   }
-  const { parser, release } = descriptorUnpacker(root, accept, refuse, { hooks: opts.hooks, owner: opts.owner });
+  const { parser, release, idle } = descriptorUnpacker(root, accept, refuse, { hooks: opts.hooks, owner: opts.owner });
   try {
     if (opts.gzip ?? true) await pipeline(source, createGunzip({ chunkSize: INFLATE_CHUNK_BYTES }), capper, parser, { signal: stop.signal });
     else await pipeline(source, capper, parser, { signal: stop.signal });
+    await idle(false);
   } catch (err) {
+    await idle(true);
     if (refused !== undefined) throw refused;
     // A sealed source that does not open says so, rather than "invalid archive".
     if (source.errored instanceof SealError) throw source.errored;

@@ -1,6 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, linkSync, lstatSync, mkdirSync, readFileSync, readlinkSync, statSync, symlinkSync, writeFileSync, existsSync } from "node:fs";
+import { chmodSync, linkSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSync, symlinkSync, writeFileSync, existsSync } from "node:fs";
 import { Readable } from "node:stream";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -44,6 +44,25 @@ describe("tarChunks", () => {
     expect(lstatSync(join(dst, "a", "link")).isSymbolicLink()).toBe(true);
     expect(readlinkSync(join(dst, "a", "link"))).toBe("b/f3.txt");
     expect(existsSync(join(dst, "pipe"))).toBe(false);
+  });
+
+  it("extracts large files with overlapped writes whole, and a refusal after one leaves no descriptor open", async () => {
+    const src = scratch();
+    const bigs = [randomBytes(5 * SYNC_PACK_MAX_BYTES + 77), randomBytes(3 * SYNC_PACK_MAX_BYTES)];
+    bigs.forEach((b, i) => writeFileSync(join(src, `big${i}.bin`), b));
+    writeFileSync(join(src, "small.txt"), "small\n");
+    const archive = await tarOf(src, ["."]);
+    const dst = scratch();
+    await extractArchive(Readable.from([archive]), dst, undefined, { gzip: false });
+    bigs.forEach((b, i) => expect(readFileSync(join(dst, `big${i}.bin`)).equals(b)).toBe(true));
+    expect(readFileSync(join(dst, "small.txt"), "utf8")).toBe("small\n");
+
+    // The same archive with an entry it must refuse after the large files: the call rejects (never hangs) and closes what it opened.
+    const fds = () => readdirSync("/proc/self/fd").length;
+    const before = fds();
+    const refused = Buffer.concat([archive.subarray(0, archive.length - 1024), execFileSync("tar", ["-cf", "-", "--absolute-names", "/etc/hostname"])]);
+    await expect(extractArchive(Readable.from([refused]), scratch(), undefined, { gzip: false })).rejects.toThrow(/absolute|invalid/);
+    expect(fds()).toBe(before);
   });
 
   it("packs one file under its own name, and an empty directory as just itself", async () => {

@@ -32,7 +32,7 @@ interface Walk {
 }
 
 /** node-tar's portable mode: owner can always read and write, no group/other write, listable directories. */
-function portableMode(mode: number, isDir: boolean): number {
+export function portableMode(mode: number, isDir: boolean): number {
   let m = ((mode & 0o7777) | 0o600) & ~0o22;
   if (isDir) {
     if (m & 0o400) m |= 0o100;
@@ -43,7 +43,7 @@ function portableMode(mode: number, isDir: boolean): number {
 }
 
 /** The header block(s) of one entry (a pax record first when the path or link does not fit). */
-function header(data: HeaderData): Buffer {
+export function header(data: HeaderData): Buffer {
   const h = new Header(data);
   const needPax = h.encode();
   const block = h.block as Buffer;
@@ -116,7 +116,7 @@ async function* walkEntry(parent: DirFd, name: string, rel: string, depth: numbe
 }
 
 /** A symlink's target and lstat, read without following it; undefined when it went away or is no longer a link. */
-function symlinkOf(parent: DirFd, name: string): { target: string; stat: Stats } | undefined {
+export function symlinkOf(parent: DirFd, name: string): { target: string; stat: Stats } | undefined {
   try {
     const stat = lstatSync(parent.at(name));
     if (!stat.isSymbolicLink()) return undefined;

@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { closeSync, fchownSync, futimesSync, lchownSync, linkSync, openSync, renameSync, symlinkSync, writeSync } from "node:fs";
+import { closeSync, fchownSync, futimesSync, lchownSync, linkSync, openSync, renameSync, symlinkSync, write, writeSync } from "node:fs";
+import { promisify } from "node:util";
 import { posix } from "node:path";
 import { Parser, type ReadEntry } from "tar";
 import { errnoOf, MAX_DIR_DEPTH, type DirFd, type FileOwner } from "./dir-fd.ts";
@@ -7,6 +8,18 @@ import { ArchiveRejectedError } from "./errors.ts";
 // A new file only (fresh-file.ts): never truncates or writes through something already there (a link, a FIFO, another name of a file).
 import { CREATE_FLAGS, openFresh, unlinkQuietly } from "./fresh-file.ts";
 
+
+/** Files larger than this are written with overlapped asynchronous writes (see writeFile). */
+const OVERLAPPED_WRITE_MIN_BYTES = 1024 * 1024;
+/** Writes of one file in flight at once. */
+const OVERLAPPED_WRITES = 4;
+
+const writeAsync = promisify(write);
+
+/** All of chunk at offset `at` of fd. */
+async function writeFully(fd: number, chunk: Buffer, at: number): Promise<void> {
+  for (let done = 0; done < chunk.length; ) done += (await writeAsync(fd, chunk, done, chunk.length - done, at + done)).bytesWritten;
+}
 
 /** Directories kept open between entries (most archives list a directory's entries together). */
 const MAX_CACHED_DIRS = 64;
@@ -57,7 +70,7 @@ export function descriptorUnpacker(
   accept: (entry: ReadEntry) => boolean,
   refuse: (err: ArchiveRejectedError) => void,
   opts: UnpackOptions = {},
-): { parser: Parser; release: () => void } {
+): { parser: Parser; release: () => void; idle: (stopped: boolean) => Promise<void> } {
   const { hooks, owner } = opts;
   let released = false;
   const dirs = new Map<string, DirFd>();
@@ -141,6 +154,11 @@ export function descriptorUnpacker(
     }
   };
 
+  /** Files whose overlapped writes are still in flight: extraction is over only once these settle. */
+  const writing = new Set<Promise<void>>();
+  /** Files still open, each with how to give it up (an extraction stopped mid-entry never ends it). */
+  const open = new Set<() => void>();
+
   /** A file's bytes as they arrive, into a new inode; renamed over an existing name once complete. */
   const writeFile = (parent: DirFd, name: string, entry: ReadEntry): void => {
     const mode = (entry.mode ?? 0o644) & 0o777;
@@ -151,7 +169,6 @@ export function descriptorUnpacker(
       fd = openSync(parent.at(tmp), CREATE_FLAGS, mode);
     }
     const file = fd;
-    let failed = false;
     if (owner) {
       try {
         fchownSync(file, owner.uid, owner.gid);
@@ -161,23 +178,33 @@ export function descriptorUnpacker(
         throw err;
       }
     }
+    // A large file's writes go to the thread pool, a few at a time at their offsets, while the parser
+    // goes on (the entry paused past that many); a small one's are synchronous (fewer round trips).
+    const overlapped = (entry.size ?? 0) > OVERLAPPED_WRITE_MIN_BYTES;
+    let offset = 0;
+    let inFlight = 0;
+    let ended = false;
+    let failed = false;
+    let closed = false;
+    let settle = (): void => undefined;
+    if (overlapped) writing.add(new Promise<void>((resolve) => (settle = resolve)));
+    // The descriptor is closed only once no write is in flight: its number could name another file by then.
+    const close = (): void => {
+      if (closed || inFlight > 0) return;
+      closed = true;
+      open.delete(abandon);
+      closeSync(file);
+      if (failed && tmp !== undefined) unlinkQuietly(parent, tmp);
+      settle();
+    };
     const fail = (err: unknown): void => {
       if (failed) return;
       failed = true;
-      closeSync(file);
-      if (tmp !== undefined) unlinkQuietly(parent, tmp);
+      close();
       entry.resume();
       refuse(refusal(err, entry.path));
     };
-    entry.on("data", (chunk: Buffer) => {
-      if (failed) return;
-      try {
-        for (let at = 0; at < chunk.length; ) at += writeSync(file, chunk, at, chunk.length - at);
-      } catch (err) {
-        fail(err);
-      }
-    });
-    entry.on("end", () => {
+    const finish = (): void => {
       if (failed) return;
       try {
         if (entry.mtime) futimesSync(file, entry.mtime, entry.mtime);
@@ -187,7 +214,45 @@ export function descriptorUnpacker(
         return;
       }
       failed = true; // done: nothing left to undo
-      closeSync(file);
+      tmp = undefined;
+      close();
+    };
+    const abandon = (): void => {
+      failed = true;
+      close();
+    };
+    open.add(abandon);
+    entry.on("data", (chunk: Buffer) => {
+      if (failed) return;
+      if (!overlapped) {
+        try {
+          for (let at = 0; at < chunk.length; ) at += writeSync(file, chunk, at, chunk.length - at);
+        } catch (err) {
+          fail(err);
+        }
+        return;
+      }
+      const at = offset;
+      offset += chunk.length;
+      inFlight += 1;
+      if (inFlight >= OVERLAPPED_WRITES) entry.pause();
+      writeFully(file, chunk, at).then(
+        () => {
+          inFlight -= 1;
+          if (failed) return close();
+          if (ended && inFlight === 0) finish();
+          else entry.resume();
+        },
+        (err: unknown) => {
+          inFlight -= 1;
+          fail(err);
+          close();
+        },
+      );
+    });
+    entry.on("end", () => {
+      ended = true;
+      if (inFlight === 0) finish();
     });
   };
 
@@ -208,5 +273,10 @@ export function descriptorUnpacker(
     released = true;
     clearDirs();
   };
-  return { parser, release };
+  /** Resolves once every file's writes have landed (or failed) and its descriptor is closed; after a stop, gives up what is still open. */
+  const idle = async (stopped: boolean): Promise<void> => {
+    if (stopped) for (const abandon of [...open]) abandon();
+    await Promise.all(writing);
+  };
+  return { parser, release, idle };
 }

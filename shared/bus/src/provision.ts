@@ -10,7 +10,7 @@ import { Kvm, type KvOptions } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import { jserrors } from "@nats-io/jetstream/internal";
 import { NoRespondersError, RequestError, TimeoutError, type NatsConnection } from "@nats-io/transport-node";
-import { Buckets, kvStreamName, MAX_AGENT_FACTS_PER_SESSION, MAX_SCREEN_CHECKPOINT_BYTES, JOIN_TOKEN_MAX_TTL_MS, OIDC_BUCKET_TTL_MS, ObjectStores, runnerObjectStore, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
+import { Buckets, kvStreamName, MAX_AGENT_FACTS_PER_SESSION, MAX_SCREEN_CHECKPOINT_BYTES, JOIN_TOKEN_MAX_TTL_MS, OIDC_BUCKET_TTL_MS, ObjectStores, runnerObjectStore, runnerChunkStream, MANIFEST_CHUNK_BYTES, Streams, Subjects, TRANSFER_TTL_MS } from "@paddock/contracts";
 import { isStreamNameInUse, isStreamNotFound } from "./errors.ts";
 
 const NS_PER_MS = 1_000_000;
@@ -157,6 +157,23 @@ function retentionFieldsSet(opts: ProvisionOptions): Record<string, Array<keyof 
   };
 }
 
+/**
+ * A runner's chunk stream (docs/decisions/0062): one message per subject (a
+ * chunk's id is the hash of its bytes), read by direct get from any runner,
+ * removed from only by the scheduler's collector.
+ */
+export function chunkStreamConfig(poolId: string, runnerId: string, replicas: number): Partial<StreamConfig> & { name: string } {
+  return {
+    name: runnerChunkStream(poolId, runnerId),
+    subjects: [Subjects.chunksOfRunner(poolId, runnerId)],
+    storage: StorageType.File,
+    num_replicas: replicas,
+    max_msgs_per_subject: 1,
+    allow_direct: true,
+    max_msg_size: 2 * MANIFEST_CHUNK_BYTES,
+  };
+}
+
 const RETENTION_FIELDS: Array<keyof StreamConfig> = ["max_age", "duplicate_window", "max_msgs_per_subject", "max_bytes"];
 
 async function ensureStream(
@@ -261,5 +278,6 @@ async function provisionOnce(nc: NatsConnection, opts: ProvisionOptions): Promis
     for (const kind of [ObjectStores.checkpoints, ObjectStores.envSnapshots] as const) {
       await objm.create(runnerObjectStore(kind, opts.runner.poolId, opts.runner.runnerId), { replicas: opts.replicas });
     }
+    await ensureStream(jsm, chunkStreamConfig(opts.runner.poolId, opts.runner.runnerId, opts.replicas), []);
   }
 }

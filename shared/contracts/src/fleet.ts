@@ -199,6 +199,14 @@ export const RunnerFact = z.discriminatedUnion("type", [
 ]);
 export type RunnerFact = z.infer<typeof RunnerFact>;
 
+/**
+ * The checkpoints (refs) a new incremental checkpoint may reuse chunks of:
+ * ones the session's record (or its environment's) names when the command
+ * goes out, so the collector keeps their chunks until a newer checkpoint
+ * names them in turn (docs/decisions/0062).
+ */
+export const CheckpointBase = z.array(z.string().min(1).max(512)).max(2);
+
 const commandBase = {
   sessionId: Id,
   workspaceId: Id,
@@ -242,11 +250,11 @@ export const DispatchCommand = z.discriminatedUnion("type", [
     })
     .strict(),
   /** Warm: stop the processes in place (slot kept). Cold: checkpoint, then remove the sandbox. */
-  z.object({ type: z.literal("suspend"), ...commandBase, requestId: Id, warm: z.boolean() }).strict(),
+  z.object({ type: z.literal("suspend"), ...commandBase, requestId: Id, warm: z.boolean(), base: CheckpointBase.optional() }).strict(),
   /** Continue a warm-suspended sandbox. */
   z.object({ type: z.literal("resume"), ...commandBase, requestId: Id }).strict(),
   /** Checkpoint the workspace without stopping anything. */
-  z.object({ type: z.literal("checkpoint"), ...commandBase, requestId: Id }).strict(),
+  z.object({ type: z.literal("checkpoint"), ...commandBase, requestId: Id, base: CheckpointBase.optional() }).strict(),
   /** Start the next generation of one app. */
   z.object({ type: z.literal("restart_app"), ...commandBase, requestId: Id, app: Id, trigger: RunTrigger }).strict(),
 ]);

@@ -24,4 +24,5 @@ export * from "./nats-permissions.ts";
 export * from "./runner-join.ts";
 export * from "./body.ts";
 export * from "./snapshot.ts";
+export * from "./checkpoint-manifest.ts";
 export * from "./http/index.ts";

@@ -73,6 +73,30 @@ export function objectStoreKind(store: string): RunnerObjectKind | undefined {
   return undefined;
 }
 
+/**
+ * The stream one runner stores checkpoint chunks in (docs/decisions/0062):
+ * only that runner publishes into it, every runner of the fleet reads it by
+ * direct get, and only the scheduler's collector removes from it.
+ */
+export function runnerChunkStream(poolId: string, runnerId: string): string {
+  return `chunks-${runnerNatsUser(poolId, runnerId)}`;
+}
+
+/**
+ * `runnerChunkStream` read back: `chunks-runner-<len(pool)>-<pool>-<runner>` →
+ * its pool and runner, or undefined. Ids may contain `-`: the length says
+ * where the pool ends. One parse for the runner reading a chunk and the
+ * restore script checking a backup.
+ */
+export function chunkStreamOwner(stream: string): { poolId: string; runnerId: string } | undefined {
+  const m = /^chunks-runner-(\d+)-(.+)$/.exec(stream);
+  if (!m) return undefined;
+  const len = Number(m[1]);
+  const rest = m[2] ?? "";
+  if (rest.length < len + 2 || rest[len] !== "-") return undefined;
+  return { poolId: rest.slice(0, len), runnerId: rest.slice(len + 1) };
+}
+
 /** A transfer object left behind by a crashed gateway or runner is removed by the store after this long. */
 export const TRANSFER_TTL_MS = 60 * 60 * 1000;
 
@@ -129,6 +153,14 @@ export const Subjects = {
   /** Filter: every exec log one runner may write (its NATS permission). */
   execOfRunner: (poolId: string, runnerId: string) => `paddock.exec.${poolId}.${runnerId}.>`,
   execAll: "paddock.exec.>",
+  /**
+   * One workspace chunk of an incremental checkpoint, in the stream of the
+   * runner that stored it (`runnerChunkStream`); `id` names its sealed bytes
+   * (the sha256 of their IV and tag, base64url): one content per subject.
+   */
+  chunk: (poolId: string, runnerId: string, id: string) => `paddock.chunks.${poolId}.${runnerId}.${id}`,
+  /** Filter: every chunk one runner may store (its NATS permission, its stream's subjects). */
+  chunksOfRunner: (poolId: string, runnerId: string) => `paddock.chunks.${poolId}.${runnerId}.*`,
   /** One session's agent log (declarations, park and resume markers, turns): written by gateways, folded on read. */
   agents: (workspaceId: string, sessionId: string) => `paddock.agents.${workspaceId}.${sessionId}`,
   agentsAll: "paddock.agents.>",

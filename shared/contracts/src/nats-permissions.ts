@@ -10,7 +10,7 @@
  * subjects nats.js 3.x uses (see deploy/nats/README-isolation.md for the
  * derivation and for what subject permissions cannot scope).
  */
-import { Buckets, inboxPrefixOf, kvStreamName, ObjectStores, runnerNatsUser, runnerObjectStore, Streams, Subjects } from "./names.ts";
+import { Buckets, inboxPrefixOf, kvStreamName, ObjectStores, runnerChunkStream, runnerNatsUser, runnerObjectStore, Streams, Subjects } from "./names.ts";
 import { TUNNEL_OUT_ALL, tunnelOutSubject } from "./ports.ts";
 import { WATCH_EVENTS_ALL, watchEventsSubject } from "./workspace.ts";
 
@@ -123,6 +123,12 @@ function objectStoreRead(store: string): string[] {
 /** Each runner's own checkpoint and environment-snapshot stores (ARCHITECTURE.md, Sealed objects). */
 const runnerStores = (r: RunnerPrincipal): string[] => [ObjectStores.checkpoints, ObjectStores.envSnapshots].map((kind) => runnerObjectStore(kind, r.poolId, r.runnerId));
 
+/** Read a runner's checkpoint chunks: direct gets by subject only (docs/decisions/0062). */
+function chunkRead(r: RunnerPrincipal): string[] {
+  const s = runnerChunkStream(r.poolId, r.runnerId);
+  return [`${API}.DIRECT.GET.${s}`, `${API}.DIRECT.GET.${s}.>`];
+}
+
 /** Replies a user may receive: only under its own inbox prefix (shared/bus connects with it). */
 const inbox = (user: string) => `${inboxPrefixOf(user)}.>`;
 
@@ -142,6 +148,8 @@ export function schedulerPermissions(runners: RunnerPrincipal[] = []): Permissio
         ...objectStore(ObjectStores.envSnapshots),
         // Every runner's own stores: collected here (never created: only the runner makes its own).
         ...runners.flatMap(runnerStores).flatMap((store) => [`${API}.STREAM.INFO.${objStream(store)}`, ...objectStore(store)]),
+        // Every runner's chunk stream: listed, read and collected (purged by subject), never written.
+        ...runners.flatMap((r) => [`${API}.STREAM.INFO.${runnerChunkStream(r.poolId, r.runnerId)}`, `${API}.STREAM.PURGE.${runnerChunkStream(r.poolId, r.runnerId)}`, ...chunkRead(r)]),
       ],
     },
     subscribe: { allow: ["paddock.api.v1.>", Subjects.registerAll, Subjects.placementCheck, Subjects.secrets, Subjects.heldCheck, Subjects.presenceAll, Subjects.activityAll, inbox(ControlPlaneUsers.scheduler)] },
@@ -263,6 +271,12 @@ export function runnerPermissions({ poolId, runnerId }: RunnerPrincipal, peers: 
         ...objectStoreRead(ObjectStores.checkpoints),
         ...objectStoreRead(ObjectStores.envSnapshots),
         ...objectStore(ObjectStores.transfers),
+        // Checkpoint chunks: stored only in its own stream (never purged: the scheduler collects), read from any runner's.
+        `${API}.STREAM.CREATE.${runnerChunkStream(poolId, runnerId)}`,
+        `${API}.STREAM.INFO.${runnerChunkStream(poolId, runnerId)}`,
+        Subjects.chunksOfRunner(poolId, runnerId),
+        ...chunkRead({ poolId, runnerId }),
+        ...peers.filter((p) => p.poolId !== poolId || p.runnerId !== runnerId).flatMap(chunkRead),
       ],
       deny: [
         "$KV.sessions.>",

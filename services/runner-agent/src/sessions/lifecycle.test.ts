@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Registry } from "prom-client";
 import { Objm } from "@nats-io/obj";
 import { headers as natsHeaders } from "@nats-io/transport-node";
-import { FleetRpc, Headers, ObjectStores, RunnerActivity, runnerObjectStore, Subjects, type BootEnvironment, type DispatchCommand, type PortableSpec, type RunnerFact, type SessionSecretsRequest as FleetRpcRequest } from "@paddock/contracts";
+import { FleetRpc, Headers, MANIFEST_FORMAT, ObjectStores, RunnerActivity, runnerObjectStore, Subjects, type BootEnvironment, type DispatchCommand, type PortableSpec, type RunnerFact, type SessionSecretsRequest as FleetRpcRequest } from "@paddock/contracts";
 import { createBusMetrics, decodeJson, provision, serveRpc } from "@paddock/bus";
 import { newSealKey, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT } from "@paddock/archive";
 import { createLogger, silentLogger } from "@paddock/logging";
@@ -118,7 +118,7 @@ describe("suspend, resume, checkpoint", () => {
     const name = `ws1/${sessionId}/1-c1`;
     // In the runner's own store, which only it may write.
     const own = runnerObjectStore(ObjectStores.checkpoints, h.t.config.poolId, h.t.config.runnerId);
-    expect(suspended).toMatchObject({ warm: false, checkpoint: { ref: `${own}/${name}`, format: SEALED_ARCHIVE_FORMAT, capabilities: ["portable"] } });
+    expect(suspended).toMatchObject({ warm: false, checkpoint: { ref: `${own}/${name}`, format: MANIFEST_FORMAT, capabilities: ["portable"] } });
     if (suspended.type !== "suspended" || !suspended.checkpoint || !suspended.sealKey) throw new Error("expected a sealed cold checkpoint");
     const os = await new Objm(nats.nc).open(own);
     expect((await os.info(name))?.size).toBeGreaterThan(0);
@@ -254,7 +254,7 @@ describe("suspend, resume, checkpoint", () => {
   });
 
   it("a runner set to compress nothing writes a sealed plain tar; a runner that gzips restores it", async () => {
-    const plain = await harness({ checkpointCompression: "none" });
+    const plain = await harness({ checkpointCompression: "none", checkpointFormat: "tar" });
     const sessionId = nextId();
     const term = collectTerm(nats.nc, sessionId, "main");
     await plain.start(sessionId, { cmd: ["sh", "-c", "echo kept > kept.txt; echo ready; exec sleep 600"] });
@@ -430,7 +430,7 @@ describe("environment boot", () => {
     const term1 = collectTerm(nats.nc, first, "main");
     await h.start(first, { cmd: ["sh", "-c", "cat built.txt; exit 0"] }, { environment: env() });
     const snap = await h.fact(first, "env_snapshot");
-    expect(snap).toMatchObject({ environmentId: "env1", setupHash: "h1", checkpoint: { ref: `${runnerObjectStore(ObjectStores.envSnapshots, h.t.config.poolId, h.t.config.runnerId)}/ws1/env1/h1`, format: SEALED_ARCHIVE_FORMAT } });
+    expect(snap).toMatchObject({ environmentId: "env1", setupHash: "h1", checkpoint: { ref: `${runnerObjectStore(ObjectStores.envSnapshots, h.t.config.poolId, h.t.config.runnerId)}/ws1/env1/h1`, format: MANIFEST_FORMAT } });
     if (snap.type !== "env_snapshot") throw new Error("unreachable");
     await h.fact(first, "exited");
     expect(term1.text()).toContain("built");

@@ -189,13 +189,13 @@ export class SessionRuntime {
    * the apps go back to what they were (running, or still stopped) and the
    * command is refused with the checkpoint's reason.
    */
-  async suspendCold(requestId: string): Promise<void> {
+  async suspendCold(requestId: string, base?: readonly string[]): Promise<void> {
     this.require("running", "frozen");
     const wasFrozen = this.phase === "frozen";
     if (!wasFrozen) this.sandbox?.freeze(this.apps());
     let saved: SavedCheckpoint;
     try {
-      saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId, this.sandbox?.user);
+      saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId, this.sandbox?.user, base);
     } catch (err) {
       if (!wasFrozen) this.sandbox?.thaw(this.apps());
       throw err;
@@ -213,9 +213,9 @@ export class SessionRuntime {
     this.deps.log.info(this.ids(), "session suspended cold");
   }
 
-  async checkpoint(requestId: string): Promise<void> {
+  async checkpoint(requestId: string, base?: readonly string[]): Promise<void> {
     this.require("running", "frozen", "exited");
-    const saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId, this.sandbox?.user);
+    const saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId, this.sandbox?.user, base);
     await this.emit({ type: "checkpointed", requestId, ...saved }, requestId);
   }
 
@@ -379,6 +379,7 @@ export class SessionRuntime {
 
   /** Removes the sandbox (its directory, and what the backend held for it); just the directory when none was made. */
   private async removeSandbox(): Promise<void> {
+    this.deps.checkpoints.forget(this.workspace);
     await (this.sandbox ? this.sandbox.destroy() : this.deps.sandbox.removeDir(this.dir));
   }
 

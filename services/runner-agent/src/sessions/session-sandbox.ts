@@ -128,10 +128,17 @@ export class SessionEgress {
 }
 
 /** Saves the workspace as this placement's checkpoint for requestId; refuses the command when it fails. */
-export async function saveCheckpoint(deps: SessionRuntimeDeps, held: HeldSession, workspace: string, requestId: string, user: SandboxUser | undefined): Promise<SavedCheckpoint> {
+export async function saveCheckpoint(
+  deps: SessionRuntimeDeps,
+  held: HeldSession,
+  workspace: string,
+  requestId: string,
+  user: SandboxUser | undefined,
+  base?: readonly string[],
+): Promise<SavedCheckpoint> {
   const name = checkpointObjectName(held.workspaceId, held.sessionId, held.placementGeneration, requestId);
   try {
-    return await deps.checkpoints.save("checkpoints", name, workspace, user);
+    return await deps.checkpoints.save("checkpoints", name, workspace, user, base);
   } catch (err) {
     deps.metrics.checkpointFailures.inc();
     throw new CommandRefusedError(err instanceof CheckpointError ? err.message : "checkpoint failed", { cause: err });

@@ -198,14 +198,14 @@ export class SessionManager {
     switch (cmd.type) {
       case "suspend":
         if (cmd.warm) return runtime.suspendWarm(cmd.requestId);
-        await runtime.suspendCold(cmd.requestId);
+        await runtime.suspendCold(cmd.requestId, cmd.base);
         this.forget(runtime);
         if (runtime.releasedBy) this.released.add(runtime.held, runtime.releasedBy);
         return;
       case "resume":
         return runtime.resumeWarm(cmd.requestId);
       case "checkpoint":
-        return runtime.checkpoint(cmd.requestId);
+        return runtime.checkpoint(cmd.requestId, cmd.base);
       case "restart_app":
         return runtime.restartApp(cmd.app, cmd.trigger, cmd.requestId);
     }

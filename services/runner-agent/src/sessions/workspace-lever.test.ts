@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { callRpc, provision } from "@paddock/bus";
 import { newSealKey, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
-import { ObjectStores, PaddockError, transferObjectName, transferRef, workspaceRpcs, type DispatchCommand, type PortableSpec, type RunnerFact } from "@paddock/contracts";
+import { CheckpointManifest, ObjectStores, PaddockError, transferObjectName, transferRef, workspaceRpcs, type DispatchCommand, type PortableSpec, type RunnerFact } from "@paddock/contracts";
 import { useNatsServer } from "@paddock/testing/vitest";
 import { testHostIds } from "../sandbox/bwrap/test-sandbox.ts";
 import { DEFAULT_SANDBOX_LIMITS } from "../sandbox/bwrap/limits.ts";
@@ -124,11 +124,18 @@ function listing(gz: Buffer): string[] {
 }
 
 /** What a pull of the whole workspace hands out, and what a checkpoint holds: both checked for the host's bytes. */
+/** A checkpoint manifest's entries as listing() writes a tar's. */
+function manifestListing(gz: Buffer): string[] {
+  return CheckpointManifest.parse(JSON.parse(gunzipSync(gz).toString("utf8")))
+    .entries.map((e) => (e.type === "dir" ? `d ./${e.path}/` : e.type === "symlink" ? `l ./${e.path} -> ${e.target}` : e.type === "link" ? `h ./${e.path} link to ./${e.target}` : `- ./${e.path}`))
+    .sort();
+}
+
 async function pulledAndCheckpointed(h: Held): Promise<{ pulled: string[]; checkpointed: string[] }> {
   const pulled = await pulledBytes(h);
   const checkpointed = await checkpointBytes(h);
   for (const gz of [pulled, checkpointed]) expect(gunzipSync(gz).includes(HOST_SECRET)).toBe(false);
-  return { pulled: listing(pulled), checkpointed: listing(checkpointed) };
+  return { pulled: listing(pulled), checkpointed: manifestListing(checkpointed) };
 }
 
 async function errorOf(p: Promise<unknown>): Promise<PaddockError> {

@@ -1,9 +1,12 @@
 import { Readable } from "node:stream";
+import { gunzipSync, gzipSync } from "node:zlib";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Objm, setSha256Backend, type ObjectStore } from "@nats-io/obj";
-import { newSealKey, SealError, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
-import { objectStoreKind, ObjectStores, runnerObjectStore, type Checkpoint, type RunnerObjectKind, type SealKey } from "@paddock/contracts";
+import { ArchiveRejectedError, DirFd, newSealKey, SealError, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
+import { CheckpointManifest, MANIFEST_FORMAT, objectStoreKind, ObjectStores, runnerObjectStore, type Checkpoint, type RunnerObjectKind, type SealKey } from "@paddock/contracts";
+import { createChunkStore } from "./chunk-store.ts";
+import { buildManifest, Lineages, restoreManifest, type ManifestStats } from "./incremental.ts";
 import { extractArchive, packDirectory } from "./archive.ts";
 import type { SandboxUser } from "../sandbox/backend.ts";
 import { ArchiveRefusedError, CheckpointError } from "../errors.ts";
@@ -38,12 +41,29 @@ export interface SavedCheckpoint {
 
 export interface CheckpointStore {
   /**
-   * Streams a tar of workspace (gzipped unless compression is none), sealed with a fresh key, into this runner's own store of that kind under name.
-   * With user (the session's, where not the runner's), only files that user owns are packed.
+   * Stores workspace, sealed with a fresh key, into this runner's own store of that kind under name: as a manifest of
+   * chunks (only what changed since the first of `base` this workspace holds an index of), or as a tar (gzipped unless
+   * compression is none). With user (the session's, where not the runner's), only files that user owns are stored.
    */
-  save(store: StoreName, name: string, workspace: string, user?: SandboxUser): Promise<SavedCheckpoint>;
-  /** Streams the checkpoint's archive out of its store, opening it with its key, into workspace (which must exist); what it makes belongs to user when set. */
+  save(store: StoreName, name: string, workspace: string, user?: SandboxUser, base?: readonly string[]): Promise<SavedCheckpoint>;
+  /** Writes the checkpoint out of its store, opening it with its key, into workspace (which must exist); what it makes belongs to user when set. */
   restore(checkpoint: Checkpoint, sealKey: SealKey | undefined, workspace: string, user?: SandboxUser): Promise<void>;
+  /** Drops what it knows of workspace (its sandbox is gone). */
+  forget(workspace: string): void;
+}
+
+/** How checkpoints are stored: manifests of chunks (incremental, the default) or whole tars (every checkpoint copies everything). */
+export const CheckpointFormat = { manifest: "manifest", tar: "tar" } as const;
+export type CheckpointFormat = (typeof CheckpointFormat)[keyof typeof CheckpointFormat];
+
+export interface CheckpointStoreOptions {
+  /** The tar format's compression. */
+  compression?: CheckpointCompression;
+  format?: CheckpointFormat;
+  /** The wall clock file times are compared with (tests move it). */
+  now?: () => number;
+  /** Told what each manifest checkpoint read and stored. */
+  onManifest?: (stats: ManifestStats) => void;
 }
 
 /**
@@ -70,11 +90,10 @@ const formats: Record<CheckpointCompression, string> = { gzip: SEALED_ARCHIVE_FO
  * each is sealed with a key of its own (`@paddock/archive` sealed.ts) bound to
  * its ref: another runner reads nothing from it.
  */
-export function createCheckpointStore(
-  nc: NatsConnection,
-  owner: { poolId: string; runnerId: string },
-  compression: CheckpointCompression = CheckpointCompression.gzip,
-): CheckpointStore {
+export function createCheckpointStore(nc: NatsConnection, owner: { poolId: string; runnerId: string }, opts: CheckpointStoreOptions = {}): CheckpointStore {
+  const compression = opts.compression ?? CheckpointCompression.gzip;
+  const chunks = createChunkStore(nc, owner);
+  const lineages = new Lineages();
   // The object store digests every chunk (put and get); its default is a
   // pure-JS SHA-256, several times slower than node:crypto on large objects.
   setSha256Backend("native");
@@ -92,11 +111,45 @@ export function createCheckpointStore(
     }
     return os;
   };
+  /** A manifest of workspace (what changed since base), gzipped and sealed into the object store like a tar. */
+  const saveManifest = async (os: ObjectStore, name: string, ref: string, key: Buffer, workspace: string, user: SandboxUser | undefined, base: readonly string[]) => {
+    const root = DirFd.open(workspace, { follow: false });
+    let built;
+    try {
+      built = await buildManifest(root, user, chunks, lineages.find(workspace, base), opts.now);
+    } finally {
+      root.close();
+    }
+    // Refused now rather than at a restore: a tree the manifest cannot describe (a path past its bound) is no checkpoint.
+    if (!CheckpointManifest.safeParse(built.manifest).success) throw new CheckpointError("the workspace holds a path a checkpoint cannot keep");
+    const body = sealed(Readable.from([gzipSync(JSON.stringify(built.manifest))]), key, ref);
+    // The description tells the collector which objects name chunks (it opens those to keep their chunks).
+    await os.put({ name, description: MANIFEST_FORMAT, options: { max_chunk_size: CHECKPOINT_CHUNK_BYTES } }, Readable.toWeb(body) as unknown as ReadableStream<Uint8Array>);
+    lineages.remember(workspace, ref, built.index);
+    opts.onManifest?.(built.stats);
+  };
+  const readManifest = async (data: NodeWebReadableStream<Uint8Array>, key: SealKey, ref: string): Promise<CheckpointManifest> => {
+    const parts: Buffer[] = [];
+    for await (const part of unsealed(Readable.fromWeb(data), sealKeyFrom(key), ref)) parts.push(part as Buffer);
+    const parsed = CheckpointManifest.safeParse(JSON.parse(gunzipSync(Buffer.concat(parts)).toString("utf8")));
+    if (!parsed.success) throw new CheckpointError("checkpoint manifest is invalid");
+    return parsed.data;
+  };
   return {
-    save: async (kind, name, workspace, user) => {
+    forget: (workspace) => lineages.forget(workspace),
+    save: async (kind, name, workspace, user, base = []) => {
       const store = runnerObjectStore(kind, owner.poolId, owner.runnerId);
       const ref = `${store}/${name}`;
       const key = newSealKey();
+      if (opts.format !== CheckpointFormat.tar) {
+        try {
+          await saveManifest(await open(store), name, ref, key, workspace, user, base);
+        } catch (err) {
+          if (err instanceof CheckpointError) throw err;
+          throw new CheckpointError("checkpoint could not be stored", { cause: err });
+        }
+        return { checkpoint: { ref, format: MANIFEST_FORMAT, capabilities: ["portable"] }, sealKey: key.toString("base64") };
+      }
       try {
         const os = await open(store);
         // The workspace itself swapped for a link by the sandbox is refused, not followed.
@@ -109,8 +162,9 @@ export function createCheckpointStore(
       return { checkpoint: { ref, format: formats[compression], capabilities: ["portable"] }, sealKey: key.toString("base64") };
     },
     restore: async (checkpoint, sealKey, workspace, user) => {
+      const manifest = checkpoint.format === MANIFEST_FORMAT;
       const gzip = checkpoint.format === SEALED_ARCHIVE_FORMAT;
-      if (!gzip && checkpoint.format !== SEALED_TAR_FORMAT) throw new CheckpointError(`unsupported checkpoint format ${checkpoint.format.slice(0, 32)}`);
+      if (!manifest && !gzip && checkpoint.format !== SEALED_TAR_FORMAT) throw new CheckpointError(`unsupported checkpoint format ${checkpoint.format.slice(0, 32)}`);
       if (sealKey === undefined) throw new CheckpointError("checkpoint key missing");
       const { store, name } = parseCheckpointRef(checkpoint.ref);
       let result;
@@ -121,6 +175,18 @@ export function createCheckpointStore(
         throw new CheckpointError("checkpoint could not be read", { cause: err });
       }
       if (!result) throw new CheckpointError("checkpoint not found");
+      if (manifest) {
+        try {
+          const read = await readManifest(result.data as NodeWebReadableStream<Uint8Array>, sealKey, checkpoint.ref);
+          if (await result.error) throw new CheckpointError("checkpoint is corrupt");
+          lineages.remember(workspace, checkpoint.ref, await restoreManifest(read, workspace, user, chunks));
+        } catch (err) {
+          if (err instanceof CheckpointError) throw err;
+          if (err instanceof ArchiveRejectedError || err instanceof SealError) throw new CheckpointError(err.message, { cause: err });
+          throw new CheckpointError("checkpoint could not be restored", { cause: err });
+        }
+        return;
+      }
       try {
         const opened = unsealed(Readable.fromWeb(result.data as NodeWebReadableStream<Uint8Array>), sealKeyFrom(sealKey), checkpoint.ref);
         await extractArchive(opened, workspace, undefined, { gzip, followRoot: false, owner: user });

@@ -85,8 +85,10 @@ export async function sendCommand(ctx: SchedulerContext, s: Session, body: Comma
   if (!s.poolId || !s.runnerId) return;
   const generation = runnerGeneration ?? (await runnerGenerationOf(ctx, s));
   if (generation === undefined) return;
+  const base = needsBase(body) ? await checkpointBase(ctx, s) : [];
   const cmd = {
     ...body,
+    ...(base.length > 0 ? { base } : {}),
     sessionId: s.id,
     workspaceId: s.workspaceId,
     runnerGeneration: generation,
@@ -96,6 +98,24 @@ export async function sendCommand(ctx: SchedulerContext, s: Session, body: Comma
   await ctx.js.publish(Subjects.dispatch(s.poolId, s.runnerId), encoderOf(ctx.nc)(DispatchCommand, cmd), {
     msgID: `${body.type}.${s.id}.${s.placementGeneration}.${generation}.${discriminator}`,
   });
+}
+
+/** A command that stores a checkpoint: a checkpoint, or a cold suspend. */
+function needsBase(body: CommandBody): boolean {
+  return body.type === "checkpoint" || (body.type === "suspend" && !body.warm);
+}
+
+/**
+ * What the runner may build the checkpoint on (docs/decisions/0062): the
+ * record's checkpoint and its environment's snapshot, both kept alive by the
+ * collector while a record names them.
+ */
+async function checkpointBase(ctx: SchedulerContext, s: Session): Promise<string[]> {
+  const refs = s.checkpoint ? [s.checkpoint.ref] : [];
+  if (s.environmentId === undefined) return refs;
+  const env = await ctx.envs.find(s.workspaceId, s.environmentId).catch(() => undefined);
+  if (env?.value.snapshot) refs.push(env.value.snapshot.ref);
+  return refs;
 }
 
 /**

@@ -66,7 +66,7 @@ describe("checkpoint object collection", () => {
     await keys.put("checkpoints/ws1/gone/1-x", testSealKey);
 
     // Everything is young: nothing goes.
-    expect(await s.collectCheckpoints()).toEqual({ deletedObjects: [], deletedOrphanKeys: 0 });
+    expect(await s.collectCheckpoints()).toEqual({ deletedObjects: [], deletedOrphanKeys: 0, deletedChunks: 0 });
     expect(await objectNames("checkpoints")).toEqual([first, second, "ws1/lost/1-chk_c"].sort());
 
     h.clock.advance(GRACE_MS + 60_000);
@@ -80,7 +80,7 @@ describe("checkpoint object collection", () => {
     expect((await untilSession(h.nc, session.id, () => true)).checkpoint?.ref).toBe(`checkpoints/${second}`);
 
     // A second pass finds nothing more to do.
-    expect(await s.collectCheckpoints()).toEqual({ deletedObjects: [], deletedOrphanKeys: 0 });
+    expect(await s.collectCheckpoints()).toEqual({ deletedObjects: [], deletedOrphanKeys: 0, deletedChunks: 0 });
   });
 
   it("collects every known runner's own store too, keeping what a live record names, and skips a runner that has no store", async () => {

@@ -16,7 +16,8 @@ import { Objm } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { isStreamNotFound } from "@paddock/bus";
-import { isTerminal, objectStoreKind, ObjectStores, runnerObjectStore, type Environment, type Session } from "@paddock/contracts";
+import { isTerminal, MANIFEST_FORMAT, objectStoreKind, ObjectStores, runnerObjectStore, type Checkpoint, type Environment, type Session } from "@paddock/contracts";
+import { createChunkGc } from "./chunk-gc.ts";
 import type { Logger } from "@paddock/logging";
 import type { SealKeys } from "../state/seal-keys.ts";
 import type { CheckpointGcMetrics } from "../metrics.ts";
@@ -44,14 +45,21 @@ export interface CheckpointGcDeps {
 export interface CheckpointGcResult {
   deletedObjects: string[];
   deletedOrphanKeys: number;
+  /** Chunks of incremental checkpoints no kept manifest names any more (chunk-gc.ts). */
+  deletedChunks: number;
+}
+
+/** The checkpoints a live record may still restore from. */
+function referencedCheckpoints(sessions: Iterable<Session>, environments: Iterable<Environment>): Checkpoint[] {
+  const found: Checkpoint[] = [];
+  for (const s of sessions) if (s.checkpoint && !isTerminal(s.state)) found.push(s.checkpoint);
+  for (const e of environments) if (e.snapshot) found.push(e.snapshot);
+  return found;
 }
 
 /** Refs (`<store>/<name>`) a live record may still restore from. */
 export function referencedRefs(sessions: Iterable<Session>, environments: Iterable<Environment>): Set<string> {
-  const refs = new Set<string>();
-  for (const s of sessions) if (s.checkpoint && !isTerminal(s.state)) refs.add(s.checkpoint.ref);
-  for (const e of environments) if (e.snapshot) refs.add(e.snapshot.ref);
-  return refs;
+  return new Set(referencedCheckpoints(sessions, environments).map((c) => c.ref));
 }
 
 /** The stores to collect: the shared ones and every known runner's own. */
@@ -85,12 +93,17 @@ export function createCheckpointGc(deps: CheckpointGcDeps): { run(): Promise<Che
     return opening;
   };
 
+  const chunks = createChunkGc({ nc: deps.nc, sealKeys: deps.sealKeys, now: deps.now, graceMs: deps.graceMs, log: deps.log, onCollected: (n) => deps.metrics.chunks.inc(n) });
+
   async function run(): Promise<CheckpointGcResult> {
     const deletedObjects: string[] = [];
     const existing = new Set<string>();
     // The reference set is taken before listing: an object listed afterwards
     // that a newer record names is young, and the grace keeps it.
-    const live = referencedRefs(deps.sessions(), deps.environments());
+    const checkpoints = referencedCheckpoints(deps.sessions(), deps.environments());
+    const live = new Set(checkpoints.map((c) => c.ref));
+    // Manifests whose chunks stay: every live one (wherever it is stored) and every kept one listed below.
+    const manifests = new Set(checkpoints.filter((c) => c.format === MANIFEST_FORMAT).map((c) => c.ref));
     const oldBefore = deps.now() - deps.graceMs;
     for (const storeName of collectedStores(deps.runners())) {
       const store = await open(storeName);
@@ -100,6 +113,7 @@ export function createCheckpointGc(deps: CheckpointGcDeps): { run(): Promise<Che
         const writtenAt = Date.parse(info.mtime);
         if (live.has(ref) || !(writtenAt <= oldBefore)) {
           existing.add(ref);
+          if (info.description === MANIFEST_FORMAT) manifests.add(ref);
           continue;
         }
         await store.delete(info.name);
@@ -117,7 +131,8 @@ export function createCheckpointGc(deps: CheckpointGcDeps): { run(): Promise<Che
       deletedOrphanKeys += 1;
     }
     if (deletedObjects.length > 0 || deletedOrphanKeys > 0) deps.log.info({ objects: deletedObjects.length, orphanKeys: deletedOrphanKeys }, "checkpoint objects collected");
-    return { deletedObjects, deletedOrphanKeys };
+    const { deletedChunks } = await chunks.run(manifests, deps.runners());
+    return { deletedObjects, deletedOrphanKeys, deletedChunks };
   }
 
   return { run };

@@ -1,0 +1,95 @@
+import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
+import { chunkStreamConfig, isStreamNotFound } from "@paddock/bus";
+import { chunkStreamOwner, runnerChunkStream, Subjects, type ManifestChunk } from "@paddock/contracts";
+import { CheckpointError } from "../errors.ts";
+
+// Defined once in @paddock/contracts (the restore script parses chunk stream names too); kept exported from here.
+export { chunkStreamOwner };
+
+/**
+ * Checkpoint chunks in runners' chunk streams (docs/decisions/0062). A chunk
+ * is sealed with a key of its own (AES-256-GCM, random IV in front, tag at
+ * the end); the key lives only in the sealed manifests that name the chunk,
+ * so the stream, which every runner reads, shows nothing. Its id is the
+ * sha256 of its IV and GCM tag: the subject names one content.
+ */
+export interface ChunkStore {
+  /** Seals and stores plain bytes in this runner's own stream; resolves once the stream acknowledged them. */
+  put(plain: Buffer, sha256: string): Promise<ManifestChunk>;
+  /** A chunk's plain bytes, from whichever runner's stream holds it; fails when gone or when it does not open with its key. */
+  get(chunk: ManifestChunk): Promise<Buffer>;
+}
+
+const IV_BYTES = 12;
+const TAG_BYTES = 16;
+
+export function sha256Url(bytes: Buffer): string {
+  return createHash("sha256").update(bytes).digest("base64url");
+}
+
+export function createChunkStore(nc: NatsConnection, owner: { poolId: string; runnerId: string }): ChunkStore {
+  const stream = runnerChunkStream(owner.poolId, owner.runnerId);
+  let js: JetStreamClient | undefined;
+  let jsm: Promise<JetStreamManager> | undefined;
+  const manager = (): Promise<JetStreamManager> => {
+    jsm ??= jetstreamManager(nc);
+    jsm.catch(() => (jsm = undefined));
+    return jsm;
+  };
+  // Provisioned at start (provision.ts); made here where missing (tests may skip provisioning), once per process.
+  let ensured: Promise<void> | undefined;
+  const ensure = (): Promise<void> => {
+    ensured ??= (async () => {
+      const m = await manager();
+      await m.streams.info(stream).catch(async (err: unknown) => {
+        if (!isStreamNotFound(err)) throw err;
+        await m.streams.add(chunkStreamConfig(owner.poolId, owner.runnerId, 1));
+      });
+    })();
+    ensured.catch(() => (ensured = undefined));
+    return ensured;
+  };
+  return {
+    put: async (plain, sha256) => {
+      const key = randomBytes(32);
+      const iv = randomBytes(IV_BYTES);
+      const cipher = createCipheriv("aes-256-gcm", key, iv);
+      const sealedBytes = Buffer.concat([iv, cipher.update(plain), cipher.final(), cipher.getAuthTag()]);
+      // Named by its IV and tag (the tag authenticates the sealed bytes under the chunk's key): as unique as a hash of
+      // all of them, for none of the cost of hashing a mebibyte again.
+      const id = sha256Url(Buffer.concat([iv, sealedBytes.subarray(sealedBytes.length - TAG_BYTES)]));
+      js ??= jetstream(nc);
+      try {
+        await ensure();
+        await js.publish(Subjects.chunk(owner.poolId, owner.runnerId, id), sealedBytes);
+      } catch (err) {
+        throw new CheckpointError("checkpoint chunk could not be stored", { cause: err });
+      }
+      return { stream, id, key: key.toString("base64"), sha256, bytes: plain.length };
+    },
+    get: async (chunk) => {
+      const holder = chunkStreamOwner(chunk.stream);
+      if (!holder) throw new CheckpointError("checkpoint chunk names no runner's stream");
+      let data: Uint8Array | undefined;
+      try {
+        const m = await (await manager()).direct.getMessage(chunk.stream, { last_by_subj: Subjects.chunk(holder.poolId, holder.runnerId, chunk.id) });
+        data = m?.data;
+      } catch (err) {
+        throw new CheckpointError("checkpoint chunk could not be read", { cause: err });
+      }
+      if (!data || data.length < IV_BYTES + TAG_BYTES) throw new CheckpointError("checkpoint chunk not found");
+      const sealedBytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+      try {
+        const decipher = createDecipheriv("aes-256-gcm", Buffer.from(chunk.key, "base64"), sealedBytes.subarray(0, IV_BYTES));
+        decipher.setAuthTag(sealedBytes.subarray(sealedBytes.length - TAG_BYTES));
+        const plain = Buffer.concat([decipher.update(sealedBytes.subarray(IV_BYTES, sealedBytes.length - TAG_BYTES)), decipher.final()]);
+        if (plain.length !== chunk.bytes) throw new Error("length differs");
+        return plain;
+      } catch (err) {
+        throw new CheckpointError("checkpoint chunk does not open with its key", { cause: err });
+      }
+    },
+  };
+}
