@@ -113,6 +113,7 @@ export async function incrementalCheckpointBench(opts: { megabytes: number; chan
     const suspended = await until(nc, created.id, (s) => s.state === "suspended_cold");
     const suspendMs = performance.now() - suspendStart;
     log(`cold suspend after ${changed} of ${files} files changed: ${suspendMs.toFixed(0)} ms: ${cpu().text}`);
+    for (const r of stack.runners) for (const l of r.logs) if (l.msg === "session suspended cold") log(`${r.name} suspend, ms: ${JSON.stringify(l.ms)}`);
     for (const r of stack.runners) for (const l of r.logs) if (l.msg === "checkpoint manifest stored") log(`${r.name}: read ${String(l.filesRead)} of ${String(l.files)} files, stored ${String(l.chunksStored)} chunks`);
 
     await fetch(`${stack.url}/v1/runners/${from}/cordon`, { method: "POST", headers: { authorization: `Bearer ${stack.token}` } });

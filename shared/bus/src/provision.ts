@@ -159,8 +159,8 @@ function retentionFieldsSet(opts: ProvisionOptions): Record<string, Array<keyof 
 
 /**
  * A runner's chunk stream (docs/decisions/0062): one message per subject (a
- * chunk's id is the hash of its bytes), read by direct get from any runner,
- * removed from only by the scheduler's collector.
+ * chunk's id names its sealed bytes), never replaced, read by direct get from
+ * any runner, removed from only by the scheduler's collector.
  */
 export function chunkStreamConfig(poolId: string, runnerId: string, replicas: number): Partial<StreamConfig> & { name: string } {
   return {
@@ -169,6 +169,9 @@ export function chunkStreamConfig(poolId: string, runnerId: string, replicas: nu
     storage: StorageType.File,
     num_replicas: replicas,
     max_msgs_per_subject: 1,
+    // A chunk, once stored, is never replaced (not even by its runner): manifests on other runners name it.
+    discard: DiscardPolicy.New,
+    discard_new_per_subject: true,
     allow_direct: true,
     max_msg_size: 2 * MANIFEST_CHUNK_BYTES,
   };

@@ -1,5 +1,4 @@
-import { lstatSync, readdirSync, type Dirent } from "node:fs";
-import { readdir, readFile } from "node:fs/promises";
+import { lstatSync, readdirSync, readFileSync, type Dirent } from "node:fs";
 import { setImmediate } from "node:timers/promises";
 import { join } from "node:path";
 import { SESSION_METRICS_RETENTION_MS, type Now, type SessionMetricSample, type Usage } from "@paddock/contracts";
@@ -35,20 +34,45 @@ function parseStat(text: string): ProcStat | undefined {
 }
 
 /** Every process on the host, as /proc says; with `uids`, also each one's real uid (a second read per process). */
+/**
+ * Every process's stat (and uid). /proc files are read with synchronous
+ * calls, a slice of processes per event-loop turn: each read is a few
+ * microseconds, where an awaited one is several thread-pool round trips, and
+ * a cold suspend's last sample spent ~180 ms here (issue 30).
+ */
 async function scanProcesses(uids: boolean): Promise<ProcStat[]> {
   const out: ProcStat[] = [];
-  for (const name of await readdir("/proc").catch(() => [] as string[])) {
+  let seen = 0;
+  for (const name of readDirNames("/proc")) {
     if (!/^\d+$/.test(name)) continue;
-    const stat = parseStat(await readFile(`/proc/${name}/stat`, "utf8").catch(() => ""));
+    if (++seen % WALK_SLICE_ENTRIES === 0) await setImmediate();
+    const stat = parseStat(readProcFile(`/proc/${name}/stat`));
     if (!stat) continue;
     if (uids) {
-      const uid = /^Uid:\s+(\d+)/m.exec(await readFile(`/proc/${name}/status`, "utf8").catch(() => ""))?.[1];
+      const uid = /^Uid:\s+(\d+)/m.exec(readProcFile(`/proc/${name}/status`))?.[1];
       if (uid === undefined) continue;
       stat.uid = Number(uid);
     }
     out.push(stat);
   }
   return out;
+}
+
+/** A /proc file's text; empty when the process is gone. */
+function readProcFile(path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch {
+    return "";
+  }
+}
+
+function readDirNames(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
 }
 
 /**

@@ -44,7 +44,13 @@ function statesOf(uid: number): string[] {
 
 let counter = 0;
 const nextId = () => `b${++counter}`;
-const UID_COUNT = 16;
+/**
+ * This file's sessions (several held at once, plus the warm pool) outgrew testHostIds' 16 uids: under a loaded
+ * run their teardown lagged and a start failed with "no free session uid". A range of 64 in a region no other
+ * test file allocates from (100,000–138,399; testHostIds starts at 150,000, the sandbox bench takes 141,000).
+ */
+const UID_COUNT = 64;
+const uidFirstOf = (pid: number) => 100_000 + (pid % 600) * UID_COUNT;
 /** A process limit small enough for a fork bomb to reach at once, large enough for every scenario here. */
 const MAX_PROCESSES = 128;
 const LIMITS = { ...DEFAULT_SANDBOX_LIMITS, rlimits: { ...DEFAULT_SANDBOX_LIMITS.rlimits, processes: MAX_PROCESSES }, cgroup: { ...DEFAULT_SANDBOX_LIMITS.cgroup, memoryMaxBytes: 256 * 1024 ** 2 } };
@@ -65,7 +71,7 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     t = testAgent(nc, {
       dataDir,
       capabilities: [],
-      sandbox: { backend, hide: [], shared: [], uidFirst: ids.firstUid, uidCount: UID_COUNT, netInstance: ids.instance, netPrefix: ids.prefix, limits: LIMITS, init: DEFAULT_INIT_PATH },
+      sandbox: { backend, hide: [], shared: [], uidFirst: uidFirstOf(process.pid + 2_501), uidCount: UID_COUNT, netInstance: ids.instance, netPrefix: ids.prefix, limits: LIMITS, init: DEFAULT_INIT_PATH },
     });
     agents.push(t);
     facts = collectFacts(nc, t.config.poolId, t.config.runnerId);
@@ -93,8 +99,8 @@ describe.each(["process", "bwrap"] as const)("a session on the %s backend", (bac
     const cwd = /cwd=(\S+) /.exec(term.text())?.[1];
     expect(term.text()).toContain(`home=${cwd}.`);
     if (backend === "bwrap") {
-      expect(uid).toBeGreaterThanOrEqual(ids.firstUid);
-      expect(uid).toBeLessThan(ids.firstUid + UID_COUNT);
+      expect(uid).toBeGreaterThanOrEqual(uidFirstOf(process.pid + 2_501));
+      expect(uid).toBeLessThan(uidFirstOf(process.pid + 2_501) + UID_COUNT);
       expect(cwd).toBe("/home/workspace");
       // The runner's first session takes a sandbox its warm pool started ahead (the waiter's FIFO is there, read-only).
       expect(term.text()).toContain("warm-started");

@@ -3,7 +3,6 @@ import type { Duplex } from "node:stream";
 import type { Subscription } from "@nats-io/transport-node";
 import { appsOf, declaredPorts, NotFoundError, type HeldSession, type RunTrigger, type SessionState, type Usage } from "@paddock/contracts";
 import type { AppSlot, GenerationEnd, GenerationStart } from "./app-slot.ts";
-import type { SavedCheckpoint } from "../workspace/checkpoint.ts";
 import { BootError, CommandRefusedError, RunnerError } from "../errors.ts";
 import type { FactBody } from "../fleet/facts.ts";
 import { ControllerGate, subscribeInput } from "../terminal/input.ts";
@@ -11,6 +10,7 @@ import { buildAppSlot, placementWiring } from "./app-wiring.ts";
 import { requirePhase, type Phase, type SessionRuntimeDeps, type StartCommand } from "./session-deps.ts";
 import { createSessionExecs } from "./session-exec.ts";
 import type { SessionExecs } from "../exec/session-execs.ts";
+import { createLaps } from "./laps.ts";
 import { askCredentials, prepareSandbox, saveCheckpoint, SessionEgress } from "./session-sandbox.ts";
 import { SessionFacts } from "./session-facts.ts";
 import { UsageMeter, type UsageScope } from "../sandbox/usage.ts";
@@ -192,25 +192,28 @@ export class SessionRuntime {
   async suspendCold(requestId: string, base?: readonly string[]): Promise<void> {
     this.require("running", "frozen");
     const wasFrozen = this.phase === "frozen";
+    // Where a cold suspend's time goes (logged; the bench prints it).
+    const { lap, took } = createLaps();
     if (!wasFrozen) this.sandbox?.freeze(this.apps());
-    let saved: SavedCheckpoint;
-    try {
-      saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId, this.sandbox?.user, base);
-    } catch (err) {
+    const saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId, this.sandbox?.user, base).catch((err: unknown) => {
       if (!wasFrozen) this.sandbox?.thaw(this.apps());
       throw err;
-    }
+    });
+    lap("checkpoint");
     this.phase = "ending";
     this.detach();
     // The sandbox goes away: this generation's usage ends here.
     const usage = await this.finishUsage();
+    lap("usage");
     await this.killAll();
     await Promise.all([...this.slots.values()].map((s) => s.closeLog()));
     await this.removeSandbox();
+    lap("teardown");
     const body: FactBody = { type: "suspended", warm: false, ...saved, ...(usage ? { usage } : {}) };
     this.releasedBy = body;
     await this.emit(body, requestId);
-    this.deps.log.info(this.ids(), "session suspended cold");
+    lap("fact");
+    this.deps.log.info({ ...this.ids(), ms: took }, "session suspended cold");
   }
 
   async checkpoint(requestId: string, base?: readonly string[]): Promise<void> {

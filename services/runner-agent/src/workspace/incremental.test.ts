@@ -7,7 +7,7 @@ import { gunzipSync, gzipSync } from "node:zlib";
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { Objm } from "@nats-io/obj";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { newSealKey, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
 import { CheckpointManifest, MANIFEST_CHUNK_BYTES, MANIFEST_FORMAT, ObjectStores, runnerChunkStream, runnerObjectStore } from "@paddock/contracts";
 import { useNatsServer } from "@paddock/testing/vitest";
@@ -188,6 +188,19 @@ describe("incremental checkpoints", () => {
     await settle();
     await a.store.save(ObjectStores.checkpoints, "w/s/1-a", ws, undefined, ["nowhere/at/all", ""]);
     expect(a.last()).toMatchObject({ filesRead: 1, chunksStored: 1 });
+  });
+
+  it("a stored chunk is never replaced, not even by its own runner", async () => {
+    const a = await storesFor({ poolId: "p1", runnerId: "rk" });
+    const ws = freshDir("paddock-inc-");
+    writeFileSync(join(ws, "x.bin"), "kept");
+    const saved = await a.store.save(ObjectStores.checkpoints, "w/s/1-a", ws);
+    const jsm = await jetstreamManager(nats.nc);
+    const [subject = ""] = Object.keys((await jsm.streams.info(runnerChunkStream("p1", "rk"), { subjects_filter: ">" })).state.subjects ?? {});
+    await expect(jetstream(nats.nc).publish(subject, new TextEncoder().encode("replaced"))).rejects.toThrow(/maximum messages per subject/i);
+    const target = freshDir("paddock-inc-r-");
+    await a.store.restore(saved.checkpoint, saved.sealKey, target);
+    expect(readFileSync(join(target, "x.bin"), "utf8")).toBe("kept");
   });
 
   it("refuses a manifest opened with another key, and a chunk that is gone, with a CheckpointError", async () => {
