@@ -4,10 +4,10 @@ import { mkdir, mkdtemp, readdir, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { Kvm } from "@nats-io/kv";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { connect } from "@nats-io/transport-node";
 import type { Checkpoint, Session } from "@paddock/contracts";
 import { startStack, type Stack } from "@paddock/testing";
+import { until } from "./checkpoint.ts";
 import { cpuMeter } from "./cpu.ts";
 import { removeLater, stopStackKeepingData } from "./leftovers.ts";
 import { figure, type Figure } from "./stats.ts";
@@ -32,21 +32,6 @@ async function snapshot(stack: Stack, id: string): Promise<Checkpoint> {
   let answer = await call(stack, "POST", `/v1/sessions/${id}/snapshot`, {});
   while (answer.status === 202 && answer.location) answer = await call(stack, "GET", `${answer.location}?timeoutMs=30000`);
   return answer.json as Checkpoint;
-}
-
-/** Resolves with the first revision of the session that satisfies pred (a KV watch, no polling). */
-async function until(nc: NatsConnection, id: string, pred: (s: Session) => boolean): Promise<Session> {
-  const kv = await new Kvm(nc).open("sessions");
-  const w = await kv.watch({ key: `default.${id}` });
-  for await (const e of w) {
-    if (e.operation !== "PUT") continue;
-    const s = e.json<Session>();
-    if (pred(s)) {
-      w.stop();
-      return s;
-    }
-  }
-  throw new Error("watch ended");
 }
 
 async function writeRandomFiles(dir: string, count: number, salt: number): Promise<void> {

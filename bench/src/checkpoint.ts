@@ -89,7 +89,7 @@ async function api(stack: Stack, method: string, path: string, body?: unknown): 
 }
 
 /** Resolves with the first revision of the session that satisfies pred (a KV watch, no polling). */
-async function until(nc: NatsConnection, id: string, pred: (s: Session) => boolean): Promise<Session> {
+export async function until(nc: NatsConnection, id: string, pred: (s: Session) => boolean): Promise<Session> {
   const kv = await new Kvm(nc).open("sessions");
   const w = await kv.watch({ key: `default.${id}` });
   for await (const e of w) {

@@ -1,9 +1,8 @@
-import { closeSync, lstatSync, read, readlinkSync, readSync, type Stats } from "node:fs";
-import { readdir } from "node:fs/promises";
+import { read, readSync, type Stats } from "node:fs";
 import { promisify } from "node:util";
-import { Header, Pax, type HeaderData } from "tar";
-import { DirFd, errnoOf, MAX_DIR_DEPTH, type FileOwner } from "./dir-fd.ts";
-import { UnsafePathError } from "./errors.ts";
+import { DirFd, errnoOf, type FileOwner } from "./dir-fd.ts";
+import { newScan, scanChildren, scanEntry, type ScanHooks, type ScannedEntry } from "./scan.ts";
+import { header, portableMode } from "./tar-header.ts";
 
 /**
  * Files up to this size are read with synchronous calls: a thread-pool round
@@ -19,112 +18,26 @@ const TAR_END = Buffer.alloc(1024);
 const readAsync = promisify(read);
 
 /** Observes the walk; the race tests act between a directory being held and an entry in it being opened. */
-export interface PackHooks {
-  beforeEntry?: (rel: string) => void;
-}
+export type PackHooks = ScanHooks;
 
-interface Walk {
-  /** dev:ino → archive path of a file already packed, so another link to it is a hard link entry. */
-  links: Map<string, string>;
-  hooks: PackHooks | undefined;
-  /** Set for a sandboxed session's workspace: only files this user owns are packed. */
-  owner: FileOwner | undefined;
-}
-
-/** node-tar's portable mode: owner can always read and write, no group/other write, listable directories. */
-export function portableMode(mode: number, isDir: boolean): number {
-  let m = ((mode & 0o7777) | 0o600) & ~0o22;
-  if (isDir) {
-    if (m & 0o400) m |= 0o100;
-    if (m & 0o40) m |= 0o10;
-    if (m & 0o4) m |= 0o1;
-  }
-  return m;
-}
-
-/** The header block(s) of one entry (a pax record first when the path or link does not fit). */
-export function header(data: HeaderData): Buffer {
-  const h = new Header(data);
-  const needPax = h.encode();
-  const block = h.block as Buffer;
-  if (!needPax) return block;
-  return Buffer.concat([new Pax({ path: data.path, linkpath: data.linkpath, mtime: data.mtime }).encode(), block]);
-}
-
-/**
- * Every packable entry of directory `dir` (itself first as `rel`, then its
- * children depth first, by name). Each child is opened through its parent's
- * descriptor without following a link, and what it is comes from fstat of
- * that descriptor: a name swapped for a symlink by the sandbox is packed as a
- * link (never followed), a FIFO is opened without blocking and left out.
- */
-async function* walkDir(dir: DirFd, rel: string, depth: number, walk: Walk): AsyncGenerator<Buffer> {
-  const st = dir.stat();
-  yield header({ path: rel.endsWith("/") ? rel : `${rel}/`, type: "Directory", mode: portableMode(st.mode, true), size: 0 });
-  if (depth >= MAX_DIR_DEPTH) throw new UnsafePathError(`directory tree deeper than ${MAX_DIR_DEPTH} levels`);
-  let names: string[];
-  try {
-    names = (await readdir(dir.self())).sort();
-  } catch (err) {
-    if (errnoOf(err) === "ENOENT") return;
-    throw err;
-  }
-  // node-tar's naming: the children of "." are "./name".
-  const base = rel.endsWith("/") ? rel : `${rel}/`;
-  for (const name of names) yield* walkEntry(dir, name, base + name, depth + 1, walk);
-}
-
-async function* walkEntry(parent: DirFd, name: string, rel: string, depth: number, walk: Walk): AsyncGenerator<Buffer> {
-  walk.hooks?.beforeEntry?.(rel);
-  const opened = parent.openEntry(name);
-  if (opened === undefined) return;
-  if (opened === "symlink") {
-    const link = symlinkOf(parent, name);
-    if (link) yield header({ path: rel, type: "SymbolicLink", linkpath: link.target, mode: portableMode(link.stat.mode, false), size: 0, mtime: link.stat.mtime });
-    return;
-  }
-  const { fd, stat } = opened;
-  if (stat.isDirectory()) {
-    const dir = parent.adopt(fd, name);
-    try {
-      yield* walkDir(dir, rel, depth, walk);
-    } finally {
-      dir.close();
+/** The tar of scanned entries: a header each, and a file's bytes after its header. */
+async function* tarOf(entries: AsyncIterable<ScannedEntry>): AsyncGenerator<Buffer> {
+  for await (const e of entries) {
+    switch (e.type) {
+      case "dir":
+        yield header({ path: `${e.path}/`, type: "Directory", mode: e.mode, size: 0 });
+        break;
+      case "symlink":
+        yield header({ path: e.path, type: "SymbolicLink", linkpath: e.target, mode: e.mode, size: 0, mtime: new Date(e.mtimeMs) });
+        break;
+      case "link":
+        yield header({ path: e.path, type: "Link", linkpath: e.target, mode: e.mode, size: 0, mtime: new Date(e.mtimeMs) });
+        break;
+      case "file":
+        yield header({ path: e.path, type: "File", mode: e.mode, size: e.stat.size, mtime: e.stat.mtime });
+        yield* fileBody(e.fd, e.stat);
+        break;
     }
-    return;
-  }
-  try {
-    // FIFOs, sockets and devices are left out.
-    if (!stat.isFile()) return;
-    // A file of another user in a session's workspace is no file the session wrote (the runner gives it
-    // what it writes there): a hard link it planted to one it may not read. Left out, never read.
-    if (walk.owner && stat.uid !== walk.owner.uid) return;
-    if (stat.nlink > 1) {
-      const key = `${stat.dev}:${stat.ino}`;
-      const first = walk.links.get(key);
-      if (first !== undefined) {
-        yield header({ path: rel, type: "Link", linkpath: first, mode: portableMode(stat.mode, false), size: 0, mtime: stat.mtime });
-        return;
-      }
-      walk.links.set(key, rel);
-    }
-    yield header({ path: rel, type: "File", mode: portableMode(stat.mode, false), size: stat.size, mtime: stat.mtime });
-    yield* fileBody(fd, stat);
-  } finally {
-    closeSync(fd);
-  }
-}
-
-/** A symlink's target and lstat, read without following it; undefined when it went away or is no longer a link. */
-export function symlinkOf(parent: DirFd, name: string): { target: string; stat: Stats } | undefined {
-  try {
-    const stat = lstatSync(parent.at(name));
-    if (!stat.isSymbolicLink()) return undefined;
-    return { target: readlinkSync(parent.at(name)), stat };
-  } catch (err) {
-    const code = errnoOf(err);
-    if (code === "ENOENT" || code === "EINVAL") return undefined;
-    throw err;
   }
 }
 
@@ -182,11 +95,14 @@ export async function* tarChunks(
     yield TAR_END;
     return;
   }
-  const walk: Walk = { links: new Map(), hooks, owner };
+  const scan = newScan(owner, hooks);
   try {
     for (const top of entries) {
-      if (top === ".") yield* walkDir(root, ".", 0, walk);
-      else yield* walkEntry(root, top, top, 1, walk);
+      // node-tar's naming: "." is "./", its children "./name".
+      if (top === ".") {
+        yield header({ path: "./", type: "Directory", mode: portableMode(root.stat().mode, true), size: 0 });
+        yield* tarOf(scanChildren(root, "./", 0, scan));
+      } else yield* tarOf(scanEntry(root, top, top, 1, scan));
     }
     yield TAR_END;
   } finally {

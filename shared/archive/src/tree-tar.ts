@@ -1,4 +1,4 @@
-import { header } from "./pack.ts";
+import { header } from "./tar-header.ts";
 
 /** An entry to write into a tar, by path relative to the archive's root ("a/b"). */
 export type TreeEntry =

@@ -112,7 +112,7 @@ export async function buildManifest(
   for await (const e of scanTree(root, owner)) {
     if (failure !== undefined) break;
     if (e.type !== "file") {
-      entries.push(e);
+      entries.push(e.type === "dir" ? { type: "dir", path: e.path, mode: e.mode } : e.type === "symlink" ? { type: "symlink", path: e.path, target: e.target, mtimeMs: e.mtimeMs } : { type: "link", path: e.path, target: e.target });
       continue;
     }
     stats.files += 1;
