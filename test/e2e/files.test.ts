@@ -52,6 +52,8 @@ beforeAll(async () => {
   await seedMember(nc, { workspaceId: "default", actorId: "mia", role: "member" });
   const script = [
     "set -e",
+    // Run again on a cold resume (the wake test): the restored workspace is left as it is.
+    "if [ -e empty ]; then echo RESUMED; exec sleep 600; fi",
     "mkdir -p src/deep; printf hello > src/a.txt; chmod 600 src/a.txt; : > empty",
     "head -c 300000 /dev/urandom > bin.dat; echo \"sha:$(sha256sum bin.dat | cut -d' ' -f1).\"",
     "ln -s /etc/passwd link; ln -s src dirlink; mkfifo fifo",
@@ -289,7 +291,8 @@ describe("PUT and DELETE /v1/sessions/:id/files", () => {
     const suspended = await api(stack.url, stack.token, "POST", `/v1/sessions/${sessionId}/suspend?wait=suspended_cold&timeoutMs=60000`, { warm: false });
     expect((suspended.body as { state: string }).state).toBe("suspended_cold");
     const read = await readFile("late.txt");
-    expect([read.status, read.bytes.toString()]).toEqual([200, "x"]);
+    // The body says why when it is not the file (a failed restore names its reason).
+    expect([read.status, read.bytes.toString()], JSON.stringify((await api(stack.url, stack.token, "GET", `/v1/sessions/${sessionId}`)).body)).toEqual([200, "x"]);
     expect((await api(stack.url, stack.token, "GET", `/v1/sessions/${sessionId}`)).body).toMatchObject({ state: "running" });
   });
 
