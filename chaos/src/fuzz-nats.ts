@@ -93,6 +93,8 @@ export async function fuzzNats(ctx: FuzzContext, count: number, p: Prng, only?: 
     at: Date.now(),
     exitCode: 0,
   };
+  // A checkpoint naming its base (incremental checkpoints): mutated into bases of the wrong shape or too many.
+  const checkpointSample = { type: "checkpoint", sessionId: running.id, workspaceId: running.workspaceId, runnerGeneration: 1, placementGeneration: running.placementGeneration, requestId: "req_fuzz", base: ["checkpoints/x"] };
   const commandSample = { type: "destroy", sessionId: running.id, workspaceId: running.workspaceId, runnerGeneration: 1, placementGeneration: running.placementGeneration };
 
   const all: Array<[number, string, (n: number) => Promise<void>]> = [
@@ -131,7 +133,7 @@ export async function fuzzNats(ctx: FuzzContext, count: number, p: Prng, only?: 
     ],
     [5, "nats register", async () => nc.publish(Subjects.register(pool, runner), payload(p, RegisterRunnerRequest, { runnerId: runner, poolId: pool, generation: 1, capacityTotal: 1, capabilities: [], sessions: [] }))],
     [15, "nats runner facts", async () => void (await js.publish(Subjects.runnerEvents(pool, p.pick(ctx.stack.runnerIds)), payload(p, RunnerFact, factSample)))],
-    [12, "nats dispatch", async () => void (await js.publish(Subjects.dispatch(pool, p.pick(ctx.stack.runnerIds)), payload(p, DispatchCommand, commandSample)))],
+    [12, "nats dispatch", async () => void (await js.publish(Subjects.dispatch(pool, p.pick(ctx.stack.runnerIds)), payload(p, DispatchCommand, p.pick([commandSample, checkpointSample]))))],
     [
       12,
       "nats input",

@@ -7,7 +7,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo } from "node:net";
 import { handleAgents, isAgentRoute, newFakeAgents, type FakeAgents } from "./fake-agents.ts";
 import { handleEnvironments, isEnvironmentRoute, type FakeEnvironments } from "./fake-environments.ts";
-import { fail, send, type FakeCall } from "./fake-http.ts";
+import { entryOf, fail, readBody, send, type FakeCall } from "./fake-http.ts";
 import { handleRunners, isRunnerRoute, type FakeRunners } from "./fake-runners.ts";
 import { WebSocketServer, type WebSocket } from "ws";
 import {
@@ -20,7 +20,6 @@ import {
   NDJSON,
   parseHttpInput,
   type AttachMode,
-  type AuditEntry,
   type AuditEvent,
   type BodyOf,
   type ErrorBody,
@@ -391,16 +390,4 @@ function sendText(ws: WebSocket, frame: ServerFrame): void {
 function sendExit(ws: WebSocket, code: number | null): void {
   sendText(ws, { type: "exit", app: "main", code });
   ws.close(1000);
-}
-
-
-async function readBody(req: IncomingMessage): Promise<string> {
-  const chunks: Buffer[] = [];
-  for await (const c of req) chunks.push(c as Buffer);
-  return Buffer.concat(chunks).toString("utf8");
-}
-
-/** The event as the gateway answers it: with its place in the stream (the fake's is its index, from 1). */
-function entryOf(event: AuditEvent, index: number): AuditEntry {
-  return { ...event, seq: index + 1 };
 }

@@ -192,7 +192,6 @@ export class SessionRuntime {
   async suspendCold(requestId: string, base?: readonly string[]): Promise<void> {
     this.require("running", "frozen");
     const wasFrozen = this.phase === "frozen";
-    // Where a cold suspend's time goes (logged; the bench prints it).
     const { lap, took } = createLaps();
     if (!wasFrozen) this.sandbox?.freeze(this.apps());
     const saved = await saveCheckpoint(this.deps, this.held, this.workspace, requestId, this.sandbox?.user, base).catch((err: unknown) => {
@@ -203,16 +202,13 @@ export class SessionRuntime {
     this.phase = "ending";
     this.detach();
     // The sandbox goes away: this generation's usage ends here.
-    const usage = await this.finishUsage();
-    lap("usage");
+    const usage = lap("usage", await this.finishUsage());
     await this.killAll();
     await Promise.all([...this.slots.values()].map((s) => s.closeLog()));
-    await this.removeSandbox();
-    lap("teardown");
+    lap("teardown", await this.removeSandbox());
     const body: FactBody = { type: "suspended", warm: false, ...saved, ...(usage ? { usage } : {}) };
     this.releasedBy = body;
-    await this.emit(body, requestId);
-    lap("fact");
+    lap("fact", await this.emit(body, requestId));
     this.deps.log.info({ ...this.ids(), ms: took }, "session suspended cold");
   }
 

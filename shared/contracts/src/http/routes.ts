@@ -3,15 +3,15 @@ import { Api } from "../api.ts";
 import { CreateEnvironmentBody, Environment, PutSecretBody, SECRET_BODY_MAX_BYTES, SecretName, UpdateEnvironmentBody } from "../environment.ts";
 import { Runner } from "../fleet.ts";
 import { Id } from "../ids.ts";
-import { Checkpoint, CreateSessionBody, Session, SessionStateSchema } from "../session.ts";
+import { CreateSessionBody, Session, SessionStateSchema } from "../session.ts";
 import { AttachQuery, ServerFrame } from "../terminal.ts";
 import { AttachTicket, AttachTicketBody, CreatedToken, CreateTokenBody, TokenInfo, TokenList } from "../tokens.ts";
 import { PortNumber, PreviewTicket } from "../ports.ts";
 import { WorkspaceDiffReply, WorkspacePath, WorkspacePushReply, WorkspaceReposReply } from "../workspace.ts";
-import { EmptyBody, httpRoute, json, jsonBody, NoQuery, pathParamNames, pathPattern, type HttpRoute } from "./route.ts";
+import { EmptyBody, httpRoute, json, jsonBody, pathParamNames, pathPattern, type HttpRoute } from "./route.ts";
 import { QueryBool, QueryCursor, QueryLimit, QuerySeq, WaitForQuery, WaitQuery } from "./query.ts";
 import { ExecRoutes } from "./exec-routes.ts";
-import { SnapshotPending, SnapshotRoutes } from "./snapshot-routes.ts";
+import { SnapshotRoutes } from "./snapshot-routes.ts";
 import { AgentRoutes } from "./agent-routes.ts";
 import { WebhookRoutes } from "./webhook-routes.ts";
 import { MemberRoutes } from "./member-routes.ts";
@@ -130,17 +130,6 @@ export const HttpApi = {
   }),
   suspendSession: lifecycle("suspend", "Suspend a session: warm (processes stopped in place) or cold (checkpointed, sandbox removed).", SuspendBody, false),
   resumeSession: lifecycle("resume", "Resume a suspended session.", EmptyBody, true),
-  snapshotSession: {
-    ...lifecycle(
-      "snapshot",
-      "Checkpoint a running or warm-suspended session's workspace; answers the Checkpoint, or 202 and where to wait for it when the runner has not finished within the call's wait.",
-      EmptyBody,
-      true,
-    ),
-    // A snapshot changes no state: nothing to wait for.
-    query: NoQuery,
-    responses: [json(Checkpoint), json(SnapshotPending, [202], "the runner has not finished yet: GET the Location header's …/snapshots/:requestId")],
-  },
   recycleSession: {
     ...lifecycle("recycle", "Replace a session by a fresh one from its latest checkpoint; answers both.", EmptyBody, true),
     responses: [json(RecycleAnswer, [201])],
