@@ -12,6 +12,7 @@ import { previewBench } from "./src/preview.ts";
 import { imagesBench } from "./src/images.ts";
 import { removeLeftovers } from "./src/leftovers.ts";
 import { lifecycleBench } from "./src/lifecycle.ts";
+import { scaleBench } from "./src/scale.ts";
 import { formatTable, type Figure } from "./src/stats.ts";
 import { memoryBenches } from "./src/memory.ts";
 import { sandboxBenches } from "./src/sandbox.ts";
@@ -27,6 +28,7 @@ const { quick, only } = parseScriptArgsOrExit(BENCH_USAGE, parseBenchArgs);
 async function main(): Promise<void> {
   const figures: Figure[] = [];
   if (only.has("lifecycle")) figures.push(...(await lifecycleBench(quick ? { sessions: 500, runners: 20 } : { sessions: 10_000, runners: 500 })));
+  if (only.has("lifecycle")) figures.push(...(await scaleBench(quick ? { stages: [500, 2_000], runners: 100, pages: 100 } : { stages: [10_000, 100_000], runners: 5_000, pages: 500 })));
   if (only.has("checkpoint")) {
     figures.push(...(await checkpointBench({ megabytes: quick ? 10 : 100 })));
     // The whole-tar checkpoints every checkpoint used to be: the first manifest checkpoint is no slower.

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type StreamUpdateConfig } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { z } from "zod";
 import { Buckets, InvalidError, NotFoundError, packWithBytes, Streams, UnavailableError, unpackWithBytes, type Rpc } from "@paddock/contracts";
@@ -22,6 +22,7 @@ import {
   serveRpcWithBytes,
   SettledFloor,
   streamConfigs,
+  MAX_CONSUMERS_PER_STREAM,
 } from "./index.ts";
 
 const nats = useNatsServer();
@@ -49,6 +50,24 @@ describe("provision", () => {
     // A service that does not set audit retention leaves it alone.
     await provision(nats.nc, { replicas: 1 });
     expect((await jsm.streams.info(Streams.audit)).config.max_age).toBe(3 * 3_600_000 * 1_000_000);
+  });
+
+  it("lets a stream hold more consumers than the server's default of 1,000 (one per runner on DISPATCH), raising a stream made without the bound", async () => {
+    const jsm = await jetstreamManager(nats.nc);
+    // As a deployment provisioned before the bound: the server's own default applies (the client's
+    // update type omits the field, which the server has accepted since 2.12).
+    await jsm.streams.update(Streams.dispatch, { max_consumers: 1_000 } as Partial<StreamUpdateConfig>);
+    await provision(nats.nc, { replicas: 1 });
+    expect((await jsm.streams.info(Streams.dispatch)).config.max_consumers).toBe(MAX_CONSUMERS_PER_STREAM);
+    const names = Array.from({ length: 1_050 }, (_, i) => `many-${i}`);
+    try {
+      for (const name of names) {
+        await jsm.consumers.add(Streams.dispatch, { durable_name: name, filter_subject: `paddock.dispatch.many.${name}`, ack_policy: AckPolicy.Explicit, mem_storage: true });
+      }
+      expect((await jsm.streams.info(Streams.dispatch)).state.consumer_count).toBeGreaterThanOrEqual(names.length);
+    } finally {
+      await Promise.all(names.map((name) => jsm.consumers.delete(Streams.dispatch, name).catch(() => false)));
+    }
   });
 
   it("reports a lost KV compare-and-set as wrong-last-sequence", async () => {

@@ -14,6 +14,16 @@ import { Buckets, kvStreamName, MAX_AGENT_FACTS_PER_SESSION, MAX_SCREEN_CHECKPOI
 import { isStreamNameInUse, isStreamNotFound } from "./errors.ts";
 
 const NS_PER_MS = 1_000_000;
+
+/**
+ * Consumers a stream may hold. nats-server 2.15 caps a stream that names no
+ * limit at 1,000 consumers (and no longer accepts "unlimited"), which a
+ * fleet outgrows: DISPATCH holds one durable per runner, TERM one per attached
+ * terminal, EXEC one per reader of a process's output, AUDIT one per events
+ * stream. This bound still stops a runaway client long before the server
+ * suffers, with room for 5,000 runners and tens of thousands of attachments.
+ */
+export const MAX_CONSUMERS_PER_STREAM = 100_000;
 const DAY_MS = 24 * 60 * 60 * 1000;
 
 export interface ProvisionOptions {
@@ -43,6 +53,7 @@ export function streamConfigs(opts: ProvisionOptions): Array<Partial<StreamConfi
     retention: RetentionPolicy.Limits,
     discard: DiscardPolicy.Old,
     allow_direct: true,
+    max_consumers: MAX_CONSUMERS_PER_STREAM,
   };
   return [
     { ...base, name: Streams.runner, subjects: [Subjects.runnerEventsAll], max_age: 7 * DAY_MS * NS_PER_MS, duplicate_window: 2 * 60_000 * NS_PER_MS },

@@ -56,23 +56,31 @@ export async function getSession(ctx: SchedulerContext, scope: Scope, sessionId:
   return found;
 }
 
-/** One page in stable (createdAt, id) order; the cursor is the last row's sort key. */
+/**
+ * One page in stable (createdAt, id) order; the cursor is the last row's sort
+ * key. Read from the index in that order (the workspace's list, or one
+ * creator's when the caller is a session or asks for a creator), so a page
+ * costs its rows and the rows its filters skip, not the workspace's size.
+ */
 export function listSessions(
   ctx: SchedulerContext,
   q: { scope: Scope; limit: number; cursor?: string | undefined; includeTerminal: boolean; parentId?: string | undefined; creatorId?: string | undefined },
 ): { sessions: Session[]; nextCursor?: string } {
   const after = q.cursor !== undefined ? decodeCursor(SessionCursor, q.cursor) : undefined;
   const limit = Math.min(q.limit || DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT);
+  // A session's token sees only the sessions it created (visibleTo): its creator's list.
+  const creatorId = q.scope.sessionId !== undefined ? q.scope.actor.id : q.creatorId;
+  if (q.scope.sessionId !== undefined && q.creatorId !== undefined && q.creatorId !== creatorId) return { sessions: [] };
   const rows: Session[] = [];
-  for (const { value: s } of ctx.sessionView.values()) {
-    if (!visibleTo(q.scope, s) || s.id === q.scope.sessionId) continue;
+  const keys = ctx.sessionIndex.order.keys({ workspaceId: q.scope.workspaceId, creatorId, includeTerminal: q.includeTerminal, after });
+  for (const key of keys) {
+    const s = ctx.sessionView.get(key)?.value;
+    if (!s || !visibleTo(q.scope, s) || s.id === q.scope.sessionId) continue;
     if (!q.includeTerminal && isTerminal(s.state)) continue;
     if (q.parentId !== undefined && s.parentId !== q.parentId) continue;
-    if (q.creatorId !== undefined && s.creatorId !== q.creatorId) continue;
-    if (after && (s.createdAt < after[0] || (s.createdAt === after[0] && s.id <= after[1]))) continue;
     rows.push(s);
+    if (rows.length > limit) break;
   }
-  rows.sort((a, b) => a.createdAt - b.createdAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   const page = rows.slice(0, limit);
   const last = page[page.length - 1];
   return rows.length > limit && last ? { sessions: page, nextCursor: encodeCursor([last.createdAt, last.id]) } : { sessions: page };

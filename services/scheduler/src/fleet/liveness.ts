@@ -50,8 +50,10 @@ export async function markRunnerLost(ctx: SchedulerContext, runner: Runner, lost
     throw err;
   }
   ctx.log.warn({ runnerId: runner.id, poolId: runner.poolId, generation: runner.generation, lostReason }, "runner lost");
-  for (const { value } of ctx.sessionView.values()) {
-    if (value.runnerId === runner.id && value.poolId === runner.poolId && occupiesSlot(value.state)) {
+  // A copy: each loss moves its record off the runner's set.
+  for (const key of [...ctx.sessionIndex.placedOn(runner.poolId, runner.id)]) {
+    const value = ctx.sessionView.get(key)?.value;
+    if (value?.runnerId === runner.id && value.poolId === runner.poolId && occupiesSlot(value.state)) {
       await loseSession(ctx, value, runner.id);
     }
   }
@@ -94,13 +96,6 @@ export function lostRunners(ctx: SchedulerContext, startedAt: number): Runner[] 
  * 17 s with both runners at 31-32 of 32 slots and a handful of sessions live).
  */
 export async function repairCapacity(ctx: SchedulerContext): Promise<void> {
-  const used = new Map<string, number>();
-  for (const { value } of ctx.sessionView.values()) {
-    if (value.runnerId && value.poolId && occupiesSlot(value.state)) {
-      const key = runnerKey(value.poolId, value.runnerId);
-      used.set(key, (used.get(key) ?? 0) + 1);
-    }
-  }
   const now = ctx.now();
   const windowMs = ctx.config.capacityRepairQuietMs;
   const repaired = (r: Runner, actual: number): number | undefined => {
@@ -110,9 +105,9 @@ export async function repairCapacity(ctx: SchedulerContext): Promise<void> {
     return r.capacityUsed > ceiling ? ceiling : undefined;
   };
   for (const { value } of ctx.runnerView.values()) {
-    const key = runnerKey(value.poolId, value.id);
-    const actual = used.get(key) ?? 0;
+    const actual = ctx.sessionIndex.placedOn(value.poolId, value.id).size;
     if (repaired(value, actual) === undefined) continue;
+    const key = runnerKey(value.poolId, value.id);
     const written = await ctx.runners.mutate(key, (r) => {
       const capacityUsed = repaired(r, actual);
       return capacityUsed === undefined ? undefined : { ...r, capacityUsed };

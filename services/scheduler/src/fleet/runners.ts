@@ -19,8 +19,9 @@ import { CasConflictError, type Versioned } from "../state/store.ts";
 
 function sessionsPlacedOn(ctx: SchedulerContext, poolId: string, runnerId: string): Session[] {
   const placed: Session[] = [];
-  for (const { value } of ctx.sessionView.values()) {
-    if (value.poolId === poolId && value.runnerId === runnerId && occupiesSlot(value.state)) placed.push(value);
+  for (const key of ctx.sessionIndex.placedOn(poolId, runnerId)) {
+    const value = ctx.sessionView.get(key)?.value;
+    if (value?.poolId === poolId && value.runnerId === runnerId && occupiesSlot(value.state)) placed.push(value);
   }
   return placed;
 }

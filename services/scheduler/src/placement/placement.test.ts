@@ -82,6 +82,27 @@ describe("session index", () => {
     expect([...index.queued()].map((s) => s.id).sort()).toEqual(["s002", "s003"]);
     expect(index.countIn("ws1")).toBe(2);
   });
+
+  it("knows which records hold each runner's slots and each session's live children, through placement, cold suspend, a move and the end", () => {
+    const index = new SessionIndex();
+    const view = new KvView(Session, index.onEntry);
+    const on = (runnerId: string) => [...index.placedOn("p", runnerId)].sort();
+    view.apply("ws1.s001", { value: queued(1, { parentId: "s009" }), revision: 1 });
+    view.apply("ws1.s002", { value: queued(2, { parentId: "s009" }), revision: 2 });
+    expect([on("r1"), [...index.childrenOf("ws1", "s009")].sort()]).toEqual([[], ["ws1.s001", "ws1.s002"]]);
+    view.apply("ws1.s001", { value: queued(1, { parentId: "s009", state: "running", poolId: "p", runnerId: "r1" }), revision: 3 });
+    view.apply("ws1.s002", { value: queued(2, { parentId: "s009", state: "creating", poolId: "p", runnerId: "r1" }), revision: 4 });
+    expect(on("r1")).toEqual(["ws1.s001", "ws1.s002"]);
+    // Cold suspended: no slot held, still a live child. Then resumed on another runner.
+    view.apply("ws1.s001", { value: queued(1, { parentId: "s009", state: "suspended_cold", poolId: "p", runnerId: "r1" }), revision: 5 });
+    expect([on("r1"), on("r2")]).toEqual([["ws1.s002"], []]);
+    view.apply("ws1.s001", { value: queued(1, { parentId: "s009", state: "running", poolId: "p", runnerId: "r2" }), revision: 6 });
+    expect([on("r1"), on("r2")]).toEqual([["ws1.s002"], ["ws1.s001"]]);
+    // The same parent id in another workspace is another parent.
+    expect(index.childrenOf("ws2", "s009").size).toBe(0);
+    view.apply("ws1.s002", { value: queued(2, { parentId: "s009", state: "destroyed", poolId: "p", runnerId: "r1" }), revision: 7 });
+    expect([on("r1"), [...index.childrenOf("ws1", "s009")]]).toEqual([[], ["ws1.s001"]]);
+  });
 });
 
 let h: SchedulerHarness;

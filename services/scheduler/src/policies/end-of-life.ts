@@ -49,8 +49,9 @@ export async function onSessionTerminal(ctx: SchedulerContext, s: Session): Prom
   await revokeSessionTokens(ctx, s);
   if (s.state !== "dead") await dispatchDestroy(ctx, s);
   const children: Session[] = [];
-  for (const { value } of ctx.sessionView.values()) {
-    if (value.parentId === s.id && value.workspaceId === s.workspaceId && !isTerminal(value.state)) children.push(value);
+  for (const key of ctx.sessionIndex.childrenOf(s.workspaceId, s.id)) {
+    const value = ctx.sessionView.get(key)?.value;
+    if (value?.parentId === s.id && value.workspaceId === s.workspaceId && !isTerminal(value.state)) children.push(value);
   }
   const scope = { workspaceId: s.workspaceId, actor: { id: SCHEDULER_ACTOR, kind: "service" as const } };
   for (const child of children) await deleteSession(ctx, scope, child.id);
