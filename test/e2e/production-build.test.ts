@@ -12,6 +12,9 @@ import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } fr
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect } from "@nats-io/transport-node";
+import { jetstream } from "@nats-io/jetstream";
+import { ScreenCheckpoint, Streams } from "@paddock/contracts";
 import { repoRoot, startStack, type ServiceProcess, type Stack } from "@paddock/testing";
 import { stackClient } from "./helpers.ts";
 
@@ -38,6 +41,25 @@ function deployRunner(): string {
   cpSync(join(repoRoot, "services", "runner-agent", "dist"), join(dir, "dist"), { recursive: true });
   cpSync(join(repoRoot, "services", "runner-agent", "native", "paddock-init"), join(dir, "native", "paddock-init"));
   return dir;
+}
+
+/** The first screen checkpoint of a session's main app (written once its output is quiet). */
+async function firstScreenCheckpoint(sessionId: string): Promise<ScreenCheckpoint> {
+  const nc = await connect({ servers: stack.nats.url });
+  try {
+    const consumer = await jetstream(nc).consumers.get(Streams.screens, { filter_subjects: [`paddock.screen.*.*.${sessionId}.main`] });
+    const messages = await consumer.consume();
+    let first: ScreenCheckpoint | undefined;
+    for await (const m of messages) {
+      first = ScreenCheckpoint.parse(m.json());
+      break;
+    }
+    await messages.close();
+    if (!first) throw new Error("no screen checkpoint");
+    return first;
+  } finally {
+    await nc.close();
+  }
 }
 
 const cmdline = (pid: number | undefined) => readFileSync(`/proc/${String(pid)}/cmdline`, "utf8").split("\0").filter((a) => a !== "");
@@ -82,6 +104,9 @@ describe("the production build", () => {
     // The PTY the session's app runs on came from the deploy's node-pty, not the repository's.
     const maps = readFileSync(`/proc/${String(runner.process.pid)}/maps`, "utf8");
     expect(maps).toContain(join(deployDir, "node_modules", ".pnpm"));
+    // Its screen checkpoint comes from the runner's screen worker, started from the deploy's bundle (dist/screen-worker.js).
+    expect(existsSync(join(deployDir, "dist", "screen-worker.js"))).toBe(true);
+    expect((await firstScreenCheckpoint(id)).screen).toContain("BUILT-42");
     const exec = run(process.execPath, [cliBundle, "exec", id, "--", "sh", "-c", "echo out; echo err >&2; exit 5"], { env: cli });
     expect(exec).toEqual({ code: 5, stdout: "out\n", stderr: "err\n" });
     const usage = run(process.execPath, [cliBundle, "exec", id, "--timeout-ms", "soon", "--", "true"], { env: cli });

@@ -27,6 +27,8 @@ import { serveMetricsOp } from "./sessions/metrics-op.ts";
 import { serveProbeOps } from "./agents/probe-ops.ts";
 import { DataPlane } from "./ports/data-plane.ts";
 import { serveTunnels } from "./ports/tunnels.ts";
+import { ScreenHost } from "./terminal/screen-host.ts";
+import { defaultTerminalSettings } from "./terminal/term-options.ts";
 import { ActivityReporter, DEFAULT_ACTIVITY_MS } from "./fleet/activity.ts";
 import { DEFAULT_SETTLE_MS } from "./sessions/watch-reload.ts";
 
@@ -173,6 +175,8 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     release: (held, runnerGeneration) => requireSessions().dispatch({ type: "destroy", ...held, runnerGeneration }),
   });
 
+  // Screen emulators off the event loop (a worker thread, started by start()).
+  const screens = new ScreenHost();
   const activity = new ActivityReporter({ nc, log, poolId: config.poolId, runnerId: config.runnerId, intervalMs: config.activityMs ?? DEFAULT_ACTIVITY_MS });
 
   /** After each renewal: read the runner record the scheduler keeps; lost or a moved generation means fenced. */
@@ -253,6 +257,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       watch: { debounceMs: config.watchDebounceMs, maxReloads: config.watchMaxReloads, windowMs: config.watchWindowMs, settleMs: config.watchSettleMs ?? DEFAULT_SETTLE_MS },
       activity,
       ...(config.terminal ? { terminal: config.terminal } : {}),
+      openScreen: screens.open,
       ...(config.execReaderTimeoutMs !== undefined ? { exec: { readerTimeoutMs: config.execReaderTimeoutMs } } : {}),
     });
     await mkdir(config.dataDir, { recursive: true });
@@ -328,6 +333,8 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     });
     watchReconnects();
     activity.start();
+    // Its start (~0.3 s of CPU) is paid here, not by the first session that prints.
+    if ((config.terminal ?? defaultTerminalSettings).screen) screens.warm();
     ready = true;
     deps.onRegistered?.({ generation, reason: "start", destroyed: reply.destroy });
     return { generation };
@@ -355,6 +362,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     await registering;
     await sandbox?.stop();
     await images?.stop();
+    await screens.stop();
   };
 
   return {

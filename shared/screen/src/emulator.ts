@@ -161,6 +161,11 @@ export class ScreenEmulator {
     return this.unparsed + this.heldBytes;
   }
 
+  /** Bytes handed to the parser and not parsed yet (plain text held back not counted). */
+  get parsingBytes(): number {
+    return this.unparsed;
+  }
+
   /** Resolves once fewer than limit bytes wait for the parser (xterm drops writes beyond 50 MB pending). */
   parsedBelow(limit: number): Promise<void> {
     if (this.unparsed < limit || this.disposed) return Promise.resolve();

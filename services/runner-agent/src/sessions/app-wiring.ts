@@ -10,7 +10,7 @@ import type { Sandbox } from "../sandbox/backend.ts";
 
 /** What a placement's app slots are built from: the runner's deps and this placement. */
 export interface AppWiring {
-  deps: Pick<SessionRuntimeDeps, "nc" | "js" | "jsm" | "runner" | "metrics" | "log" | "now" | "killGraceMs" | "terminal">;
+  deps: Pick<SessionRuntimeDeps, "nc" | "js" | "jsm" | "runner" | "metrics" | "log" | "now" | "killGraceMs" | "terminal" | "openScreen">;
   held: HeldSession;
   /** Asks the record whether this placement is still current (a refused terminal chunk on another runner's subject). */
   isCurrentPlacement: () => Promise<boolean>;
@@ -48,6 +48,7 @@ export function buildAppSlot(w: AppWiring, sandbox: Sandbox, spec: AppSpec, env:
         clock: realClock,
         metrics: deps.metrics,
         log: deps.log,
+        ...(deps.openScreen ? { openScreen: deps.openScreen } : {}),
       })
     : undefined;
   const writer = new TermWriter({

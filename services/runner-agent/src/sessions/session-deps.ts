@@ -4,6 +4,7 @@ import type { DispatchCommand } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import type { CheckpointStore } from "../workspace/checkpoint.ts";
 import type { TerminalSettings } from "../terminal/term-options.ts";
+import type { OpenScreen } from "../terminal/screen-host.ts";
 import type { FactPublisher } from "../fleet/facts.ts";
 import type { RunnerMetrics } from "../metrics.ts";
 import type { InputAdmission } from "../terminal/input.ts";
@@ -50,6 +51,8 @@ export interface SessionRuntimeDeps {
   exec?: { readerTimeoutMs: number } | undefined;
   /** Terminal log coalescing and screen checkpoints (defaultTerminalSettings when absent). */
   terminal?: TerminalSettings;
+  /** Where screen emulators live (the runner's screen worker); this thread when absent. */
+  openScreen?: OpenScreen;
 }
 
 /** booting → running ⇄ frozen; running → exited (run mode); any → ending (destroy, cold suspend, shutdown). */

@@ -3,9 +3,10 @@ import type { JetStreamClient } from "@nats-io/jetstream";
 import { Headers, INITIAL_TERMINAL_SIZE, MAX_SCREEN_CHECKPOINT_BYTES, ScreenCheckpoint, type TerminalSize } from "@paddock/contracts";
 import type { Encoder } from "@paddock/bus";
 import type { Logger } from "@paddock/logging";
-import { ScreenEmulator, screenSize, type Capture } from "@paddock/screen";
+import { screenSize, type Capture } from "@paddock/screen";
 import type { RunnerMetrics } from "../metrics.ts";
 import type { CoalesceClock } from "./term-writer.ts";
+import { openLocalScreen, type OpenScreen, type TrackedScreen } from "./screen-host.ts";
 
 /**
  * Unparsed output past which the tracker gives up on an app placement: it
@@ -30,6 +31,8 @@ export interface ScreenTrackerOptions {
   log: Logger;
   maxBacklogBytes?: number;
   publishTimeoutMs?: number;
+  /** Where the emulator lives: the runner's screen worker (ScreenHost), else this thread. */
+  openScreen?: OpenScreen;
 }
 
 /**
@@ -42,7 +45,7 @@ export interface ScreenTrackerOptions {
  * the app's log ends.
  */
 export class ScreenTracker {
-  private emulator: ScreenEmulator | undefined;
+  private emulator: TrackedScreen | undefined;
   /** The last checkpoint's screen: seeds the emulator again if output resumes after the log ended (a restart). */
   private lastScreen: Capture | undefined;
   /** TERM sequence of the last chunk fed. */
@@ -79,7 +82,7 @@ export class ScreenTracker {
     this.advance(seq, this.emulator);
   }
 
-  private advance(seq: number, emulator: ScreenEmulator): void {
+  private advance(seq: number, emulator: TrackedScreen): void {
     this.cursor = seq;
     if (emulator.backlogBytes > (this.opts.maxBacklogBytes ?? MAX_SCREEN_BACKLOG_BYTES)) {
       this.gaveUp = true;
@@ -122,10 +125,10 @@ export class ScreenTracker {
     this.free();
   }
 
-  private fresh(): ScreenEmulator {
+  private fresh(): TrackedScreen {
     const last = this.lastScreen;
     // After the log ended, a restarted generation continues the same screen, at the size the log is at now.
-    const emulator = new ScreenEmulator(screenSize(last?.cols ?? this.size.cols, last?.rows ?? this.size.rows));
+    const emulator = (this.opts.openScreen ?? openLocalScreen)(screenSize(last?.cols ?? this.size.cols, last?.rows ?? this.size.rows));
     if (last !== undefined) {
       emulator.write(Buffer.from(last.screen, "utf8"));
       emulator.resize(screenSize(this.size.cols, this.size.rows));
@@ -198,7 +201,7 @@ export class ScreenTracker {
    * sequences grow in JSON, so scrollback is cut further when the first
    * try does not fit. Undefined when even the screen does not fit.
    */
-  private async encode(emulator: ScreenEmulator, cursor: number): Promise<{ bytes: Uint8Array; captured: Capture } | undefined> {
+  private async encode(emulator: TrackedScreen, cursor: number): Promise<{ bytes: Uint8Array; captured: Capture } | undefined> {
     for (const budget of [MAX_SCREEN_CHECKPOINT_BYTES, MAX_SCREEN_CHECKPOINT_BYTES / 8]) {
       // Captured as of the cursor: the size it repaints at is the one the log says there.
       const captured = await emulator.capture(budget);

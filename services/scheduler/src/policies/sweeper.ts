@@ -116,6 +116,11 @@ function movesOn(s: Session): boolean {
   return s.stateReason === "drain" || s.lastFact.action === "lose";
 }
 
+/** The session's idle policy, else watch mode's cold suspend after idleMs. */
+function idlePolicyOf(ctx: SchedulerContext, s: Session): { warmAfterMs?: number | undefined; coldAfterMs?: number | undefined } | undefined {
+  return s.idle ?? (s.mode === "watch" ? { coldAfterMs: ctx.config.idleMs } : undefined);
+}
+
 /**
  * The idle policy (the session's, else watch mode's cold suspend after
  * idleMs): nothing attached, and no activity for warmAfterMs (running →
@@ -124,10 +129,6 @@ function movesOn(s: Session): boolean {
  * previews), becoming running; never updatedAt, which every checkpoint and
  * app fact moves. Input needs an attached client, so attachment covers it.
  */
-function idlePolicyOf(ctx: SchedulerContext, s: Session): { warmAfterMs?: number | undefined; coldAfterMs?: number | undefined } | undefined {
-  return s.idle ?? (s.mode === "watch" ? { coldAfterMs: ctx.config.idleMs } : undefined);
-}
-
 function idleStep(ctx: SchedulerContext, s: Session, startedAt: number, memory: SweepMemory): SweepStep | undefined {
   const policy = idlePolicyOf(ctx, s);
   if (!policy || s.pending || (s.state !== "running" && s.state !== "suspended_warm") || ctx.presence.attached(s.id)) return undefined;
@@ -208,7 +209,8 @@ export async function sweep(ctx: SchedulerContext, startedAt: number, memory: Sw
   let read = 0;
   for (const { value } of ctx.sessionView.values()) {
     if (value.state === "creating") creating.add(placementKey(value));
-    // The first running revision seen matters only to an idle policy (idleStep).
+    // The revision a replica first sees running was written at or after the session became
+    // running; only an idle policy (idleStep) asks when that was.
     if (value.state === "running" && idlePolicyOf(ctx, value)) {
       const key = placementKey(value);
       running.add(key);
