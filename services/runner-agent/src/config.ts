@@ -93,7 +93,7 @@ const RunnerEnv = z
     PADDOCK_RUNNER_DIFF_MAX_REPOS: z.coerce.number().int().positive().max(256).default(32),
     /**
      * Terminal log: how long output that keeps arriving is held to fill a
-     * 32 KiB chunk (term-writer.ts); 0 publishes as soon as nothing is in flight.
+     * chunk (term-writer.ts); 0 publishes as soon as nothing is in flight.
      */
     PADDOCK_RUNNER_TERM_COALESCE_MS: z.coerce.number().int().nonnegative().max(1_000).default(DEFAULT_COALESCE_MS),
     /**

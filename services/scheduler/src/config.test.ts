@@ -4,7 +4,7 @@ import { loadConfig } from "./config.ts";
 
 describe("scheduler config", () => {
   it("bounds the terminal log per app by bytes and age", () => {
-    expect(loadConfig({ PADDOCK_TERM_MAX_BYTES_PER_APP: String(100 * 1024), PADDOCK_TERM_MAX_AGE_MS: "60000" })).toMatchObject({
+    expect(loadConfig({ PADDOCK_TERM_MAX_BYTES_PER_APP: String(1024 * 1024), PADDOCK_TERM_MAX_AGE_MS: "60000" })).toMatchObject({
       termMaxMsgsPerApp: 4,
       termMaxAgeMs: 60_000,
     });

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { TERM_CHUNK_MAX_BYTES } from "@paddock/contracts";
 import { commonConfig, commonEnv, parseEnv } from "@paddock/config";
 
 const ms = z.coerce.number().int().positive();
@@ -51,12 +52,13 @@ const SchedulerEnv = z.object({
   PADDOCK_CAPACITY_REPAIR_QUIET_MS: ms.default(30_000),
   /**
    * Terminal log kept per session app, in bytes. TERM can only bound chunks
-   * per subject, so this becomes a chunk count (bytes / 32 KiB); runners fill
-   * chunks to 32 KiB while output keeps arriving (term-writer.ts), so the count
-   * holds this many bytes of sustained output (see ARCHITECTURE.md, Storage).
+   * per subject, so this becomes a chunk count (bytes / TERM_CHUNK_MAX_BYTES);
+   * runners fill chunks to that size while output keeps arriving
+   * (term-writer.ts), so the count holds this many bytes of sustained output,
+   * and as many bursts of interactive output (see ARCHITECTURE.md, Storage).
    * The scheduler owns TERM retention; runners may not change stream configs.
    */
-  PADDOCK_TERM_MAX_BYTES_PER_APP: z.coerce.number().int().min(32 * 1024).default(320 * 1024 * 1024),
+  PADDOCK_TERM_MAX_BYTES_PER_APP: z.coerce.number().int().min(TERM_CHUNK_MAX_BYTES).default(10_240 * TERM_CHUNK_MAX_BYTES),
   /** How long terminal chunks (and screen checkpoints) are kept. */
   PADDOCK_TERM_MAX_AGE_MS: ms.default(7 * 24 * 60 * 60_000),
   /** Bytes of screen checkpoints kept in all (SCREENS; the oldest go first). */
@@ -90,7 +92,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
     maxSessionsPerUser: e.PADDOCK_MAX_SESSIONS_PER_USER,
     sessionTokenSecret: e.PADDOCK_SESSION_TOKEN_SECRET,
     leaseTtlMs: e.PADDOCK_RUNNER_LEASE_TTL_MS,
-    termMaxMsgsPerApp: Math.ceil(e.PADDOCK_TERM_MAX_BYTES_PER_APP / (32 * 1024)),
+    termMaxMsgsPerApp: Math.ceil(e.PADDOCK_TERM_MAX_BYTES_PER_APP / TERM_CHUNK_MAX_BYTES),
     termMaxAgeMs: e.PADDOCK_TERM_MAX_AGE_MS,
     screensMaxBytes: e.PADDOCK_SCREEN_MAX_BYTES,
     lostGraceMs: e.PADDOCK_RUNNER_LOST_GRACE_MS,

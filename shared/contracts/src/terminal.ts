@@ -167,6 +167,13 @@ export type RunnerActivity = z.infer<typeof RunnerActivity>;
 export const MAX_SCREEN_CHECKPOINT_BYTES = 512 * 1024;
 
 /**
+ * The largest TERM chunk a runner writes: output that keeps arriving fills
+ * chunks up to this (decision 0065), and the scheduler's per-app retention,
+ * a count of chunks, is derived from it.
+ */
+export const TERM_CHUNK_MAX_BYTES = 256 * 1024;
+
+/**
  * Body of a screen checkpoint on `paddock.screen.<pool>.<runner>.<session>.<app>`
  * (header `Paddock-Placement-Generation`): the screen a terminal emulator
  * shows after every chunk its runner committed to the app's log in that

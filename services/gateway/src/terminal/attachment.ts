@@ -9,6 +9,7 @@ import {
   ServerFrame,
   Streams,
   Subjects,
+  TERM_CHUNK_MAX_BYTES,
   type AttachQuery,
   type Scope,
   type Session,
@@ -27,6 +28,9 @@ import type { Watcher } from "./presence.ts";
 import type { Revocable } from "../auth/revocation.ts";
 import type { ClaimWatch } from "../auth/claims.ts";
 import { ChunkVerdict, exitCodeOf, judgeChunk, terminalSizeOf, type Placement } from "./termlog.ts";
+
+/** A pull bounded in bytes: 256 chunks of 256 KiB would queue 64 MiB ahead of other attachments' chunks on the one connection. */
+const TERM_PULL = { max_bytes: 8 * TERM_CHUNK_MAX_BYTES, expires: PULL_OPTIONS.expires } as const;
 
 export { MAX_HELD_INPUT_BYTES } from "./held-input.ts";
 
@@ -201,7 +205,7 @@ export class Attachment implements Watcher, Revocable {
         : { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: startSeq }),
     });
     if (this.closed) return { kind: "stopped" };
-    this.messages = await consumer.consume(PULL_OPTIONS);
+    this.messages = await consumer.consume(TERM_PULL);
     if (this.closed) {
       await this.messages.close();
       return { kind: "stopped" };

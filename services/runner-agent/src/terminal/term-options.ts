@@ -3,16 +3,20 @@
  * writer's options (term-writer.ts re-exports them).
  */
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
-import type { TerminalSize } from "@paddock/contracts";
+import { TERM_CHUNK_MAX_BYTES, type TerminalSize } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import type { RunnerMetrics } from "../metrics.ts";
 
-/** TERM chunks are bounded so a reader's per-chunk cost (and the stream's per-subject limit) stays predictable. */
-export const MAX_CHUNK_BYTES = 32 * 1024;
+/**
+ * TERM chunks are bounded so a reader's per-chunk cost (and the stream's
+ * per-subject limit) stays predictable; large enough that one fenced publish
+ * in flight per app carries full-speed output (decision 0065).
+ */
+export const MAX_CHUNK_BYTES = TERM_CHUNK_MAX_BYTES;
 
 /**
  * How long output that keeps arriving is held to fill a chunk (see append).
- * A few ms: long enough that a fast producer fills 32 KiB chunks (so the
+ * A few ms: long enough that a fast producer fills its chunks (so the
  * per-chunk costs and the per-subject chunk count bound hold in bytes), short
  * enough not to be seen; output that answers input is never held.
  */

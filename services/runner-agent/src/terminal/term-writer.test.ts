@@ -199,12 +199,12 @@ describe("term writer fencing", () => {
     expect(rows(await readLog("unasked")).map((r) => r[1])).toEqual(["old", "new"]);
   });
 
-  it("coalesces a burst into chunks of at most 32 KiB, bytes intact and in order", async () => {
+  it("coalesces a burst into chunks of at most MAX_CHUNK_BYTES, bytes intact and in order", async () => {
     const metrics = createRunnerMetrics();
     const w = writer(R1, "burst", 1, metrics);
     const parts: Buffer[] = [];
     for (let i = 0; i < 200; i++) parts.push(Buffer.alloc(10_000, i % 251));
-    parts.push(Buffer.alloc(100 * 1024, 7)); // one buffer larger than a chunk is split
+    parts.push(Buffer.alloc(2 * MAX_CHUNK_BYTES + 100, 7)); // one buffer larger than a chunk is split
     for (const p of parts) w.append(p);
     await w.flush();
     const stored = await readLog("burst");
