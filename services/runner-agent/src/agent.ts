@@ -176,7 +176,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
   });
 
   // Screen emulators off the event loop (a worker thread, started by start()).
-  const screens = new ScreenHost();
+  const screens = new ScreenHost({ onLost: (err) => log.warn({ err }, "screen worker ended; the screens it held write no more checkpoints this placement") });
   const activity = new ActivityReporter({ nc, log, poolId: config.poolId, runnerId: config.runnerId, intervalMs: config.activityMs ?? DEFAULT_ACTIVITY_MS });
 
   /** After each renewal: read the runner record the scheduler keeps; lost or a moved generation means fenced. */

@@ -61,6 +61,17 @@ describe("screen host (emulators on a worker thread)", () => {
     expect(b.backlogBytes).toBe(Number.POSITIVE_INFINITY);
   });
 
+  it("says so when its worker fails unasked, and fails the screens it held", async () => {
+    let lost!: (err: unknown) => void;
+    const failed = new Promise<unknown>((resolve) => (lost = resolve));
+    const host = new ScreenHost({ entry: new URL("data:text/javascript,throw new Error('the worker broke')"), onLost: lost });
+    hosts.push(host);
+    const screen = host.open(screenSize(80, 24));
+    expect(String(await failed)).toContain("the worker broke");
+    expect(screen.backlogBytes).toBe(Number.POSITIVE_INFINITY);
+    expect(await screen.capture()).toBeUndefined();
+  });
+
   it("fails the screens of a worker that ends (their trackers give up) and starts another for the next screen", async () => {
     const host = new ScreenHost();
     hosts.push(host);

@@ -50,7 +50,13 @@ export class ScreenHost {
   private nextId = 1;
   private nextRequest = 1;
 
-  constructor(private readonly opts: { entry?: URL } = {}) {}
+  constructor(
+    private readonly opts: {
+      entry?: URL;
+      /** The worker ended or failed unasked (its screens fail; the next screen starts another). */
+      onLost?: (err: unknown) => void;
+    } = {},
+  ) {}
 
   readonly open: OpenScreen = (size) => {
     const id = this.nextId++;
@@ -97,13 +103,14 @@ export class ScreenHost {
         this.captures.delete(m.request);
       }
     });
-    const lost = () => {
+    const lost = (err: unknown) => {
       if (this.worker !== worker) return;
       this.worker = undefined;
       this.failAll();
+      this.opts.onLost?.(err);
     };
     worker.on("error", lost);
-    worker.on("exit", lost);
+    worker.on("exit", (code) => lost(new Error(`screen worker exited with code ${code}`)));
     this.worker = worker;
     return worker;
   }
