@@ -1,3 +1,5 @@
+import { spawn } from "node:child_process";
+import { createInterface } from "node:readline";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { KvWatchInclude, Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -234,23 +236,31 @@ async function echoWhilePasting(stack: Stack, watch: RunningWatch, ws: WebSocket
 
 /**
  * Echo samples on `ws` while another session on the same runner writes log
- * lines as fast as its PTY takes them, with a viewer attached reading them
- * all: the keystroke shares the runner, nats-server and the gateway with a
- * full-speed stream.
+ * lines as fast as its PTY takes them, with a viewer in another process
+ * (bench/src/viewer-main.ts) reading them all: the keystroke shares the
+ * runner, nats-server and the gateway with a full-speed stream, not the
+ * measuring client's event loop.
  */
 async function echoWhileStreaming(stack: Stack, watch: RunningWatch, ws: WebSocket, samples: number): Promise<number[]> {
   const s = await post(stack, "/v1/sessions", { spec: { cmd: ["sh", "-c", "yes 'a log line of a build going on and on, at full speed, 64 bytes'"] } });
   await watch.untilRunning(s.id);
-  const viewer = await openWs(`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?mode=viewer`, { authorization: `Bearer ${stack.token}` });
-  let streamed = 0;
-  viewer.on("message", (data: Buffer, isBinary: boolean) => void (isBinary && (streamed += data.byteLength)));
-  // The stream is flowing once the viewer has seen a few MB of it.
-  while (streamed < 4 * 1024 * 1024) await new Promise((resolve) => setTimeout(resolve, 20));
-  const before = streamed;
+  const entry = new URL("./viewer-main.ts", import.meta.url).pathname;
+  const root = new URL("../..", import.meta.url).pathname;
+  const url = `${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?mode=viewer`;
+  const viewer = spawn(process.execPath, ["--import", "tsx", entry, url, stack.token], { cwd: root, stdio: ["pipe", "pipe", "inherit"] });
+  const lines = createInterface({ input: viewer.stdout });
+  const next = () => new Promise<number>((resolve, reject) => {
+    lines.once("line", (line: string) => resolve(Number(line.split(" ")[1])));
+    viewer.once("exit", () => reject(new Error("the viewer process exited")));
+  });
+  // The stream is flowing once the viewer has read a few MB of it.
+  const before = await next();
   const start = performance.now();
   const out = await echoSamples(ws, samples, true);
-  process.stderr.write(`[bench] echo beside a stream: the viewer read ${((streamed - before) / 1e6 / ((performance.now() - start) / 1000)).toFixed(1)} MB/s meanwhile\n`);
-  viewer.terminate();
+  const seconds = (performance.now() - start) / 1000;
+  const ended = next();
+  viewer.stdin.end();
+  process.stderr.write(`[bench] echo beside a stream: the viewer read ${(((await ended) - before) / 1e6 / seconds).toFixed(1)} MB/s meanwhile\n`);
   await fetch(`${stack.url}/v1/sessions/${s.id}`, { method: "DELETE", headers: { authorization: `Bearer ${stack.token}` } });
   return out;
 }
