@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
@@ -6,6 +5,7 @@ import { Kvm } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import pty from "@lydell/node-pty";
 import { WebSocketServer } from "ws";
+import { spawnBenchScript } from "./bench-process.ts";
 
 /** Runs `total` async operations with at most `inflight` at once; returns ops/s. */
 async function rate(total: number, inflight: number, op: (i: number) => Promise<unknown>): Promise<number> {
@@ -101,9 +101,7 @@ export async function startBridge(cmd: string[]): Promise<Bridge> {
  * than the client, so each message to or from it wakes a process.
  */
 export async function startBridgeProcess(cmd: string[]): Promise<Bridge> {
-  const entry = new URL("./bridge-main.ts", import.meta.url).pathname;
-  const root = new URL("../..", import.meta.url).pathname;
-  const child = spawn(process.execPath, ["--import", "tsx", entry, JSON.stringify(cmd)], { cwd: root, stdio: ["pipe", "pipe", "inherit"] });
+  const child = spawnBenchScript("bridge-main.ts", [JSON.stringify(cmd)]);
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const url = await new Promise<string>((resolve, reject) => {
     let out = "";

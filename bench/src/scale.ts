@@ -1,9 +1,9 @@
-import { spawn } from "node:child_process";
 import { Kvm } from "@nats-io/kv";
 import type { Scope, Session } from "@paddock/contracts";
 import { connectBus } from "@paddock/bus";
 import { startStack, type Stack } from "@paddock/testing";
 import { createSessions } from "./audit-drain.ts";
+import { spawnBenchScript } from "./bench-process.ts";
 import { cpuSeconds } from "./cpu.ts";
 import { stopStackKeepingData } from "./leftovers.ts";
 import { rssMb } from "./memory.ts";
@@ -28,9 +28,8 @@ interface ListFigures {
 
 /** Runs bench/src/list-client-main.ts in its own process and reads its one line of figures. */
 async function listFromOutside(stack: Stack, pages: number): Promise<ListFigures> {
-  const entry = new URL("./list-client-main.ts", import.meta.url).pathname;
-  const root = new URL("../..", import.meta.url).pathname;
-  const child = spawn(process.execPath, ["--import", "tsx", entry, JSON.stringify({ url: stack.url, token: stack.token, pages, limit: 50 })], { cwd: root, stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawnBenchScript("list-client-main.ts", [JSON.stringify({ url: stack.url, token: stack.token, pages, limit: 50 })]);
+  child.stdin.end();
   let out = "";
   child.stdout.on("data", (d: Buffer) => (out += d.toString()));
   const code = await new Promise<number | null>((resolve) => child.once("exit", resolve));
@@ -77,6 +76,8 @@ export async function scaleBench(opts: { stages: number[]; runners: number; page
       }
     })();
 
+    const firstStage = (opts.stages[0] ?? 0).toLocaleString("en-US");
+    const against = (value: number | undefined) => (value === undefined ? undefined : { name: `at ${firstStage} records`, value });
     let held = 0;
     let first: { rate: number; rss: number; cpuMsPerSec: number } | undefined;
     for (const stage of opts.stages) {
@@ -94,8 +95,6 @@ export async function scaleBench(opts: { stages: number[]; runners: number; page
       const list = await listFromOutside(stack, opts.pages);
       log(`${stage} records: ${rate.toFixed(0)} sessions/s, scheduler ${rss.toFixed(0)} MB, ${cpuMsPerSec.toFixed(0)} ms CPU/s idle; list p50 ${list.listP50.toFixed(2)} p99 ${list.listP99.toFixed(2)} ms over ${list.rows} rows; get p50 ${list.getP50.toFixed(2)} p99 ${list.getP99.toFixed(2)} ms`);
       const atGoal = stage >= GOAL_RECORDS;
-      const firstStage = (opts.stages[0] ?? 0).toLocaleString("en-US");
-      const against = (value: number | undefined) => (value === undefined ? undefined : { name: `at ${firstStage} records`, value });
       const n = stage.toLocaleString("en-US");
       figures.push(
         figure({ bench: "1 lifecycle", metric: `sessions/s → running, ${(held - adding).toLocaleString("en-US")} → ${n} records, ${opts.runners} sim runners`, value: rate, unit: "sessions/s", ...withBaseline(against(first?.rate)) }),

@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { KvWatchInclude, Kvm } from "@nats-io/kv";
@@ -8,6 +7,7 @@ import { decodeOutputFrame, Subjects, type Session } from "@paddock/contracts";
 import { startStack, type Stack } from "@paddock/testing";
 import { barePtySpawnMs, startBridge, startBridgeProcess, type Bridge } from "./baselines.ts";
 import { cpuMeter } from "./cpu.ts";
+import { spawnBenchScript } from "./bench-process.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
 import { stopStackKeepingData } from "./leftovers.ts";
 
@@ -244,10 +244,7 @@ async function echoWhilePasting(stack: Stack, watch: RunningWatch, ws: WebSocket
 async function echoWhileStreaming(stack: Stack, watch: RunningWatch, ws: WebSocket, samples: number): Promise<number[]> {
   const s = await post(stack, "/v1/sessions", { spec: { cmd: ["sh", "-c", "yes 'a log line of a build going on and on, at full speed, 64 bytes'"] } });
   await watch.untilRunning(s.id);
-  const entry = new URL("./viewer-main.ts", import.meta.url).pathname;
-  const root = new URL("../..", import.meta.url).pathname;
-  const url = `${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?mode=viewer`;
-  const viewer = spawn(process.execPath, ["--import", "tsx", entry, url, stack.token], { cwd: root, stdio: ["pipe", "pipe", "inherit"] });
+  const viewer = spawnBenchScript("viewer-main.ts", [`${stack.url.replace("http", "ws")}/v1/sessions/${s.id}/terminal?mode=viewer`, stack.token]);
   const lines = createInterface({ input: viewer.stdout });
   const next = () => new Promise<number>((resolve, reject) => {
     lines.once("line", (line: string) => resolve(Number(line.split(" ")[1])));

@@ -15,6 +15,14 @@ function parentOf(s: Session | undefined): string | undefined {
   return s?.parentId && !isTerminal(s.state) ? `${s.workspaceId} ${s.parentId}` : undefined;
 }
 
+function sameSlot(a: Session | undefined, b: Session | undefined): boolean {
+  return a !== undefined && b !== undefined && a.poolId === b.poolId && a.runnerId === b.runnerId && occupiesSlot(a.state) === occupiesSlot(b.state);
+}
+
+function sameParent(a: Session | undefined, b: Session | undefined): boolean {
+  return a !== undefined && b !== undefined && a.workspaceId === b.workspaceId && a.parentId === b.parentId && isTerminal(a.state) === isTerminal(b.state);
+}
+
 const NONE: ReadonlySet<string> = new Set();
 
 /**
@@ -56,8 +64,9 @@ export class SessionIndex {
     else if (prev) this.workspaceById.delete(prev.id);
     if (next?.state === "queued") this.queuedByKey.set(key, next);
     else this.queuedByKey.delete(key);
-    this.move(this.placedByRunner, key, slotOf(prev), slotOf(next));
-    this.move(this.liveChildren, key, parentOf(prev), parentOf(next));
+    // Keys are built only when a record's runner slot or parent link may have changed (not on every revision).
+    if (!sameSlot(prev, next)) this.move(this.placedByRunner, key, slotOf(prev), slotOf(next));
+    if (!sameParent(prev, next)) this.move(this.liveChildren, key, parentOf(prev), parentOf(next));
     this.order.onEntry(key, prev, next);
   };
 

@@ -74,9 +74,10 @@ export class SessionOrder {
   private readonly rowByKey = new Map<string, OrderRow>();
 
   onEntry(key: string, prev: Session | undefined, next: Session | undefined): void {
+    // Most revisions keep a record on the lists it is on: decided without building their names.
+    if (prev && next && prev.workspaceId === next.workspaceId && prev.creatorId === next.creatorId && isTerminal(prev.state) === isTerminal(next.state)) return;
     const before = prev ? listsOf(prev) : [];
     const after = next ? listsOf(next) : [];
-    if (before.length === after.length && before.every((l, i) => l === after[i])) return;
     const row = this.rowFor(key, prev ?? next);
     if (!row) return;
     for (const list of before) if (!after.includes(list)) this.leave(list, row);
