@@ -91,7 +91,13 @@ export class PreviewProxy {
     });
     const fail = (err: unknown) => {
       if (!res.headersSent && resend && upstream.reusedSocket && !(err instanceof PaddockError)) {
-        this.forward(req, res, m, route, undefined, bodiless, false);
+        // A kept connection closed under the request: the session may have suspended or moved since
+        // its target was read, so it is read again (and woken) before the request goes once more.
+        this.pool.forget(m.sessionId, m.port);
+        this.prepare(req, m, true).then(
+          (again) => this.forward(req, res, m, again.route, again.conn, bodiless, false),
+          (e: unknown) => sendPreviewError(res, e),
+        );
         return;
       }
       if (!res.headersSent) sendPreviewError(res, err instanceof PaddockError ? err : new BadGatewayError(`port ${m.port} of the session did not answer: ${err instanceof Error ? err.message : "connection lost"}`));
