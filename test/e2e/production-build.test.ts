@@ -113,4 +113,23 @@ describe("the production build", () => {
     expect(usage.code).toBe(2);
     expect(usage.stderr).toMatch(/timeout-ms/);
   });
+
+  it("restores a cold-suspended workspace through the built runner (its chunks opened on the worker thread)", async () => {
+    const cli = { ...process.env, PADDOCK_URL: stack.url, PADDOCK_TOKEN: stack.token };
+    const created = run(process.execPath, [cliBundle, "create", "--", "sleep", "600"], { env: cli });
+    const id = /ses_[A-Za-z0-9]+/.exec(created.stdout)?.[0] ?? "";
+    const call = async (path: string, body?: unknown) => {
+      const headers = { authorization: `Bearer ${stack.token}`, "content-type": "application/json" };
+      const res = await fetch(`${stack.url}${path}`, body === undefined ? { headers } : { method: "POST", headers, body: JSON.stringify(body) });
+      return (await res.json()) as { state: string };
+    };
+    expect((await call(`/v1/sessions/${id}?waitFor=running&timeoutMs=60000`)).state).toBe("running");
+    // Past 1 MiB: a chunk large enough to be handed to the worker without a copy, and a small one after it.
+    const made = run(process.execPath, [cliBundle, "exec", id, "--", "sh", "-c", "head -c 1500000 /dev/urandom > big && sha256sum big"], { env: cli });
+    expect(made.code, made.stderr).toBe(0);
+    expect((await call(`/v1/sessions/${id}/suspend?wait=suspended_cold&timeoutMs=60000`, { warm: false })).state).toBe("suspended_cold");
+    expect((await call(`/v1/sessions/${id}/resume?wait=running&timeoutMs=60000`, {})).state).toBe("running");
+    const again = run(process.execPath, [cliBundle, "exec", id, "--", "sha256sum", "big"], { env: cli });
+    expect(again).toEqual({ code: 0, stdout: made.stdout, stderr: "" });
+  });
 });

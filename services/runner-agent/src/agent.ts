@@ -13,6 +13,7 @@ import { fenceReason, registerRunner } from "./fleet/agent-registration.ts";
 import { StoppedError } from "./errors.ts";
 import { createHeldCheck } from "./fleet/held-check.ts";
 import { createCheckpointStore } from "./workspace/checkpoint.ts";
+import { ChunkOpener } from "./workspace/chunk-opener.ts";
 import { sandboxCapability, SandboxKind, type SandboxBackend } from "./sandbox/backend.ts";
 import { sandboxImages } from "./image-roots.ts";
 import { createImageStore, ImagesConfig, type ImageStore } from "./images/index.ts";
@@ -176,6 +177,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
   });
 
   // Screen emulators off the event loop (a worker thread, started by start()).
+  const chunkOpener = new ChunkOpener();
   const screens = new ScreenHost({ onLost: (err) => log.warn({ err }, "screen worker ended; the screens it held write no more checkpoints this placement") });
   const activity = new ActivityReporter({ nc, log, poolId: config.poolId, runnerId: config.runnerId, intervalMs: config.activityMs ?? DEFAULT_ACTIVITY_MS });
 
@@ -246,7 +248,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       checkpoints: createCheckpointStore(
         nc,
         { poolId: config.poolId, runnerId: config.runnerId },
-        { compression: config.checkpointCompression, format: config.checkpointFormat, onManifest: (stats) => log.info(stats, "checkpoint manifest stored") },
+        { compression: config.checkpointCompression, format: config.checkpointFormat, onManifest: (stats) => log.info(stats, "checkpoint manifest stored"), chunkOpener },
       ),
       secrets: deps.secrets ?? noSecrets,
       now: deps.now,
@@ -363,6 +365,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     await sandbox?.stop();
     await images?.stop();
     await screens.stop();
+    await chunkOpener.stop();
   };
 
   return {

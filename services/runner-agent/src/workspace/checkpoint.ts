@@ -6,6 +6,7 @@ import { Objm, setSha256Backend, type ObjectStore } from "@nats-io/obj";
 import { ArchiveRejectedError, DirFd, newSealKey, SealError, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
 import { CheckpointManifest, MANIFEST_FORMAT, objectStoreKind, ObjectStores, runnerObjectStore, type Checkpoint, type RunnerObjectKind, type SealKey } from "@paddock/contracts";
 import { createChunkStore } from "./chunk-store.ts";
+import type { ChunkOpener } from "./chunk-opener.ts";
 import { buildManifest, Lineages, restoreManifest, type ManifestStats } from "./incremental.ts";
 import { extractArchive, packDirectory } from "./archive.ts";
 import type { SandboxUser } from "../sandbox/backend.ts";
@@ -64,6 +65,8 @@ export interface CheckpointStoreOptions {
   now?: () => number;
   /** Told what each manifest checkpoint read and stored. */
   onManifest?: (stats: ManifestStats) => void;
+  /** Opens restored chunks off the event loop (chunk-opener.ts); absent: opened on it. */
+  chunkOpener?: ChunkOpener;
 }
 
 /**
@@ -92,7 +95,7 @@ const formats: Record<CheckpointCompression, string> = { gzip: SEALED_ARCHIVE_FO
  */
 export function createCheckpointStore(nc: NatsConnection, owner: { poolId: string; runnerId: string }, opts: CheckpointStoreOptions = {}): CheckpointStore {
   const compression = opts.compression ?? CheckpointCompression.gzip;
-  const chunks = createChunkStore(nc, owner);
+  const chunks = createChunkStore(nc, owner, opts.chunkOpener);
   const lineages = new Lineages();
   // The object store digests every chunk (put and get); its default is a
   // pure-JS SHA-256, several times slower than node:crypto on large objects.

@@ -1,9 +1,10 @@
-import { createCipheriv, createDecipheriv, createHash, randomBytes } from "node:crypto";
+import { createCipheriv, createHash, randomBytes } from "node:crypto";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { chunkStreamConfig, isStreamNotFound } from "@paddock/bus";
 import { chunkStreamOwner, runnerChunkStream, Subjects, type ManifestChunk } from "@paddock/contracts";
 import { CheckpointError } from "../errors.ts";
+import { IV_BYTES, openSealed, TAG_BYTES, type ChunkOpener } from "./chunk-opener.ts";
 
 // Defined once in @paddock/contracts (the restore script parses chunk stream names too); kept exported from here.
 export { chunkStreamOwner };
@@ -22,14 +23,12 @@ export interface ChunkStore {
   get(chunk: ManifestChunk): Promise<Buffer>;
 }
 
-const IV_BYTES = 12;
-const TAG_BYTES = 16;
-
 export function sha256Url(bytes: Buffer): string {
   return createHash("sha256").update(bytes).digest("base64url");
 }
 
-export function createChunkStore(nc: NatsConnection, owner: { poolId: string; runnerId: string }): ChunkStore {
+/** opener: where chunks are opened (a worker thread); absent, on the caller's thread. */
+export function createChunkStore(nc: NatsConnection, owner: { poolId: string; runnerId: string }, opener?: ChunkOpener): ChunkStore {
   const stream = runnerChunkStream(owner.poolId, owner.runnerId);
   let js: JetStreamClient | undefined;
   let jsm: Promise<JetStreamManager> | undefined;
@@ -80,11 +79,9 @@ export function createChunkStore(nc: NatsConnection, owner: { poolId: string; ru
         throw new CheckpointError("checkpoint chunk could not be read", { cause: err });
       }
       if (!data || data.length < IV_BYTES + TAG_BYTES) throw new CheckpointError("checkpoint chunk not found");
-      const sealedBytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
       try {
-        const decipher = createDecipheriv("aes-256-gcm", Buffer.from(chunk.key, "base64"), sealedBytes.subarray(0, IV_BYTES));
-        decipher.setAuthTag(sealedBytes.subarray(sealedBytes.length - TAG_BYTES));
-        const plain = Buffer.concat([decipher.update(sealedBytes.subarray(IV_BYTES, sealedBytes.length - TAG_BYTES)), decipher.final()]);
+        const key = Buffer.from(chunk.key, "base64");
+        const plain = opener ? await opener.open(data, key) : openSealed(data, key);
         if (plain.length !== chunk.bytes) throw new Error("length differs");
         return plain;
       } catch (err) {

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { Readable } from "node:stream";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { setTimeout as sleep } from "node:timers/promises";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { Objm } from "@nats-io/obj";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { newSealKey, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
@@ -13,9 +13,12 @@ import { CheckpointManifest, MANIFEST_CHUNK_BYTES, MANIFEST_FORMAT, ObjectStores
 import { useNatsServer } from "@paddock/testing/vitest";
 import { CheckpointError } from "../errors.ts";
 import { createCheckpointStore } from "./checkpoint.ts";
+import { ChunkOpener } from "./chunk-opener.ts";
 import type { ManifestStats } from "./incremental.ts";
 
 const nats = useNatsServer();
+const chunkOpener = new ChunkOpener();
+afterAll(() => chunkOpener.stop());
 const runnerA = { poolId: "p1", runnerId: "ra" };
 const runnerB = { poolId: "p1", runnerId: "rb" };
 
@@ -28,7 +31,8 @@ function freshDir(prefix: string): string {
 async function storesFor(owner: { poolId: string; runnerId: string }) {
   await new Objm(nats.nc).create(runnerObjectStore(ObjectStores.checkpoints, owner.poolId, owner.runnerId));
   const seen: ManifestStats[] = [];
-  const store = createCheckpointStore(nats.nc, owner, { onManifest: (s) => seen.push(s) });
+  // Restores open their chunks on a worker thread, as a runner's do.
+  const store = createCheckpointStore(nats.nc, owner, { onManifest: (s) => seen.push(s), chunkOpener });
   return { store, last: () => seen.at(-1) };
 }
 

@@ -29,7 +29,7 @@ const RACY_MARGIN_MS = 20;
 const PUTS_IN_FLIGHT = 16;
 
 /** Chunks fetched ahead of the one being written on a restore. */
-const GETS_AHEAD = 16;
+const GETS_AHEAD = 4;
 
 /** What a checkpoint stored or restored in a workspace knows of it: enough to tell the next one what changed. */
 export interface LineageIndex {
