@@ -40,7 +40,11 @@ const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
 
 /** The three workloads on a stack of their own (the terminal bench's other figures do not share its CPU). */
 export async function terminalWorkloadsBench(opts: { megabytes: number }): Promise<Figure[]> {
-  const stack = await startStack({ validateOutgoing: false, runnerCapacity: 8 });
+  // PADDOCK_BENCH_PROFILE_DIR=DIR writes V8 CPU profiles of the runner and the gateway there.
+  const profileDir = process.env.PADDOCK_BENCH_PROFILE_DIR;
+  const hook = new URL("./cpu-profile.mjs", import.meta.url).pathname;
+  const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
+  const stack = await startStack({ validateOutgoing: false, runnerCapacity: 8, env: { gateway: prof, "runner-agent": prof } });
   try {
     return await outputWorkloads(stack, opts.megabytes);
   } finally {
