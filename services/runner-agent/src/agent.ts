@@ -176,8 +176,9 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     release: (held, runnerGeneration) => requireSessions().dispatch({ type: "destroy", ...held, runnerGeneration }),
   });
 
-  // Screen emulators off the event loop (a worker thread, started by start()).
+  // Restored checkpoint chunks opened off the event loop (a worker thread, started on first use).
   const chunkOpener = new ChunkOpener();
+  // Screen emulators off the event loop (a worker thread, started by start()).
   const screens = new ScreenHost({ onLost: (err) => log.warn({ err }, "screen worker ended; the screens it held write no more checkpoints this placement") });
   const activity = new ActivityReporter({ nc, log, poolId: config.poolId, runnerId: config.runnerId, intervalMs: config.activityMs ?? DEFAULT_ACTIVITY_MS });
 
