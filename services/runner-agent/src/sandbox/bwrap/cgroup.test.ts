@@ -8,9 +8,10 @@
  */
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createSessionCgroups, type CgroupLimits, type SessionCgroups } from "./cgroup.ts";
+import { createSessionCgroups, RUNNER_CPU_WEIGHT, type CgroupLimits, type SessionCgroups } from "./cgroup.ts";
 import { CgroupKind, probeCgroup, type CgroupFs } from "./cgroup-probe.ts";
 import type { SandboxSpec } from "./launch.ts";
 import { probeBwrap, type BwrapCapability } from "./probe.ts";
@@ -100,6 +101,23 @@ describe("probeCgroup", () => {
     // cpuacct only serves usage: its absence does not matter.
     expect(probeCgroup(HYBRID_MOUNTINFO.replace(/^.*cpuacct.*$/m, ""), HYBRID_OWN, fakeFs(HYBRID_FILES, HYBRID_DIRS)).kind).toBe("v1");
     expect(probeCgroup("", "", fakeFs({}, []))).toEqual({ kind: "none", hierarchies: [], reason: "cgroup v2: no cgroup v2 hierarchy mounted; cgroup v1: memory not mounted, pids not mounted, cpu not mounted" });
+  });
+
+  it("on a delegated v2 directory, moves the runner into runner/ above every session's weight and hands the controllers down", async () => {
+    // What start() writes, into a plain directory standing in for the delegated one (these VMs mount v1).
+    const dir = mkdtempSync(join(tmpdir(), "paddock-cgroup-v2-"));
+    try {
+      const v2 = createSessionCgroups({ kind: CgroupKind.v2, hierarchies: [{ dir, controllers: ["memory", "pids", "cpu"] }], reason: undefined }, { instance: "i", runnerPid: 4242 });
+      await v2?.start();
+      expect(readFileSync(join(dir, "runner", "cgroup.procs"), "utf8")).toBe("4242");
+      expect(readFileSync(join(dir, "cgroup.subtree_control"), "utf8")).toBe("+memory +cpu +pids");
+      expect(readFileSync(join(dir, "runner", "cpu.weight"), "utf8")).toBe(String(RUNNER_CPU_WEIGHT));
+      await v2?.create("s1", LIMITS);
+      expect(readFileSync(join(dir, "session-s1", "cpu.max"), "utf8")).toBe("100000 100000");
+      expect(existsSync(join(dir, "session-s1", "cpu.weight"))).toBe(false);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it.runIf(HOST.kind !== CgroupKind.none)("on this host, finds the directories this process is in, covering memory, pids and cpu", () => {

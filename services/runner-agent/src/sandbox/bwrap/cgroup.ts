@@ -52,6 +52,17 @@ export interface SessionCgroups {
 }
 
 const CPU_PERIOD_MICROS = 100_000;
+
+/**
+ * D/runner's cpu.weight (v2; the maximum, sessions keep the default 100).
+ * Siblings share CPU by weight when it is short, so at equal weights a
+ * runner among 20 busy sessions would get a 21st of it, and every session's
+ * terminal output, keystrokes and checkpoints would wait on it. Weights only
+ * divide what is contended (the runner takes no more than it uses), and each
+ * session stays capped by its cpu.max. (v1 needs nothing: the runner's
+ * threads compete one by one against all sessions' group together.)
+ */
+export const RUNNER_CPU_WEIGHT = 10_000;
 /** How long a removal waits for a cgroup's SIGKILLed processes to go (they are not the runner's children: polled). */
 const EMPTY_SETTLE_MS = 5_000;
 const EMPTY_POLL_MS = 10;
@@ -78,6 +89,7 @@ function v2Cgroups(delegatedDir: string, runnerPid: number): SessionCgroups {
       await mkdir(own, { recursive: true });
       await writeFile(join(own, "cgroup.procs"), String(runnerPid));
       await writeFile(join(delegatedDir, "cgroup.subtree_control"), "+memory +cpu +pids");
+      await writeFile(join(own, "cpu.weight"), String(RUNNER_CPU_WEIGHT));
     },
     async create(key, limits) {
       const dir = sessionDir(key);
