@@ -83,7 +83,8 @@ export class ChunkOpener {
     const buffer = own.buffer as ArrayBuffer;
     return new Promise<Buffer>((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
-      worker.postMessage({ id, buffer, offset: own.byteOffset, length: own.byteLength, key }, [buffer]);
+      // The key in an array of its own: a small Buffer is a view of Node's shared pool, which a clone would copy whole.
+      worker.postMessage({ id, buffer, offset: own.byteOffset, length: own.byteLength, key: new Uint8Array(key) }, [buffer]);
     });
   }
 
