@@ -8,7 +8,7 @@ import { connect } from "@nats-io/transport-node";
 import type { Checkpoint, Session } from "@paddock/contracts";
 import { startStack, type Stack } from "@paddock/testing";
 import { until } from "./checkpoint.ts";
-import { cpuMeter } from "./cpu.ts";
+import { cpuMeter, profiledServiceEnv } from "./cpu.ts";
 import { removeLater, stopStackKeepingData } from "./leftovers.ts";
 import { figure, type Figure } from "./stats.ts";
 
@@ -55,9 +55,7 @@ async function dirBytes(dir: string): Promise<number> {
  */
 export async function incrementalCheckpointBench(opts: { megabytes: number; changedPercent: number }): Promise<Figure[]> {
   // PADDOCK_BENCH_PROFILE_DIR=DIR writes V8 CPU profiles of the runner-agents there.
-  const profileDir = process.env.PADDOCK_BENCH_PROFILE_DIR;
-  const hook = new URL("./cpu-profile.mjs", import.meta.url).pathname;
-  const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
+  const prof = profiledServiceEnv();
   const stack = await startStack({ validateOutgoing: false, runners: 2, runnerCapacity: 2, env: { "runner-agent": prof } });
   const nc = await connect({ servers: stack.nats.url });
   const scratch = await mkdtemp(join(tmpdir(), "paddock-bench-inc-"));

@@ -10,7 +10,7 @@ import { Objm, setSha256Backend } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Session } from "@paddock/contracts";
 import { startStack, type Stack } from "@paddock/testing";
-import { cpuMeter } from "./cpu.ts";
+import { cpuMeter, profiledServiceEnv } from "./cpu.ts";
 import { removeLater, stopStackKeepingData } from "./leftovers.ts";
 import { figure, type Figure } from "./stats.ts";
 
@@ -150,9 +150,7 @@ export async function checkpointBench(opts: { megabytes: number; format?: "manif
   const compression = opts.compression ?? "gzip";
   const format = opts.format ?? "manifest";
   // PADDOCK_BENCH_PROFILE_DIR=DIR writes V8 CPU profiles of the runner-agents there.
-  const profileDir = process.env.PADDOCK_BENCH_PROFILE_DIR;
-  const hook = new URL("./cpu-profile.mjs", import.meta.url).pathname;
-  const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
+  const prof = profiledServiceEnv();
   // On the runners' default backend (bwrap where it works): the workspace is planted as the session's uid, as its own processes would have written it.
   const stack = await startStack({ validateOutgoing: false, runners: 2, runnerCapacity: 2, env: { "runner-agent": { ...prof, PADDOCK_RUNNER_CHECKPOINT_FORMAT: format, PADDOCK_RUNNER_CHECKPOINT_COMPRESSION: compression } } });
   const nc = await connect({ servers: stack.nats.url });

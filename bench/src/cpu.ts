@@ -38,3 +38,15 @@ export function cpuMeter(pids: Record<string, number | undefined>): () => CpuRep
     return { wall, seconds, text: `cpu s over ${wall.toFixed(1)} s wall: ${parts.join(", ")}` };
   };
 }
+
+/**
+ * The environment that makes a service write a V8 CPU profile of its whole
+ * life (bench/src/cpu-profile.mjs) into PADDOCK_BENCH_PROFILE_DIR, when the
+ * bench runs with it set; empty otherwise. Given to the services a bench
+ * wants profiled.
+ */
+export function profiledServiceEnv(): Record<string, string> {
+  const profileDir = process.env.PADDOCK_BENCH_PROFILE_DIR;
+  if (!profileDir) return {};
+  return { NODE_OPTIONS: `--import ${new URL("./cpu-profile.mjs", import.meta.url).pathname}`, PADDOCK_BENCH_PROFILE_DIR: profileDir };
+}

@@ -5,7 +5,7 @@ import { connectBus } from "@paddock/bus";
 import { startStack } from "@paddock/testing";
 import { createSessions, recorderDrain } from "./audit-drain.ts";
 import { ackedPublishesPerSec, kvCasOpsPerSec } from "./baselines.ts";
-import { cpuMeter, cpuSeconds } from "./cpu.ts";
+import { cpuMeter, cpuSeconds, profiledServiceEnv } from "./cpu.ts";
 import { rssMb } from "./memory.ts";
 import { startSimulatedRunner } from "./sim-runner.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
@@ -20,9 +20,7 @@ const scope: Scope = { workspaceId: "bench", actor: { id: "bench", kind: "user" 
  */
 export async function lifecycleBench(opts: { sessions: number; runners: number }): Promise<Figure[]> {
   // PADDOCK_BENCH_PROFILE_DIR=DIR writes V8 CPU profiles of the control-plane services there.
-  const profileDir = process.env.PADDOCK_BENCH_PROFILE_DIR;
-  const hook = new URL("./cpu-profile.mjs", import.meta.url).pathname;
-  const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
+  const prof = profiledServiceEnv();
   const stack = await startStack({
     validateOutgoing: false,
     runners: 0,

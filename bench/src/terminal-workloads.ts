@@ -10,7 +10,7 @@
 import { startStack, type Stack } from "@paddock/testing";
 import { startBridgeProcess } from "./baselines.ts";
 import { stopStackKeepingData } from "./leftovers.ts";
-import { cpuMeter } from "./cpu.ts";
+import { cpuMeter, profiledServiceEnv } from "./cpu.ts";
 import { figure, type Figure } from "./stats.ts";
 import { drain, openWs, post } from "./terminal.ts";
 
@@ -41,9 +41,7 @@ const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
 /** The three workloads on a stack of their own (the terminal bench's other figures do not share its CPU). */
 export async function terminalWorkloadsBench(opts: { megabytes: number }): Promise<Figure[]> {
   // PADDOCK_BENCH_PROFILE_DIR=DIR writes V8 CPU profiles of the runner and the gateway there.
-  const profileDir = process.env.PADDOCK_BENCH_PROFILE_DIR;
-  const hook = new URL("./cpu-profile.mjs", import.meta.url).pathname;
-  const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
+  const prof = profiledServiceEnv();
   const stack = await startStack({ validateOutgoing: false, runnerCapacity: 8, env: { gateway: prof, "runner-agent": prof } });
   try {
     return await outputWorkloads(stack, opts.megabytes);

@@ -6,7 +6,7 @@ import WebSocket from "ws";
 import { decodeOutputFrame, Subjects, type Session } from "@paddock/contracts";
 import { startStack, type Stack } from "@paddock/testing";
 import { barePtySpawnMs, startBridge, startBridgeProcess, type Bridge } from "./baselines.ts";
-import { cpuMeter } from "./cpu.ts";
+import { cpuMeter, profiledServiceEnv } from "./cpu.ts";
 import { spawnBenchScript } from "./bench-process.ts";
 import { figure, percentile, type Figure } from "./stats.ts";
 import { stopStackKeepingData } from "./leftovers.ts";
@@ -356,9 +356,7 @@ async function outputAndReplay(stack: Stack, nc: NatsConnection, watch: RunningW
 export async function terminalBenches(opts: { latencySamples: number; echoSamples: number; megabytes: number }): Promise<Figure[]> {
   // The bench measures the data path, not the per-socket input rate limit (200 frames/s by default).
   // PADDOCK_BENCH_PROFILE_DIR=DIR writes V8 CPU profiles of the services there.
-  const profileDir = process.env.PADDOCK_BENCH_PROFILE_DIR;
-  const hook = new URL("./cpu-profile.mjs", import.meta.url).pathname;
-  const prof: Record<string, string> = profileDir ? { NODE_OPTIONS: `--import ${hook}`, PADDOCK_BENCH_PROFILE_DIR: profileDir } : {};
+  const prof = profiledServiceEnv();
   const stack = await startStack({
     validateOutgoing: false,
     runnerCapacity: 64,

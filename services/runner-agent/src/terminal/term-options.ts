@@ -1,18 +1,13 @@
 /**
- * The TERM writer's knobs: chunk bounds, the coalescing clock and the
- * writer's options (term-writer.ts re-exports them).
+ * The TERM writer's knobs: the coalescing clock and the writer's options
+ * (term-writer.ts re-exports them). Its chunk bound is TERM_CHUNK_MAX_BYTES
+ * (contracts): large enough that one fenced publish in flight per app
+ * carries full-speed output (decision 0065).
  */
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
-import { TERM_CHUNK_MAX_BYTES, type TerminalSize } from "@paddock/contracts";
+import type { TerminalSize } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import type { RunnerMetrics } from "../metrics.ts";
-
-/**
- * TERM chunks are bounded so a reader's per-chunk cost (and the stream's
- * per-subject limit) stays predictable; large enough that one fenced publish
- * in flight per app carries full-speed output (decision 0065).
- */
-export const MAX_CHUNK_BYTES = TERM_CHUNK_MAX_BYTES;
 
 /**
  * How long output that keeps arriving is held to fill a chunk (see append).

@@ -1,13 +1,13 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, headers as natsHeaders } from "@nats-io/transport-node";
-import { Headers, parseTermSubject, Streams, Subjects } from "@paddock/contracts";
+import { Headers, parseTermSubject, Streams, Subjects, TERM_CHUNK_MAX_BYTES } from "@paddock/contracts";
 import { provision } from "@paddock/bus";
 import { silentLogger } from "@paddock/logging";
 import { startNatsServer } from "@paddock/testing";
 import { useNatsServer } from "@paddock/testing/vitest";
 import { createRunnerMetrics, type RunnerMetrics } from "../metrics.ts";
-import { MAX_CHUNK_BYTES, TermWriter } from "./term-writer.ts";
+import { TermWriter } from "./term-writer.ts";
 import { counterValue } from "../testing/test-support.ts";
 
 const nats = useNatsServer();
@@ -199,20 +199,20 @@ describe("term writer fencing", () => {
     expect(rows(await readLog("unasked")).map((r) => r[1])).toEqual(["old", "new"]);
   });
 
-  it("coalesces a burst into chunks of at most MAX_CHUNK_BYTES, bytes intact and in order", async () => {
+  it("coalesces a burst into chunks of at most TERM_CHUNK_MAX_BYTES, bytes intact and in order", async () => {
     const metrics = createRunnerMetrics();
     const w = writer(R1, "burst", 1, metrics);
     const parts: Buffer[] = [];
     for (let i = 0; i < 200; i++) parts.push(Buffer.alloc(10_000, i % 251));
-    parts.push(Buffer.alloc(2 * MAX_CHUNK_BYTES + 100, 7)); // one buffer larger than a chunk is split
+    parts.push(Buffer.alloc(2 * TERM_CHUNK_MAX_BYTES + 100, 7)); // one buffer larger than a chunk is split
     for (const p of parts) w.append(p);
     await w.flush();
     const stored = await readLog("burst");
     const total = parts.reduce((n, p) => n + p.byteLength, 0);
-    expect(stored.every((m) => m.body.byteLength <= MAX_CHUNK_BYTES)).toBe(true);
+    expect(stored.every((m) => m.body.byteLength <= TERM_CHUNK_MAX_BYTES)).toBe(true);
     expect(Buffer.concat(stored.map((m) => m.body)).equals(Buffer.concat(parts))).toBe(true);
     // The first publish takes what was there; everything after is coalesced into full chunks.
-    expect(stored.length).toBeLessThanOrEqual(1 + Math.ceil((total - 10_000) / MAX_CHUNK_BYTES));
+    expect(stored.length).toBeLessThanOrEqual(1 + Math.ceil((total - 10_000) / TERM_CHUNK_MAX_BYTES));
     expect(w.committed).toBe(stored.length);
   });
 });

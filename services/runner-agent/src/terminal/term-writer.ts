@@ -1,10 +1,10 @@
-import { INITIAL_TERMINAL_SIZE, Subjects, type TerminalSize } from "@paddock/contracts";
+import { INITIAL_TERMINAL_SIZE, Subjects, TERM_CHUNK_MAX_BYTES, type TerminalSize } from "@paddock/contracts";
 import { isWrongLastSequence, refusedAtSequence } from "@paddock/bus";
 import { chunkHeaders, readLastMessage, retryBackoff, sameSize, takeQueuedBytes, type Chunk, type LastMessage, type Pending } from "./term-log.ts";
-import { DEFAULT_COALESCE_MS, MAX_CHUNK_BYTES, realClock, type CoalesceClock, type TermWriterOptions } from "./term-options.ts";
+import { DEFAULT_COALESCE_MS, realClock, type CoalesceClock, type TermWriterOptions } from "./term-options.ts";
 import type { OutputStream } from "../sandbox/process-group.ts";
 
-export { DEFAULT_COALESCE_MS, MAX_CHUNK_BYTES, realClock, type CoalesceClock, type TermWriterOptions } from "./term-options.ts";
+export { DEFAULT_COALESCE_MS, realClock, type CoalesceClock, type TermWriterOptions } from "./term-options.ts";
 
 /**
  * Appends one app's PTY output to its TERM subject (under this runner's own
@@ -59,7 +59,7 @@ export class TermWriter {
   constructor(private readonly opts: TermWriterOptions) {
     this.subject = Subjects.term(opts.poolId, opts.runnerId, opts.sessionId, opts.app);
     this.fenceSubject = Subjects.termOfApp(opts.sessionId, opts.app);
-    this.maxChunk = opts.maxChunkBytes ?? MAX_CHUNK_BYTES;
+    this.maxChunk = opts.maxChunkBytes ?? TERM_CHUNK_MAX_BYTES;
     this.coalesceMs = opts.coalesceMs ?? DEFAULT_COALESCE_MS;
     this.clock = opts.clock ?? realClock;
   }
