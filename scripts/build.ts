@@ -80,6 +80,8 @@ const STEPS: Step[] = [
   { name: "paddock-runner join", target: "services", run: bundle("services/runner-agent/src/join/main.ts", "services/runner-agent/dist/paddock-runner.mjs", true) },
   // Started by the runner as a worker thread beside its bundle (terminal/screen-host.ts).
   { name: "runner-agent screen worker", target: "services", run: bundle("services/runner-agent/src/terminal/screen-worker.ts", "services/runner-agent/dist/screen-worker.js") },
+  // Started by the runner as a worker thread on a restore (workspace/fill-worker-host.ts).
+  { name: "runner-agent restore worker", target: "services", run: bundle("services/runner-agent/src/workspace/fill-worker.ts", "services/runner-agent/dist/fill-worker.js") },
   { name: "@paddock/contracts", target: "sdk", run: tscBuild("shared/contracts") },
   { name: "@paddock/sdk", target: "sdk", run: tscBuild("sdk") },
   { name: "console", target: "console", run: () => exec(bin("vite", join(root, "console")), ["build", "--logLevel", "error"], join(root, "console")) },

@@ -114,7 +114,7 @@ describe("the production build", () => {
     expect(usage.stderr).toMatch(/timeout-ms/);
   });
 
-  it("restores a cold-suspended workspace through the built runner (its chunks opened on the worker thread)", async () => {
+  it("restores a cold-suspended workspace through the built runner (its chunks fetched and written by the restore worker)", async () => {
     const cli = { ...process.env, PADDOCK_URL: stack.url, PADDOCK_TOKEN: stack.token };
     const created = run(process.execPath, [cliBundle, "create", "--", "sleep", "600"], { env: cli });
     const id = /ses_[A-Za-z0-9]+/.exec(created.stdout)?.[0] ?? "";
@@ -124,7 +124,8 @@ describe("the production build", () => {
       return (await res.json()) as { state: string };
     };
     expect((await call(`/v1/sessions/${id}?waitFor=running&timeoutMs=60000`)).state).toBe("running");
-    // Past 1 MiB: a chunk large enough to be handed to the worker without a copy, and a small one after it.
+    // Past 1 MiB: a whole chunk and a part of one, written by the restore worker started from the deploy's bundle (dist/fill-worker.js).
+    expect(existsSync(join(deployDir, "dist", "fill-worker.js"))).toBe(true);
     const made = run(process.execPath, [cliBundle, "exec", id, "--", "sh", "-c", "head -c 1500000 /dev/urandom > big && sha256sum big"], { env: cli });
     expect(made.code, made.stderr).toBe(0);
     expect((await call(`/v1/sessions/${id}/suspend?wait=suspended_cold&timeoutMs=60000`, { warm: false })).state).toBe("suspended_cold");

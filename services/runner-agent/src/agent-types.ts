@@ -1,5 +1,6 @@
 /** The runner agent's config, dependencies and handle: what createRunnerAgent (agent.ts) takes and gives. */
 import type { NatsConnection } from "@nats-io/transport-node";
+import type { BusConnectOptions } from "@paddock/bus";
 import type { HeldSession } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import type { RunnerConfig } from "./config.ts";
@@ -74,6 +75,13 @@ export interface RunnerAgentDeps {
   sandbox?: SandboxBackend;
   /** Called after each accepted (re-)registration, once the sessions it listed in destroy are gone. */
   onRegistered?: (event: RegisteredEvent) => void;
+  /**
+   * How this runner connects to the bus (its own credentials): restores then
+   * fetch and write checkpoint chunks on a worker thread with a connection of
+   * its own (workspace/fill-worker-host.ts). Absent (agents made in a test
+   * around a connection), on the agent's thread.
+   */
+  bus?: BusConnectOptions;
 }
 
 export interface RegisteredEvent {

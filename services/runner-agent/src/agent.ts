@@ -13,7 +13,7 @@ import { fenceReason, registerRunner } from "./fleet/agent-registration.ts";
 import { StoppedError } from "./errors.ts";
 import { createHeldCheck } from "./fleet/held-check.ts";
 import { createCheckpointStore } from "./workspace/checkpoint.ts";
-import { ChunkOpener } from "./workspace/chunk-opener.ts";
+import { FillWorker } from "./workspace/fill-worker-host.ts";
 import { sandboxCapability, SandboxKind, type SandboxBackend } from "./sandbox/backend.ts";
 import { sandboxImages } from "./image-roots.ts";
 import { createImageStore, ImagesConfig, type ImageStore } from "./images/index.ts";
@@ -176,8 +176,8 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     release: (held, runnerGeneration) => requireSessions().dispatch({ type: "destroy", ...held, runnerGeneration }),
   });
 
-  // Restored checkpoint chunks opened off the event loop (a worker thread, started on first use).
-  const chunkOpener = new ChunkOpener();
+  // Restored files' bytes fetched and written off the event loop (a worker thread, started on first use).
+  const filler = deps.bus ? new FillWorker({ bus: { ...deps.bus, name: `${deps.bus.name}-restore` } }) : undefined;
   // Screen emulators off the event loop (a worker thread, started by start()).
   const screens = new ScreenHost({ onLost: (err) => log.warn({ err }, "screen worker ended; the screens it held write no more checkpoints this placement") });
   const activity = new ActivityReporter({ nc, log, poolId: config.poolId, runnerId: config.runnerId, intervalMs: config.activityMs ?? DEFAULT_ACTIVITY_MS });
@@ -249,7 +249,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       checkpoints: createCheckpointStore(
         nc,
         { poolId: config.poolId, runnerId: config.runnerId },
-        { compression: config.checkpointCompression, format: config.checkpointFormat, onManifest: (stats) => log.info(stats, "checkpoint manifest stored"), chunkOpener },
+        { compression: config.checkpointCompression, format: config.checkpointFormat, onManifest: (stats) => log.info(stats, "checkpoint manifest stored"), ...(filler ? { filler } : {}) },
       ),
       secrets: deps.secrets ?? noSecrets,
       now: deps.now,
@@ -366,7 +366,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     await sandbox?.stop();
     await images?.stop();
     await screens.stop();
-    await chunkOpener.stop();
+    await filler?.stop();
   };
 
   return {

@@ -11,9 +11,9 @@ export const runnerAgentService = defineService({
   loadConfig,
   connectionName: (config) => `runner-agent-${config.runnerId}`,
   provision: (config) => ({ replicas: config.replicas, runner: { poolId: config.poolId, runnerId: config.runnerId } }),
-  create: ({ nc, config, log, registry }) => {
+  create: ({ nc, config, log, registry, bus }) => {
     const secrets = new RpcSecretResolver(nc, config.secretsKey, { poolId: config.poolId, runnerId: config.runnerId });
-    const agent = createRunnerAgent({ nc, config, log, metrics: createRunnerMetrics(registry), now: Date.now, newId: randomUUID, secrets });
+    const agent = createRunnerAgent({ nc, config, log, metrics: createRunnerMetrics(registry), now: Date.now, newId: randomUUID, secrets, bus });
     return {
       start: async () => {
         const { generation } = await agent.start();

@@ -6,7 +6,7 @@ import { DirFd, type FileOwner } from "./dir-fd.ts";
 import { ArchiveRejectedError } from "./errors.ts";
 import { tarChunks, type PackHooks } from "./pack.ts";
 import type { InsideTarget } from "./paths.ts";
-import { descriptorUnpacker, type UnpackHooks } from "./unpack.ts";
+import { descriptorUnpacker, type UnpackHooks, type UnpackOptions } from "./unpack.ts";
 import { parallelGzip } from "./parallel-gzip.ts";
 import { SealError } from "./sealed.ts";
 
@@ -155,6 +155,8 @@ export interface ExtractOptions {
   hooks?: UnpackHooks;
   /** A sandboxed session's workspace: every inode made is given to this user as it is made (unpack.ts). */
   owner?: FileOwner | undefined;
+  /** Each file's bytes written by descriptor, not read from the (then empty) entries (unpack.ts UnpackOptions.fill). */
+  fill?: UnpackOptions["fill"];
 }
 
 /**
@@ -205,7 +207,7 @@ export async function extractArchive(source: Readable, dir: string | DirFd, limi
     source.destroy();
     throw err;
   }
-  const { parser, release, idle } = descriptorUnpacker(root, accept, refuse, { hooks: opts.hooks, owner: opts.owner });
+  const { parser, release, idle } = descriptorUnpacker(root, accept, refuse, { hooks: opts.hooks, owner: opts.owner, fill: opts.fill });
   try {
     if (opts.gzip ?? true) await pipeline(source, createGunzip({ chunkSize: INFLATE_CHUNK_BYTES }), capper, parser, { signal: stop.signal });
     else await pipeline(source, capper, parser, { signal: stop.signal });

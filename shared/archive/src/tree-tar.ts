@@ -20,9 +20,9 @@ const TAR_END = Buffer.alloc(2 * BLOCK);
  * What extractArchive reads, with all its checks: a restore goes through the
  * same gate as any archive.
  */
-export async function* treeTar<E extends TreeEntry>(entries: Iterable<E>, body: (entry: E & { type: "file" }) => AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+export async function* treeTar<E extends TreeEntry>(entries: Iterable<E> | AsyncIterable<E>, body: (entry: E & { type: "file" }) => AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
   yield header({ path: "./", type: "Directory", mode: 0o755, size: 0 });
-  for (const entry of entries) {
+  for await (const entry of entries) {
     const path = `./${entry.path}`;
     switch (entry.type) {
       case "dir":

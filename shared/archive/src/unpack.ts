@@ -33,6 +33,14 @@ export interface UnpackOptions {
   hooks?: UnpackHooks | undefined;
   /** Gives every inode made to this user as it is made (a sandboxed session's workspace). */
   owner?: FileOwner | undefined;
+  /**
+   * Writes each file's bytes by its descriptor instead of from the archive,
+   * whose file entries are then empty: called with the entry's path (no
+   * leading "./") and the new inode's descriptor, which stays open until the
+   * returned promise settles. A restore that has the bytes elsewhere (a
+   * checkpoint's chunks) still goes through every check of the extraction.
+   */
+  fill?: ((path: string, fd: number) => Promise<void>) | undefined;
 }
 
 /** The segments of an archive path; "." and empty ones dropped. Paths were checked by entryViolation; `..` here is a bug, refused. */
@@ -71,7 +79,7 @@ export function descriptorUnpacker(
   refuse: (err: ArchiveRejectedError) => void,
   opts: UnpackOptions = {},
 ): { parser: Parser; release: () => void; idle: (stopped: boolean) => Promise<void> } {
-  const { hooks, owner } = opts;
+  const { hooks, owner, fill } = opts;
   let released = false;
   const dirs = new Map<string, DirFd>();
   const clearDirs = (): void => {
@@ -150,7 +158,7 @@ export function descriptorUnpacker(
         return;
       }
       default:
-        writeFile(parent, name, entry);
+        writeFile(parent, name, entry, segments.join("/"));
     }
   };
 
@@ -160,7 +168,7 @@ export function descriptorUnpacker(
   const open = new Set<() => void>();
 
   /** A file's bytes as they arrive, into a new inode; renamed over an existing name once complete. */
-  const writeFile = (parent: DirFd, name: string, entry: ReadEntry): void => {
+  const writeFile = (parent: DirFd, name: string, entry: ReadEntry, path: string): void => {
     const mode = (entry.mode ?? 0o644) & 0o777;
     let fd: number | undefined = openFresh(parent, name, mode);
     let tmp: string | undefined;
@@ -180,7 +188,8 @@ export function descriptorUnpacker(
     }
     // A large file's writes go to the thread pool, a few at a time at their offsets, while the parser
     // goes on (the entry paused past that many); a small one's are synchronous (fewer round trips).
-    const overlapped = (entry.size ?? 0) > OVERLAPPED_WRITE_MIN_BYTES;
+    // A filled file is written by fill while the parser goes on.
+    const overlapped = fill !== undefined || (entry.size ?? 0) > OVERLAPPED_WRITE_MIN_BYTES;
     let offset = 0;
     let inFlight = 0;
     let ended = false;
@@ -222,8 +231,24 @@ export function descriptorUnpacker(
       close();
     };
     open.add(abandon);
+    if (fill) {
+      inFlight += 1;
+      fill(path, file).then(
+        () => {
+          inFlight -= 1;
+          if (failed) return close();
+          if (ended) finish();
+        },
+        (err: unknown) => {
+          inFlight -= 1;
+          fail(err);
+          close();
+        },
+      );
+    }
     entry.on("data", (chunk: Buffer) => {
       if (failed) return;
+      if (fill) return fail(new ArchiveRejectedError(`${entry.path}: carries bytes where they are filled`));
       if (!overlapped) {
         try {
           for (let at = 0; at < chunk.length; ) at += writeSync(file, chunk, at, chunk.length - at);

@@ -1,5 +1,5 @@
 import { Registry } from "prom-client";
-import { connectBus, provision, type ProvisionOptions } from "@paddock/bus";
+import { connectBus, provision, type BusConnectOptions, type ProvisionOptions } from "@paddock/bus";
 import type { commonConfig } from "@paddock/config";
 import { createLogger, type Logger } from "@paddock/logging";
 import { startOpsServer } from "./ops.ts";
@@ -17,6 +17,8 @@ export interface ServiceDeps<C> {
   log: Logger;
   /** The one registry of this process: every metric the service has, and /metrics. */
   registry: Registry;
+  /** How nc was connected: for a thread of the service that needs a connection of its own. */
+  bus: BusConnectOptions;
 }
 
 /** A created, not yet started service. */
@@ -53,20 +55,18 @@ export function runService<C extends CommonServiceConfig>(definition: ServiceDef
   const config = definition.loadConfig(env);
   const log = createLogger({ service: definition.name, level: config.logLevel });
   runMain(log, async () => {
-    const nc = await connectBus(
-      {
-        servers: config.natsUrl,
-        name: definition.connectionName?.(config) ?? definition.name,
-        user: config.natsUser,
-        pass: config.natsPass,
-        nkeySeed: config.natsNkeySeed,
-        validateOutgoing: config.validateOutgoing,
-      },
-      log,
-    );
+    const bus: BusConnectOptions = {
+      servers: config.natsUrl,
+      name: definition.connectionName?.(config) ?? definition.name,
+      user: config.natsUser,
+      pass: config.natsPass,
+      nkeySeed: config.natsNkeySeed,
+      validateOutgoing: config.validateOutgoing,
+    };
+    const nc = await connectBus(bus, log);
     await provision(nc, definition.provision(config));
     const registry = new Registry();
-    const svc = definition.create({ nc, config, log, registry });
+    const svc = definition.create({ nc, config, log, registry, bus });
     const readyInfo = await svc.start();
     const isReady = svc.isReady ?? (() => !nc.isClosed());
     const ops = await startOpsServer({ host: config.opsHost, port: config.opsPort, registry, isReady, lagAlarm: { log, lagWarnMs: config.eventLoopLagWarnMs } });

@@ -6,7 +6,7 @@ import { Objm, setSha256Backend, type ObjectStore } from "@nats-io/obj";
 import { ArchiveRejectedError, DirFd, newSealKey, SealError, SEALED_ARCHIVE_FORMAT, SEALED_TAR_FORMAT, sealed, sealKeyFrom, unsealed } from "@paddock/archive";
 import { CheckpointManifest, MANIFEST_FORMAT, objectStoreKind, ObjectStores, runnerObjectStore, type Checkpoint, type RunnerObjectKind, type SealKey } from "@paddock/contracts";
 import { createChunkStore } from "./chunk-store.ts";
-import type { ChunkOpener } from "./chunk-opener.ts";
+import { ChunkFiller, type FileFiller } from "./chunk-fill.ts";
 import { buildManifest, Lineages, restoreManifest, type ManifestStats } from "./incremental.ts";
 import { extractArchive, packDirectory } from "./archive.ts";
 import type { SandboxUser } from "../sandbox/backend.ts";
@@ -65,8 +65,8 @@ export interface CheckpointStoreOptions {
   now?: () => number;
   /** Told what each manifest checkpoint read and stored. */
   onManifest?: (stats: ManifestStats) => void;
-  /** Opens restored chunks off the event loop (chunk-opener.ts); absent: opened on it. */
-  chunkOpener?: ChunkOpener;
+  /** Writes restored files' bytes (the runner's restore worker, fill-worker-host.ts); absent: fetched and written on this thread. */
+  filler?: FileFiller;
 }
 
 /**
@@ -95,7 +95,8 @@ const formats: Record<CheckpointCompression, string> = { gzip: SEALED_ARCHIVE_FO
  */
 export function createCheckpointStore(nc: NatsConnection, owner: { poolId: string; runnerId: string }, opts: CheckpointStoreOptions = {}): CheckpointStore {
   const compression = opts.compression ?? CheckpointCompression.gzip;
-  const chunks = createChunkStore(nc, owner, opts.chunkOpener);
+  const chunks = createChunkStore(nc, owner);
+  const filler = opts.filler ?? new ChunkFiller((chunk) => chunks.fetch(chunk));
   const lineages = new Lineages();
   // The object store digests every chunk (put and get); its default is a
   // pure-JS SHA-256, several times slower than node:crypto on large objects.
@@ -182,7 +183,7 @@ export function createCheckpointStore(nc: NatsConnection, owner: { poolId: strin
         try {
           const read = await readManifest(result.data as NodeWebReadableStream<Uint8Array>, sealKey, checkpoint.ref);
           if (await result.error) throw new CheckpointError("checkpoint is corrupt");
-          lineages.remember(workspace, checkpoint.ref, await restoreManifest(read, workspace, user, chunks));
+          lineages.remember(workspace, checkpoint.ref, await restoreManifest(read, workspace, user, filler));
         } catch (err) {
           if (err instanceof CheckpointError) throw err;
           if (err instanceof ArchiveRejectedError || err instanceof SealError) throw new CheckpointError(err.message, { cause: err });

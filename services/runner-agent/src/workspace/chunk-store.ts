@@ -4,7 +4,7 @@ import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManage
 import { chunkStreamConfig, isStreamNotFound } from "@paddock/bus";
 import { chunkStreamOwner, runnerChunkStream, Subjects, type ManifestChunk } from "@paddock/contracts";
 import { CheckpointError } from "../errors.ts";
-import { IV_BYTES, openSealed, TAG_BYTES, type ChunkOpener } from "./chunk-opener.ts";
+import { fetchChunk, IV_BYTES, TAG_BYTES, type ChunkAddress } from "./chunk-fetch.ts";
 
 // Defined once in @paddock/contracts (the restore script parses chunk stream names too); kept exported from here.
 export { chunkStreamOwner };
@@ -20,15 +20,21 @@ export interface ChunkStore {
   /** Seals and stores plain bytes in this runner's own stream; resolves once the stream acknowledged them. */
   put(plain: Buffer, sha256: string): Promise<ManifestChunk>;
   /** A chunk's plain bytes, from whichever runner's stream holds it; fails when gone or when it does not open with its key. */
-  get(chunk: ManifestChunk): Promise<Buffer>;
+  fetch(chunk: ChunkAddress): Promise<Buffer>;
+}
+
+/** Where a manifest's chunk is: its stream and subject, named by the runner that stored it. */
+export function addressOf(chunk: ManifestChunk): ChunkAddress {
+  const holder = chunkStreamOwner(chunk.stream);
+  if (!holder) throw new CheckpointError("checkpoint chunk names no runner's stream");
+  return { stream: chunk.stream, subject: Subjects.chunk(holder.poolId, holder.runnerId, chunk.id), key: chunk.key, bytes: chunk.bytes };
 }
 
 export function sha256Url(bytes: Buffer): string {
   return createHash("sha256").update(bytes).digest("base64url");
 }
 
-/** opener: where chunks are opened (a worker thread); absent, on the caller's thread. */
-export function createChunkStore(nc: NatsConnection, owner: { poolId: string; runnerId: string }, opener?: ChunkOpener): ChunkStore {
+export function createChunkStore(nc: NatsConnection, owner: { poolId: string; runnerId: string }): ChunkStore {
   const stream = runnerChunkStream(owner.poolId, owner.runnerId);
   let js: JetStreamClient | undefined;
   let jsm: Promise<JetStreamManager> | undefined;
@@ -68,25 +74,9 @@ export function createChunkStore(nc: NatsConnection, owner: { poolId: string; ru
       }
       return { stream, id, key: key.toString("base64"), sha256, bytes: plain.length };
     },
-    get: async (chunk) => {
-      const holder = chunkStreamOwner(chunk.stream);
-      if (!holder) throw new CheckpointError("checkpoint chunk names no runner's stream");
-      let data: Uint8Array | undefined;
-      try {
-        const m = await (await manager()).direct.getMessage(chunk.stream, { last_by_subj: Subjects.chunk(holder.poolId, holder.runnerId, chunk.id) });
-        data = m?.data;
-      } catch (err) {
-        throw new CheckpointError("checkpoint chunk could not be read", { cause: err });
-      }
-      if (!data || data.length < IV_BYTES + TAG_BYTES) throw new CheckpointError("checkpoint chunk not found");
-      try {
-        const key = Buffer.from(chunk.key, "base64");
-        const plain = opener ? await opener.open(data, key) : openSealed(data, key);
-        if (plain.length !== chunk.bytes) throw new Error("length differs");
-        return plain;
-      } catch (err) {
-        throw new CheckpointError("checkpoint chunk does not open with its key", { cause: err });
-      }
+    fetch: async (chunk) => {
+      const m = await manager().catch((err: unknown) => Promise.reject(new CheckpointError("checkpoint chunk could not be read", { cause: err })));
+      return fetchChunk(m, chunk);
     },
   };
 }

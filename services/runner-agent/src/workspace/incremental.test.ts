@@ -13,14 +13,14 @@ import { CheckpointManifest, MANIFEST_CHUNK_BYTES, MANIFEST_FORMAT, ObjectStores
 import { useNatsServer } from "@paddock/testing/vitest";
 import { CheckpointError } from "../errors.ts";
 import { createCheckpointStore } from "./checkpoint.ts";
-import { ChunkOpener } from "./chunk-opener.ts";
+import { FillWorker } from "./fill-worker-host.ts";
 import type { ManifestStats } from "./incremental.ts";
 
 const nats = useNatsServer();
-const chunkOpener = new ChunkOpener();
-afterAll(() => chunkOpener.stop());
 const runnerA = { poolId: "p1", runnerId: "ra" };
 const runnerB = { poolId: "p1", runnerId: "rb" };
+const workers: FillWorker[] = [];
+afterAll(() => Promise.all(workers.map((w) => w.stop())));
 
 function freshDir(prefix: string): string {
   const dir = join(mkdtempSync(join(tmpdir(), prefix)), "workspace");
@@ -31,8 +31,10 @@ function freshDir(prefix: string): string {
 async function storesFor(owner: { poolId: string; runnerId: string }) {
   await new Objm(nats.nc).create(runnerObjectStore(ObjectStores.checkpoints, owner.poolId, owner.runnerId));
   const seen: ManifestStats[] = [];
-  // Restores open their chunks on a worker thread, as a runner's do.
-  const store = createCheckpointStore(nats.nc, owner, { onManifest: (s) => seen.push(s), chunkOpener });
+  // Restores fetch and write their chunks on a worker thread with a connection of its own, as a runner's do.
+  const filler = new FillWorker({ bus: { servers: nats.url, name: `test-${owner.runnerId}-restore`, validateOutgoing: true } });
+  workers.push(filler);
+  const store = createCheckpointStore(nats.nc, owner, { onManifest: (s) => seen.push(s), filler });
   return { store, last: () => seen.at(-1) };
 }
 

@@ -5,7 +5,9 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { DirFd, extractArchive, scanTree, treeTar, type FileOwner } from "@paddock/archive";
 import { MANIFEST_CHUNK_BYTES, type CheckpointManifest, type ManifestChunk, type ManifestEntry } from "@paddock/contracts";
 import { CheckpointError } from "../errors.ts";
-import { sha256Url, type ChunkStore } from "./chunk-store.ts";
+import type { FileFiller } from "./chunk-fill.ts";
+import { addressOf, sha256Url, type ChunkStore } from "./chunk-store.ts";
+import type { ChunkAddress } from "./chunk-fetch.ts";
 
 /**
  * Incremental checkpoints (docs/decisions/0062): a manifest of the
@@ -27,9 +29,6 @@ const RACY_MARGIN_MS = 20;
 
 /** Chunks being stored at once: the memory a checkpoint holds (× MANIFEST_CHUNK_BYTES) and the acknowledgements in flight. */
 const PUTS_IN_FLIGHT = 16;
-
-/** Chunks fetched ahead of the one being written on a restore. */
-const GETS_AHEAD = 4;
 
 /** What a checkpoint stored or restored in a workspace knows of it: enough to tell the next one what changed. */
 export interface LineageIndex {
@@ -188,49 +187,53 @@ function checkManifest(manifest: CheckpointManifest): void {
   }
 }
 
-/** Fetches the manifest's chunks in order, a window ahead of the one asked for. */
-function prefetch(manifest: CheckpointManifest, store: ChunkStore): () => Promise<Buffer> {
-  const all = manifest.entries.flatMap((e) => (e.type === "file" ? e.chunks : []));
-  const ahead: Array<Promise<Buffer>> = [];
-  let next = 0;
-  const fill = () => {
-    while (ahead.length < GETS_AHEAD && next < all.length) {
-      const p = store.get(all[next++] as ManifestChunk);
-      p.catch(() => undefined); // awaited in order below; a failure ahead is not an unhandled one meanwhile
-      ahead.push(p);
-    }
-  };
-  return () => {
-    fill();
-    const p = ahead.shift();
-    fill();
-    if (!p) return Promise.reject(new CheckpointError("checkpoint manifest is inconsistent"));
-    return p;
-  };
-}
+/** Files being filled at once: the descriptors a restore holds open, and enough work to keep the filler's window of gets full. */
+const FILES_IN_FLIGHT = 16;
 
 /**
  * Writes the manifest's tree into workspace through the archive extractor
- * (the checks and descriptor-relative writes of any restore), then indexes
- * what it wrote so the next checkpoint reads only what the session changes.
+ * (the checks and descriptor-relative writes of any restore): the tar holds
+ * the tree with empty files, and each file's bytes are written by filler
+ * into the descriptor the extractor opened. Then indexes what it wrote so
+ * the next checkpoint reads only what the session changes.
  */
-export async function restoreManifest(manifest: CheckpointManifest, workspace: string, owner: FileOwner | undefined, store: ChunkStore): Promise<LineageIndex> {
+export async function restoreManifest(manifest: CheckpointManifest, workspace: string, owner: FileOwner | undefined, filler: FileFiller): Promise<LineageIndex> {
   checkManifest(manifest);
-  const nextChunk = prefetch(manifest, store);
-  // The extractor reports a failed source as an invalid archive; the chunk's own error says more.
-  let fetchError: unknown;
-  const tar = treeTar(manifest.entries, async function* (entry) {
-    for (let i = 0; i < entry.chunks.length; i++) yield await nextChunk().catch((err: unknown) => Promise.reject((fetchError ??= err)));
-  });
+  const chunksOf = new Map<string, readonly ChunkAddress[]>();
+  for (const e of manifest.entries) if (e.type === "file") chunksOf.set(e.path, e.chunks.map(addressOf));
+  // A file's header is handed to the extractor only once a slot is free: it opens the file as it reads the header.
+  const slots = new Slots(FILES_IN_FLIGHT);
+  async function* tree(): AsyncGenerator<ManifestEntry> {
+    for (const entry of manifest.entries) {
+      if (entry.type === "file") await slots.acquire();
+      yield entry.type === "file" ? { ...entry, size: 0 } : entry;
+    }
+  }
+  // The extractor reports a failed fill as the archive's refusal; the fill's own error says more.
+  let fillError: unknown;
+  const fill = async (path: string, fd: number): Promise<void> => {
+    try {
+      const chunks = chunksOf.get(path);
+      if (!chunks) throw new CheckpointError("checkpoint manifest is inconsistent");
+      await filler.fill(fd, chunks);
+    } catch (err) {
+      throw (fillError ??= err);
+    } finally {
+      slots.release();
+    }
+  };
   try {
-    await extractArchive(Readable.from(tar, { objectMode: false }), workspace, undefined, { gzip: false, followRoot: false, owner });
+    await extractArchive(Readable.from(treeTar(tree(), () => noBytes())), workspace, undefined, { gzip: false, followRoot: false, owner, fill });
   } catch (err) {
-    throw fetchError ?? err;
+    throw fillError ?? err;
   }
   // Past the coarse clock's tick: what was written now has a ctime a later write cannot repeat.
   await sleep(RACY_MARGIN_MS);
   return indexRestored(manifest, workspace, owner);
 }
+
+/** An empty file's bytes in the restore's tar (the filler writes the real ones). */
+async function* noBytes(): AsyncGenerator<Buffer> {}
 
 async function indexRestored(manifest: CheckpointManifest, workspace: string, owner: FileOwner | undefined): Promise<LineageIndex> {
   const wanted = new Map<string, Extract<ManifestEntry, { type: "file" }>>();
