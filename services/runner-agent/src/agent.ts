@@ -176,7 +176,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
     release: (held, runnerGeneration) => requireSessions().dispatch({ type: "destroy", ...held, runnerGeneration }),
   });
 
-  // Restored files' bytes fetched and written off the event loop (a worker thread, started on first use).
+  // Restored files' bytes fetched and written off the event loop (two worker threads, started on first use).
   const filler = deps.bus ? new FillWorker({ bus: { ...deps.bus, name: `${deps.bus.name}-restore` } }) : undefined;
   // Screen emulators off the event loop (a worker thread, started by start()).
   const screens = new ScreenHost({ onLost: (err) => log.warn({ err }, "screen worker ended; the screens it held write no more checkpoints this placement") });
