@@ -65,9 +65,21 @@ export interface CheckpointStoreOptions {
   now?: () => number;
   /** Told what each manifest checkpoint read and stored. */
   onManifest?: (stats: ManifestStats) => void;
-  /** Writes restored files' bytes (the runner's restore worker, fill-worker-host.ts); absent: fetched and written on this thread. */
+  /** Writes large restores' bytes (the runner's restore workers, fill-worker-host.ts); absent: every restore is fetched and written on this thread. */
   filler?: FileFiller;
+  /** The bytes a manifest restore holds at least to go to filler (RESTORE_WORKERS_MIN_BYTES when absent). */
+  fillerMinBytes?: number | undefined;
 }
+
+/**
+ * A manifest restore this large goes to the restore workers. Their start
+ * (two threads, two connections) is ~0.1 s to a first answer bundled and
+ * ~0.25 s from source: more than they save on a small restore (a 10 MB
+ * resume on another runner took 0.67 s through them beside 0.4 s on the
+ * event loop, quick bench from source), which sets off no collection of the
+ * runner's heap anyway (one per ~64 MB of chunks).
+ */
+export const RESTORE_WORKERS_MIN_BYTES = 64 * 1024 * 1024;
 
 /**
  * Chunk size of a checkpoint object. Each chunk is one acknowledged publish
@@ -96,7 +108,11 @@ const formats: Record<CheckpointCompression, string> = { gzip: SEALED_ARCHIVE_FO
 export function createCheckpointStore(nc: NatsConnection, owner: { poolId: string; runnerId: string }, opts: CheckpointStoreOptions = {}): CheckpointStore {
   const compression = opts.compression ?? CheckpointCompression.gzip;
   const chunks = createChunkStore(nc, owner);
-  const filler = opts.filler ?? new ChunkFiller((chunk) => chunks.fetch(chunk));
+  const inThread = new ChunkFiller((chunk) => chunks.fetch(chunk));
+  const fillerFor = (manifest: CheckpointManifest): FileFiller => {
+    const bytes = manifest.entries.reduce((n, e) => n + (e.type === "file" ? e.size : 0), 0);
+    return opts.filler && bytes >= (opts.fillerMinBytes ?? RESTORE_WORKERS_MIN_BYTES) ? opts.filler : inThread;
+  };
   const lineages = new Lineages();
   // The object store digests every chunk (put and get); its default is a
   // pure-JS SHA-256, several times slower than node:crypto on large objects.
@@ -183,7 +199,7 @@ export function createCheckpointStore(nc: NatsConnection, owner: { poolId: strin
         try {
           const read = await readManifest(result.data as NodeWebReadableStream<Uint8Array>, sealKey, checkpoint.ref);
           if (await result.error) throw new CheckpointError("checkpoint is corrupt");
-          lineages.remember(workspace, checkpoint.ref, await restoreManifest(read, workspace, user, filler));
+          lineages.remember(workspace, checkpoint.ref, await restoreManifest(read, workspace, user, fillerFor(read)));
         } catch (err) {
           if (err instanceof CheckpointError) throw err;
           if (err instanceof ArchiveRejectedError || err instanceof SealError) throw new CheckpointError(err.message, { cause: err });

@@ -63,6 +63,14 @@ describe("FillWorker", () => {
     expect(files[3]?.length).toBe(0);
   });
 
+  it("fills a tree of small files asked for at once", async () => {
+    const filler = fillWorker();
+    const plains = Array.from({ length: 300 }, (_, i) => randomBytes(50 + i));
+    const chunks = await Promise.all(plains.map((p) => stored("rs", p)));
+    const files = await Promise.all(chunks.map((c, i) => filled(`small-${i}`, (fd) => filler.fill(fd, c))));
+    files.forEach((f, i) => expect(f.equals(plains[i] ?? Buffer.alloc(0))).toBe(true));
+  });
+
   it("fails a fill whose chunk is gone or does not open with its key, and goes on filling others", async () => {
     const filler = fillWorker();
     const plain = randomBytes(1000);
@@ -99,7 +107,10 @@ describe("FillWorker", () => {
     const filler = fillWorker({ servers: "nats://127.0.0.1:1" });
     const [chunk] = await stored("re", randomBytes(10));
     if (!chunk) throw new Error("nothing stored");
-    await expect(filled("unreachable", (fd) => filler.fill(fd, [chunk]))).rejects.toBeInstanceOf(CheckpointError);
+    const err = await filled("unreachable", (fd) => filler.fill(fd, [chunk])).catch((e: unknown) => e);
+    // The worker's own reason, not only that it ended.
+    expect(err).toBeInstanceOf(CheckpointError);
+    expect((err as Error).message).toMatch(/connection refused/);
   });
 });
 

@@ -13,6 +13,9 @@ import { CheckpointManifest, MANIFEST_CHUNK_BYTES, MANIFEST_FORMAT, ObjectStores
 import { useNatsServer } from "@paddock/testing/vitest";
 import { CheckpointError } from "../errors.ts";
 import { createCheckpointStore } from "./checkpoint.ts";
+import type { ChunkAddress } from "./chunk-fetch.ts";
+import { ChunkFiller } from "./chunk-fill.ts";
+import { createChunkStore } from "./chunk-store.ts";
 import { FillWorker } from "./fill-worker-host.ts";
 import type { ManifestStats } from "./incremental.ts";
 
@@ -34,7 +37,8 @@ async function storesFor(owner: { poolId: string; runnerId: string }) {
   // Restores fetch and write their chunks on a worker thread with a connection of its own, as a runner's do.
   const filler = new FillWorker({ bus: { servers: nats.url, name: `test-${owner.runnerId}-restore`, validateOutgoing: true } });
   workers.push(filler);
-  const store = createCheckpointStore(nats.nc, owner, { onManifest: (s) => seen.push(s), filler });
+  // Every restore through them, however small (a runner sends only large ones: RESTORE_WORKERS_MIN_BYTES).
+  const store = createCheckpointStore(nats.nc, owner, { onManifest: (s) => seen.push(s), filler, fillerMinBytes: 0 });
   return { store, last: () => seen.at(-1) };
 }
 
@@ -220,5 +224,25 @@ describe("incremental checkpoints", () => {
     await jsm.streams.purge(runnerChunkStream("p1", "rg"));
     const gone = await a.store.restore(saved.checkpoint, saved.sealKey, freshDir("paddock-inc-r-")).catch((e: unknown) => e);
     expect(gone).toMatchObject({ name: "CheckpointError", message: "checkpoint chunk not found" });
+  });
+
+  it("sends a restore to the filler given only from its byte threshold on; a smaller one is written on the caller's thread", async () => {
+    const owner = { poolId: "p1", runnerId: "rt" };
+    await new Objm(nats.nc).create(runnerObjectStore(ObjectStores.checkpoints, owner.poolId, owner.runnerId));
+    const inner = new ChunkFiller((chunks) => createChunkStore(nats.nc, owner).fetch(chunks));
+    const filled: number[] = [];
+    const counting = { fill: (fd: number, chunks: readonly ChunkAddress[]) => (filled.push(chunks.length), inner.fill(fd, chunks)) };
+    const store = createCheckpointStore(nats.nc, owner, { filler: counting, fillerMinBytes: 1000 });
+    for (const [name, bytes, viaFiller] of [["small", 999, 0], ["large", 1000, 1]] as const) {
+      const ws = freshDir("paddock-inc-threshold-");
+      const content = randomBytes(bytes);
+      writeFileSync(join(ws, "f.bin"), content);
+      const saved = await store.save(ObjectStores.checkpoints, `w/s/threshold-${name}`, ws);
+      filled.length = 0;
+      const target = freshDir("paddock-inc-threshold-restore-");
+      await store.restore(saved.checkpoint, saved.sealKey, target);
+      expect(readFileSync(join(target, "f.bin")).equals(content)).toBe(true);
+      expect(filled.length, name).toBe(viaFiller);
+    }
   });
 });
