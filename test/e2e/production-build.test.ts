@@ -69,7 +69,7 @@ beforeAll(async () => {
   deployDir = deployRunner();
   stack = await startStack({ built: true, runners: 0 });
   // Every restore through the restore workers (a runner sends only large ones there), so the bundled one is exercised.
-  runner = await stack.addRunner({ entry: join(deployDir, "dist", "main.js"), env: { PADDOCK_RUNNER_RESTORE_WORKERS_MIN_BYTES: "0" } });
+  runner = await stack.addRunner({ entry: join(deployDir, "dist", "main.js"), env: { PADDOCK_RUNNER_RESTORE_WORKERS_MIN_CHUNKS: "0" } });
 }, 180_000);
 
 afterAll(async () => {

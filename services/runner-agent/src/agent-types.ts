@@ -44,8 +44,8 @@ export type AgentConfig = Pick<
   /** How checkpoints are packed; gzip when absent. */
   checkpointCompression?: CheckpointCompression;
   checkpointFormat?: CheckpointFormat;
-  /** Manifest restores of at least this many bytes go to the restore workers; RESTORE_WORKERS_MIN_BYTES when absent. */
-  restoreWorkersMinBytes?: number;
+  /** Manifest restores of at least this many chunks go to the restore workers; RESTORE_WORKERS_MIN_CHUNKS when absent. */
+  restoreWorkersMinChunks?: number;
   /** Stream replicas (`PADDOCK_REPLICAS`); 1 when absent (a single server). */
   replicas?: number;
   /** Held check interval (`PADDOCK_RUNNER_HELD_CHECK_MS`); 30 s when absent, 0 disables. */

@@ -249,7 +249,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       checkpoints: createCheckpointStore(
         nc,
         { poolId: config.poolId, runnerId: config.runnerId },
-        { compression: config.checkpointCompression, format: config.checkpointFormat, onManifest: (stats) => log.info(stats, "checkpoint manifest stored"), ...(filler ? { filler, fillerMinBytes: config.restoreWorkersMinBytes } : {}) },
+        { compression: config.checkpointCompression, format: config.checkpointFormat, onManifest: (stats) => log.info(stats, "checkpoint manifest stored"), ...(filler ? { filler, fillerMinChunks: config.restoreWorkersMinChunks } : {}) },
       ),
       secrets: deps.secrets ?? noSecrets,
       now: deps.now,

@@ -8,7 +8,7 @@ import { SecretsKeySetting } from "@paddock/bus";
 import type { SandboxLimits } from "./sandbox/bwrap/limits.ts";
 import { DEFAULT_COALESCE_MS, type TerminalSettings } from "./terminal/term-options.ts";
 import { ImagesConfig } from "./images/config.ts";
-import { CheckpointCompression, CheckpointFormat, RESTORE_WORKERS_MIN_BYTES } from "./workspace/checkpoint.ts";
+import { CheckpointCompression, CheckpointFormat, RESTORE_WORKERS_MIN_CHUNKS } from "./workspace/checkpoint.ts";
 import type { WorkspaceLimits } from "./workspace/workspace-ops.ts";
 
 /** Where the bootstrap builds the exec init: beside its source. */
@@ -110,11 +110,11 @@ const RunnerEnv = z
      */
     PADDOCK_RUNNER_CHECKPOINT_FORMAT: z.enum(CheckpointFormat).default(CheckpointFormat.manifest),
     /**
-     * A manifest restore of at least this many bytes is written by the restore
-     * workers (decision 0067); a smaller one on the event loop, where it is
-     * done before two threads and their connections would have started.
+     * A manifest restore of at least this many chunks is written by the
+     * restore workers (decision 0067); a smaller one on the event loop, where
+     * it is done before two threads and their connections would have started.
      */
-    PADDOCK_RUNNER_RESTORE_WORKERS_MIN_BYTES: z.coerce.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER).default(RESTORE_WORKERS_MIN_BYTES),
+    PADDOCK_RUNNER_RESTORE_WORKERS_MIN_CHUNKS: z.coerce.number().int().nonnegative().max(1_000_000_000).default(RESTORE_WORKERS_MIN_CHUNKS),
     /** Screen checkpoints (screen-tracker.ts): written once an app's output was quiet this long... */
     PADDOCK_RUNNER_SCREEN_QUIET_MS: envSchemas.positiveMs.max(60_000).default(200),
     /** ...and at most this often per app (also while output never stops); 0 writes none. */
@@ -264,7 +264,7 @@ export function loadConfig(env: Record<string, string | undefined>) {
     images: ImagesConfig.parse({ insecureRegistries: e.PADDOCK_IMAGE_INSECURE_REGISTRIES, ...(e.PADDOCK_IMAGE_CACHE_MAX_BYTES !== undefined ? { maxCacheBytes: e.PADDOCK_IMAGE_CACHE_MAX_BYTES } : {}) }),
     checkpointCompression: e.PADDOCK_RUNNER_CHECKPOINT_COMPRESSION,
     checkpointFormat: e.PADDOCK_RUNNER_CHECKPOINT_FORMAT,
-    restoreWorkersMinBytes: e.PADDOCK_RUNNER_RESTORE_WORKERS_MIN_BYTES,
+    restoreWorkersMinChunks: e.PADDOCK_RUNNER_RESTORE_WORKERS_MIN_CHUNKS,
     terminal: {
       coalesceMs: e.PADDOCK_RUNNER_TERM_COALESCE_MS,
       screen: e.PADDOCK_RUNNER_SCREEN_INTERVAL_MS === 0 ? undefined : { quietMs: e.PADDOCK_RUNNER_SCREEN_QUIET_MS, intervalMs: e.PADDOCK_RUNNER_SCREEN_INTERVAL_MS },

@@ -8,7 +8,7 @@ import { useNatsServer } from "@paddock/testing/vitest";
 import { DEFAULT_INIT_PATH, loadConfig } from "./config.ts";
 import { fakeScheduler } from "./testing/test-support.ts";
 import { DEFAULT_SANDBOX_LIMITS } from "./sandbox/bwrap/limits.ts";
-import { RESTORE_WORKERS_MIN_BYTES } from "./workspace/checkpoint.ts";
+import { RESTORE_WORKERS_MIN_CHUNKS } from "./workspace/checkpoint.ts";
 
 describe("config", () => {
   it("parses the runner settings with defaults", () => {
@@ -21,8 +21,8 @@ describe("config", () => {
     expect(loadConfig(base).terminal).toEqual({ coalesceMs: 4, screen: { quietMs: 200, intervalMs: 5_000 } });
     expect(loadConfig({ ...base, PADDOCK_RUNNER_TERM_COALESCE_MS: "0", PADDOCK_RUNNER_SCREEN_INTERVAL_MS: "0" }).terminal).toEqual({ coalesceMs: 0, screen: undefined });
     expect(loadConfig({ ...base, PADDOCK_RUNNER_SCREEN_QUIET_MS: "50", PADDOCK_RUNNER_SCREEN_INTERVAL_MS: "5000" }).terminal.screen).toEqual({ quietMs: 50, intervalMs: 5_000 });
-    expect(loadConfig(base).restoreWorkersMinBytes).toBe(RESTORE_WORKERS_MIN_BYTES);
-    expect(loadConfig({ ...base, PADDOCK_RUNNER_RESTORE_WORKERS_MIN_BYTES: "0" }).restoreWorkersMinBytes).toBe(0);
+    expect(loadConfig(base).restoreWorkersMinChunks).toBe(RESTORE_WORKERS_MIN_CHUNKS);
+    expect(loadConfig({ ...base, PADDOCK_RUNNER_RESTORE_WORKERS_MIN_CHUNKS: "0" }).restoreWorkersMinChunks).toBe(0);
     for (const [key, bad] of [
       ["PADDOCK_RUNNER_TERM_COALESCE_MS", "-1"],
       ["PADDOCK_RUNNER_TERM_COALESCE_MS", "2.5"],
@@ -32,9 +32,9 @@ describe("config", () => {
       ["PADDOCK_RUNNER_SCREEN_QUIET_MS", "3600001"],
       ["PADDOCK_RUNNER_SCREEN_INTERVAL_MS", "-5"],
       ["PADDOCK_RUNNER_SCREEN_INTERVAL_MS", "1e12"],
-      ["PADDOCK_RUNNER_RESTORE_WORKERS_MIN_BYTES", "-1"],
-      ["PADDOCK_RUNNER_RESTORE_WORKERS_MIN_BYTES", "1.5"],
-      ["PADDOCK_RUNNER_RESTORE_WORKERS_MIN_BYTES", "lots"],
+      ["PADDOCK_RUNNER_RESTORE_WORKERS_MIN_CHUNKS", "-1"],
+      ["PADDOCK_RUNNER_RESTORE_WORKERS_MIN_CHUNKS", "1.5"],
+      ["PADDOCK_RUNNER_RESTORE_WORKERS_MIN_CHUNKS", "lots"],
     ] as const) {
       expect(() => loadConfig({ ...base, [key]: bad }), `${key}=${bad}`).toThrow(ConfigError);
     }

@@ -67,19 +67,21 @@ export interface CheckpointStoreOptions {
   onManifest?: (stats: ManifestStats) => void;
   /** Writes large restores' bytes (the runner's restore workers, fill-worker-host.ts); absent: every restore is fetched and written on this thread. */
   filler?: FileFiller;
-  /** The bytes a manifest restore holds at least to go to filler (RESTORE_WORKERS_MIN_BYTES when absent). */
-  fillerMinBytes?: number | undefined;
+  /** The chunks a manifest restore names at least to go to filler (RESTORE_WORKERS_MIN_CHUNKS when absent). */
+  fillerMinChunks?: number | undefined;
 }
 
 /**
- * A manifest restore this large goes to the restore workers. Their start
- * (two threads, two connections) is ~0.1 s to a first answer bundled and
- * ~0.25 s from source: more than they save on a small restore (a 10 MB
- * resume on another runner took 0.67 s through them beside 0.4 s on the
- * event loop, quick bench from source), which sets off no collection of the
- * runner's heap anyway (one per ~64 MB of chunks).
+ * A manifest restore of this many chunks goes to the restore workers. Their
+ * start (two threads, two connections) is ~0.1 s to a first answer bundled
+ * and ~0.25 s from source; on the event loop each chunk costs its fetch and
+ * opening, and past ~64 MB the chunks' memory sets off collections of the
+ * runner's heap. Measured on another runner, alternated, from source, event
+ * loop beside workers: 100 chunks (100 MB) 0.44–0.56 s beside 0.84–0.89 s,
+ * 256 (256 MB) 0.93–0.97 s beside 1.10–1.15 s, 1,024 (1 GB) 5.7–5.8 s beside
+ * 4.0–4.4 s, 20,480 of 4 KiB (84 MB of small files) 5.1–5.2 s beside 4.0 s.
  */
-export const RESTORE_WORKERS_MIN_BYTES = 64 * 1024 * 1024;
+export const RESTORE_WORKERS_MIN_CHUNKS = 512;
 
 /**
  * Chunk size of a checkpoint object. Each chunk is one acknowledged publish
@@ -110,8 +112,8 @@ export function createCheckpointStore(nc: NatsConnection, owner: { poolId: strin
   const chunks = createChunkStore(nc, owner);
   const inThread = new ChunkFiller((chunk) => chunks.fetch(chunk));
   const fillerFor = (manifest: CheckpointManifest): FileFiller => {
-    const bytes = manifest.entries.reduce((n, e) => n + (e.type === "file" ? e.size : 0), 0);
-    return opts.filler && bytes >= (opts.fillerMinBytes ?? RESTORE_WORKERS_MIN_BYTES) ? opts.filler : inThread;
+    const chunkCount = manifest.entries.reduce((n, e) => n + (e.type === "file" ? e.chunks.length : 0), 0);
+    return opts.filler && chunkCount >= (opts.fillerMinChunks ?? RESTORE_WORKERS_MIN_CHUNKS) ? opts.filler : inThread;
   };
   const lineages = new Lineages();
   // The object store digests every chunk (put and get); its default is a

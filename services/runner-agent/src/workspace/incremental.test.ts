@@ -37,8 +37,8 @@ async function storesFor(owner: { poolId: string; runnerId: string }) {
   // Restores fetch and write their chunks on a worker thread with a connection of its own, as a runner's do.
   const filler = new FillWorker({ bus: { servers: nats.url, name: `test-${owner.runnerId}-restore`, validateOutgoing: true } });
   workers.push(filler);
-  // Every restore through them, however small (a runner sends only large ones: RESTORE_WORKERS_MIN_BYTES).
-  const store = createCheckpointStore(nats.nc, owner, { onManifest: (s) => seen.push(s), filler, fillerMinBytes: 0 });
+  // Every restore through them, however small (a runner sends only large ones: RESTORE_WORKERS_MIN_CHUNKS).
+  const store = createCheckpointStore(nats.nc, owner, { onManifest: (s) => seen.push(s), filler, fillerMinChunks: 0 });
   return { store, last: () => seen.at(-1) };
 }
 
@@ -226,23 +226,24 @@ describe("incremental checkpoints", () => {
     expect(gone).toMatchObject({ name: "CheckpointError", message: "checkpoint chunk not found" });
   });
 
-  it("sends a restore to the filler given only from its byte threshold on; a smaller one is written on the caller's thread", async () => {
+  it("sends a restore to the filler given only from its chunk count on; a smaller one is written on the caller's thread", async () => {
     const owner = { poolId: "p1", runnerId: "rt" };
     await new Objm(nats.nc).create(runnerObjectStore(ObjectStores.checkpoints, owner.poolId, owner.runnerId));
     const inner = new ChunkFiller((chunks) => createChunkStore(nats.nc, owner).fetch(chunks));
     const filled: number[] = [];
     const counting = { fill: (fd: number, chunks: readonly ChunkAddress[]) => (filled.push(chunks.length), inner.fill(fd, chunks)) };
-    const store = createCheckpointStore(nats.nc, owner, { filler: counting, fillerMinBytes: 1000 });
-    for (const [name, bytes, viaFiller] of [["small", 999, 0], ["large", 1000, 1]] as const) {
+    const store = createCheckpointStore(nats.nc, owner, { filler: counting, fillerMinChunks: 3 });
+    // Two chunks, then three (a file of 100 bytes is one).
+    for (const [name, files, viaFiller] of [["small", 2, 0], ["large", 3, 1]] as const) {
       const ws = freshDir("paddock-inc-threshold-");
-      const content = randomBytes(bytes);
-      writeFileSync(join(ws, "f.bin"), content);
+      const contents = Array.from({ length: files }, () => randomBytes(100));
+      contents.forEach((c, i) => writeFileSync(join(ws, `f${i}.bin`), c));
       const saved = await store.save(ObjectStores.checkpoints, `w/s/threshold-${name}`, ws);
       filled.length = 0;
       const target = freshDir("paddock-inc-threshold-restore-");
       await store.restore(saved.checkpoint, saved.sealKey, target);
-      expect(readFileSync(join(target, "f.bin")).equals(content)).toBe(true);
-      expect(filled.length, name).toBe(viaFiller);
+      contents.forEach((c, i) => expect(readFileSync(join(target, `f${i}.bin`)).equals(c)).toBe(true));
+      expect(filled.length, name).toBe(viaFiller * files);
     }
   });
 });
