@@ -1,4 +1,4 @@
-import { fstatSync, readdirSync, readFileSync, statSync, writeSync } from "node:fs";
+import { fstatSync, lstatSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync, writeSync } from "node:fs";
 import { Readable } from "node:stream";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -42,6 +42,26 @@ describe("extractArchive with fill", () => {
     expect(readFileSync(join(dst, "src/a.txt"), "utf8")).toBe("bytes of src/a.txt\n");
     expect(statSync(join(dst, "src/a.txt")).mode & 0o777).toBe(0o640);
     expect(statSync(join(dst, "run.sh")).mtimeMs).toBe(MTIME_MS);
+  });
+
+  it("fills a new inode renamed over a name already there (a file, or a link that is never written through)", async () => {
+    const dst = dirs.make();
+    const outside = join(dirs.make(), "outside.txt");
+    writeFileSync(outside, "untouched\n");
+    writeFileSync(join(dst, "old.txt"), "old bytes that are longer\n");
+    symlinkSync(outside, join(dst, "link.txt"));
+    const archive = await emptyTree([
+      { type: "file", path: "old.txt", mode: 0o600, size: 0, mtimeMs: MTIME_MS },
+      { type: "file", path: "link.txt", mode: 0o644, size: 0, mtimeMs: MTIME_MS },
+    ]);
+    await extractArchive(Readable.from([archive]), dst, undefined, { gzip: false, fill: (path, fd) => Promise.resolve(void writeSync(fd, `new ${path}\n`)) });
+    expect(readFileSync(join(dst, "old.txt"), "utf8")).toBe("new old.txt\n");
+    expect(statSync(join(dst, "old.txt")).mode & 0o777).toBe(0o600);
+    expect(lstatSync(join(dst, "link.txt")).isFile()).toBe(true);
+    expect(readFileSync(join(dst, "link.txt"), "utf8")).toBe("new link.txt\n");
+    expect(readFileSync(outside, "utf8")).toBe("untouched\n");
+    // No temporary name left behind.
+    expect(readdirSync(dst).sort()).toEqual(["link.txt", "old.txt"]);
   });
 
   it("keeps each descriptor open until its fill settles, with fills overlapping", async () => {
