@@ -172,12 +172,17 @@ describe("the web console in Chromium", () => {
     await page.locator("[data-testid=terminal] .xterm").click();
     await page.keyboard.type("printf '\\033[38;2;10;200;30mtrue%s\\033[0m\\n' colour\n");
     await untilTerminalHas(page, "truecolour");
-    const color = await page.evaluate(() => {
-      const doc = (globalThis as unknown as { document: { querySelectorAll(s: string): Iterable<{ textContent: string | null }> } }).document;
-      const span = [...doc.querySelectorAll("[data-testid=terminal] .xterm-rows span")].find((el) => el.textContent === "truecolour");
-      return span ? (globalThis as unknown as { getComputedStyle(el: unknown): { color: string } }).getComputedStyle(span).color : "none";
-    });
-    expect(color).toBe("rgb(10, 200, 30)");
+    // The buffer has it before the DOM renderer draws it (on its next animation frame): wait for the drawn span.
+    const color = await page.waitForFunction(
+      () => {
+        const doc = (globalThis as unknown as { document: { querySelectorAll(s: string): Iterable<{ textContent: string | null }> } }).document;
+        const span = [...doc.querySelectorAll("[data-testid=terminal] .xterm-rows span")].find((el) => el.textContent === "truecolour");
+        return span ? (globalThis as unknown as { getComputedStyle(el: unknown): { color: string } }).getComputedStyle(span).color : false;
+      },
+      undefined,
+      { timeout: 20_000 },
+    );
+    expect(await color.jsonValue()).toBe("rgb(10, 200, 30)");
   });
 
   it("a second controller supersedes the first, which says so and stops typing; the window's size reaches the terminal", async () => {
