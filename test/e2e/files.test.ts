@@ -6,18 +6,21 @@
  * workspace, no symlink followed, no FIFO opened, no file of another user.
  */
 import { createHash } from "node:crypto";
-import { linkSync, readdirSync, readFileSync, statSync, watch, writeFileSync } from "node:fs";
+import { existsSync, linkSync, readdirSync, readFileSync, statSync, watch, writeFileSync } from "node:fs";
+import { connect as netConnect } from "node:net";
 import { get as httpGet, request as httpRequest } from "node:http";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { seedMember, seedToken } from "@paddock/gateway/auth";
-import type { FileList } from "@paddock/contracts";
+import { callRpcWithBytes } from "@paddock/bus";
+import { workspaceRpcs, type DataPlaneOffer, type FileList } from "@paddock/contracts";
 import { startStack, type Stack } from "@paddock/testing";
 import { expectUsageError, runCli, startCli } from "../../cli/src/testing/run-cli.ts";
 import { api, stackClient, waitForAuditEvents } from "./helpers.ts";
 
 const MEMBER_TOKEN = "tok_files_member_0123456789ab";
+const ADA_TOKEN = "tok_files_ada_0123456789abcd";
 const MAX_UPLOAD = 1024 * 1024;
 const INLINE = 100_000;
 let stack: Stack;
@@ -50,6 +53,8 @@ beforeAll(async () => {
   nc = await connect({ servers: stack.nats.url });
   await seedToken(nc, MEMBER_TOKEN, { workspaceId: "default", actor: { id: "mia", kind: "user" }, createdAt: 1 });
   await seedMember(nc, { workspaceId: "default", actorId: "mia", role: "member" });
+  await seedToken(nc, ADA_TOKEN, { workspaceId: "default", actor: { id: "ada", kind: "user" }, createdAt: 1 });
+  await seedMember(nc, { workspaceId: "default", actorId: "ada", role: "admin" });
   const script = [
     "set -e",
     // Run again on a cold resume (the wake test): the restored workspace is left as it is.
@@ -214,6 +219,38 @@ describe("PUT and DELETE /v1/sessions/:id/files", () => {
     expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${sessionId}/files?path=dp&recursive=true`)).status).toBe(200);
   });
 
+  it("a caller no longer allowed to write (admin made member) is refused before the runner has a byte, though the same caller wrote there a moment ago", async () => {
+    const body = Buffer.alloc(200_000, 5);
+    expect((await writeFile("path=ada/one.bin", body, ADA_TOKEN)).status).toBe(200);
+    // Its next write asks the runner beside its authorization (placement-hints.ts): the runner must get no byte of it.
+    await seedMember(nc, { workspaceId: "default", actorId: "ada", role: "member" });
+    expect((await writeFile("path=ada/two.bin", Buffer.alloc(200_000, 6), ADA_TOKEN)).status).toBe(403);
+    expect((await readFile("ada/one.bin", ADA_TOKEN)).bytes.equals(body)).toBe(true);
+    expect((await writeFile("path=ada/three.bin", body)).status).toBe(200);
+    expect(readdirSync(onHost("ada")).sort()).toEqual(["one.bin", "three.bin"]);
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${sessionId}/files?path=ada&recursive=true`)).status).toBe(200);
+  });
+
+  it("the runner touches nothing for a data-plane write whose connection closes before its first byte", async () => {
+    const record = (await api(stack.url, stack.token, "GET", `/v1/sessions/${sessionId}`)).body as { workspaceId: string; placementGeneration: number };
+    const request = { sessionId, workspaceId: record.workspaceId, placementGeneration: record.placementGeneration, path: "early/x.bin", mode: 0o644, data: { size: 100_000 } };
+    const { result } = await callRpcWithBytes(nc, workspaceRpcs("default", "runner-1").write, request, new Uint8Array(0));
+    const offer = (result as { data: DataPlaneOffer }).data;
+    const socket = netConnect({ host: offer.host, port: offer.port });
+    socket.write(Buffer.from(offer.ticket, "base64url"));
+    const answered: Buffer[] = [];
+    socket.on("data", (b: Buffer) => answered.push(b));
+    socket.on("error", () => undefined);
+    socket.end();
+    // The runner closes it without an answer, and without having made the file's directory or a temporary file.
+    await new Promise((resolve) => socket.once("close", resolve));
+    expect(Buffer.concat(answered).byteLength).toBe(0);
+    expect(existsSync(onHost("early"))).toBe(false);
+    expect((await writeFile("path=early/y.txt", "y")).status).toBe(200);
+    expect(readdirSync(onHost("early"))).toEqual(["y.txt"]);
+    expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${sessionId}/files?path=early&recursive=true`)).status).toBe(200);
+  });
+
   it("with no data plane on its runner, writes go inline or through a transfer object, and read back whole", async () => {
     await stack.addRunner({ runnerId: "runner-files-bus", env: { PADDOCK_RUNNER_DATA_LISTEN: "off", PADDOCK_RUNNER_CAPABILITIES: "files-on-bus" } });
     const env = await api(stack.url, stack.token, "POST", "/v1/environments", { name: "files-on-bus", requirements: { capabilities: ["files-on-bus"] } });
@@ -294,6 +331,10 @@ describe("PUT and DELETE /v1/sessions/:id/files", () => {
     // The body says why when it is not the file (a failed restore names its reason).
     expect([read.status, read.bytes.toString()], JSON.stringify((await api(stack.url, stack.token, "GET", `/v1/sessions/${sessionId}`)).body)).toEqual([200, "x"]);
     expect((await api(stack.url, stack.token, "GET", `/v1/sessions/${sessionId}`)).body).toMatchObject({ state: "running" });
+    // Where this caller last found the session (its old placement) is wrong now: data-plane writes and reads still land.
+    const body = Buffer.alloc(200_000, 9);
+    expect((await writeFile("path=moved.bin", body)).status).toBe(200);
+    expect((await readFile("moved.bin")).bytes.equals(body)).toBe(true);
   });
 
   it("answers 409 once the session has no live sandbox", async () => {

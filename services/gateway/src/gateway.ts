@@ -22,6 +22,7 @@ import { tokenRoutes } from "./auth/tokens.ts";
 import { oidcRoutes } from "./auth/oidc-routes.ts";
 import { rejectUpgrade, TerminalHub, TERMINAL_ROUTE } from "./terminal/terminal.ts";
 import { workspaceRoutes } from "./routes/workspace.ts";
+import { fileRoutes } from "./routes/files.ts";
 import { execRoutes } from "./routes/exec.ts";
 import { agentRoutes } from "./routes/agents.ts";
 import { FILES_WATCH_ROUTE, FilesWatchHub } from "./routes/files-watch.ts";
@@ -63,7 +64,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const previews = new PreviewProxy(ctx, previewAccess, dialer);
   const join = runnerJoin(ctx);
   // Followed events and exec streams live by their token and access like terminal sockets: one guard for all.
-  const routes: Route[] = [...join.routes, ...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx, terminals.guard), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx, dialer), ...execRoutes(ctx, terminals.guard), ...agentRoutes(ctx), ...tokenRoutes(ctx, terminals.guard), ...secretRoutes(ctx), ...webhookRoutes(ctx), ...memberRoutes(ctx), ...oidcRoutes(ctx), ...sessionMetricsRoutes(ctx), ...previewAccess.routes()];
+  const routes: Route[] = [...join.routes, ...sessionRoutes(ctx), ...lifecycleRoutes(ctx), ...environmentRoutes(ctx), ...runnerRoutes(ctx, terminals.guard), ...eventRoutes(ctx, terminals.guard), ...workspaceRoutes(ctx), ...fileRoutes(ctx, dialer), ...execRoutes(ctx, terminals.guard), ...agentRoutes(ctx), ...tokenRoutes(ctx, terminals.guard), ...secretRoutes(ctx), ...webhookRoutes(ctx), ...memberRoutes(ctx), ...oidcRoutes(ctx), ...sessionMetricsRoutes(ctx), ...previewAccess.routes()];
   const { log, metrics, nc } = deps;
   let listening = false;
   const isReady = () => listening && !nc.isClosed();

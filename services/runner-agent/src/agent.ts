@@ -1,4 +1,3 @@
-import type { Duplex } from "node:stream";
 import type { Subscription } from "@nats-io/transport-node";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
@@ -26,7 +25,7 @@ import { heldAt, serveWorkspaceOps, translate, type Target, type WorkspaceOps } 
 import { serveExecOps } from "./exec/exec-ops.ts";
 import { serveMetricsOp } from "./sessions/metrics-op.ts";
 import { serveProbeOps } from "./agents/probe-ops.ts";
-import { DataPlane } from "./ports/data-plane.ts";
+import { DataPlane, type SocketTaker } from "./ports/data-plane.ts";
 import { serveTunnels } from "./ports/tunnels.ts";
 import { ScreenHost } from "./terminal/screen-host.ts";
 import { defaultTerminalSettings } from "./terminal/term-options.ts";
@@ -301,7 +300,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       session: (id) => requireSessions().get(id),
       serving: confirmed,
       onActivity: (id) => activity.touch(id),
-      ...(plane ? { offer: (conn: Duplex, sessionId: string) => plane.offer(conn, sessionId) } : {}),
+      ...(plane ? { offer: (taker: SocketTaker, sessionId: string) => plane.offerSocket(taker, sessionId) } : {}),
       ...(config.workspace ? { limits: config.workspace } : {}),
       now: deps.now,
       childPath: config.childPath,

@@ -93,7 +93,7 @@ export async function copyExactly(socket: Socket, out: Writable, length: number)
  * answers before its own end (at most maxAnswerBytes); the socket breaking
  * first, or a longer answer, is unavailable.
  */
-export async function sendForAnswer(socket: Socket, body: AsyncIterable<Uint8Array>, maxAnswerBytes: number): Promise<Buffer> {
+export async function sendForAnswer(socket: Socket, body: Iterable<Uint8Array> | AsyncIterable<Uint8Array>, maxAnswerBytes: number): Promise<Buffer> {
   const parts: Buffer[] = [];
   let size = 0;
   const answered = new Promise<Buffer>((resolve, reject) => {

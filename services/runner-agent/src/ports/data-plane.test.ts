@@ -167,4 +167,66 @@ describe("the runner's data plane", () => {
     await closed(gateway);
     expect(plane.offer(new PassThrough(), "ses_1")).toBeUndefined();
   });
+
+  describe("a socket offered to one taker (a file's bytes)", () => {
+    /** A taker that records what it is given. */
+    function recordingTaker() {
+      let dropped = 0;
+      const taken: Array<{ socket: Socket; early: Buffer }> = [];
+      let onTake: (() => void) | undefined;
+      return {
+        taker: {
+          take: (socket: Socket, early: Buffer) => {
+            taken.push({ socket, early });
+            onTake?.();
+          },
+          drop: () => void dropped++,
+        },
+        taken,
+        get dropped() {
+          return dropped;
+        },
+        next: () => new Promise<void>((resolve) => (onTake = resolve)),
+      };
+    }
+
+    it("hands the dialled socket itself, paused, with the bytes that came with the ticket, and says the session is in use", async () => {
+      const t = recordingTaker();
+      const offer = DataPlaneOffer.parse(plane.offerSocket(t.taker, "ses_2"));
+      const took = t.next();
+      const gateway = connect({ host: offer.host, port: offer.port });
+      sockets.push(gateway);
+      gateway.write(Buffer.concat([Buffer.from(offer.ticket, "base64url"), Buffer.from("early")]));
+      await took;
+      const [{ socket, early }] = t.taken as [{ socket: Socket; early: Buffer }];
+      expect(early.toString()).toBe("early");
+      expect(socket.isPaused()).toBe(true);
+      expect(activity).toContain("ses_2");
+      // Both ways are the taker's: what it writes reaches the gateway, what the gateway writes is its to read.
+      socket.write("answer");
+      expect(await read(gateway, 6)).toBe("answer");
+      gateway.write("more");
+      const reading = read(socket, 4);
+      socket.resume();
+      expect(await reading).toBe("more");
+      expect(t.dropped).toBe(0);
+      // A ticket once: a second dial with it is closed without reaching the taker.
+      const again = dial(offer);
+      await closed(again);
+      expect(t.taken).toHaveLength(1);
+    });
+
+    it("drops the taker whose ticket was never used in time, and every waiting one on stop", async () => {
+      const late = recordingTaker();
+      plane.offerSocket(late.taker, "ses_2");
+      expect(plane.size).toBe(1);
+      timers.fire(DATA_TICKET_TTL_MS);
+      expect([late.dropped, plane.size]).toEqual([1, 0]);
+      const waiting = recordingTaker();
+      plane.offerSocket(waiting.taker, "ses_2");
+      await plane.stop();
+      expect(waiting.dropped).toBe(1);
+      expect(plane.offerSocket(recordingTaker().taker, "ses_2")).toBeUndefined();
+    });
+  });
 });

@@ -5,7 +5,8 @@
  * random bytes) that the `tunnel` rpc answers over the bus; the gateway
  * dials the listener and writes the ticket first, and from its next byte the
  * connection is the port's, piped both ways with the sockets' own
- * backpressure. A ticket is good once and for DATA_TICKET_TTL_MS; a
+ * backpressure; a file's read or write takes the socket itself instead
+ * (`offerSocket`). A ticket is good once and for DATA_TICKET_TTL_MS; a
  * connection that names no waiting ticket, or none in time, is closed
  * without a byte. Sessions cannot reach the listener (bwrap: no route to any
  * host address but their link's allowed ports), and a ticket is unguessable
@@ -35,10 +36,24 @@ export interface DataPlaneOptions {
   log: Logger;
 }
 
-interface Waiting {
-  conn: Duplex;
-  sessionId: string;
-  cancel: () => void;
+/**
+ * A connection's one use that wants the gateway's socket itself (a file's
+ * bytes one way, a short answer the other) rather than a pipe into a stream
+ * of its own: take() gets the socket, paused, and the bytes that came with
+ * the ticket; drop() says it will never come (not dialled in time, or the
+ * data plane stopped). The taker ends or destroys the socket.
+ */
+export interface SocketTaker {
+  take(socket: Socket, early: Buffer): void;
+  drop(): void;
+}
+
+type Waiting = { sessionId: string; cancel: () => void } & ({ conn: Duplex; taker?: undefined } | { taker: SocketTaker; conn?: undefined });
+
+/** Lets go of what waits for a connection that will not come. */
+function abandon(w: Waiting): void {
+  if (w.taker) w.taker.drop();
+  else w.conn.destroy();
 }
 
 export class DataPlane {
@@ -70,7 +85,7 @@ export class DataPlane {
   async stop(): Promise<void> {
     for (const w of this.waiting.values()) {
       w.cancel();
-      w.conn.destroy();
+      abandon(w);
     }
     this.waiting.clear();
     for (const s of this.sockets) s.destroy();
@@ -106,20 +121,34 @@ export class DataPlane {
 
   /** Keeps conn for the gateway that dials with the returned ticket; undefined when the data plane is not listening. */
   offer(conn: Duplex, sessionId: string): DataPlaneOffer | undefined {
+    const offered = this.ticketFor({ conn, sessionId });
+    if (!offered) return undefined;
+    // The port's end breaking while it waits is its end.
+    conn.once("close", () => {
+      const w = this.waiting.get(offered.ticket);
+      if (w?.conn !== conn) return;
+      this.waiting.delete(offered.ticket);
+      w.cancel();
+    });
+    return offered;
+  }
+
+  /** Hands the socket of the gateway that dials with the returned ticket to taker; undefined when the data plane is not listening. */
+  offerSocket(taker: SocketTaker, sessionId: string): DataPlaneOffer | undefined {
+    return this.ticketFor({ taker, sessionId });
+  }
+
+  private ticketFor(use: Omit<Waiting, "cancel">): DataPlaneOffer | undefined {
     if (!this.advertised) return undefined;
     const ticket = randomBytes(DATA_TICKET_BYTES).toString("base64url");
     const cancel = this.opts.after(DATA_TICKET_TTL_MS, () => {
-      // Never dialled: the port's connection goes.
-      if (this.waiting.delete(ticket)) conn.destroy();
-    });
-    this.waiting.set(ticket, { conn, sessionId, cancel });
-    // The port's end breaking while it waits is its end.
-    conn.once("close", () => {
+      // Never dialled: what waits for it goes.
       const w = this.waiting.get(ticket);
-      if (w?.conn !== conn) return;
+      if (!w) return;
       this.waiting.delete(ticket);
-      w.cancel();
+      abandon(w);
     });
+    this.waiting.set(ticket, { ...use, cancel } as Waiting);
     return { ...this.advertised, ticket };
   }
 
@@ -143,15 +172,17 @@ export class DataPlane {
       }
       this.waiting.delete(ticket);
       w.cancel();
-      this.carry(socket, w, head.subarray(DATA_TICKET_BYTES));
+      if (w.taker) {
+        this.opts.onActivity(w.sessionId);
+        w.taker.take(socket, head.subarray(DATA_TICKET_BYTES));
+      } else this.carry(socket, w.conn, w.sessionId, head.subarray(DATA_TICKET_BYTES));
     };
     socket.on("data", onData);
     socket.once("close", cancelTimeout);
   }
 
   /** Pipes the gateway's socket and the port's connection both ways; either one ending ends the other's writing, either breaking ends both. */
-  private carry(socket: Socket, w: Waiting, early: Buffer): void {
-    const { conn, sessionId } = w;
+  private carry(socket: Socket, conn: Duplex, sessionId: string, early: Buffer): void {
     let toldAt = Number.NEGATIVE_INFINITY;
     const touch = () => {
       const now = this.opts.now();

@@ -6,13 +6,15 @@
  * (small), through the runner's data plane (a read that asks for it), or
  * through object store `transfers`, sealed, as push and pull move archives.
  */
-import { Duplex, PassThrough, Readable } from "node:stream";
+import type { Socket } from "node:net";
+import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import type { ObjectStore } from "@nats-io/obj";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { FileTooLargeError, relativeSegments, SealError, sealed, sealKeyFrom, unsealed, type FileOwner } from "@paddock/archive";
 import { serveRpc, serveRpcWithBytes, toPaddockError, type BusMetrics, type WithBytes } from "@paddock/bus";
-import { InvalidError, MAX_INLINE_FILE_BYTES, UnavailableError, type FileWriteOffer, type FileWriteOutcome, NotFoundError, TooLargeError, transferObjectName, transferRef, fileListColumns, type FileDeleteReply, type FileListColumns, type FileReadReply, type FileReadRequest, type DataPlaneOffer, type FileWriteReply, type FileWriteRequest, type workspaceRpcs } from "@paddock/contracts";
+import { InvalidError, MAX_INLINE_FILE_BYTES, type FileWriteOffer, type FileWriteOutcome, NotFoundError, TooLargeError, transferObjectName, transferRef, fileListColumns, type FileDeleteReply, type FileListColumns, type FileReadReply, type FileReadRequest, type DataPlaneOffer, type FileWriteReply, type FileWriteRequest, type workspaceRpcs } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { deleteInside, listInside, openFileInside, writeFileInside } from "./files.ts";
 
@@ -31,9 +33,16 @@ export interface FileOpsContext {
   log: Logger;
   /** The runner's errors as the public vocabulary. */
   translate: <T>(fn: () => Promise<T>) => Promise<T>;
-  /** Hands bytes to the gateway on the data plane (ports/data-plane.ts); absent or undefined: they go as an object. */
-  offer?: (conn: Duplex, sessionId: string) => DataPlaneOffer | undefined;
+  /** Hands the gateway's data-plane socket to taker once dialled (ports/data-plane.ts); absent or undefined: the bytes go another way. */
+  offer?: DataPlaneOfferer;
 }
+
+/**
+ * The data plane's offer of one connection (ports/data-plane.ts'
+ * `offerSocket`): take() gets the gateway's socket, paused, and the bytes
+ * that came with its ticket; drop() says it will never come.
+ */
+export type DataPlaneOfferer = (taker: { take(socket: Socket, early: Buffer): void; drop(): void }, sessionId: string) => DataPlaneOffer | undefined;
 
 export function serveFileOps(c: FileOpsContext): Subscription[] {
   const { nc, rpcs, translate } = c;
@@ -69,36 +78,33 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
   };
   /**
    * A write whose bytes come on the data plane: answered at once with the
-   * offer, then done inside the session's workspace task as the bytes arrive
-   * (exactly size of them, else nothing of the file is left); its outcome
-   * goes back on the same connection (FileWriteOutcome), then its end.
+   * offer, then, once its first byte came, done inside the session's
+   * workspace task straight from the gateway's socket (exactly size bytes,
+   * else nothing of the file is left); its outcome goes back on the socket
+   * (FileWriteOutcome), then its end. An offer never taken, or a connection
+   * closed before a byte, holds nothing up and answers nothing.
    */
   const offerWrite = (req: FileWriteRequest, size: number, attached: Uint8Array): FileWriteOffer => {
     if (attached.byteLength > 0) throw new InvalidError("bytes after a write whose bytes come on the data plane");
     if (size > c.maxBytes) throw new TooLargeError(`file is larger than ${c.maxBytes} bytes`);
     const runtime = c.held(req);
     const segments = relativeSegments(req.path);
-    const incoming = new PassThrough();
-    const outgoing = new PassThrough();
-    const conn = Duplex.from({ writable: incoming, readable: outgoing });
-    const data = c.offer?.(conn, req.sessionId);
-    // No data plane here: the gateway sends the bytes another way.
-    if (!data) return { data: null };
-    // The workspace is held only once the gateway dialled (an offer never taken holds nothing up).
-    const dialled = new Promise<boolean>((resolve) => {
-      conn.once("pipe", () => resolve(true));
-      conn.once("close", () => resolve(false));
-    });
-    const written = async () => {
-      if (!(await dialled)) throw new UnavailableError("the write's connection never came");
-      return runtime.workspaceTask((workspace, user) => write(req, workspace, segments, user, exactly(incoming, size)));
+    const take = async (socket: Socket, early: Buffer) => {
+      const incoming = socket.iterator({ destroyOnReturn: false }) as AsyncIterableIterator<Buffer>;
+      // Nothing of the workspace is touched before the first byte: a gateway that dialled early and then
+      // closed without one (the call was not authorized, or the session moved) leaves no trace.
+      const first = early.byteLength > 0 || size === 0 ? early : await incoming.next().then((next) => (next.done ? undefined : next.value), () => undefined);
+      if (!first) return void socket.destroy();
+      const bytes = exactly(withFirst(first, incoming), size);
+      const outcome = await translate(() => runtime.workspaceTask((workspace, user) => write(req, workspace, segments, user, bytes))).then(
+        (result): FileWriteOutcome => ({ ok: true, result }),
+        (err: unknown): FileWriteOutcome => ({ ok: false, error: toPaddockError(err).toBody() }),
+      );
+      socket.end(JSON.stringify(outcome));
     };
-    const outcome = translate(written).then(
-      (result): FileWriteOutcome => ({ ok: true, result }),
-      (err: unknown): FileWriteOutcome => ({ ok: false, error: toPaddockError(err).toBody() }),
-    );
-    void outcome.then((o) => outgoing.end(JSON.stringify(o)));
-    return { data };
+    const data = c.offer?.({ take: (socket, early) => void take(socket, early), drop: () => undefined }, req.sessionId);
+    // No data plane here: the gateway sends the bytes another way.
+    return { data: data ?? null };
   };
   const onWorkspace = <T>(req: Target & { path: string }, fn: (workspace: string, segments: string[], user: FileOwner | undefined) => Promise<T>): Promise<T> =>
     translate(() => {
@@ -120,7 +126,7 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
           const bytes = await bytesOf(stream);
           return { result: { size, start: part.start, end: part.end, unsatisfiable: false, inline: true }, bytes };
         }
-        const data = req.via === "data" ? c.offer?.(sendOnly(stream), req.sessionId) : undefined;
+        const data = req.via === "data" ? c.offer?.(sendingTo(stream), req.sessionId) : undefined;
         if (data) return { result: { size, start: part.start, end: part.end, unsatisfiable: false, data } };
         const name = transferObjectName(req.workspaceId, req.sessionId, req.transferId);
         const body = sealed(stream, sealKeyFrom(req.sealKey), transferRef(name));
@@ -149,6 +155,12 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
   ];
 }
 
+/** first (when it has bytes), then rest's. */
+async function* withFirst(first: Buffer, rest: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+  if (first.byteLength > 0) yield first;
+  yield* rest;
+}
+
 /** The bytes of source, which must be exactly size of them (a connection cut early, or one sending more, fails the write). */
 async function* exactly(source: AsyncIterable<Uint8Array>, size: number): AsyncGenerator<Uint8Array> {
   let got = 0;
@@ -166,17 +178,11 @@ async function bytesOf(stream: AsyncIterable<Uint8Array>): Promise<Buffer> {
   return Buffer.concat(parts);
 }
 
-/** A file's bytes as a connection that only sends (what the gateway writes into it is dropped); closing it closes the file. */
-function sendOnly(source: Readable): Duplex {
-  const conn = new Duplex({
-    read: () => void source.resume(),
-    write: (_chunk, _enc, callback) => callback(),
-  });
-  source.on("data", (bytes: Buffer) => {
-    if (!conn.push(bytes)) source.pause();
-  });
-  source.once("end", () => conn.push(null));
-  source.once("error", (err) => conn.destroy(err));
-  conn.once("close", () => source.destroy());
-  return conn;
+/** Sends a file's bytes on the gateway's socket, then ends it; the socket breaking, or never coming, closes the file. */
+function sendingTo(source: Readable): { take(socket: Socket): void; drop(): void } {
+  return {
+    // What the gateway writes after its ticket is not read: the socket stays paused.
+    take: (socket) => void pipeline(source, socket).catch(() => socket.destroy()),
+    drop: () => source.destroy(),
+  };
 }

@@ -1,4 +1,3 @@
-import type { Duplex } from "node:stream";
 import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { Objm, type ObjectStore } from "@nats-io/obj";
@@ -18,14 +17,13 @@ import {
   type WorkspaceDiffReply,
   type WorkspacePullReply,
   type WorkspacePushReply,
-  type DataPlaneOffer,
   type HeldSession,
 } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
 import { extractArchive, packInside } from "./archive.ts";
 import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "../errors.ts";
 import { workspaceDiff } from "./git-diff.ts";
-import { serveFileOps } from "./file-ops.ts";
+import { serveFileOps, type DataPlaneOfferer } from "./file-ops.ts";
 import { serveReposOp } from "./repos-op.ts";
 import { serveFileWatch, type FileWatchLimits } from "./file-watch.ts";
 import type { SandboxUser } from "../sandbox/backend.ts";
@@ -76,8 +74,8 @@ export interface WorkspaceOpsDeps {
   limits?: Partial<WorkspaceLimits>;
   /** Bounds of the live file watches (file-watch.ts). */
   watchLimits?: Partial<FileWatchLimits>;
-  /** The data plane's offer (file reads' bytes); absent: they go through the transfer store. */
-  offer?: (conn: Duplex, sessionId: string) => DataPlaneOffer | undefined;
+  /** The data plane's offer (file reads' and writes' bytes); absent: they go inline or through the transfer store. */
+  offer?: DataPlaneOfferer;
   /** The injected clock (file watch leases). */
   now: () => number;
   childPath: string;
