@@ -158,6 +158,27 @@ function ensureInit(required) {
   log(`${message}; exec runs through a launch of its own`);
 }
 
+// The runner's file-exchange addon (decision 0069): renameat2(RENAME_EXCHANGE) for file writes, a
+// Node-API module built against the headers of the node running this (…/include/node). Without it
+// the runner replaces files with a rename, which ext4 makes write the new file back first.
+const EXCHANGE_SOURCE = join(root, "services", "runner-agent", "native", "fs-exchange.c");
+const EXCHANGE_ADDON = join(root, "services", "runner-agent", "native", "fs-exchange.node");
+
+function ensureExchange(required) {
+  if (existsSync(EXCHANGE_ADDON) && statSync(EXCHANGE_ADDON).mtimeMs >= statSync(EXCHANGE_SOURCE).mtimeMs) return;
+  const cc = ["cc", "gcc"].find((c) => output(c, ["--version"]) !== undefined);
+  const headers = [join(dirname(process.execPath), "..", "include", "node"), "/usr/include/node"].find((dir) => existsSync(join(dir, "node_api.h")));
+  const why = cc === undefined ? "no C compiler (apt-get install gcc libc6-dev)" : headers === undefined ? "no Node-API headers (node_api.h) beside node" : undefined;
+  if (why === undefined) {
+    log("building the file-exchange addon (services/runner-agent/native/fs-exchange.node)");
+    const r = spawnSync(cc, ["-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", `-I${headers}`, "-o", EXCHANGE_ADDON, EXCHANGE_SOURCE], { stdio: "inherit" });
+    if (r.status === 0) return;
+  }
+  const message = `the file-exchange addon could not be built: ${why ?? "the compiler failed"}`;
+  if (required) throw new Error(message);
+  log(`${message}; file writes replace by rename`);
+}
+
 // The web console (issue 27): the gateway serves console/dist at `/`. Built by Vite when the build is
 // missing or older than anything it is built from (its sources, and the contracts it bundles); a
 // build takes a few seconds. `npm test` needs it (the browser tests load it); elsewhere a failed
@@ -264,6 +285,7 @@ function main() {
   ensureModules(pnpm);
   const natsServer = ensureNats();
   ensureInit(command === "test");
+  ensureExchange(command === "test");
   ensureConsole(command === "test");
   if (command === "test") ensureHelm(false);
   const env = { ...process.env, PADDOCK_NATS_SERVER: natsServer };

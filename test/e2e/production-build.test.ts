@@ -40,6 +40,7 @@ function deployRunner(): string {
   mustRun(pnpm, ["--filter", "@paddock/runner-agent", "deploy", "--prod", "--legacy", dir]);
   cpSync(join(repoRoot, "services", "runner-agent", "dist"), join(dir, "dist"), { recursive: true });
   cpSync(join(repoRoot, "services", "runner-agent", "native", "paddock-init"), join(dir, "native", "paddock-init"));
+  cpSync(join(repoRoot, "services", "runner-agent", "native", "fs-exchange.node"), join(dir, "native", "fs-exchange.node"));
   return dir;
 }
 
@@ -133,5 +134,18 @@ describe("the production build", () => {
     expect((await call(`/v1/sessions/${id}/resume?wait=running&timeoutMs=60000`, {})).state).toBe("running");
     const again = run(process.execPath, [cliBundle, "exec", id, "--", "sha256sum", "big"], { env: cli });
     expect(again).toEqual({ code: 0, stdout: made.stdout, stderr: "" });
+  });
+
+  it("replaces a written file through the deployed file-exchange addon", async () => {
+    const cli = { ...process.env, PADDOCK_URL: stack.url, PADDOCK_TOKEN: stack.token };
+    const id = /ses_[A-Za-z0-9]+/.exec(run(process.execPath, [cliBundle, "create", "--", "sleep", "600"], { env: cli }).stdout)?.[0] ?? "";
+    const headers = { authorization: `Bearer ${stack.token}` };
+    expect((await (await fetch(`${stack.url}/v1/sessions/${id}?waitFor=running&timeoutMs=60000`, { headers })).json()) as { state: string }).toMatchObject({ state: "running" });
+    const url = `${stack.url}/v1/sessions/${id}/files?path=f.bin`;
+    for (const fill of [1, 2]) expect((await fetch(url, { method: "PUT", headers, body: Buffer.alloc(200_000, fill) })).status).toBe(200);
+    expect(Buffer.from(await (await fetch(url, { headers })).arrayBuffer()).equals(Buffer.alloc(200_000, 2))).toBe(true);
+    // Loaded from the deploy (native/fs-exchange.node beside dist/), not the rename it falls back to.
+    expect(readFileSync(`/proc/${String(runner.process.pid)}/maps`, "utf8")).toContain(join(deployDir, "native", "fs-exchange.node"));
+    expect(runner.output()).not.toContain("file-exchange addon not loaded");
   });
 });

@@ -31,6 +31,8 @@ import { ScreenHost } from "./terminal/screen-host.ts";
 import { defaultTerminalSettings } from "./terminal/term-options.ts";
 import { ActivityReporter, DEFAULT_ACTIVITY_MS } from "./fleet/activity.ts";
 import { DEFAULT_SETTLE_MS } from "./sessions/watch-reload.ts";
+import { FS_EXCHANGE_ADDON_PATH } from "./config.ts";
+import { fileReplacer } from "./workspace/replace-file.ts";
 
 export { fenceReason } from "./fleet/agent-registration.ts";
 import type { RunnerAgent, RunnerAgentDeps } from "./agent-types.ts";
@@ -301,6 +303,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       serving: confirmed,
       onActivity: (id) => activity.touch(id),
       ...(plane ? { offer: (taker: SocketTaker, sessionId: string) => plane.offerSocket(taker, sessionId) } : {}),
+      replaceFile: fileReplacer(FS_EXCHANGE_ADDON_PATH, log),
       ...(config.workspace ? { limits: config.workspace } : {}),
       now: deps.now,
       childPath: config.childPath,

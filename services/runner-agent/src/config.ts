@@ -13,6 +13,8 @@ import type { WorkspaceLimits } from "./workspace/workspace-ops.ts";
 
 /** Where the bootstrap builds the exec init: beside its source. */
 export const DEFAULT_INIT_PATH = fileURLToPath(new URL("../native/paddock-init", import.meta.url));
+/** The file-exchange addon (native/fs-exchange.c, decision 0069), built beside its source like the exec init. */
+export const FS_EXCHANGE_ADDON_PATH = fileURLToPath(new URL("../native/fs-exchange.node", import.meta.url));
 
 const commaList = z
   .string()

@@ -40,12 +40,13 @@ export class FileTooLargeError extends Error {
 
 /**
  * Writes source into a new inode named name in dir: given to owner (by
- * descriptor) before a byte is written, chmod'ed to mode after, and renamed
- * over what was at name (a file or a link, never followed) once complete.
- * A failure, or more than maxBytes, leaves nothing behind. Answers the bytes
- * written.
+ * descriptor) before a byte is written, chmod'ed to mode after, and put in
+ * place of what was at name (a file or a link, never followed) once
+ * complete: renamed over it, or as opts.replace does (which must refuse a
+ * directory at name, as the rename does). A failure, or more than maxBytes,
+ * leaves nothing behind. Answers the bytes written.
  */
-export async function writeFresh(dir: DirFd, name: string, source: AsyncIterable<Uint8Array>, opts: { mode: number; owner?: FileOwner | undefined; maxBytes: number }): Promise<number> {
+export async function writeFresh(dir: DirFd, name: string, source: AsyncIterable<Uint8Array>, opts: { mode: number; owner?: FileOwner | undefined; maxBytes: number; replace?: ((dir: DirFd, tmp: string, name: string) => void) | undefined }): Promise<number> {
   const mode = opts.mode & 0o7777;
   const tmp = `.paddock-tmp-${randomBytes(6).toString("hex")}`;
   const fd = openSync(dir.at(tmp), CREATE_FLAGS, 0o600);
@@ -58,7 +59,8 @@ export async function writeFresh(dir: DirFd, name: string, source: AsyncIterable
       for (let at = 0; at < chunk.byteLength; ) at += writeSync(fd, chunk, at, chunk.byteLength - at);
     }
     fchmodSync(fd, mode);
-    renameSync(dir.at(tmp), dir.at(name));
+    if (opts.replace) opts.replace(dir, tmp, name);
+    else renameSync(dir.at(tmp), dir.at(name));
   } catch (err) {
     unlinkQuietly(dir, tmp);
     throw err;

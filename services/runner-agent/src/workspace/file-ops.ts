@@ -16,7 +16,7 @@ import { FileTooLargeError, relativeSegments, SealError, sealed, sealKeyFrom, un
 import { serveRpc, serveRpcWithBytes, toPaddockError, type BusMetrics, type WithBytes } from "@paddock/bus";
 import { InvalidError, MAX_INLINE_FILE_BYTES, type FileWriteOffer, type FileWriteOutcome, NotFoundError, TooLargeError, transferObjectName, transferRef, fileListColumns, type FileDeleteReply, type FileListColumns, type FileReadReply, type FileReadRequest, type DataPlaneOffer, type FileWriteReply, type FileWriteRequest, type workspaceRpcs } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
-import { deleteInside, listInside, openFileInside, writeFileInside } from "./files.ts";
+import { deleteInside, listInside, openFileInside, writeFileInside, type ReplaceFile } from "./files.ts";
 
 /** Which placement of which session a request is for (every workspace request names one). */
 type Target = Pick<FileReadRequest, "sessionId" | "workspaceId" | "placementGeneration">;
@@ -29,6 +29,8 @@ export interface FileOpsContext {
   transfers: () => Promise<ObjectStore>;
   /** The largest file a write may make. */
   maxBytes: number;
+  /** How a written file takes its path's place (replace-file.ts); a rename without it. */
+  replaceFile?: ReplaceFile;
   serve: { queue: string; metrics: BusMetrics; log: Logger };
   log: Logger;
   /** The runner's errors as the public vocabulary. */
@@ -67,7 +69,7 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
   const write = async (req: FileWriteRequest, workspace: string, segments: string[], user: FileOwner | undefined, source: AsyncIterable<Uint8Array>): Promise<FileWriteReply> => {
     let size: number;
     try {
-      size = await writeFileInside(workspace, segments, source, { mode: req.mode, owner: user, maxBytes: c.maxBytes });
+      size = await writeFileInside(workspace, segments, source, { mode: req.mode, owner: user, maxBytes: c.maxBytes, replace: c.replaceFile });
     } catch (err) {
       if (err instanceof SealError) throw new InvalidError("file does not open with its transfer key", { cause: err });
       if (err instanceof FileTooLargeError) throw new TooLargeError(err.message, { cause: err });

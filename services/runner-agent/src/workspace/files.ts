@@ -142,7 +142,10 @@ function walkChild(dir: DirFd, name: string, path: string, level: number, w: Wal
   }
 }
 
-function lstatOrGone(path: string): Stats | undefined {
+/** Puts the file named tmp in dir at name (replace-file.ts): a file or a link there is replaced, a directory refused. */
+export type ReplaceFile = (dir: DirFd, tmp: string, name: string) => void;
+
+export function lstatOrGone(path: string): Stats | undefined {
   try {
     return lstatSync(path);
   } catch (err) {
@@ -167,7 +170,7 @@ function entryOf(path: string, type: FileEntry["type"], stat: Stats): FileEntry 
  * new inode renamed over what was there: a file or a link is replaced, never
  * written through; a directory there is refused. Answers its size.
  */
-export async function writeFileInside(workspace: string, segments: readonly string[], source: AsyncIterable<Uint8Array>, opts: { mode: number; owner: FileOwner | undefined; maxBytes: number }): Promise<number> {
+export async function writeFileInside(workspace: string, segments: readonly string[], source: AsyncIterable<Uint8Array>, opts: { mode: number; owner: FileOwner | undefined; maxBytes: number; replace?: ReplaceFile | undefined }): Promise<number> {
   const name = segments.at(-1);
   if (name === undefined) throw new UnsafePathError("path is the workspace itself");
   const parent = await resolveInside(workspace, segments.slice(0, -1), { create: true, owner: opts.owner });

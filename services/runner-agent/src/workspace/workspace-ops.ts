@@ -24,6 +24,7 @@ import { extractArchive, packInside } from "./archive.ts";
 import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "../errors.ts";
 import { workspaceDiff } from "./git-diff.ts";
 import { serveFileOps, type DataPlaneOfferer } from "./file-ops.ts";
+import type { ReplaceFile } from "./files.ts";
 import { serveReposOp } from "./repos-op.ts";
 import { serveFileWatch, type FileWatchLimits } from "./file-watch.ts";
 import type { SandboxUser } from "../sandbox/backend.ts";
@@ -76,6 +77,8 @@ export interface WorkspaceOpsDeps {
   watchLimits?: Partial<FileWatchLimits>;
   /** The data plane's offer (file reads' and writes' bytes); absent: they go inline or through the transfer store. */
   offer?: DataPlaneOfferer;
+  /** How a written file takes its path's place (replace-file.ts); a rename without it. */
+  replaceFile?: ReplaceFile;
   /** The injected clock (file watch leases). */
   now: () => number;
   childPath: string;
@@ -204,7 +207,7 @@ export function serveWorkspaceOps(deps: WorkspaceOpsDeps): WorkspaceOps {
     ...serveFileOps({ nc: deps.nc, rpcs, held: (t) => {
       deps.onActivity?.(t.sessionId);
       return held(t);
-    }, transfers, maxBytes: limits.maxBytes, serve: opts, log: deps.log, translate, ...(deps.offer ? { offer: deps.offer } : {}) }),
+    }, transfers, maxBytes: limits.maxBytes, serve: opts, log: deps.log, translate, ...(deps.offer ? { offer: deps.offer } : {}), ...(deps.replaceFile ? { replaceFile: deps.replaceFile } : {}) }),
     serveReposOp({ nc: deps.nc, rpcs, held, bounds: { maxRepos: limits.diffMaxRepos, pathEnv: deps.childPath }, serve: opts, translate }),
   ];
   return {
