@@ -70,10 +70,13 @@ export class GatewayContext {
   readonly screens: ScreenCache;
   private jsmOpening: Promise<JetStreamManager> | undefined;
   /**
-   * Token hash → the member key its token last named. Only a guess of which
-   * membership to read early; no decision is taken from it.
+   * Token hash → the scope its token last named. Only a guess of which
+   * membership, and which workspace's session, to read early; no decision is
+   * taken from it.
    */
-  private readonly memberHints = new Map<string, { workspaceId: string; actorId: string }>();
+  private readonly memberHints = new Map<string, Scope>();
+  /** A request's session read begun beside its authentication (readEarly), taken by its first getSession. */
+  private readonly earlySessions = new WeakMap<IncomingMessage, { scope: Scope; sessionId: string; read: Promise<Session> }>();
 
   constructor(readonly deps: GatewayDeps) {
     this.tokens = lazyKv(deps.nc, Buckets.tokens);
@@ -105,14 +108,14 @@ export class GatewayContext {
   async principal(req: IncomingMessage): Promise<Principal> {
     const tokenHash = tokenHashOf(req.headers.authorization);
     const hint = this.memberHints.get(tokenHash);
-    const early = hint ? this.authorizer.membership(hint.workspaceId, hint.actorId) : undefined;
+    const early = hint ? this.authorizer.membership(hint.workspaceId, hint.actor.id) : undefined;
     // Taken by prefetch below, or dropped when the token no longer authenticates.
     early?.catch(() => undefined);
     const principal = await principalOfHash(this.tokens, tokenHash, this.deps.now);
     const { scope } = principal;
     // A session's own principal mostly acts without a membership: its reads stay on demand.
     if (scope.sessionId !== undefined) return principal;
-    const same = hint !== undefined && hint.workspaceId === scope.workspaceId && hint.actorId === scope.actor.id;
+    const same = hint !== undefined && sameScope(hint, scope);
     this.authorizer.prefetch(scope, same ? early : undefined);
     if (!same) this.rememberHint(tokenHash, scope);
     return principal;
@@ -124,7 +127,23 @@ export class GatewayContext {
       const oldest = this.memberHints.keys().next();
       if (!oldest.done) this.memberHints.delete(oldest.value);
     }
-    this.memberHints.set(tokenHash, { workspaceId: scope.workspaceId, actorId: scope.actor.id });
+    this.memberHints.set(tokenHash, scope);
+  }
+
+  /**
+   * Begins reading the session of a `/v1/sessions/:id…` request beside its
+   * authentication, in the workspace its token named last time (the scope
+   * the read would have). Used by the request's getSession only if the token
+   * still names that scope; the record goes nowhere before the call is
+   * authorized.
+   */
+  readEarly(req: IncomingMessage, rawId: string | undefined): void {
+    const hint = this.memberHints.get(tokenHashOf(req.headers.authorization));
+    const id = Id.safeParse(rawId);
+    if (!hint || !id.success) return;
+    const read = this.call(Api.getSession, { scope: hint, sessionId: id.data }).then((r) => r.session);
+    read.catch(() => undefined);
+    this.earlySessions.set(req, { scope: hint, sessionId: id.data, read });
   }
 
   /** The principal of a token hash as KV holds it now (re-checks at ticket use and on token changes). */
@@ -137,13 +156,31 @@ export class GatewayContext {
     return serve(contract, { authenticate: (req) => this.principal(req), maxBodyBytes: this.deps.config.maxBodyBytes }, handler);
   }
 
+  /**
+   * Serves a `/v1/sessions/:id…` route whose handler first reads the session
+   * with `getSession(scope, id, req)`: that read begins beside the
+   * authentication (readEarly).
+   */
+  serveSession<R extends HttpRoute>(contract: R, handler: (input: Input<R, Principal>) => Promise<Answer<R> | void>): Route {
+    if (!contract.path.startsWith("/v1/sessions/:id")) throw new Error(`${contract.path} is not a session's route`);
+    const early = (req: IncomingMessage, params: Record<string, string>) => this.readEarly(req, params.id);
+    return serve(contract, { authenticate: (req) => this.principal(req), maxBodyBytes: this.deps.config.maxBodyBytes, early }, handler);
+  }
+
   call<R extends Rpc<z.ZodType, z.ZodType>>(rpc: R, request: z.input<R["request"]>): Promise<z.infer<R["result"]>> {
     return callRpc(this.deps.nc, rpc, request, { timeoutMs: this.deps.config.rpcTimeoutMs });
   }
 
-  /** Fetches a session through the scheduler (scoped by workspace: another's is not_found). */
-  async getSession(scope: Scope, rawId: string | undefined): Promise<Session> {
+  /**
+   * Fetches a session through the scheduler (scoped by workspace: another's
+   * is not_found). With req, the read its request began early is taken when
+   * it was made in this very scope.
+   */
+  async getSession(scope: Scope, rawId: string | undefined, req?: IncomingMessage): Promise<Session> {
     const sessionId = parseWith(Id, rawId, "session id");
+    const early = req && this.earlySessions.get(req);
+    if (req) this.earlySessions.delete(req);
+    if (early && early.sessionId === sessionId && sameScope(early.scope, scope)) return early.read;
     const { session } = await this.call(Api.getSession, { scope, sessionId });
     return session;
   }
@@ -178,4 +215,9 @@ export function resolveApp(session: Session, requested: string | undefined): str
   }
   if (!apps.some((a) => a.name === requested)) throw new NotFoundError("app");
   return requested;
+}
+
+/** Whether two scopes read the same: workspace, actor, and neither a session's own principal. */
+function sameScope(a: Scope, b: Scope): boolean {
+  return a.workspaceId === b.workspaceId && a.actor.id === b.actor.id && a.actor.kind === b.actor.kind && a.sessionId === undefined && b.sessionId === undefined;
 }

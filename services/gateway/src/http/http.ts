@@ -59,6 +59,12 @@ export type Answer<R extends HttpRoute> = { status: number; body: JsonAnswer<R> 
 export interface ServeOptions<A> {
   /** First of all: an unauthenticated request learns nothing about its input. */
   authenticate: (req: IncomingMessage) => Promise<A>;
+  /**
+   * Called just before authenticate, with the raw path parameters, when the
+   * path and query parse: for reads the handler may take (nothing is
+   * answered from it, and bad input still calls nothing).
+   */
+  early?: (req: IncomingMessage, params: Record<string, string>) => void;
   /** Bound of a JSON body, unless the route's contract sets its own. */
   maxBodyBytes: number;
 }
@@ -70,6 +76,7 @@ export interface ServeOptions<A> {
  */
 export function serve<R extends HttpRoute, A>(contract: R, opts: ServeOptions<A>, handler: (input: Input<R, A>) => Promise<Answer<R> | void>): Route {
   return route(contract.method, contract.path, async ({ req, res, params, query }) => {
+    if (opts.early && contract.params.safeParse(params).success && contract.query.safeParse(queryObject(query)).success) opts.early(req, params);
     const caller = await opts.authenticate(req);
     const parsedParams = parseWith(contract.params, params, "path") as ParamsOf<R>;
     const parsedQuery = parseWith(contract.query, queryObject(query), "query") as QueryOf<R>;

@@ -90,8 +90,8 @@ export function execRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
   const every = ctx.deps.every ?? realEvery;
 
   /** The session's holder for action; `wake`: a suspended session is resumed first (an exec wakes it). */
-  const held = async (scope: Scope, sessionId: string, action: Action, wake = false): Promise<Held> => {
-    const found = await ctx.getSession(scope, sessionId);
+  const held = async (scope: Scope, sessionId: string, action: Action, wake = false, req?: IncomingMessage): Promise<Held> => {
+    const found = await ctx.getSession(scope, sessionId, req);
     await ctx.authorizer.authorize(scope, action, sessionResource(found));
     const session = wake ? await wakeForUse(ctx, scope, found) : found;
     if ((session.state !== "running" && session.state !== "suspended_warm") || !session.poolId || !session.runnerId) {
@@ -121,8 +121,8 @@ export function execRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
    * command ends soon with little output (`done`), and reads the log only
    * when it did not.
    */
-  const start = async (scope: Scope, sessionId: string, body: ExecBody, mode: "background" | "stream" | "buffered") => {
-    const h = await held(scope, sessionId, Action.exec, true);
+  const start = async (scope: Scope, sessionId: string, body: ExecBody, mode: "background" | "stream" | "buffered", req: IncomingMessage) => {
+    const h = await held(scope, sessionId, Action.exec, true, req);
     if (h.session.state !== "running") throw new ConflictError(`session is ${h.session.state}: resume it to exec`);
     const execId = ctx.deps.newId();
     const stdin = body.stdin === undefined ? Buffer.alloc(0) : Buffer.from(body.stdin, body.encoding === "base64" ? "base64" : "utf8");
@@ -241,10 +241,10 @@ export function execRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
   };
 
   return [
-    ctx.serve(HttpApi.exec, async ({ caller, params, body: readBody, req, res }) => {
+    ctx.serveSession(HttpApi.exec, async ({ caller, params, body: readBody, req, res }) => {
       const body = await readBody();
       const mode = body.background === true ? "background" : wantsNdjson(req) ? "stream" : "buffered";
-      const { execId, output, done, kill, session } = await start(caller.scope, params.id, body, mode);
+      const { execId, output, done, kill, session } = await start(caller.scope, params.id, body, mode, req);
       const encoding = body.encoding ?? "utf8";
       if (done) return { status: 200, body: inlineResult(execId, done, encoding) };
       if (!output) return { status: 202, body: { id: execId } };

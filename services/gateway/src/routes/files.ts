@@ -152,12 +152,12 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
   };
 
   return [
-    ctx.serve(HttpApi.readFile, async ({ caller: { scope, tokenHash }, params, query, req, res }) => {
+    ctx.serveSession(HttpApi.readFile, async ({ caller: { scope, tokenHash }, params, query, req, res }) => {
       const range = parseByteRange(req.headers.range);
       const key = newSealKey();
       // Asked early only on the data plane: an unused answer then holds no object to remove.
       const settle = early(tokenHash, params.id, (hint) => (dialer.usable(runnerKey(hint)) ? askRead(hint, query, range, key, "data") : undefined));
-      const { session } = await calls.authorized(scope, params.id, Action.readFiles, "read");
+      const { session } = await calls.authorized(scope, params.id, Action.readFiles, "read", req);
       const held = heldOf(session);
       const runner = runnerKey(held);
       let ask = settle(session, discardRead) ?? askRead(held, query, range, key, dialer.usable(runner) ? "data" : "bus");
@@ -209,7 +209,7 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
       }
     }),
 
-    ctx.serve(HttpApi.writeFile, async ({ caller: { scope, tokenHash }, params, query, req }) => {
+    ctx.serveSession(HttpApi.writeFile, async ({ caller: { scope, tokenHash }, params, query, req }) => {
       calls.refuseDeclaredTooLarge(req);
       const declared = req.headers["content-length"] === undefined ? undefined : Number(req.headers["content-length"]);
       // Past one small message, a body of declared length goes on the runner's data plane when it can be dialled.
@@ -218,7 +218,7 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
       // A body that fits one message is read whole meanwhile: in hand whichever way it then goes.
       const whole = declared !== undefined && declared <= calls.inlineLimit() ? calls.wholeBody(req, declared) : undefined;
       whole?.catch(() => undefined);
-      const { session, rpcs } = await calls.authorized(scope, params.id, Action.writeFiles, "write");
+      const { session, rpcs } = await calls.authorized(scope, params.id, Action.writeFiles, "write", req);
       writable(session);
       const held = heldOf(session);
       const runner = runnerKey(held);
@@ -248,16 +248,16 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
       }
     }),
 
-    ctx.serve(HttpApi.deleteFile, async ({ caller: { scope }, params, query }) => {
-      const { session, rpcs } = await calls.authorized(scope, params.id, Action.writeFiles, "write");
+    ctx.serveSession(HttpApi.deleteFile, async ({ caller: { scope }, params, query, req }) => {
+      const { session, rpcs } = await calls.authorized(scope, params.id, Action.writeFiles, "write", req);
       writable(session);
       const reply = await callRpc(ctx.deps.nc, rpcs.delete, { ...targetOf(session), path: query.path, recursive: query.recursive }, rpcOpts);
       await calls.recordFact(scope, session.id, "file.delete");
       return { status: 200, body: reply };
     }),
 
-    ctx.serve(HttpApi.listFiles, async ({ caller: { scope }, params, query }) => {
-      const { session, rpcs } = await calls.authorized(scope, params.id, Action.readFiles, "read");
+    ctx.serveSession(HttpApi.listFiles, async ({ caller: { scope }, params, query, req }) => {
+      const { session, rpcs } = await calls.authorized(scope, params.id, Action.readFiles, "read", req);
       return { status: 200, body: fileListOf(await callRpc(ctx.deps.nc, rpcs.list, { ...targetOf(session), path: query.path ?? "", depth: query.depth }, rpcOpts)) };
     }),
   ];

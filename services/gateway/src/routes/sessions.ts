@@ -32,8 +32,8 @@ export function sessionRoutes(ctx: GatewayContext): Route[] {
       return { status: 200, body: { sessions, ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) } };
     }),
 
-    ctx.serve(HttpApi.getSession, async ({ caller: { scope }, params, query, res }) => {
-      const session = await ctx.getSession(scope, params.id);
+    ctx.serveSession(HttpApi.getSession, async ({ caller: { scope }, params, query, req, res }) => {
+      const session = await ctx.getSession(scope, params.id, req);
       await ctx.authorizer.authorize(scope, Action.getSession, sessionResource(session));
       return { status: 200, body: await waitForState(ctx, scope, session, { state: query.waitFor, timeoutMs: query.timeoutMs }, res) };
     }),

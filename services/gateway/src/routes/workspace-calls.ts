@@ -74,8 +74,8 @@ export function workspaceCalls(ctx: GatewayContext) {
    * use: writes wake a warm or cold session, reads a cold one only; a warm
    * one is read as it is, without waking it).
    */
-  const authorized = async (scope: Scope, sessionId: string, action: Action, wake: "write" | "read") => {
-    const found = await ctx.getSession(scope, sessionId);
+  const authorized = async (scope: Scope, sessionId: string, action: Action, wake: "write" | "read", req?: IncomingMessage) => {
+    const found = await ctx.getSession(scope, sessionId, req);
     await ctx.authorizer.authorize(scope, action, sessionResource(found));
     const session = wake === "write" || found.state === "suspended_cold" ? await wakeForUse(ctx, scope, found) : found;
     const { poolId, runnerId } = holder(session);

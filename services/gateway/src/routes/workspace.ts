@@ -19,18 +19,18 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
   const target = targetOf;
 
   return [
-    ctx.serve(HttpApi.pushWorkspace, async ({ caller: { scope }, params, query, req }) => {
+    ctx.serveSession(HttpApi.pushWorkspace, async ({ caller: { scope }, params, query, req }) => {
       calls.refuseDeclaredTooLarge(req);
-      const { session, rpcs } = await calls.authorized(scope, params.id, Action.pushWorkspace, "write");
+      const { session, rpcs } = await calls.authorized(scope, params.id, Action.pushWorkspace, "write", req);
       const reply = await calls.uploaded(req, session, (transfer) => callRpc(ctx.deps.nc, rpcs.push, { ...target(session), path: query.path ?? "", ...transfer }, rpcOpts));
       // The push is a fact: committed on the record (one audit event) before the client is told.
       await recordFact(scope, session.id, "push");
       return { status: 200, body: reply };
     }),
 
-    ctx.serve(HttpApi.pullWorkspace, async ({ caller: { scope }, params, query, res }) => {
+    ctx.serveSession(HttpApi.pullWorkspace, async ({ caller: { scope }, params, query, req, res }) => {
       const path = query.path ?? "";
-      const { session, rpcs } = await calls.authorized(scope, params.id, Action.pullWorkspace, "read");
+      const { session, rpcs } = await calls.authorized(scope, params.id, Action.pullWorkspace, "read", req);
       const transferId = ctx.deps.newId();
       const name = transferObjectName(session.workspaceId, session.id, transferId);
       const key = newSealKey();
@@ -46,14 +46,14 @@ export function workspaceRoutes(ctx: GatewayContext): Route[] {
       }
     }),
 
-    ctx.serve(HttpApi.readDiff, async ({ caller: { scope }, params }) => {
-      const { session, rpcs } = await calls.authorized(scope, params.id, Action.readDiff, "read");
+    ctx.serveSession(HttpApi.readDiff, async ({ caller: { scope }, params, req }) => {
+      const { session, rpcs } = await calls.authorized(scope, params.id, Action.readDiff, "read", req);
       return { status: 200, body: await callRpc(ctx.deps.nc, rpcs.diff, target(session), rpcOpts) };
     }),
 
     // Branch, head and dirtiness of each repository: read like the diff, by any member.
-    ctx.serve(HttpApi.listRepos, async ({ caller: { scope }, params }) => {
-      const { session, rpcs } = await calls.authorized(scope, params.id, Action.readDiff, "read");
+    ctx.serveSession(HttpApi.listRepos, async ({ caller: { scope }, params, req }) => {
+      const { session, rpcs } = await calls.authorized(scope, params.id, Action.readDiff, "read", req);
       return { status: 200, body: await callRpc(ctx.deps.nc, rpcs.repos, target(session), rpcOpts) };
     }),
   ];
