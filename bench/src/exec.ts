@@ -102,15 +102,19 @@ async function execStreamMBs(stack: Stack, sessionId: string, cmd: string[]): Pr
   const t0 = performance.now();
   const res = await execCall(stack, sessionId, { cmd }, true);
   let bytes = 0;
-  let rest = "";
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    rest += Buffer.from(chunk).toString("utf8");
-    const lines = rest.split("\n");
-    rest = lines.pop() ?? "";
-    for (const line of lines) {
-      const frame = JSON.parse(line) as { stdout?: string };
+  // As a careful client reads NDJSON: each piece searched once for line ends, a line's pieces joined once.
+  let pending: Buffer[] = [];
+  for await (const piece of res.body as unknown as AsyncIterable<Uint8Array>) {
+    const chunk = Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength);
+    let start = 0;
+    for (let end = chunk.indexOf(10); end >= 0; end = chunk.indexOf(10, start)) {
+      const line = pending.length > 0 ? Buffer.concat([...pending, chunk.subarray(start, end)]) : chunk.subarray(start, end);
+      pending = [];
+      start = end + 1;
+      const frame = JSON.parse(line.toString("utf8")) as { stdout?: string };
       bytes += frame.stdout?.length ?? 0;
     }
+    if (start < chunk.length) pending.push(chunk.subarray(start));
   }
   return bytes / 1e6 / ((performance.now() - t0) / 1000);
 }

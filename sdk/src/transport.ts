@@ -195,10 +195,15 @@ export async function* ndjson<S extends z.ZodType>(res: Response, schema: S, wha
         throw apiError("unavailable", `${what}: the connection was lost`, 0, { cause: err });
       }
       if (chunk.done) break;
-      rest += chunk.value;
-      const lines = rest.split("\n");
-      rest = lines.pop() ?? "";
-      for (const line of lines) if (line.trim() !== "") yield parse(line);
+      // Only the new text is searched for line ends: a long line arriving in many pieces costs its length once.
+      let start = 0;
+      for (let end = chunk.value.indexOf("\n"); end >= 0; end = chunk.value.indexOf("\n", start)) {
+        const line = rest + chunk.value.slice(start, end);
+        rest = "";
+        start = end + 1;
+        if (line.trim() !== "") yield parse(line);
+      }
+      rest += chunk.value.slice(start);
     }
     if (rest.trim() !== "") yield parse(rest);
   } finally {

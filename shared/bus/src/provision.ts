@@ -83,8 +83,9 @@ export function streamConfigs(opts: ProvisionOptions): Array<Partial<StreamConfi
       ...base,
       name: Streams.exec,
       subjects: [Subjects.execAll],
-      // 4,096 chunks of at most 32 KiB: 128 MiB of one process's output. An attached reader holds
-      // the runner to a window far below it; a background process's oldest output goes first.
+      // 4,096 chunks of at most 256 KiB (the runner's EXEC_CHUNK_BYTES): up to 1 GiB of one process's
+      // output written at full speed, 4,096 writes of a slow one. An attached reader holds the runner to a
+      // window far below it; a background process's oldest output goes first, and the 8 GiB in all bound it.
       max_msgs_per_subject: 4_096,
       max_age: DAY_MS * NS_PER_MS,
       max_bytes: opts.execMaxBytes ?? 8 * 1024 * 1024 * 1024,

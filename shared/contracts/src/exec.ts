@@ -194,6 +194,13 @@ export const EXEC_CREDIT_HEARTBEAT_MS = 2_000;
 export const EXEC_READER_TIMEOUT_MS = 15_000;
 /** How far the output may run ahead of an attached reader's credit. */
 export const EXEC_CREDIT_WINDOW_BYTES = 8 * 1024 * 1024;
+/**
+ * One EXEC chunk's most bytes, as a TERM chunk's (decisions 0065, 0070): one
+ * publish in flight per process, so the chunk is what a round trip to
+ * nats-server carries. The runner writes chunks of at most this; a reader
+ * pulls in bytes by it; the EXEC stream keeps 4,096 chunks per process.
+ */
+export const EXEC_CHUNK_MAX_BYTES = 256 * 1024;
 
 export const ExecOps = ["exec-start", "exec-signal", "exec-input", "exec-list"] as const;
 export type ExecOp = (typeof ExecOps)[number];

@@ -2,6 +2,7 @@ import { DeliverPolicy, jetstream, type ConsumerMessages } from "@nats-io/jetstr
 import type { NatsConnection } from "@nats-io/transport-node";
 import { PULL_OPTIONS } from "@paddock/bus";
 import {
+  EXEC_CHUNK_MAX_BYTES,
   EXEC_CREDIT_HEARTBEAT_MS,
   ExecCreditReply,
   execCreditSubject,
@@ -12,6 +13,9 @@ import {
   type ExecCredit,
 } from "@paddock/contracts";
 import type { Every } from "../context.ts";
+
+/** A pull asks for bytes, not messages: 256 chunks of 256 KiB would be 64 MiB on this gateway for one reader. */
+const EXEC_PULL = { max_bytes: 8 * EXEC_CHUNK_MAX_BYTES, expires: PULL_OPTIONS.expires } as const;
 
 /** Credit is sent once this much more was taken (the runner's window is far larger: it never waits on a credit in flight). */
 const CREDIT_STEP_BYTES = 512 * 1024;
@@ -61,7 +65,7 @@ export class ExecOutput {
       filter_subjects: [Subjects.exec(opts.poolId, opts.runnerId, opts.sessionId, opts.execId)],
       ...(opts.fromSeq ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: opts.fromSeq } : { deliver_policy: DeliverPolicy.All }),
     });
-    out.messages = await consumer.consume(PULL_OPTIONS);
+    out.messages = await consumer.consume(EXEC_PULL);
     // A follow read of a background process asks too: a runner that lost it would otherwise leave the read open forever.
     out.stopHeartbeat = opts.every(EXEC_CREDIT_HEARTBEAT_MS, () => void out.heartbeat());
     return out;

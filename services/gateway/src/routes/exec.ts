@@ -30,6 +30,7 @@ import { drainOrClose, type Route } from "../http/http.ts";
 import { readRange } from "../terminal/termlog.ts";
 import { ExecOutput, type ExecOutputItem } from "./exec-output.ts";
 import { wakeForUse } from "./wake.ts";
+import { Utf8Stream } from "./utf8-stream.ts";
 
 /** The session's holder as an exec call reaches it. */
 interface Held {
@@ -51,13 +52,13 @@ const MAX_READ_FRAMES = 256;
 
 /** Output bytes as a frame's text: UTF-8 decoded per stream (a sequence split across chunks is kept whole), or base64. */
 class FrameText {
-  private readonly decoders = { stdout: new TextDecoder("utf-8"), stderr: new TextDecoder("utf-8") };
+  private readonly decoders = { stdout: new Utf8Stream(), stderr: new Utf8Stream() };
   constructor(readonly encoding: ExecEncoding) {}
   text(stream: "stdout" | "stderr", bytes: Uint8Array): string {
-    return this.encoding === "base64" ? Buffer.from(bytes).toString("base64") : this.decoders[stream].decode(bytes, { stream: true });
+    return this.encoding === "base64" ? Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64") : this.decoders[stream].decode(bytes);
   }
   rest(stream: "stdout" | "stderr"): string {
-    return this.encoding === "base64" ? "" : this.decoders[stream].decode();
+    return this.encoding === "base64" ? "" : this.decoders[stream].end();
   }
 }
 

@@ -1,10 +1,10 @@
 import type { JetStreamClient } from "@nats-io/jetstream";
 import { headers as natsHeaders } from "@nats-io/transport-node";
-import { EXEC_CREDIT_WINDOW_BYTES, Headers, type ExecExit } from "@paddock/contracts";
+import { EXEC_CHUNK_MAX_BYTES, EXEC_CREDIT_WINDOW_BYTES, Headers, type ExecExit } from "@paddock/contracts";
 import type { OutputStream } from "../sandbox/process-group.ts";
 
-/** One chunk's most bytes (a TERM chunk's bound: the EXEC stream's per-subject count is a byte bound through it). */
-export const EXEC_CHUNK_BYTES = 32 * 1024;
+/** One chunk's most bytes (32 KiB chunks held a 20 MB stream to ~40 MB/s here: decision 0070). */
+export const EXEC_CHUNK_BYTES = EXEC_CHUNK_MAX_BYTES;
 /** Output queued here (not yet published) past which the process's pipes stop being read. */
 const QUEUE_HIGH_WATER_BYTES = 1024 * 1024;
 
