@@ -111,7 +111,11 @@ export class GatewayContext {
     const early = hint ? this.authorizer.membership(hint.workspaceId, hint.actor.id) : undefined;
     // Taken by prefetch below, or dropped when the token no longer authenticates.
     early?.catch(() => undefined);
-    const principal = await principalOfHash(this.tokens, tokenHash, this.deps.now);
+    const principal = await principalOfHash(this.tokens, tokenHash, this.deps.now).catch((err: unknown) => {
+      // A token that no longer authenticates sets off no early read again.
+      this.memberHints.delete(tokenHash);
+      throw err;
+    });
     const { scope } = principal;
     // A session's own principal mostly acts without a membership: its reads stay on demand.
     if (scope.sessionId !== undefined) return principal;

@@ -38,4 +38,17 @@ describe("a session's record read beside the request's authentication", () => {
     const reads = h.scheduler.callsOf("get").slice(before.length);
     expect(reads.map((c) => (c.request as { scope: { workspaceId: string } }).scope.workspaceId).sort()).toEqual([WS1, WS2]);
   });
+
+  it("a token that stopped authenticating (expired) sets off no early read: refused with no session read at all", async () => {
+    const token = "tok_early_expiring_0123456789";
+    h.scheduler.put(makeSession({ id: "early4", workspaceId: WS1, creatorId: "alice" }));
+    await seedToken(h.nc, token, { workspaceId: WS1, actor: { id: "alice", kind: "user" }, createdAt: 1 });
+    expect((await api(h.url, "GET", "/v1/sessions/early4", { token })).status).toBe(200);
+    await seedToken(h.nc, token, { workspaceId: WS1, actor: { id: "alice", kind: "user" }, createdAt: 1, expiresAt: 2 });
+    // The first refusal may still have read early (the hint was there); the next has nothing to read with.
+    expect((await api(h.url, "GET", "/v1/sessions/early4", { token })).status).toBe(401);
+    const before = h.scheduler.callsOf("get").length;
+    expect((await api(h.url, "GET", "/v1/sessions/early4", { token })).status).toBe(401);
+    expect(h.scheduler.callsOf("get").length).toBe(before);
+  });
 });
