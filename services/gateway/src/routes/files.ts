@@ -110,19 +110,25 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
   const discardWrite = (opened: Promise<Socket | null>) => void opened.then((socket) => socket?.destroy(), () => undefined);
 
   /**
-   * The early ask for a call (caller's hint), and after authorization the
-   * one to use: the early one while the session is still held there, else
-   * fresh (the early one discarded).
+   * The early ask of a call (the caller's hint) while authorized() runs, and
+   * the one to use once it did: the early one while the session is still
+   * held there, else none (the caller asks afresh). Let go when it is not
+   * used, and when authorized() fails: nothing of it outlives the call.
    */
-  const early = <T>(tokenHash: string, sessionId: string, ask: (held: Held) => T | undefined) => {
+  const authorizedWithEarly = async <T>(tokenHash: string, sessionId: string, ask: (held: Held) => T | undefined, discard: (t: T) => void, authorized: () => Promise<Session>) => {
     const hint = hints.get(tokenHash, sessionId);
     const asked = hint ? ask(hint) : undefined;
-    return (session: Session, discard: (t: T) => void): T | undefined => {
-      hints.remember(tokenHash, session);
-      if (asked !== undefined && hint && PlacementHints.holds(hint, session)) return asked;
+    let session: Session;
+    try {
+      session = await authorized();
+    } catch (err) {
       if (asked !== undefined) discard(asked);
-      return undefined;
-    };
+      throw err;
+    }
+    hints.remember(tokenHash, session);
+    if (asked !== undefined && hint && PlacementHints.holds(hint, session)) return { session, early: asked };
+    if (asked !== undefined) discard(asked);
+    return { session, early: undefined };
   };
 
   /**
@@ -155,12 +161,17 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
     ctx.serveSession(HttpApi.readFile, async ({ caller: { scope, tokenHash }, params, query, req, res }) => {
       const range = parseByteRange(req.headers.range);
       const key = newSealKey();
-      // Asked early only on the data plane: an unused answer then holds no object to remove.
-      const settle = early(tokenHash, params.id, (hint) => (dialer.usable(runnerKey(hint)) ? askRead(hint, query, range, key, "data") : undefined));
-      const { session } = await calls.authorized(scope, params.id, Action.readFiles, "read", req);
+      // Asked early only on the data plane.
+      const { session, early } = await authorizedWithEarly(
+        tokenHash,
+        params.id,
+        (hint) => (dialer.usable(runnerKey(hint)) ? askRead(hint, query, range, key, "data") : undefined),
+        discardRead,
+        async () => (await calls.authorized(scope, params.id, Action.readFiles, "read", req)).session,
+      );
       const held = heldOf(session);
       const runner = runnerKey(held);
-      let ask = settle(session, discardRead) ?? askRead(held, query, range, key, dialer.usable(runner) ? "data" : "bus");
+      let ask = early ?? askRead(held, query, range, key, dialer.usable(runner) ? "data" : "bus");
       // Nothing to remove afterwards when the runner stored no object (inline bytes, the data plane's, or none at all).
       let stored = true;
       try {
@@ -214,15 +225,24 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
       const declared = req.headers["content-length"] === undefined ? undefined : Number(req.headers["content-length"]);
       // Past one small message, a body of declared length goes on the runner's data plane when it can be dialled.
       const onDataPlane = (runner: string) => declared !== undefined && declared > DATA_INLINE_MAX_BYTES && dialer.usable(runner);
-      const settle = early(tokenHash, params.id, (hint) => (onDataPlane(runnerKey(hint)) ? askWrite(hint, query, declared ?? 0) : undefined));
       // A body that fits one message is read whole meanwhile: in hand whichever way it then goes.
       const whole = declared !== undefined && declared <= calls.inlineLimit() ? calls.wholeBody(req, declared) : undefined;
       whole?.catch(() => undefined);
-      const { session, rpcs } = await calls.authorized(scope, params.id, Action.writeFiles, "write", req);
-      writable(session);
+      const { session, early } = await authorizedWithEarly(
+        tokenHash,
+        params.id,
+        (hint) => (onDataPlane(runnerKey(hint)) ? askWrite(hint, query, declared ?? 0) : undefined),
+        discardWrite,
+        async () => {
+          const { session: found } = await calls.authorized(scope, params.id, Action.writeFiles, "write", req);
+          writable(found);
+          return found;
+        },
+      );
+      const rpcs = workspaceRpcs(session.poolId ?? "", session.runnerId ?? "");
       const held = heldOf(session);
       const runner = runnerKey(held);
-      const opened = settle(session, discardWrite) ?? (onDataPlane(runner) ? askWrite(held, query, declared ?? 0) : undefined);
+      const opened = early ?? (onDataPlane(runner) ? askWrite(held, query, declared ?? 0) : undefined);
       // Each write is a fact (one audit event, fixed fields only: no path, no content), committed beside the write's
       // bytes once the runner has them coming, and before the client is told (as an exec's is beside its start).
       let fact: Promise<unknown> | undefined;
