@@ -6,7 +6,7 @@
  * workspace, no symlink followed, no FIFO opened, no file of another user.
  */
 import { createHash } from "node:crypto";
-import { existsSync, linkSync, readdirSync, readFileSync, statSync, watch, writeFileSync } from "node:fs";
+import { existsSync, linkSync, readdirSync, readFileSync, readlinkSync, statSync, watch, writeFileSync } from "node:fs";
 import { connect as netConnect } from "node:net";
 import { get as httpGet, request as httpRequest } from "node:http";
 import { join } from "node:path";
@@ -40,6 +40,32 @@ async function readFile(path: string, token = stack.token): Promise<{ status: nu
 async function writeFile(query: string, body: Buffer | string, token = stack.token): Promise<{ status: number; body: unknown }> {
   const res = await fetch(`${stack.url}/v1/sessions/${sessionId}/files?${query}`, { method: "PUT", headers: { authorization: `Bearer ${token}`, "content-type": "application/octet-stream" }, body });
   return { status: res.status, body: await res.json() };
+}
+
+/**
+ * The runner's own TCP sockets on its data plane's port (from /proc: its
+ * descriptors' inodes in /proc/net/tcp), by state, listening ones left out.
+ */
+async function runnerDataPlaneSockets(): Promise<string[]> {
+  const runner = stack.runners[0]!;
+  const { port } = (await runner.waitForLog((l) => l.msg === "data plane listening")) as { port: number };
+  const pid = runner.process.pid ?? 0;
+  const inodes = new Set(
+    readdirSync(`/proc/${pid}/fd`).flatMap((fd) => {
+      try {
+        return [/^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`))?.[1] ?? ""];
+      } catch {
+        return [];
+      }
+    }),
+  );
+  const states: Record<string, string> = { "01": "ESTABLISHED", "04": "FIN_WAIT1", "05": "FIN_WAIT2", "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0B": "CLOSING" };
+  return readFileSync(`/proc/${pid}/net/tcp`, "utf8")
+    .split("\n")
+    .slice(1)
+    .map((line) => line.trim().split(/\s+/))
+    .filter((f) => f.length > 9 && parseInt(f[1]!.split(":")[1]!, 16) === port && inodes.has(f[9]!) && f[3] !== "0A")
+    .map((f) => states[f[3]!] ?? f[3]!);
 }
 
 /** Where the runner keeps the session's workspace on the host. */
@@ -199,7 +225,11 @@ describe("PUT and DELETE /v1/sessions/:id/files", () => {
     const body = Buffer.alloc(200_000, 3);
     expect(await writeFile("path=dp/x.bin", body)).toEqual({ status: 200, body: { path: "dp/x.bin", size: body.length } });
     expect(readFileSync(onHost("dp/x.bin")).equals(body)).toBe(true);
-    for (const query of ["path=src", "path=dirlink/x.bin"]) expect([query, (await writeFile(query, body)).status]).toEqual([query, 400]);
+    for (let i = 0; i < 4; i++) for (const query of ["path=src", "path=dirlink/x.bin"]) expect([query, (await writeFile(query, body)).status]).toEqual([query, 400]);
+    // Refused before its bytes were read, each connection still ends: after a write and a read on the data plane, none is left half-open in the runner.
+    expect((await writeFile("path=dp/y.bin", body)).status).toBe(200);
+    expect((await readFile("dp/y.bin")).bytes.equals(body)).toBe(true);
+    expect(await runnerDataPlaneSockets()).toEqual([]);
     // Cut once the runner began writing (its temporary file appeared): no file, no temporary file left.
     const began = new Promise<void>((resolve) => {
       const watcher = watch(onHost("dp"), (_event, name) => {
@@ -215,7 +245,7 @@ describe("PUT and DELETE /v1/sessions/:id/files", () => {
     cut.destroy();
     // The session's workspace operations run in order: this write's answer comes after the cut one ended.
     expect((await writeFile("path=dp/after.txt", "after")).status).toBe(200);
-    expect(readdirSync(onHost("dp")).sort()).toEqual(["after.txt", "x.bin"]);
+    expect(readdirSync(onHost("dp")).sort()).toEqual(["after.txt", "x.bin", "y.bin"]);
     expect((await api(stack.url, stack.token, "DELETE", `/v1/sessions/${sessionId}/files?path=dp&recursive=true`)).status).toBe(200);
   });
 

@@ -103,6 +103,10 @@ export function serveFileOps(c: FileOpsContext): Subscription[] {
         (err: unknown): FileWriteOutcome => ({ ok: false, error: toPaddockError(err).toBody() }),
       );
       socket.end(JSON.stringify(outcome));
+      // A write refused before all its bytes were read (a bad path: the bytes were never asked for) drops the
+      // rest, so the connection can end; the reader lets go of the socket first (while it listens, resume does nothing).
+      await incoming.return?.();
+      socket.resume();
     };
     const data = c.offer?.({ take: (socket, early) => void take(socket, early), drop: () => undefined }, req.sessionId);
     // No data plane here: the gateway sends the bytes another way.
