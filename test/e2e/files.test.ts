@@ -43,8 +43,10 @@ async function writeFile(query: string, body: Buffer | string, token = stack.tok
 }
 
 /**
- * The runner's own TCP sockets on its data plane's port (from /proc: its
- * descriptors' inodes in /proc/net/tcp), by state, listening ones left out.
+ * The runner's own TCP sockets on its data plane's port holding bytes it
+ * never read (from /proc: its descriptors' inodes in /proc/net/tcp, the
+ * receive queue), by state: what a connection the runner stopped reading
+ * leaves (a closing one in passing, read to its end, holds none).
  */
 async function runnerDataPlaneSockets(): Promise<string[]> {
   const runner = stack.runners[0]!;
@@ -64,7 +66,7 @@ async function runnerDataPlaneSockets(): Promise<string[]> {
     .split("\n")
     .slice(1)
     .map((line) => line.trim().split(/\s+/))
-    .filter((f) => f.length > 9 && parseInt(f[1]!.split(":")[1]!, 16) === port && inodes.has(f[9]!) && f[3] !== "0A")
+    .filter((f) => f.length > 9 && parseInt(f[1]!.split(":")[1]!, 16) === port && inodes.has(f[9]!) && f[3] !== "0A" && parseInt(f[4]!.split(":")[1]!, 16) > 0)
     .map((f) => states[f[3]!] ?? f[3]!);
 }
 
