@@ -76,19 +76,10 @@ export interface ServeOptions<A> {
  */
 export function serve<R extends HttpRoute, A>(contract: R, opts: ServeOptions<A>, handler: (input: Input<R, A>) => Promise<Answer<R> | void>): Route {
   return route(contract.method, contract.path, async ({ req, res, params, query }) => {
-    const parse = () => ({ params: parseWith(contract.params, params, "path") as ParamsOf<R>, query: parseWith(contract.query, queryObject(query), "query") as QueryOf<R> });
-    // A route that reads early parses its input first, but says what is wrong with it only once the caller is known.
-    let parsed: ReturnType<typeof parse> | undefined;
-    if (opts.early) {
-      try {
-        parsed = parse();
-        opts.early(req, params);
-      } catch {
-        parsed = undefined;
-      }
-    }
+    if (opts.early && contract.params.safeParse(params).success && contract.query.safeParse(queryObject(query)).success) opts.early(req, params);
     const caller = await opts.authenticate(req);
-    const { params: parsedParams, query: parsedQuery } = parsed ?? parse();
+    const parsedParams = parseWith(contract.params, params, "path") as ParamsOf<R>;
+    const parsedQuery = parseWith(contract.query, queryObject(query), "query") as QueryOf<R>;
     let reading: Promise<BodyOf<R>> | undefined;
     const body = () => (reading ??= readBody(contract.body, req, opts.maxBodyBytes) as Promise<BodyOf<R>>);
     const answer = await handler({ req, res, caller, params: parsedParams, query: parsedQuery, body });
@@ -197,18 +188,6 @@ export function queryObject(query: URLSearchParams): Record<string, string> {
  * in all and for at most DISCARD_WINDOW_MS; past either, reading stops at once
  * and the connection is closed.
  */
-/** A raw body whole, copied once: too_large (`<what> exceeds N bytes`) as soon as it passes maxBytes, the rest not read. */
-export async function readBodyBytes(req: IncomingMessage, maxBytes: number, what: string): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  let size = 0;
-  for await (const part of req as AsyncIterable<Buffer>) {
-    size += part.byteLength;
-    if (size > maxBytes) throw new TooLargeError(`${what} exceeds ${maxBytes} bytes`);
-    parts.push(part);
-  }
-  return Buffer.concat(parts, size);
-}
-
 export async function readJsonBody(req: IncomingMessage, maxBytes: number): Promise<unknown> {
   return parseJson(await readBodyText(req, maxBytes));
 }
