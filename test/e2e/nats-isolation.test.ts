@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
-import { callRpc, provision } from "@paddock/bus";
+import { callRpc, provision, readLatestFromLeader } from "@paddock/bus";
 import { Objm } from "@nats-io/obj";
 import { FleetRpc, Headers, inboxPrefixOf, ObjectStores, runnerChunkStream, runnerObjectStore, Subjects } from "@paddock/contracts";
 import { connectAs, ControlPlaneUsers, natsAuthConfig, runnerUser, startNatsServer, startStack, type NatsServerHandle, type Stack } from "@paddock/testing";
@@ -291,6 +291,14 @@ describe("NATS permissions per principal", () => {
       for (const subject of ["$KV.sessions.default.s1", "paddock.dispatch.default.r1", "paddock.audit.default.session.s1", "paddock.runner.default.r1.events", Subjects.screen(R1.poolId, R1.runnerId, "s1", "main")]) {
         expect(await denied(gw, subject, () => jetstream(gw).publish(subject, "{}", { timeout: 5_000 }))).toMatch(/permissions violation/i);
       }
+    });
+
+    it("the gateway reads a session record from the stream's leader, and cannot watch the records (decision 0071)", async () => {
+      await (await new Kvm(admin()).open("sessions")).put("default.s-read", JSON.stringify({ id: "s-read" }));
+      const gw = as(ControlPlaneUsers.gateway);
+      expect((await readLatestFromLeader(await jetstreamManager(gw), "sessions", "default.s-read"))?.value).toEqual(new TextEncoder().encode(JSON.stringify({ id: "s-read" })));
+      const watch = `$JS.API.CONSUMER.CREATE.KV_sessions`;
+      expect(await denied(gw, watch, () => jetstreamManager(gw).then((m) => m.consumers.add("KV_sessions", { ack_policy: AckPolicy.None, deliver_policy: DeliverPolicy.LastPerSubject })))).toMatch(/permissions violation/i);
     });
 
     it("the event-recorder cannot write any KV bucket or dispatch", async () => {

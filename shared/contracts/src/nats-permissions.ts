@@ -179,6 +179,8 @@ export function gatewayPermissions(): Permissions {
         // Runner records and leases, read-only: the runners feed (GET /v1/runners?follow=true) watches them.
         ...kvRead(Buckets.runners),
         ...kvRead(Buckets.runnerLeases),
+        // Session records, read from the stream leader (decision 0071); only the scheduler writes them.
+        `${API}.STREAM.MSG.GET.${kvStream(Buckets.sessions)}`,
         ...streamRead(Streams.term),
         ...streamRead(Streams.audit),
         ...streamRead(Streams.exec),

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import type { Scope } from "./auth.ts";
 import { refuseNulAndDeepNesting } from "./body.ts";
 import { ImageRef } from "./image-ref.ts";
 import { EpochMs, Generation, Id } from "./ids.ts";
@@ -349,6 +350,17 @@ export const Session = z
   })
   .strict();
 export type Session = z.infer<typeof Session>;
+
+/**
+ * Whether a caller may know of a session at all. A session's own token knows
+ * its session and the sessions it created (its roster), nothing else of the
+ * workspace: checked by every reader of records (the scheduler, the
+ * gateway), beside the gateway's Authorizer, so no path shows it another session.
+ */
+export function visibleTo(scope: Scope, s: Session): boolean {
+  if (s.workspaceId !== scope.workspaceId) return false;
+  return scope.sessionId === undefined || s.id === scope.sessionId || s.creatorId === scope.actor.id;
+}
 
 export function sessionKey(workspaceId: string, sessionId: string): string {
   return `${workspaceId}.${sessionId}`;

@@ -36,7 +36,7 @@ describe("a session's record read beside the request's authentication", () => {
     const before = h.scheduler.callsOf("get");
     expectError(await api(h.url, "GET", "/v1/sessions/early3", { token }), 404, "not_found");
     const reads = h.scheduler.callsOf("get").slice(before.length);
-    expect(reads.map((c) => (c.request as { scope: { workspaceId: string } }).scope.workspaceId).sort()).toEqual([WS1, WS2]);
+    expect(reads.map((c) => (c.request as { workspaceId: string }).workspaceId).sort()).toEqual([WS1, WS2]);
   });
 
   it("a token that stopped authenticating (expired) sets off no early read: refused with no session read at all", async () => {

@@ -1,6 +1,6 @@
 import type { Subscription } from "@nats-io/transport-node";
 import { encoderOf } from "@paddock/bus";
-import { Api, PaddockError, Presence, Subjects, type Scope, type Session } from "@paddock/contracts";
+import { PaddockError, Presence, Subjects, type Scope, type Session } from "@paddock/contracts";
 import { realEvery, type GatewayContext } from "../context.ts";
 
 /** One terminal client as presence and status tracking see it. */
@@ -28,8 +28,8 @@ export interface Watcher {
  * least one: a presence heartbeat on `paddock.presence.<session>` (core NATS)
  * at once and every interval, and a subscription to the session's AUDIT
  * subject: every committed fact of the session is an audit event, so each one
- * triggers a getSession and a status frame to the clients whose state is
- * stale. No polling, no read of the sessions KV.
+ * triggers one read of the record and a status frame to the clients whose
+ * state is stale. No polling, no watch of the sessions KV.
  */
 class SessionWatch {
   readonly watchers = new Set<Watcher>();
@@ -68,9 +68,9 @@ class SessionWatch {
     if (first.done) return;
     this.refreshing = true;
     this.ctx
-      .call(Api.getSession, { scope: first.value.scope, sessionId: this.sessionId })
+      .getSession(first.value.scope, this.sessionId)
       .then(
-        ({ session }) => {
+        (session) => {
           for (const w of this.watchers) w.observe(session);
         },
         (err: unknown) => {

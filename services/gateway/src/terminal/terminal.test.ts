@@ -422,6 +422,9 @@ describe("input", () => {
     expect(await c.nextText()).toMatchObject({ type: "hello" });
     await inputs.next(); // the claim
     c.ws.send(Buffer.from("never"));
+    // Frames are handled in order: once a malformed one is answered, "never" is held.
+    c.ws.send("not a frame");
+    expect(await c.nextText()).toMatchObject({ type: "error", code: "invalid" });
     const dropped = async () => (await h.metrics.inputDropped.get()).values.find((v) => v.labels.reason === "ended")?.value ?? 0;
     const before = await dropped();
     h.scheduler.put({ ...h.scheduler.sessions.get(`${WS1}.${id}`)!, state: "canceled" });

@@ -67,11 +67,7 @@ export class FakeScheduler {
     /** Records the call, then answers. */
     const serve = <R extends Rpc<z.ZodType, z.ZodType>>(verb: string, rpc: R, fn: (req: z.infer<R["request"]>) => z.input<R["result"]>) =>
       serveRpc(this.nc, rpc, async (req) => {
-        const call = { verb, request: req };
-        this.calls.push(call);
-        for (const w of this.callWaiters.filter((x) => x.verb === verb)) w.resolve(call);
-        this.callWaiters = this.callWaiters.filter((x) => x.verb !== verb);
-        await this.gates.get(verb);
+        await this.record(verb, req);
         return fn(req);
       }, opts);
 
@@ -205,6 +201,25 @@ export class FakeScheduler {
     const next = this.moveTo(s, to);
     this.nc.publish(Subjects.audit(s.workspaceId, "session", s.id));
     return next;
+  }
+
+  /**
+   * The gateway's read of a stored session record (GatewayDeps.readSession,
+   * which reads the sessions KV in production): recorded as a "get" call,
+   * held by hold("get") like the scheduler's rpcs.
+   */
+  readonly readRecord = async (workspaceId: string, sessionId: string): Promise<Session | undefined> => {
+    await this.record("get", { workspaceId, sessionId });
+    return this.sessions.get(`${workspaceId}.${sessionId}`);
+  };
+
+  /** Records a call (waking its waiters), then waits while its verb is held. */
+  private async record(verb: string, request: unknown): Promise<void> {
+    const call = { verb, request };
+    this.calls.push(call);
+    for (const w of this.callWaiters.filter((x) => x.verb === verb)) w.resolve(call);
+    this.callWaiters = this.callWaiters.filter((x) => x.verb !== verb);
+    await this.gates.get(verb);
   }
 
   put(s: Session): Session {

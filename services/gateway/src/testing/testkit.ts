@@ -154,6 +154,7 @@ export async function startHarness(
       metrics,
       now: opts.now ?? (() => NOW),
       newId: randomUUID,
+      readSession: scheduler.readRecord,
       ...(opts.every ? { every: opts.every } : {}),
       ...(opts.after ? { after: opts.after } : {}),
     });

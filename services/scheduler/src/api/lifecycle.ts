@@ -14,11 +14,12 @@ import {
   type Scope,
   type Session,
   type TransferDirection,
+  visibleTo,
 } from "@paddock/contracts";
 import type { SchedulerContext } from "../context.ts";
 import { transition, withFact, writeSession } from "../state/writes.ts";
 import { checkCreate, createSession } from "./create.ts";
-import { endedRevision, getSession, visibleTo, writeEnded } from "./queries.ts";
+import { endedRevision, getSession, writeEnded } from "./queries.ts";
 import { sendCommand } from "../fleet/slots.ts";
 import { CasConflictError, type Versioned } from "../state/store.ts";
 

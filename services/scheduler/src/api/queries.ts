@@ -16,6 +16,7 @@ import {
   type Scope,
   type PolicyReason,
   type Session,
+  visibleTo,
 } from "@paddock/contracts";
 import type { SchedulerContext } from "../context.ts";
 import { transition, withFact, writeSession } from "../state/writes.ts";
@@ -38,16 +39,6 @@ function decodeCursor<S extends z.ZodType>(schema: S, cursor: string): z.infer<S
   throw new InvalidError("cursor is not one this API issued");
 }
 
-/**
- * Whether a caller may know of a session at all. A session's own token knows
- * its session and the sessions it created (its roster), nothing else of the
- * workspace: checked here, beside the gateway's Authorizer, so no API path
- * shows it another session.
- */
-export function visibleTo(scope: Scope, s: Session): boolean {
-  if (s.workspaceId !== scope.workspaceId) return false;
-  return scope.sessionId === undefined || s.id === scope.sessionId || s.creatorId === scope.actor.id;
-}
 
 export async function getSession(ctx: SchedulerContext, scope: Scope, sessionId: string): Promise<Versioned<Session>> {
   // The key embeds the caller's workspace: another workspace's session is simply absent.
