@@ -25,7 +25,7 @@ import { heldAt, serveWorkspaceOps, translate, type Target, type WorkspaceOps } 
 import { serveExecOps } from "./exec/exec-ops.ts";
 import { serveMetricsOp } from "./sessions/metrics-op.ts";
 import { serveProbeOps } from "./agents/probe-ops.ts";
-import { DataPlane, type SocketTaker } from "./ports/data-plane.ts";
+import { DataPlane } from "./ports/data-plane.ts";
 import { serveTunnels } from "./ports/tunnels.ts";
 import { ScreenHost } from "./terminal/screen-host.ts";
 import { defaultTerminalSettings } from "./terminal/term-options.ts";
@@ -302,7 +302,7 @@ export function createRunnerAgent(deps: RunnerAgentDeps): RunnerAgent {
       session: (id) => requireSessions().get(id),
       serving: confirmed,
       onActivity: (id) => activity.touch(id),
-      ...(plane ? { offer: (taker: SocketTaker, sessionId: string) => plane.offerSocket(taker, sessionId) } : {}),
+      ...(plane ? { offer: (taker, sessionId) => plane.offerSocket(taker, sessionId) } : {}),
       replaceFile: fileReplacer(FS_EXCHANGE_ADDON_PATH, log),
       ...(config.workspace ? { limits: config.workspace } : {}),
       now: deps.now,

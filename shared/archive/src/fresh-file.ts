@@ -38,6 +38,9 @@ export class FileTooLargeError extends Error {
   }
 }
 
+/** Puts the complete file named tmp in dir at name: a file or a link there is replaced (never followed), a directory refused. */
+export type ReplaceFile = (dir: DirFd, tmp: string, name: string) => void;
+
 /**
  * Writes source into a new inode named name in dir: given to owner (by
  * descriptor) before a byte is written, chmod'ed to mode after, and put in
@@ -46,7 +49,7 @@ export class FileTooLargeError extends Error {
  * directory at name, as the rename does). A failure, or more than maxBytes,
  * leaves nothing behind. Answers the bytes written.
  */
-export async function writeFresh(dir: DirFd, name: string, source: AsyncIterable<Uint8Array>, opts: { mode: number; owner?: FileOwner | undefined; maxBytes: number; replace?: ((dir: DirFd, tmp: string, name: string) => void) | undefined }): Promise<number> {
+export async function writeFresh(dir: DirFd, name: string, source: AsyncIterable<Uint8Array>, opts: { mode: number; owner?: FileOwner | undefined; maxBytes: number; replace?: ReplaceFile | undefined }): Promise<number> {
   const mode = opts.mode & 0o7777;
   const tmp = `.paddock-tmp-${randomBytes(6).toString("hex")}`;
   const fd = openSync(dir.at(tmp), CREATE_FLAGS, 0o600);

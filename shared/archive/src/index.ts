@@ -6,6 +6,6 @@ export * from "./parallel-gzip.ts";
 export { DESCRIPTOR_RELATIVE, DirFd, type FileOwner } from "./dir-fd.ts";
 export type { PackHooks } from "./pack.ts";
 export type { UnpackHooks } from "./unpack.ts";
-export { FileTooLargeError, unlinkQuietly, writeFresh } from "./fresh-file.ts";
+export { FileTooLargeError, unlinkQuietly, writeFresh, type ReplaceFile } from "./fresh-file.ts";
 export { scanTree, type ScannedEntry } from "./scan.ts";
 export { treeTar, type TreeEntry } from "./tree-tar.ts";

@@ -83,7 +83,7 @@ export function streamConfigs(opts: ProvisionOptions): Array<Partial<StreamConfi
       ...base,
       name: Streams.exec,
       subjects: [Subjects.execAll],
-      // 4,096 chunks of at most 256 KiB (the runner's EXEC_CHUNK_BYTES): up to 1 GiB of one process's
+      // 4,096 chunks of at most 256 KiB (EXEC_CHUNK_MAX_BYTES): up to 1 GiB of one process's
       // output written at full speed, 4,096 writes of a slow one. An attached reader holds the runner to a
       // window far below it; a background process's oldest output goes first, and the 8 GiB in all bound it.
       max_msgs_per_subject: 4_096,

@@ -181,6 +181,18 @@ export function queryObject(query: URLSearchParams): Record<string, string> {
   return out;
 }
 
+/** A raw body whole, copied once: too_large (`<what> exceeds N bytes`) as soon as it passes maxBytes, the rest not read. */
+export async function readBodyBytes(req: IncomingMessage, maxBytes: number, what: string): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  let size = 0;
+  for await (const part of req as AsyncIterable<Buffer>) {
+    size += part.byteLength;
+    if (size > maxBytes) throw new TooLargeError(`${what} exceeds ${maxBytes} bytes`);
+    parts.push(part);
+  }
+  return Buffer.concat(parts, size);
+}
+
 /**
  * Reads a JSON body of at most maxBytes. A larger body is too_large. So that a
  * client still sending gets the answer instead of a reset connection, the rest

@@ -26,7 +26,7 @@ import {
 import { Action, type Principal } from "../auth/auth.ts";
 import type { StreamGuard } from "../auth/revocation.ts";
 import { realEvery, sessionResource, type GatewayContext } from "../context.ts";
-import { drainOrClose, type Route } from "../http/http.ts";
+import { drainOrClose, readBodyBytes, type Route } from "../http/http.ts";
 import { readRange } from "../terminal/termlog.ts";
 import { ExecOutput, type ExecOutputItem } from "./exec-output.ts";
 import { wakeForUse } from "./wake.ts";
@@ -302,14 +302,7 @@ export function execRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
       const declared = Number(req.headers["content-length"] ?? 0);
       if (declared > MAX_EXEC_STDIN_BYTES) throw new TooLargeError(`stdin exceeds ${MAX_EXEC_STDIN_BYTES} bytes`);
       const h = await held(scope, params.id, Action.exec);
-      const chunks: Buffer[] = [];
-      let size = 0;
-      for await (const chunk of req as AsyncIterable<Buffer>) {
-        size += chunk.length;
-        if (size > MAX_EXEC_STDIN_BYTES) throw new TooLargeError(`stdin exceeds ${MAX_EXEC_STDIN_BYTES} bytes`);
-        chunks.push(chunk);
-      }
-      return { status: 200, body: { written: await writeStdin(h, params.processId, Buffer.concat(chunks), query.eof) } };
+      return { status: 200, body: { written: await writeStdin(h, params.processId, await readBodyBytes(req, MAX_EXEC_STDIN_BYTES, "stdin"), query.eof) } };
     }),
 
     ctx.serve(HttpApi.signalProcess, async ({ caller: { scope }, params, body: readBody }) => {

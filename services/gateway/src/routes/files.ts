@@ -28,7 +28,7 @@ import {
 } from "@paddock/contracts";
 import { Action } from "../auth/auth.ts";
 import { copyExactly, sendForAnswer, type DataPlaneDialer } from "./data-plane.ts";
-import { PlacementHints, type Placement } from "./placement-hints.ts";
+import { placementOf, PlacementHints, type Placement } from "./placement-hints.ts";
 import { boundedBody, targetOf, workspaceCalls } from "./workspace-calls.ts";
 import type { GatewayContext } from "../context.ts";
 import type { Route } from "../http/http.ts";
@@ -52,11 +52,10 @@ const WHOLE_READ_MAX_BYTES = 4 * 1024 * 1024;
 /** The most bytes of a file read that go inline when the rest may come on the runner's data plane. */
 const DATA_INLINE_MAX_BYTES = 64 * 1024;
 
-type Held = Pick<Placement, "sessionId" | "workspaceId" | "placementGeneration" | "poolId" | "runnerId">;
-
-const heldOf = (session: Session): Held => ({ ...targetOf(session), poolId: session.poolId ?? "", runnerId: session.runnerId ?? "" });
-const runnerKey = (held: Held) => `${held.poolId}/${held.runnerId}`;
-const targetFor = ({ sessionId, workspaceId, placementGeneration }: Held) => ({ sessionId, workspaceId, placementGeneration });
+/** Where an authorized session is held (authorized() refused one held nowhere). */
+const heldOf = (session: Session): Placement => placementOf(session) as Placement;
+const runnerKey = (held: Placement) => `${held.poolId}/${held.runnerId}`;
+const targetFor = ({ sessionId, workspaceId, placementGeneration }: Placement) => ({ sessionId, workspaceId, placementGeneration });
 
 export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[] {
   const calls = workspaceCalls(ctx);
@@ -73,7 +72,7 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
    * that way) is name, and its data-plane connection (when they come on it,
    * and it can be dialled) is dialled as soon as the answer comes.
    */
-  const askRead = (held: Held, query: { path: string }, range: ByteRange | undefined, key: Buffer, via: "bus" | "data") => {
+  const askRead = (held: Placement, query: { path: string }, range: ByteRange | undefined, key: Buffer, via: "bus" | "data") => {
     const transferId = ctx.deps.newId();
     const inlineMaxBytes = via === "data" ? Math.min(DATA_INLINE_MAX_BYTES, calls.inlineLimit()) : calls.inlineLimit();
     const request = { ...targetFor(held), path: query.path, transferId, sealKey: key.toString("base64"), inlineMaxBytes, via, ...(range ? { range } : {}) };
@@ -95,13 +94,13 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
    * it comes (the runner touches the workspace only once bytes come). null
    * when the runner has no data plane, or it cannot be dialled.
    */
-  const openWrite = async (held: Held, query: { path: string; mode: number }, size: number): Promise<Socket | null> => {
+  const openWrite = async (held: Placement, query: { path: string; mode: number }, size: number): Promise<Socket | null> => {
     const { result } = await callRpcWithBytes(ctx.deps.nc, workspaceRpcs(held.poolId, held.runnerId).write, { ...targetFor(held), path: query.path, mode: query.mode, data: { size } }, new Uint8Array(0), rpcOpts);
     if (!("data" in result)) throw new UnavailableError("the runner answered a data-plane write without its offer; retry");
     if (result.data === null) dialer.shun(runnerKey(held));
     return (result.data && (await dialer.dial(runnerKey(held), result.data))) ?? null;
   };
-  const askWrite = (held: Held, query: { path: string; mode: number }, size: number) => {
+  const askWrite = (held: Placement, query: { path: string; mode: number }, size: number) => {
     const opened = openWrite(held, query, size);
     opened.catch(() => undefined);
     return opened;
@@ -115,7 +114,7 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
    * held there, else none (the caller asks afresh). Let go when it is not
    * used, and when authorized() fails: nothing of it outlives the call.
    */
-  const authorizedWithEarly = async <T>(tokenHash: string, sessionId: string, ask: (held: Held) => T | undefined, discard: (t: T) => void, authorized: () => Promise<Session>) => {
+  const authorizedWithEarly = async <T>(tokenHash: string, sessionId: string, ask: (held: Placement) => T | undefined, discard: (t: T) => void, authorized: () => Promise<Session>) => {
     const hint = hints.get(tokenHash, sessionId);
     const asked = hint ? ask(hint) : undefined;
     let session: Session;
@@ -239,8 +238,8 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
           return found;
         },
       );
-      const rpcs = workspaceRpcs(session.poolId ?? "", session.runnerId ?? "");
       const held = heldOf(session);
+      const rpcs = workspaceRpcs(held.poolId, held.runnerId);
       const runner = runnerKey(held);
       const opened = early ?? (onDataPlane(runner) ? askWrite(held, query, declared ?? 0) : undefined);
       // Each write is a fact (one audit event, fixed fields only: no path, no content), committed beside the write's
@@ -248,7 +247,7 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
       let fact: Promise<unknown> | undefined;
       const taken = () => void (fact ??= calls.recordFact(scope, session.id, "file.write"));
       const write = async (bytes: { inline: Uint8Array } | { transferId: string; sealKey: string }): Promise<FileWriteReply> => {
-        const request = { ...targetOf(session), path: query.path, mode: query.mode, ...("inline" in bytes ? { inline: true as const } : bytes) };
+        const request = { ...targetFor(held), path: query.path, mode: query.mode, ...("inline" in bytes ? { inline: true as const } : bytes) };
         taken();
         const { result } = await callRpcWithBytes(ctx.deps.nc, rpcs.write, request, "inline" in bytes ? bytes.inline : new Uint8Array(0), rpcOpts);
         if ("data" in result) throw new UnavailableError("the runner offered its data plane for a write on the bus; retry");

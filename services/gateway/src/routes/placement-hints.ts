@@ -17,6 +17,13 @@ export interface Placement {
   runnerId: string;
 }
 
+/** Where session is held (a live sandbox on a runner), or undefined. */
+export function placementOf(session: Session): Placement | undefined {
+  const { poolId, runnerId } = session;
+  if (poolId === undefined || runnerId === undefined || (session.state !== "running" && session.state !== "suspended_warm")) return undefined;
+  return { sessionId: session.id, workspaceId: session.workspaceId, placementGeneration: session.placementGeneration, poolId, runnerId };
+}
+
 /** Hints kept (the least recently found go first). */
 const MAX_HINTS = 10_000;
 
@@ -34,10 +41,10 @@ export class PlacementHints {
   remember(tokenHash: string, session: Session): void {
     const key = `${tokenHash}/${session.id}`;
     this.hints.delete(key);
-    const { poolId, runnerId } = session;
-    if (poolId === undefined || runnerId === undefined || (session.state !== "running" && session.state !== "suspended_warm")) return;
+    const placement = placementOf(session);
+    if (!placement) return;
     if (this.hints.size >= this.max) this.hints.delete(this.hints.keys().next().value as string);
-    this.hints.set(key, { sessionId: session.id, workspaceId: session.workspaceId, placementGeneration: session.placementGeneration, poolId, runnerId });
+    this.hints.set(key, placement);
   }
 
   /** Whether session is still held where hint says. */

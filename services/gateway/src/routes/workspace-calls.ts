@@ -14,6 +14,7 @@ import { callRpc } from "@paddock/bus";
 import { Api, ConflictError, inlineBytesFor, ObjectStores, TooLargeError, transferObjectName, transferRef, UnavailableError, workspaceRpcs, type Scope, type Session, type TransferDirection } from "@paddock/contracts";
 import type { Action } from "../auth/auth.ts";
 import { wakeForUse } from "./wake.ts";
+import { readBodyBytes } from "../http/http.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
 
 /** States in which the session has a sandbox on a runner to read or write. */
@@ -150,16 +151,7 @@ export function workspaceCalls(ctx: GatewayContext) {
   const inlineLimit = () => Math.min(config.filesInlineMaxBytes, inlineBytesFor(ctx.deps.nc.info?.max_payload ?? 0));
 
   /** The request body whole (its length declared, at most max: the HTTP parser ends it there), copied once. */
-  const wholeBody = async (req: IncomingMessage, max: number): Promise<Buffer> => {
-    const parts: Buffer[] = [];
-    let seen = 0;
-    for await (const part of req as AsyncIterable<Buffer>) {
-      seen += part.byteLength;
-      if (seen > max) throw new TooLargeError(`upload exceeds ${max} bytes`);
-      parts.push(part);
-    }
-    return Buffer.concat(parts, seen);
-  };
+  const wholeBody = (req: IncomingMessage, max: number): Promise<Buffer> => readBodyBytes(req, max, "upload");
 
   /** A workspace fact committed on the record (one audit event). */
   const recordFact = (scope: Scope, sessionId: string, direction: TransferDirection) =>

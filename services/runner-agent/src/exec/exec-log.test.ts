@@ -1,9 +1,9 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { provision } from "@paddock/bus";
-import { Headers, Streams, Subjects } from "@paddock/contracts";
+import { EXEC_CHUNK_MAX_BYTES, Headers, Streams, Subjects } from "@paddock/contracts";
 import { useNatsServer } from "@paddock/testing/vitest";
-import { EXEC_CHUNK_BYTES, ExecLog } from "./exec-log.ts";
+import { ExecLog } from "./exec-log.ts";
 
 const nats = useNatsServer();
 let n = 0;
@@ -65,7 +65,7 @@ describe("ExecLog", () => {
   });
 
   it("holds an attached reader's window: stops a window ahead of its credit, pauses the pipes, and goes on when credited", async () => {
-    const windowBytes = 4 * EXEC_CHUNK_BYTES;
+    const windowBytes = 4 * EXEC_CHUNK_MAX_BYTES;
     const { log, subject, pauses, whenBlocked } = newLog({ attached: true, windowBytes });
     const total = 3 * windowBytes;
     for (let at = 0; at < total; at += 8 * 1024) log.append(Buffer.alloc(8 * 1024, 0x61), "stdout");
@@ -74,7 +74,7 @@ describe("ExecLog", () => {
     const published = (await stored(subject)).stdout;
     expect(published).toBe(log.publishedBytes);
     expect(published).toBeGreaterThanOrEqual(windowBytes);
-    expect(published).toBeLessThan(windowBytes + EXEC_CHUNK_BYTES);
+    expect(published).toBeLessThan(windowBytes + EXEC_CHUNK_MAX_BYTES);
     expect(pauses.at(-1)).toBe(true);
     log.credit(total);
     await log.finish({ exitCode: 0, signal: null, durationMs: 1, timedOut: false });
@@ -85,26 +85,26 @@ describe("ExecLog", () => {
   });
 
   it("ignores a credit older than one already granted", async () => {
-    const windowBytes = 2 * EXEC_CHUNK_BYTES;
+    const windowBytes = 2 * EXEC_CHUNK_MAX_BYTES;
     const { log, subject, whenBlocked } = newLog({ attached: true, windowBytes });
-    for (let i = 0; i < 8; i++) log.append(Buffer.alloc(EXEC_CHUNK_BYTES, 0x62), "stdout");
+    for (let i = 0; i < 8; i++) log.append(Buffer.alloc(EXEC_CHUNK_MAX_BYTES, 0x62), "stdout");
     await whenBlocked;
     log.credit(windowBytes);
     log.credit(1);
-    log.credit(8 * EXEC_CHUNK_BYTES);
+    log.credit(8 * EXEC_CHUNK_MAX_BYTES);
     await log.finish({ exitCode: 0, signal: null, durationMs: 1, timedOut: false });
-    expect((await stored(subject)).stdout).toBe(8 * EXEC_CHUNK_BYTES);
+    expect((await stored(subject)).stdout).toBe(8 * EXEC_CHUNK_MAX_BYTES);
   });
 
   it("publishes nothing more once aborted, not even the exit", async () => {
-    const { log, subject, whenBlocked } = newLog({ attached: true, windowBytes: EXEC_CHUNK_BYTES });
-    for (let i = 0; i < 4; i++) log.append(Buffer.alloc(EXEC_CHUNK_BYTES, 0x63), "stdout");
+    const { log, subject, whenBlocked } = newLog({ attached: true, windowBytes: EXEC_CHUNK_MAX_BYTES });
+    for (let i = 0; i < 4; i++) log.append(Buffer.alloc(EXEC_CHUNK_MAX_BYTES, 0x63), "stdout");
     await whenBlocked;
     log.abort();
     await log.finish({ exitCode: 0, signal: null, durationMs: 1, timedOut: false });
     const got = await stored(subject);
     expect(got.stdout).toBe(log.publishedBytes);
-    expect(got.stdout).toBeLessThan(2 * EXEC_CHUNK_BYTES);
+    expect(got.stdout).toBeLessThan(2 * EXEC_CHUNK_MAX_BYTES);
     expect(got.exit).toBeUndefined();
   });
 });

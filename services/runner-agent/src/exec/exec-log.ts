@@ -3,8 +3,6 @@ import { headers as natsHeaders } from "@nats-io/transport-node";
 import { EXEC_CHUNK_MAX_BYTES, EXEC_CREDIT_WINDOW_BYTES, Headers, type ExecExit } from "@paddock/contracts";
 import type { OutputStream } from "../sandbox/process-group.ts";
 
-/** One chunk's most bytes (32 KiB chunks held a 20 MB stream to ~40 MB/s here: decision 0070). */
-export const EXEC_CHUNK_BYTES = EXEC_CHUNK_MAX_BYTES;
 /** Output queued here (not yet published) past which the process's pipes stop being read. */
 const QUEUE_HIGH_WATER_BYTES = 1024 * 1024;
 
@@ -140,15 +138,15 @@ export class ExecLog {
     }
   }
 
-  /** Up to EXEC_CHUNK_BYTES of the head's stream from the front of the queue. */
+  /** Up to EXEC_CHUNK_MAX_BYTES of the head's stream from the front of the queue. */
   private take(): Queued {
     const stream = (this.queue[0] as Queued).stream;
     let size = 0;
     for (const q of this.queue) {
-      if (q.stream !== stream || size >= EXEC_CHUNK_BYTES) break;
+      if (q.stream !== stream || size >= EXEC_CHUNK_MAX_BYTES) break;
       size += q.bytes.byteLength;
     }
-    size = Math.min(size, EXEC_CHUNK_BYTES);
+    size = Math.min(size, EXEC_CHUNK_MAX_BYTES);
     const out = new Uint8Array(size);
     let filled = 0;
     while (filled < size) {

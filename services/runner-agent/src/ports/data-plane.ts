@@ -17,6 +17,7 @@ import { createServer, type AddressInfo, type Server, type Socket } from "node:n
 import type { Duplex } from "node:stream";
 import { DATA_TICKET_BYTES, DATA_TICKET_TTL_MS, type DataPlaneOffer } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
+import type { SocketTaker } from "../workspace/file-ops.ts";
 
 /** How long a dialled connection may take to write its ticket. */
 export const DATA_PREAMBLE_TIMEOUT_MS = 5_000;
@@ -34,18 +35,6 @@ export interface DataPlaneOptions {
   /** Bytes moved on a session's connection: the session is in use (idle policy). */
   onActivity: (sessionId: string) => void;
   log: Logger;
-}
-
-/**
- * A connection's one use that wants the gateway's socket itself (a file's
- * bytes one way, a short answer the other) rather than a pipe into a stream
- * of its own: take() gets the socket, paused, and the bytes that came with
- * the ticket; drop() says it will never come (not dialled in time, or the
- * data plane stopped). The taker ends or destroys the socket.
- */
-export interface SocketTaker {
-  take(socket: Socket, early: Buffer): void;
-  drop(): void;
 }
 
 type Waiting = { sessionId: string; cancel: () => void } & ({ conn: Duplex; taker?: undefined } | { taker: SocketTaker; conn?: undefined });

@@ -12,11 +12,11 @@ import { pipeline } from "node:stream/promises";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import type { ObjectStore } from "@nats-io/obj";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { FileTooLargeError, relativeSegments, SealError, sealed, sealKeyFrom, unsealed, type FileOwner } from "@paddock/archive";
+import { FileTooLargeError, relativeSegments, SealError, sealed, sealKeyFrom, unsealed, type FileOwner, type ReplaceFile } from "@paddock/archive";
 import { serveRpc, serveRpcWithBytes, toPaddockError, type BusMetrics, type WithBytes } from "@paddock/bus";
 import { InvalidError, MAX_INLINE_FILE_BYTES, type FileWriteOffer, type FileWriteOutcome, NotFoundError, TooLargeError, transferObjectName, transferRef, fileListColumns, type FileDeleteReply, type FileListColumns, type FileReadReply, type FileReadRequest, type DataPlaneOffer, type FileWriteReply, type FileWriteRequest, type workspaceRpcs } from "@paddock/contracts";
 import type { Logger } from "@paddock/logging";
-import { deleteInside, listInside, openFileInside, writeFileInside, type ReplaceFile } from "./files.ts";
+import { deleteInside, listInside, openFileInside, writeFileInside } from "./files.ts";
 
 /** Which placement of which session a request is for (every workspace request names one). */
 type Target = Pick<FileReadRequest, "sessionId" | "workspaceId" | "placementGeneration">;
@@ -40,11 +40,19 @@ export interface FileOpsContext {
 }
 
 /**
- * The data plane's offer of one connection (ports/data-plane.ts'
- * `offerSocket`): take() gets the gateway's socket, paused, and the bytes
- * that came with its ticket; drop() says it will never come.
+ * A connection's one use that wants the gateway's socket itself (a file's
+ * bytes one way, a short answer the other): take() gets the socket, paused,
+ * and the bytes that came with its ticket; drop() says it will never come
+ * (not dialled in time, or the data plane stopped). The taker ends or
+ * destroys the socket.
  */
-export type DataPlaneOfferer = (taker: { take(socket: Socket, early: Buffer): void; drop(): void }, sessionId: string) => DataPlaneOffer | undefined;
+export interface SocketTaker {
+  take(socket: Socket, early: Buffer): void;
+  drop(): void;
+}
+
+/** The data plane's offer of one connection to a taker (ports/data-plane.ts' `offerSocket`). */
+export type DataPlaneOfferer = (taker: SocketTaker, sessionId: string) => DataPlaneOffer | undefined;
 
 export function serveFileOps(c: FileOpsContext): Subscription[] {
   const { nc, rpcs, translate } = c;
@@ -185,7 +193,7 @@ async function bytesOf(stream: AsyncIterable<Uint8Array>): Promise<Buffer> {
 }
 
 /** Sends a file's bytes on the gateway's socket, then ends it; the socket breaking, or never coming, closes the file. */
-function sendingTo(source: Readable): { take(socket: Socket): void; drop(): void } {
+function sendingTo(source: Readable): SocketTaker {
   return {
     // What the gateway writes after its ticket is not read: the socket stays paused.
     take: (socket) => void pipeline(source, socket).catch(() => socket.destroy()),

@@ -8,7 +8,7 @@
  */
 import { closeSync, createReadStream, lstatSync, readdirSync, rmdirSync, unlinkSync, type Stats } from "node:fs";
 import { Readable } from "node:stream";
-import { resolveInside, UnsafePathError, writeFresh, type DirFd, type FileOwner } from "@paddock/archive";
+import { resolveInside, UnsafePathError, writeFresh, type DirFd, type FileOwner, type ReplaceFile } from "@paddock/archive";
 import { ConflictError, MAX_LIST_ENTRIES, type ByteRange, type FileEntry, type FileList } from "@paddock/contracts";
 
 /** Which bytes of a file of size a range asks for (inclusive; undefined when it starts past the end). */
@@ -141,9 +141,6 @@ function walkChild(dir: DirFd, name: string, path: string, level: number, w: Wal
     child.close();
   }
 }
-
-/** Puts the file named tmp in dir at name (replace-file.ts): a file or a link there is replaced, a directory refused. */
-export type ReplaceFile = (dir: DirFd, tmp: string, name: string) => void;
 
 export function lstatOrGone(path: string): Stats | undefined {
   try {

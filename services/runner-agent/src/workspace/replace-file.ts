@@ -12,9 +12,9 @@ import { renameSync } from "node:fs";
 import { createRequire } from "node:module";
 import { constants as osc } from "node:os";
 import { getSystemErrorName } from "node:util";
-import { unlinkQuietly, UnsafePathError } from "@paddock/archive";
+import { unlinkQuietly, UnsafePathError, type ReplaceFile } from "@paddock/archive";
 import type { Logger } from "@paddock/logging";
-import { lstatOrGone, type ReplaceFile } from "./files.ts";
+import { lstatOrGone } from "./files.ts";
 
 type Exchange = (dirfd: number, a: string, b: string) => number;
 

@@ -2,7 +2,7 @@ import { Readable } from "node:stream";
 import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { DESCRIPTOR_RELATIVE, relativeSegments, resolveInside, SealError, sealed, sealKeyFrom, UnsafePathError, unsealed } from "@paddock/archive";
+import { DESCRIPTOR_RELATIVE, relativeSegments, resolveInside, SealError, sealed, sealKeyFrom, UnsafePathError, unsealed, type ReplaceFile } from "@paddock/archive";
 import { serveRpc, type BusMetrics } from "@paddock/bus";
 import {
   ConflictError,
@@ -24,7 +24,6 @@ import { extractArchive, packInside } from "./archive.ts";
 import { ArchiveRefusedError, CommandRefusedError, WorkspaceTooLargeError } from "../errors.ts";
 import { workspaceDiff } from "./git-diff.ts";
 import { serveFileOps, type DataPlaneOfferer } from "./file-ops.ts";
-import type { ReplaceFile } from "./files.ts";
 import { serveReposOp } from "./repos-op.ts";
 import { serveFileWatch, type FileWatchLimits } from "./file-watch.ts";
 import type { SandboxUser } from "../sandbox/backend.ts";
