@@ -29,7 +29,7 @@ import { realEvery, sessionResource, type GatewayContext } from "../context.ts";
 import { drainOrClose, readBodyBytes, type Route } from "../http/http.ts";
 import { readRange } from "../terminal/termlog.ts";
 import { ExecOutput, type ExecOutputItem } from "./exec-output.ts";
-import { wakeForUse } from "./wake.ts";
+import { startedForUse, wakeForUse } from "./wake.ts";
 import { Utf8Stream } from "./utf8-stream.ts";
 
 /** The session's holder as an exec call reaches it. */
@@ -94,7 +94,7 @@ export function execRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
   const held = async (scope: Scope, sessionId: string, action: Action, wake = false, req?: IncomingMessage): Promise<Held> => {
     const found = await ctx.getSession(scope, sessionId, req);
     await ctx.authorizer.authorize(scope, action, sessionResource(found));
-    const session = wake ? await wakeForUse(ctx, scope, found) : found;
+    const session = wake ? await wakeForUse(ctx, scope, await startedForUse(ctx, scope, found, req?.socket)) : found;
     if ((session.state !== "running" && session.state !== "suspended_warm") || !session.poolId || !session.runnerId) {
       throw new ConflictError(`session is ${session.state}: it has no live sandbox`);
     }

@@ -39,3 +39,20 @@ export async function wakeForUse(ctx: GatewayContext, scope: Scope, session: Ses
   }
   throw new UnavailableError(`the session did not resume (it is ${current.state}); retry`);
 }
+
+/**
+ * A call that needs the session's sandbox (an exec, a workspace call), made
+ * while the session's sandbox is being made (`creating`: placed, its output
+ * may already show, its running fact not yet committed), waits until it
+ * runs instead of being refused, as a call to a suspended session waits for
+ * its resume. A queued session is not waited for (it has no runner yet and
+ * may wait long for one: the caller refuses it at once). A session that ends
+ * instead is answered as it is (the caller refuses it); one still creating
+ * after WAKE_WAIT_MS is `unavailable`.
+ */
+export async function startedForUse(ctx: GatewayContext, scope: Scope, session: Session, closer?: Closer): Promise<Session> {
+  if (session.state !== "creating") return session;
+  const { waited: _w, ...settled } = await waitForState(ctx, scope, session, { state: "running", timeoutMs: WAKE_WAIT_MS }, closer);
+  if (settled.state === "creating") throw new UnavailableError("the session did not start in time (it is creating); retry");
+  return settled;
+}

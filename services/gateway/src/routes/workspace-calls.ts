@@ -13,7 +13,7 @@ import { newSealKey, SealError, sealed, unsealed } from "@paddock/archive";
 import { callRpc } from "@paddock/bus";
 import { Api, ConflictError, inlineBytesFor, ObjectStores, TooLargeError, transferObjectName, transferRef, UnavailableError, workspaceRpcs, type Scope, type Session, type TransferDirection } from "@paddock/contracts";
 import type { Action } from "../auth/auth.ts";
-import { wakeForUse } from "./wake.ts";
+import { startedForUse, wakeForUse } from "./wake.ts";
 import { readBodyBytes } from "../http/http.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
 
@@ -71,13 +71,15 @@ export function workspaceCalls(ctx: GatewayContext) {
   const rpcOpts = { timeoutMs: config.workspaceRpcTimeoutMs };
 
   /**
-   * The session, authorized for action, woken when the call needs it (wake on
-   * use: writes wake a warm or cold session, reads a cold one only; a warm
-   * one is read as it is, without waking it).
+   * The session, authorized for action, running or woken when the call needs
+   * it (one whose sandbox is being made is waited for; wake on use: writes wake a warm or cold
+   * session, reads a cold one only; a warm one is read as it is, without waking it).
    */
   const authorized = async (scope: Scope, sessionId: string, action: Action, wake: "write" | "read", req?: IncomingMessage) => {
-    const found = await ctx.getSession(scope, sessionId, req);
-    await ctx.authorizer.authorize(scope, action, sessionResource(found));
+    const read = await ctx.getSession(scope, sessionId, req);
+    await ctx.authorizer.authorize(scope, action, sessionResource(read));
+    // Its sandbox still being made (its output may already show): the call waits for it to run.
+    const found = await startedForUse(ctx, scope, read, req?.socket);
     const session = wake === "write" || found.state === "suspended_cold" ? await wakeForUse(ctx, scope, found) : found;
     const { poolId, runnerId } = holder(session);
     return { session, rpcs: workspaceRpcs(poolId, runnerId) };

@@ -89,7 +89,6 @@ export class FakeScheduler {
         if (idemKey) this.idem.set(idemKey, s.id);
         return { session: s, replayed: false };
       }),
-      serve("get", Api.getSession, (req) => ({ session: get(req.scope, req.sessionId) })),
       serve("list", Api.listSessions, (req) => {
         const all = [...this.sessions.values()].filter((s) => s.workspaceId === req.scope.workspaceId);
         return { sessions: all.slice(0, req.limit), ...(all.length > req.limit ? { nextCursor: "next" } : {}) };
