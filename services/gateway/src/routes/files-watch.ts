@@ -39,6 +39,7 @@ import { consumeTicket } from "../auth/tokens.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
 import { errorResponse, parseWith, queryObject } from "../http/http.ts";
 import { isAllowedOrigin } from "../http/origin.ts";
+import { startedForUse } from "./wake.ts";
 
 export const FILES_WATCH_ROUTE = HttpApi.watchFiles;
 const WATCH_PATH = pathPattern(FILES_WATCH_ROUTE.path);
@@ -227,8 +228,10 @@ export class FilesWatchHub {
       principal = await this.ctx.principal(req);
       query = parseWith(FileWatchQuery, raw, "query");
     }
-    const session = await this.ctx.getSession(principal.scope, m[1]);
-    await this.ctx.authorizer.authorize(principal.scope, Action.readFiles, sessionResource(session));
+    const found = await this.ctx.getSession(principal.scope, m[1]);
+    await this.ctx.authorizer.authorize(principal.scope, Action.readFiles, sessionResource(found));
+    // Its sandbox still being made: the watch begins once it runs, as a files call does.
+    const session = await startedForUse(this.ctx, principal.scope, found, req.socket);
     if ((session.state !== "running" && session.state !== "suspended_warm") || session.poolId === undefined || session.runnerId === undefined) {
       throw new ConflictError(`session is ${session.state}: it has no live sandbox`);
     }

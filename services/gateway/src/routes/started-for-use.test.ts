@@ -7,6 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Subscription } from "@nats-io/transport-node";
+import { WebSocket } from "ws";
 import { createBusMetrics, serveRpc } from "@paddock/bus";
 import { execRpcs, workspaceRpcs, type SessionState } from "@paddock/contracts";
 import { silentLogger } from "@paddock/logging";
@@ -26,6 +27,11 @@ beforeAll(async () => {
       asked.push("diff");
       return Promise.resolve({ repos: [], truncated: false });
     }, opts),
+    serveRpc(h.nc, workspaceRpcs(RUNNER.poolId, RUNNER.id).watch, (req) => {
+      asked.push("watch");
+      return Promise.resolve({ watchId: req.watchId });
+    }, opts),
+    serveRpc(h.nc, workspaceRpcs(RUNNER.poolId, RUNNER.id).unwatch, () => Promise.resolve({ stopped: true }), opts),
     serveRpc(h.nc, execRpcs(RUNNER.poolId, RUNNER.id).start, (req) => {
       asked.push("exec");
       return Promise.resolve({ execId: req.execId, startedAt: 1, done: { exit: { exitCode: 0, signal: null, durationMs: 1, timedOut: false }, stdout: "", stderr: "" } });
@@ -69,6 +75,25 @@ describe("a call to a session whose sandbox is being made", () => {
       expect(r.status).toBe(200);
       expect(asked).toEqual([op]);
     }
+  });
+
+  it("a files watch opens once it runs, its runner asked only then", async () => {
+    const id = sessionIn("creating");
+    asked.length = 0;
+    let ws: WebSocket | undefined;
+    const opened = new Promise<void>((resolve, reject) => {
+      const first = h.scheduler.nextCall("get");
+      ws = new WebSocket(`${h.wsUrl}/v1/sessions/${id}/files/watch?path=`, { headers: { authorization: `Bearer ${TOKENS.alice}` } });
+      ws.once("open", () => resolve());
+      ws.once("unexpected-response", (_req, res) => reject(new Error(`upgrade answered ${res.statusCode}`)));
+      void first.then(() => h.scheduler.nextCall("get")).then(() => {
+        expect(asked).toEqual([]);
+        commit(id, "running");
+      });
+    });
+    await opened;
+    expect(asked).toEqual(["watch"]);
+    ws?.close();
   });
 
   it("one that fails meanwhile is refused (409) and its runner never asked", async () => {
