@@ -13,12 +13,11 @@ export type SessionRecordReader = (workspaceId: string, sessionId: string) => Pr
  */
 export function sessionRecordReader(jsm: () => Promise<JetStreamManager>): SessionRecordReader {
   return async (workspaceId, sessionId) => {
-    let entry;
-    try {
-      entry = await readLatestFromLeader(await jsm(), Buckets.sessions, sessionKey(workspaceId, sessionId));
-    } catch (err) {
-      throw err instanceof PaddockError ? err : new UnavailableError("the session store did not answer", { cause: err });
-    }
+    const entry = await jsm()
+      .then((m) => readLatestFromLeader(m, Buckets.sessions, sessionKey(workspaceId, sessionId)))
+      .catch((err: unknown) => {
+        throw err instanceof PaddockError ? err : new UnavailableError("the session store did not answer", { cause: err });
+      });
     if (!entry) return undefined;
     const decoded = decodeJson(Session, entry.value);
     if (!decoded.ok) throw new UnavailableError(`the stored record of session ${sessionId} is unreadable`);

@@ -29,6 +29,7 @@ import { realEvery, sessionResource, type GatewayContext } from "../context.ts";
 import { drainOrClose, readBodyBytes, type Route } from "../http/http.ts";
 import { readRange } from "../terminal/termlog.ts";
 import { ExecOutput, type ExecOutputItem } from "./exec-output.ts";
+import { heldPlacement } from "./placement-hints.ts";
 import { startedForUse, wakeForUse } from "./wake.ts";
 import { Utf8Stream } from "./utf8-stream.ts";
 
@@ -95,11 +96,8 @@ export function execRoutes(ctx: GatewayContext, guard: StreamGuard): Route[] {
     const found = await ctx.getSession(scope, sessionId, req);
     await ctx.authorizer.authorize(scope, action, sessionResource(found));
     const session = wake ? await wakeForUse(ctx, scope, await startedForUse(ctx, scope, found, req?.socket)) : found;
-    if ((session.state !== "running" && session.state !== "suspended_warm") || !session.poolId || !session.runnerId) {
-      throw new ConflictError(`session is ${session.state}: it has no live sandbox`);
-    }
-    const runner = { poolId: session.poolId, runnerId: session.runnerId };
-    return { session, runner, rpcs: execRpcs(runner.poolId, runner.runnerId), target: { sessionId: session.id, workspaceId: session.workspaceId, placementGeneration: session.placementGeneration } };
+    const { poolId, runnerId, ...target } = heldPlacement(session);
+    return { session, runner: { poolId, runnerId }, rpcs: execRpcs(poolId, runnerId), target };
   };
 
   /** Writes bytes to a process's stdin in pieces one bus message carries; eof closes it after the last. */

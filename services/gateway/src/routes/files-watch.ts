@@ -17,7 +17,6 @@ import { callRpc, decodeJson } from "@paddock/bus";
 import {
   CLOSE_ENDED,
   CLOSE_REVOKED,
-  ConflictError,
   FILE_WATCH_LEASE_MS,
   FileWatchBatch,
   FileWatchQuery,
@@ -39,6 +38,7 @@ import { consumeTicket } from "../auth/tokens.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
 import { errorResponse, parseWith, queryObject } from "../http/http.ts";
 import { isAllowedOrigin } from "../http/origin.ts";
+import { heldPlacement } from "./placement-hints.ts";
 import { startedForUse } from "./wake.ts";
 
 export const FILES_WATCH_ROUTE = HttpApi.watchFiles;
@@ -232,16 +232,13 @@ export class FilesWatchHub {
     await this.ctx.authorizer.authorize(principal.scope, Action.readFiles, sessionResource(found));
     // Its sandbox still being made: the watch begins once it runs, as a files call does.
     const session = await startedForUse(this.ctx, principal.scope, found, req.socket);
-    if ((session.state !== "running" && session.state !== "suspended_warm") || session.poolId === undefined || session.runnerId === undefined) {
-      throw new ConflictError(`session is ${session.state}: it has no live sandbox`);
-    }
+    const { poolId, runnerId, ...target } = heldPlacement(session);
     const watchId = this.ctx.deps.newId();
-    const rpcs = workspaceRpcs(session.poolId, session.runnerId);
+    const rpcs = workspaceRpcs(poolId, runnerId);
     // Subscribed (and flushed) before the runner starts: no batch is published unseen.
-    const sub = this.ctx.deps.nc.subscribe(watchEventsSubject(session.poolId, session.runnerId, watchId));
+    const sub = this.ctx.deps.nc.subscribe(watchEventsSubject(poolId, runnerId, watchId));
     try {
       await this.ctx.deps.nc.flush();
-      const target = { sessionId: session.id, workspaceId: session.workspaceId, placementGeneration: session.placementGeneration };
       await callRpc(this.ctx.deps.nc, rpcs.watch, { ...target, watchId, path: query.path ?? "", renew: false, leaseMs: FILE_WATCH_LEASE_MS }, { timeoutMs: this.ctx.deps.config.workspaceRpcTimeoutMs });
     } catch (err) {
       sub.unsubscribe();

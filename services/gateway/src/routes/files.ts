@@ -28,7 +28,7 @@ import {
 } from "@paddock/contracts";
 import { Action } from "../auth/auth.ts";
 import { copyExactly, sendForAnswer, type DataPlaneDialer } from "./data-plane.ts";
-import { placementOf, PlacementHints, type Placement } from "./placement-hints.ts";
+import { heldPlacement, PlacementHints, type Placement } from "./placement-hints.ts";
 import { boundedBody, targetOf, workspaceCalls } from "./workspace-calls.ts";
 import type { GatewayContext } from "../context.ts";
 import type { Route } from "../http/http.ts";
@@ -52,8 +52,6 @@ const WHOLE_READ_MAX_BYTES = 4 * 1024 * 1024;
 /** The most bytes of a file read that go inline when the rest may come on the runner's data plane. */
 const DATA_INLINE_MAX_BYTES = 64 * 1024;
 
-/** Where an authorized session is held (authorized() refused one held nowhere). */
-const heldOf = (session: Session): Placement => placementOf(session) as Placement;
 const runnerKey = (held: Placement) => `${held.poolId}/${held.runnerId}`;
 const targetFor = ({ sessionId, workspaceId, placementGeneration }: Placement) => ({ sessionId, workspaceId, placementGeneration });
 
@@ -168,7 +166,7 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
         discardRead,
         async () => (await calls.authorized(scope, params.id, Action.readFiles, "read", req)).session,
       );
-      const held = heldOf(session);
+      const held = heldPlacement(session);
       const runner = runnerKey(held);
       let ask = early ?? askRead(held, query, range, key, dialer.usable(runner) ? "data" : "bus");
       // Nothing to remove afterwards when the runner stored no object (inline bytes, the data plane's, or none at all).
@@ -238,7 +236,7 @@ export function fileRoutes(ctx: GatewayContext, dialer: DataPlaneDialer): Route[
           return found;
         },
       );
-      const held = heldOf(session);
+      const held = heldPlacement(session);
       const rpcs = workspaceRpcs(held.poolId, held.runnerId);
       const runner = runnerKey(held);
       const opened = early ?? (onDataPlane(runner) ? askWrite(held, query, declared ?? 0) : undefined);

@@ -7,7 +7,7 @@
  * nothing is done to the session, before the call is authorized. A wrong
  * hint costs one runner request more.
  */
-import type { Session } from "@paddock/contracts";
+import { ConflictError, type Session } from "@paddock/contracts";
 
 export interface Placement {
   sessionId: string;
@@ -22,6 +22,13 @@ export function placementOf(session: Session): Placement | undefined {
   const { poolId, runnerId } = session;
   if (poolId === undefined || runnerId === undefined || (session.state !== "running" && session.state !== "suspended_warm")) return undefined;
   return { sessionId: session.id, workspaceId: session.workspaceId, placementGeneration: session.placementGeneration, poolId, runnerId };
+}
+
+/** Where a session is held; conflict when it has no live sandbox to act on (every sandbox call's check). */
+export function heldPlacement(session: Session): Placement {
+  const placement = placementOf(session);
+  if (!placement) throw new ConflictError(`session is ${session.state}: it has no live sandbox`);
+  return placement;
 }
 
 /** Hints kept (the least recently found go first). */

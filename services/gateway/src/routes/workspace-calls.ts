@@ -11,22 +11,12 @@ import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { Objm, type ObjectResult, type ObjectStore } from "@nats-io/obj";
 import { newSealKey, SealError, sealed, unsealed } from "@paddock/archive";
 import { callRpc } from "@paddock/bus";
-import { Api, ConflictError, inlineBytesFor, ObjectStores, TooLargeError, transferObjectName, transferRef, UnavailableError, workspaceRpcs, type Scope, type Session, type TransferDirection } from "@paddock/contracts";
+import { Api, inlineBytesFor, ObjectStores, TooLargeError, transferObjectName, transferRef, UnavailableError, workspaceRpcs, type Scope, type Session, type TransferDirection } from "@paddock/contracts";
 import type { Action } from "../auth/auth.ts";
+import { heldPlacement } from "./placement-hints.ts";
 import { startedForUse, wakeForUse } from "./wake.ts";
 import { readBodyBytes } from "../http/http.ts";
 import { sessionResource, type GatewayContext } from "../context.ts";
-
-/** States in which the session has a sandbox on a runner to read or write. */
-const LIVE: ReadonlySet<Session["state"]> = new Set(["running", "suspended_warm"]);
-
-/** The runner that holds a live session; conflict when there is no sandbox to act on. */
-function holder(session: Session): { poolId: string; runnerId: string } {
-  if (!LIVE.has(session.state) || session.poolId === undefined || session.runnerId === undefined) {
-    throw new ConflictError(`session is ${session.state}: it has no live sandbox`);
-  }
-  return { poolId: session.poolId, runnerId: session.runnerId };
-}
 
 /**
  * The request body as a web stream of at most max bytes, read as the
@@ -81,7 +71,7 @@ export function workspaceCalls(ctx: GatewayContext) {
     // Its sandbox still being made (its output may already show): the call waits for it to run.
     const found = await startedForUse(ctx, scope, read, req?.socket);
     const session = wake === "write" || found.state === "suspended_cold" ? await wakeForUse(ctx, scope, found) : found;
-    const { poolId, runnerId } = holder(session);
+    const { poolId, runnerId } = heldPlacement(session);
     return { session, rpcs: workspaceRpcs(poolId, runnerId) };
   };
 
