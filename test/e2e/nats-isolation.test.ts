@@ -380,6 +380,8 @@ describe("the whole stack with per-service credentials", () => {
     const before = await Terminal.open(stack.url, stack.token, s.id, "mode=viewer&since=all");
     await before.until((t) => t.output().includes("wrote"));
     before.ws.close();
+    // The app's output can show before its running fact is committed: a suspend asks of a running session.
+    await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}?waitFor=running&timeoutMs=60000`);
     const suspended = await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/suspend`, { warm: false });
     expect(sessionOf(suspended)).toMatchObject({ state: "suspended_cold", checkpoint: { format: "manifest+aes256gcm" } });
     const resumed = await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/resume`, {});
@@ -396,6 +398,8 @@ describe("the whole stack with per-service credentials", () => {
     const before = await Terminal.open(stack.url, stack.token, s.id, "mode=viewer&since=all");
     await before.until((t) => t.output().includes("wrote"));
     before.ws.close();
+    // The app's output can show before its running fact is committed: a suspend asks of a running session.
+    await api(stack.url, stack.token, "GET", `/v1/sessions/${s.id}?waitFor=running&timeoutMs=60000`);
     const ref = sessionOf(await api(stack.url, stack.token, "POST", `/v1/sessions/${s.id}/suspend`, { warm: false })).checkpoint?.ref ?? "";
     const [store = "", ...path] = ref.split("/");
     expect(store).toBe(runnerObjectStore(ObjectStores.checkpoints, "default", "runner-1"));
